@@ -1,0 +1,64 @@
+"""The fixed-target scale loss (paper Eq. 5): an explicit anchor for the pre-logit scale.
+
+    L_aux = lambda * mean_{b,t} (s(h_bt) - s_tgt)^2,   s = r(h) (rms models) or sigma(h) (layer models)
+
+s_tgt is a bias-corrected EMA of the batch-mean s over the training steps at g = 1, frozen when the
+taper starts; the loss is active from then on. Its gradient is a restoring force along h (Prop. 4.3).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+
+def token_scale(h: torch.Tensor, kind: str, eps: float = 1e-5) -> torch.Tensor:
+    """Per-token scale of the residual stream: r(h) = sqrt(mean(h^2) + eps), or sigma(h) if layer."""
+    if kind == "layer":
+        h = h - h.mean(-1, keepdim=True)
+    return torch.sqrt(h.pow(2).mean(-1) + eps)
+
+
+class ScaleAnchor(nn.Module):
+    """Tracks s_tgt while g = 1 and gives lambda * mean (s(h) - s_tgt)^2 once frozen."""
+
+    def __init__(self, kind: str = "rms", lam: float = 0.1, eps: float = 1e-5):
+        super().__init__()
+        self.kind, self.lam, self.eps = kind, lam, eps
+        self.register_buffer("ema", torch.tensor(0.0))
+        self.register_buffer("ema_count", torch.tensor(0, dtype=torch.long))
+        self.register_buffer("target", torch.tensor(float("nan")))
+        self.register_buffer("frozen", torch.tensor(False))
+        self._pending: list[float] = []
+
+    @property
+    def active(self) -> bool:
+        return bool(self.frozen)
+
+    def loss(self, h: torch.Tensor) -> torch.Tensor:
+        """The scale loss of the pre-logit states h (B, T, d); records s for the EMA until frozen."""
+        s = token_scale(h.float(), self.kind, self.eps)
+        if not self.active:
+            self._pending.append(float(s.detach().mean()))
+            return torch.zeros((), device=h.device)
+        return self.lam * (s - self.target).pow(2).mean()
+
+    @torch.no_grad()
+    def update(self, mu: float) -> None:
+        """Once per optimizer step at g = 1: s <- (1 - mu) s + mu * mean(batch s)."""
+        if self.active or not self._pending:
+            self._pending.clear()
+            return
+        x = sum(self._pending) / len(self._pending)
+        self._pending.clear()
+        self.ema.mul_(1 - mu).add_(mu * x)
+        self.ema_count += 1
+        self.target.fill_(self.ema / (1.0 - (1.0 - mu) ** int(self.ema_count)))
+
+    @torch.no_grad()
+    def freeze(self) -> float:
+        """Freeze s_tgt at taper start; returns it."""
+        if int(self.ema_count) == 0:
+            raise RuntimeError("ScaleAnchor.freeze: no step at g=1 was recorded, s_tgt is undefined")
+        self.frozen.fill_(True)
+        return float(self.target)

@@ -1,0 +1,134 @@
+"""Run configs: YAML validated by a JSON schema (with defaults), plus the checks a schema can't say.
+
+Table 1's variants are named here: each is a `model.taper` plus the scale-loss switch `anchor.enabled`.
+"""
+
+from __future__ import annotations
+
+import copy
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import yaml
+
+VARIANTS: dict[str, dict[str, Any]] = {
+    # name: (internal taper, final taper, scale loss) as in Table 1
+    "baseline": {"taper": "none", "anchor": False, "label": "Baseline"},
+    "internal": {"taper": "internal", "anchor": False, "label": "Internal-Taper"},
+    "internal_aux": {"taper": "internal", "anchor": True, "label": "Internal-Taper (+aux)"},
+    "final": {"taper": "final", "anchor": False, "label": "Final-Taper"},
+    "all": {"taper": "all", "anchor": False, "label": "All-Taper"},
+    "all_aux": {"taper": "all", "anchor": True, "label": "All-Taper (+aux)"},
+}
+
+
+class ConfigError(ValueError):
+    """An invalid config; the message names the offending key."""
+
+
+def _with_defaults(validator_class):
+    validate_props = validator_class.VALIDATORS["properties"]
+
+    def set_defaults(validator, properties, instance, schema):
+        if isinstance(instance, dict):
+            for key, sub in properties.items():
+                if "default" in sub and key not in instance:
+                    instance[key] = copy.deepcopy(sub["default"])
+        yield from validate_props(validator, properties, instance, schema)
+
+    return jsonschema.validators.extend(validator_class, {"properties": set_defaults})
+
+
+_Validator = _with_defaults(jsonschema.Draft202012Validator)
+
+
+def load_schema(name: str) -> dict:
+    text = resources.files("tapernorm").joinpath("schemas", f"{name}.schema.yaml").read_text()
+    return yaml.safe_load(text)
+
+
+def validate(config: dict, schema: dict) -> dict:
+    """Fill defaults into a copy of `config` and validate it; raise ConfigError naming the key."""
+    config = copy.deepcopy(config)
+    errors = sorted(_Validator(schema).iter_errors(config), key=lambda e: list(e.absolute_path))
+    if errors:
+        e = errors[0]
+        where = ".".join(str(p) for p in e.absolute_path) or "<top level>"
+        raise ConfigError(f"config key {where}: {e.message}")
+    return config
+
+
+def set_key(config: dict, dotted: str, value: Any) -> None:
+    """config['a']['b'] = value for dotted = 'a.b' (creating dicts on the way)."""
+    *parents, last = dotted.split(".")
+    node = config
+    for p in parents:
+        node = node.setdefault(p, {})
+        if not isinstance(node, dict):
+            raise ConfigError(f"config key {dotted}: {p} is not a mapping")
+    node[last] = value
+
+
+def parse_overrides(pairs: list[str]) -> list[tuple[str, Any]]:
+    """['train.steps=100', 'model.taper=all'] -> [(key, YAML-parsed value)]."""
+    out = []
+    for pair in pairs:
+        if "=" not in pair:
+            raise ConfigError(f"override {pair!r} must look like key.sub=value")
+        key, raw = pair.split("=", 1)
+        out.append((key.strip(), yaml.safe_load(raw)))
+    return out
+
+
+def load_run_config(path: str | Path | None, overrides: list[str] = ()) -> dict:
+    """Read a run YAML (or start empty), apply `key=value` overrides, validate and resolve it."""
+    config: dict = {}
+    if path is not None:
+        path = Path(path)
+        if not path.is_file():
+            raise ConfigError(f"config file {path} does not exist")
+        config = yaml.safe_load(path.read_text()) or {}
+        if not isinstance(config, dict):
+            raise ConfigError(f"config file {path}: top level must be a mapping")
+    for key, value in parse_overrides(list(overrides)):
+        set_key(config, key, value)
+    return resolve_run_config(config)
+
+
+def resolve_run_config(config: dict) -> dict:
+    """Validate against the run schema, apply the variant, fill derived defaults, check consistency."""
+    variant = config.get("variant")
+    if variant is not None and variant in VARIANTS:
+        v = VARIANTS[variant]
+        for key, value in (("model.taper", v["taper"]), ("anchor.enabled", v["anchor"])):
+            section, field = key.split(".")
+            given = config.get(section, {}).get(field) if isinstance(config.get(section), dict) else None
+            if given is not None and given != value:
+                raise ConfigError(f"config key {key}: {given!r} contradicts variant {variant!r}")
+            set_key(config, key, value)
+    cfg = validate(config, load_schema("run"))
+    m, t, tp = cfg["model"], cfg["train"], cfg["taper"]
+    if m["n_embd"] % m["n_head"]:
+        raise ConfigError(f"config key model.n_embd: {m['n_embd']} not divisible by n_head={m['n_head']}")
+    if t["warmup_steps"] > t["steps"]:
+        raise ConfigError(f"config key train.warmup_steps: {t['warmup_steps']} > train.steps")
+    if t["min_lr"] > t["lr"]:
+        raise ConfigError("config key train.min_lr: larger than train.lr")
+    if tp["start"] is None:
+        tp["start"] = t["warmup_steps"]
+    if tp["end"] is None:
+        tp["end"] = t["steps"]
+    if tp["start"] > tp["end"] or (m["taper"] != "none" and tp["start"] == tp["end"]):
+        raise ConfigError(f"config key taper.start: {tp['start']} must be < taper.end={tp['end']}")
+    if tp["end"] > t["steps"]:
+        raise ConfigError(f"config key taper.end: {tp['end']} > train.steps={t['steps']}")
+    if m["taper"] != "none" and tp["start"] < 1:
+        raise ConfigError(
+            "config key taper.start: must be >= 1 (c and s_tgt are calibrated on steps at g=1; "
+            "set train.warmup_steps or taper.start)"
+        )
+    if cfg["anchor"]["enabled"] and tp["start"] < 1:
+        raise ConfigError("config key taper.start: the scale loss needs taper.start >= 1")
+    return cfg

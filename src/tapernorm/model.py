@@ -1,0 +1,321 @@
+"""A pre-norm GPT in two block styles, with TaperNorm where `taper` says and a KV-cache decoder.
+
+    h1 = h0 + Attn(ln_1(h0));  h2 = h1 + MLP(ln_2(h1));  logits = ln_f(h_L) @ W_out      (paper Sec. 1)
+
+llama: RMSNorm, SwiGLU (hidden 8d/3), RoPE, no biases.  gpt2: LayerNorm, GELU, learned positions, biases.
+Both tie the output head to the token embedding unless told otherwise (a folded final norm unties it).
+
+`norm_mode` says how the tapered norms are realised: "taper" (TaperNorm modules, for training),
+"scale" (a fixed elementwise multiply: the explicit-scaling export) or "folded" (identity; the scales
+live in the next projections' weights, see fold.py).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, fields, replace
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .norms import LayerNorm, RMSNorm, TaperNorm
+
+STYLES = ("llama", "gpt2")
+TAPERS = ("none", "internal", "final", "all")
+NORM_MODES = ("taper", "scale", "folded")
+
+
+@dataclass
+class GPTConfig:
+    style: str = "llama"
+    n_layer: int = 8
+    n_head: int = 16
+    n_embd: int = 512
+    vocab_size: int = 10000
+    block_size: int = 512
+    taper: str = "none"  # which norms are TaperNorm: none | internal | final | all
+    norm_mode: str = "taper"  # taper | scale | folded (see module docstring)
+    n_kv_head: int | None = None  # grouped-query attention (llama imports); None = n_head
+    mlp_hidden: int | None = None  # None: int(8d/3) for llama, 4d for gpt2
+    bias: bool | None = None  # biases in linear layers and LayerNorms; None: False llama, True gpt2
+    tie_embeddings: bool = True
+    head_bias: bool = False  # an output bias (a folded final LayerNorm needs one)
+    norm_eps: float = 1e-5
+    rope_theta: float = 10000.0
+
+    def __post_init__(self) -> None:
+        def need(ok: bool, field: str, why: str) -> None:
+            if not ok:
+                raise ValueError(f"GPTConfig.{field}: {why} (got {getattr(self, field)!r})")
+
+        need(self.style in STYLES, "style", f"must be one of {STYLES}")
+        need(self.taper in TAPERS, "taper", f"must be one of {TAPERS}")
+        need(self.norm_mode in NORM_MODES, "norm_mode", f"must be one of {NORM_MODES}")
+        for f in ("n_layer", "n_head", "n_embd", "vocab_size", "block_size"):
+            need(isinstance(getattr(self, f), int) and getattr(self, f) > 0, f, "must be > 0")
+        need(self.n_embd % self.n_head == 0, "n_embd", f"must be divisible by n_head={self.n_head}")
+        if self.n_kv_head is None:
+            self.n_kv_head = self.n_head
+        need(self.n_head % self.n_kv_head == 0, "n_kv_head", "must divide n_head")
+        if self.mlp_hidden is None:
+            self.mlp_hidden = int(8 * self.n_embd / 3) if self.style == "llama" else 4 * self.n_embd
+        need(self.mlp_hidden > 0, "mlp_hidden", "must be > 0")
+        if self.bias is None:
+            self.bias = self.style == "gpt2"
+        need(self.norm_eps >= 0, "norm_eps", "must be >= 0")
+        if self.style == "llama":
+            need(self.head_dim % 2 == 0, "n_head", "RoPE needs an even head dimension n_embd/n_head")
+
+    @property
+    def head_dim(self) -> int:
+        return self.n_embd // self.n_head
+
+    @property
+    def norm_kind(self) -> str:
+        return "rms" if self.style == "llama" else "layer"
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> GPTConfig:
+        known = {f.name for f in fields(cls)}
+        unknown = set(d) - known
+        if unknown:
+            raise ValueError(f"GPTConfig: unknown fields {sorted(unknown)}")
+        return cls(**d)
+
+
+class FixedScale(nn.Module):
+    """A tapered norm at g = 0 as an explicit op: h * s (rms) or (h - mean(h)) * s + beta (layer)."""
+
+    def __init__(self, dim: int, kind: str):
+        super().__init__()
+        self.kind = kind
+        self.register_buffer("scale", torch.ones(dim))
+        self.register_buffer("shift", torch.zeros(dim) if kind == "layer" else None)
+
+    def forward(self, h: torch.Tensor) -> torch.Tensor:
+        if self.kind == "rms":
+            return h * self.scale
+        return torch.addcmul(self.shift, h - h.mean(-1, keepdim=True), self.scale)
+
+
+def make_norm(cfg: GPTConfig, tapered: bool) -> nn.Module:
+    kind, d = cfg.norm_kind, cfg.n_embd
+    if not tapered:
+        return RMSNorm(d, cfg.norm_eps) if kind == "rms" else LayerNorm(d, cfg.norm_eps, cfg.bias)
+    if cfg.norm_mode == "taper":
+        return TaperNorm(d, kind, cfg.norm_eps)
+    if cfg.norm_mode == "scale":
+        return FixedScale(d, kind)
+    return nn.Identity()
+
+
+def rope_tables(cfg: GPTConfig) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos, sin of shape (block_size, head_dim), in the rotate-half layout (as in HF Llama)."""
+    hd = cfg.head_dim
+    inv_freq = 1.0 / (cfg.rope_theta ** (torch.arange(0, hd, 2, dtype=torch.float32) / hd))
+    angles = torch.outer(torch.arange(cfg.block_size, dtype=torch.float32), inv_freq)
+    angles = torch.cat([angles, angles], dim=-1)
+    return angles.cos(), angles.sin()
+
+
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    x1, x2 = x.chunk(2, dim=-1)
+    return x * cos + torch.cat([-x2, x1], dim=-1) * sin
+
+
+class KVCache:
+    """Preallocated keys and values of one layer: (B, n_kv_head, max_len, head_dim)."""
+
+    def __init__(self, cfg: GPTConfig, batch: int, max_len: int, device, dtype):
+        shape = (batch, cfg.n_kv_head, max_len, cfg.head_dim)
+        self.k = torch.zeros(shape, device=device, dtype=dtype)
+        self.v = torch.zeros(shape, device=device, dtype=dtype)
+
+    def append(self, k: torch.Tensor, v: torch.Tensor, pos: int) -> tuple[torch.Tensor, torch.Tensor]:
+        end = pos + k.shape[2]
+        self.k[:, :, pos:end] = k
+        self.v[:, :, pos:end] = v
+        return self.k[:, :, :end], self.v[:, :, :end]
+
+
+class Attention(nn.Module):
+    def __init__(self, cfg: GPTConfig):
+        super().__init__()
+        self.n_head, self.n_kv_head, self.hd = cfg.n_head, cfg.n_kv_head, cfg.head_dim
+        self.qkv = nn.Linear(cfg.n_embd, (cfg.n_head + 2 * cfg.n_kv_head) * self.hd, bias=cfg.bias)
+        self.proj = nn.Linear(cfg.n_embd, cfg.n_embd, bias=cfg.bias)
+
+    def forward(self, x, rope=None, cache: KVCache | None = None, pos: int = 0) -> torch.Tensor:
+        B, T, C = x.shape
+        sizes = (self.n_head * self.hd, self.n_kv_head * self.hd, self.n_kv_head * self.hd)
+        q, k, v = self.qkv(x).split(sizes, dim=-1)
+        q = q.view(B, T, self.n_head, self.hd).transpose(1, 2)
+        k = k.view(B, T, self.n_kv_head, self.hd).transpose(1, 2)
+        v = v.view(B, T, self.n_kv_head, self.hd).transpose(1, 2)
+        if rope is not None:
+            cos, sin = rope
+            q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        if cache is not None:
+            k, v = cache.append(k, v, pos)
+        mask, causal = None, T > 1
+        if causal and pos > 0:  # a chunk after cached tokens: query i sees keys <= pos + i
+            S = k.shape[2]
+            mask = torch.ones(T, S, dtype=torch.bool, device=x.device).tril(diagonal=pos)
+            causal = False
+        y = F.scaled_dot_product_attention(
+            q, k, v, attn_mask=mask, is_causal=causal, enable_gqa=self.n_kv_head != self.n_head
+        )
+        return self.proj(y.transpose(1, 2).reshape(B, T, C))
+
+
+class MLP(nn.Module):
+    """llama: w_out(silu(gate) * up), [gate; up] = w_in(x).  gpt2: w_out(gelu(w_in(x)))."""
+
+    def __init__(self, cfg: GPTConfig):
+        super().__init__()
+        self.swiglu = cfg.style == "llama"
+        n_in = 2 * cfg.mlp_hidden if self.swiglu else cfg.mlp_hidden
+        self.w_in = nn.Linear(cfg.n_embd, n_in, bias=cfg.bias)
+        self.w_out = nn.Linear(cfg.mlp_hidden, cfg.n_embd, bias=cfg.bias)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.swiglu:
+            gate, up = self.w_in(x).chunk(2, dim=-1)
+            return self.w_out(F.silu(gate) * up)
+        return self.w_out(F.gelu(self.w_in(x), approximate="tanh"))
+
+
+class Block(nn.Module):
+    def __init__(self, cfg: GPTConfig):
+        super().__init__()
+        internal = cfg.taper in ("internal", "all")
+        self.ln_1, self.attn = make_norm(cfg, internal), Attention(cfg)
+        self.ln_2, self.mlp = make_norm(cfg, internal), MLP(cfg)
+
+    def forward(self, x, rope=None, cache: KVCache | None = None, pos: int = 0) -> torch.Tensor:
+        x = x + self.attn(self.ln_1(x), rope, cache, pos)
+        return x + self.mlp(self.ln_2(x))
+
+
+class GPT(nn.Module):
+    def __init__(self, config: GPTConfig):
+        super().__init__()
+        self.config = cfg = config
+        self.tok_emb = nn.Embedding(cfg.vocab_size, cfg.n_embd)
+        self.pos_emb = nn.Embedding(cfg.block_size, cfg.n_embd) if cfg.style == "gpt2" else None
+        self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layer))
+        self.ln_f = make_norm(cfg, cfg.taper in ("final", "all"))
+        self.lm_head = nn.Linear(cfg.n_embd, cfg.vocab_size, bias=cfg.head_bias)
+        if cfg.tie_embeddings:
+            self.lm_head.weight = self.tok_emb.weight
+        if cfg.style == "llama":
+            cos, sin = rope_tables(cfg)
+            self.register_buffer("rope_cos", cos, persistent=False)
+            self.register_buffer("rope_sin", sin, persistent=False)
+        self.apply(self._init_weights)
+        for name, p in self.named_parameters():  # GPT-2's scaled init of residual projections
+            if name.endswith(("attn.proj.weight", "mlp.w_out.weight")):
+                nn.init.normal_(p, 0.0, 0.02 / math.sqrt(2 * cfg.n_layer))
+
+    @staticmethod
+    def _init_weights(m: nn.Module) -> None:
+        if isinstance(m, nn.Linear):
+            nn.init.normal_(m.weight, 0.0, 0.02)
+            if m.bias is not None:
+                nn.init.zeros_(m.bias)
+        elif isinstance(m, nn.Embedding):
+            nn.init.normal_(m.weight, 0.0, 0.02)
+
+    def num_params(self) -> int:
+        return sum(p.numel() for p in self.parameters())
+
+    def hidden(self, idx: torch.Tensor, cache: list[KVCache] | None = None, pos: int = 0):
+        """The pre-logit residual stream h_L (input of the final norm), shape (B, T, d)."""
+        T = idx.shape[1]
+        if pos + T > self.config.block_size:
+            raise ValueError(f"sequence of {pos + T} tokens exceeds block_size {self.config.block_size}")
+        x = self.tok_emb(idx)
+        rope = None
+        if self.pos_emb is not None:
+            x = x + self.pos_emb(torch.arange(pos, pos + T, device=idx.device))
+        else:
+            rope = (self.rope_cos[pos : pos + T].to(x.dtype), self.rope_sin[pos : pos + T].to(x.dtype))
+        for i, block in enumerate(self.blocks):
+            x = block(x, rope, None if cache is None else cache[i], pos)
+        return x
+
+    def head(self, h: torch.Tensor) -> torch.Tensor:
+        """logits = ln_f(h) @ W_out (+ b)."""
+        return self.lm_head(self.ln_f(h))
+
+    def forward(self, idx: torch.Tensor, return_hidden: bool = False):
+        """idx (B, T) -> logits (B, T, vocab); with return_hidden, (logits, h_L)."""
+        h = self.hidden(idx)
+        logits = self.head(h)
+        return (logits, h) if return_hidden else logits
+
+    def new_cache(self, batch: int, max_len: int) -> list[KVCache]:
+        p = self.tok_emb.weight
+        return [KVCache(self.config, batch, max_len, p.device, p.dtype) for _ in self.blocks]
+
+    @torch.no_grad()
+    def generate(
+        self,
+        idx: torch.Tensor,
+        max_new_tokens: int,
+        temperature: float = 0.0,
+        top_k: int | None = None,
+        generator: torch.Generator | None = None,
+        return_logits: bool = False,
+    ):
+        """Decode with a preallocated KV cache (temperature 0.0 = greedy).
+
+        Returns (B, T + max_new_tokens) tokens; with return_logits also the logits that chose each new
+        token, (B, max_new_tokens, vocab).
+        """
+        B, T = idx.shape
+        cache = self.new_cache(B, T + max_new_tokens)
+        logits = self.head(self.hidden(idx, cache, 0)[:, -1:])[:, 0]
+        tokens, chosen = [idx], []
+        for i in range(max_new_tokens):
+            chosen.append(logits)
+            nxt = _sample(logits, temperature, top_k, generator)
+            tokens.append(nxt)
+            if i + 1 < max_new_tokens:
+                logits = self.head(self.hidden(nxt, cache, T + i))[:, 0]
+        out = torch.cat(tokens, dim=1)
+        return (out, torch.stack(chosen, dim=1)) if return_logits else out
+
+
+def _sample(logits, temperature: float, top_k: int | None, generator) -> torch.Tensor:
+    if temperature == 0.0:
+        return logits.argmax(-1, keepdim=True)
+    logits = logits.float() / temperature
+    if top_k is not None:
+        kth = torch.topk(logits, min(top_k, logits.shape[-1])).values[:, -1:]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    return torch.multinomial(F.softmax(logits, -1), 1, generator=generator)
+
+
+def convert_norms(model: GPT, taper: str) -> GPT:
+    """A copy of `model` whose norms are tapered as `taper` says, gate 1: the same function as before.
+
+    A new TaperNorm takes gamma (and beta) from the norm it replaces and gamma_tilde = gamma; its c is
+    calibrated during the steps at g = 1 as usual. This is the TaperLN conversion for fine-tuning.
+    """
+    cfg = model.config
+    if cfg.norm_mode != "taper":
+        raise ValueError(f"convert_norms needs an unfolded model (norm_mode 'taper'), got {cfg.norm_mode}")
+    new = GPT(replace(cfg, taper=taper)).to(model.tok_emb.weight.device, model.tok_emb.weight.dtype)
+    old_state, new_state = model.state_dict(), new.state_dict()
+    for key in new_state:
+        if key in old_state and old_state[key].shape == new_state[key].shape:
+            new_state[key] = old_state[key]
+        elif key.endswith(".weight_tilde") and key.replace("weight_tilde", "weight") in old_state:
+            new_state[key] = old_state[key.replace("weight_tilde", "weight")]
+    new.load_state_dict(new_state)
+    return new

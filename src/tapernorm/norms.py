@@ -1,0 +1,162 @@
+"""RMSNorm, LayerNorm and TaperNorm (paper Eqs. 1-4, 6-7).
+
+TaperNorm mixes a normalizing branch and a sample-independent linear branch under one global gate g:
+
+    rms:   g * (h / r(h)) * gamma                 + (1 - g) * c * h * gamma_tilde          (Eq. 3)
+    layer: beta + g * ((h - mu) / sigma) * gamma  + (1 - g) * c * (h - mu) * gamma_tilde   (Eq. 6)
+
+g = 1 is exactly the ordinary norm; g = 0 is a fixed linear (rms) or affine (layer) map that folds into
+the next projection. c is calibrated while g = 1 by a bias-corrected EMA least-squares match of the two
+branches (Eq. 4 / Eq. 7), then frozen when the taper starts, at which point gamma_tilde := gamma.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+NORM_KINDS = ("rms", "layer")
+
+
+class RMSNorm(nn.Module):
+    """h / sqrt(mean(h^2) + eps) * gamma (Eq. 2), torch's fused kernel."""
+
+    def __init__(self, dim: int, eps: float = 1e-5):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.rms_norm(x, self.weight.shape, self.weight, self.eps)
+
+
+class LayerNorm(nn.Module):
+    """(h - mu) / sigma * gamma + beta (Eq. 1), torch's fused kernel."""
+
+    def __init__(self, dim: int, eps: float = 1e-5, bias: bool = True):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+        self.bias = nn.Parameter(torch.zeros(dim)) if bias else None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.layer_norm(x, self.weight.shape, self.weight, self.bias, self.eps)
+
+
+class TaperNorm(nn.Module):
+    """A norm that tapers into a learned sample-independent scale as the gate goes from 1 to 0."""
+
+    def __init__(self, dim: int, kind: str = "rms", eps: float = 1e-5, delta: float = 1e-8):
+        super().__init__()
+        if kind not in NORM_KINDS:
+            raise ValueError(f"TaperNorm kind must be one of {NORM_KINDS}, got {kind!r}")
+        self.dim, self.kind, self.eps, self.delta = dim, kind, eps, delta
+        self.weight = nn.Parameter(torch.ones(dim))  # gamma
+        self.weight_tilde = nn.Parameter(torch.ones(dim))  # gamma_tilde
+        self.bias = nn.Parameter(torch.zeros(dim)) if kind == "layer" else None  # beta
+        self.register_buffer("gate", torch.tensor(1.0))
+        self.register_buffer("c", torch.tensor(1.0))
+        # calibration state: EMA numerator / denominator of Eq. 4, update count, frozen flag
+        self.register_buffer("ema_num", torch.tensor(0.0))
+        self.register_buffer("ema_den", torch.tensor(0.0))
+        self.register_buffer("ema_count", torch.tensor(0, dtype=torch.long))
+        self.register_buffer("frozen", torch.tensor(False))
+        self._pending: list[torch.Tensor] = []  # per-forward (num, den) batch means, not yet in EMA
+
+    def extra_repr(self) -> str:
+        return f"{self.dim}, kind={self.kind}, eps={self.eps}"
+
+    def normalize(self, h: torch.Tensor, gain: torch.Tensor | None = None) -> torch.Tensor:
+        """The normalizing branch times `gain`: h / r(h) * gain (rms), (h - mu) / sigma * gain."""
+        if self.kind == "rms":
+            return F.rms_norm(h, (self.dim,), gain, self.eps)
+        return F.layer_norm(h, (self.dim,), gain, None, self.eps)
+
+    def forward(self, h: torch.Tensor) -> torch.Tensor:
+        g = float(self.gate)
+        if self.training and g == 1.0 and not bool(self.frozen):
+            self._record_calibration_stats(h)
+        if g == 1.0:  # exactly the ordinary norm
+            out = self.normalize(h, self.weight)
+            return out if self.bias is None else out + self.bias
+        if self.kind == "layer":
+            h = h - h.mean(-1, keepdim=True)  # both branches see the centred input (Eq. 6)
+        out = h * ((1.0 - g) * self.c * self.weight_tilde)  # linear branch
+        if g > 0.0:  # normalizing branch, g folded into the gain so it stays one fused kernel
+            out = out + self.normalize(h, gain=g * self.weight)
+        return out if self.bias is None else out + self.bias
+
+    # ---- calibration of c (Eq. 4 / Eq. 7) ----------------------------------------------------
+
+    @torch.no_grad()
+    def _record_calibration_stats(self, h: torch.Tensor) -> None:
+        h = h.detach().float()
+        if self.kind == "layer":
+            h = h - h.mean(-1, keepdim=True)  # hbar: the scale below is then sigma(h)
+        scale = torch.sqrt(h.pow(2).mean(-1) + self.eps)  # r(h) or sigma(h)
+        sq = (h * self.weight.detach().float()).pow(2).sum(-1)  # ||h * gamma||^2 per token
+        self._pending.append(torch.stack([(sq / scale).mean(), sq.mean()]))
+
+    @torch.no_grad()
+    def update_calibration(self, mu: float) -> None:
+        """Fold this optimizer step's batch statistics into the EMAs and refresh c.
+
+        s <- (1 - mu) s + mu x;  s_hat = s / (1 - (1 - mu)^n);  c = s_hat_num / (s_hat_den + delta).
+        """
+        if bool(self.frozen) or not self._pending:
+            self._pending.clear()
+            return
+        num, den = torch.stack(self._pending).mean(0).tolist()
+        self._pending.clear()
+        self.ema_num.mul_(1 - mu).add_(mu * num)
+        self.ema_den.mul_(1 - mu).add_(mu * den)
+        self.ema_count += 1
+        correction = 1.0 - (1.0 - mu) ** int(self.ema_count)
+        self.c.fill_((self.ema_num / correction) / (self.ema_den / correction + self.delta))
+
+    @torch.no_grad()
+    def start_taper(self) -> None:
+        """Freeze c and copy gamma into gamma_tilde (done once, when g first drops below 1)."""
+        if bool(self.frozen):
+            return
+        if int(self.ema_count) == 0:
+            raise RuntimeError(
+                "TaperNorm.start_taper: c was never calibrated (no training step ran at g=1); "
+                "the taper must start after at least one optimizer step"
+            )
+        self.weight_tilde.copy_(self.weight)
+        self.frozen.fill_(True)
+        self._pending.clear()
+
+
+def taper_norms(model: nn.Module) -> Iterator[tuple[str, TaperNorm]]:
+    """(name, module) for every TaperNorm in a module tree."""
+    for name, m in model.named_modules():
+        if isinstance(m, TaperNorm):
+            yield name, m
+
+
+def set_gate(model: nn.Module, g: float) -> None:
+    """Set the global gate g in [0, 1] of every TaperNorm in `model`."""
+    if not 0.0 <= g <= 1.0:
+        raise ValueError(f"gate must be in [0, 1], got {g}")
+    for _, m in taper_norms(model):
+        m.gate.fill_(g)
+
+
+def update_calibration(model: nn.Module, mu: float) -> None:
+    """Once per optimizer step while g = 1: fold recorded statistics into every TaperNorm's EMA."""
+    for _, m in taper_norms(model):
+        m.update_calibration(mu)
+
+
+def start_taper(model: nn.Module) -> dict[str, float]:
+    """Freeze every TaperNorm's c and set gamma_tilde := gamma; returns the calibrated c per layer."""
+    out = {}
+    for name, m in taper_norms(model):
+        m.start_taper()
+        out[name] = float(m.c)
+    return out
