@@ -11,8 +11,16 @@ from tapernorm.norms import taper_norms
 
 def random_tapered(style: str, taper: str, seed: int = 0, tie: bool = True) -> GPT:
     torch.manual_seed(seed)
-    cfg = GPTConfig(style=style, n_layer=3, n_head=4, n_embd=64, vocab_size=97, block_size=32,
-                    taper=taper, tie_embeddings=tie)
+    cfg = GPTConfig(
+        style=style,
+        n_layer=3,
+        n_head=4,
+        n_embd=64,
+        vocab_size=97,
+        block_size=32,
+        taper=taper,
+        tie_embeddings=tie,
+    )
     m = GPT(cfg)
     with torch.no_grad():
         for _, n in taper_norms(m):
@@ -24,8 +32,12 @@ def random_tapered(style: str, taper: str, seed: int = 0, tie: bool = True) -> G
     return m.eval()
 
 
-CASES = [(s, t, tie) for s in ("llama", "gpt2") for t in ("internal", "final", "all")
-         for tie in (True, False)]
+CASES = [
+    (s, t, tie)
+    for s in ("llama", "gpt2")
+    for t in ("internal", "final", "all")
+    for tie in (True, False)
+]
 
 
 @pytest.mark.parametrize("style,taper,tie", CASES)
@@ -37,7 +49,9 @@ def test_folded_logits_equal_unfolded(style, taper, tie):
     ref, out = m(x), folded(x)
     assert (ref - out).abs().max() <= 1e-5 * ref.abs().max()
     assert all(torch.equal(before[k], v) for k, v in m.state_dict().items())  # input unchanged
-    assert not any(True for _ in taper_norms(folded))  # no per-token statistics left in tapered spots
+    assert not any(
+        True for _ in taper_norms(folded)
+    )  # no per-token statistics left in tapered spots
     assert folded.config.norm_mode == "folded"
     if taper in ("final", "all"):
         assert not folded.config.tie_embeddings

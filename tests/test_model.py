@@ -9,7 +9,9 @@ from tapernorm.norms import LayerNorm, RMSNorm
 
 
 def tiny(style="llama", taper="none", **kw) -> GPTConfig:
-    base = dict(style=style, n_layer=2, n_head=4, n_embd=32, vocab_size=61, block_size=48, taper=taper)
+    base = dict(
+        style=style, n_layer=2, n_head=4, n_embd=32, vocab_size=61, block_size=48, taper=taper
+    )
     return GPTConfig(**{**base, **kw})
 
 
@@ -45,7 +47,9 @@ def test_block_is_pre_norm(style):
 )
 def test_taper_places_tapernorms(style, taper, norm_types):
     m = GPT(tiny(style, taper))
-    assert isinstance(m.blocks[0].ln_1, norm_types[0]) and isinstance(m.blocks[1].ln_2, norm_types[0])
+    assert isinstance(m.blocks[0].ln_1, norm_types[0]) and isinstance(
+        m.blocks[1].ln_2, norm_types[0]
+    )
     assert isinstance(m.ln_f, norm_types[1])
     kinds = {n.kind for n in m.modules() if isinstance(n, TaperNorm)}
     assert kinds <= {"rms" if style == "llama" else "layer"}

@@ -47,7 +47,7 @@ def test_prop_4_2_no_final_norm_positive_margin_grows_h():
 def test_prop_4_3_scale_loss_is_a_restoring_force():
     torch.manual_seed(2)
     d, lam, s_tgt = 64, 0.1, 1.3
-    h = (torch.randn(10, d, dtype=torch.float64) * torch.linspace(0.1, 4, 10)[:, None])
+    h = torch.randn(10, d, dtype=torch.float64) * torch.linspace(0.1, 4, 10)[:, None]
     h.requires_grad_(True)
     r = token_scale(h, "rms", eps=0.0)
     loss = lam * (r - s_tgt).pow(2)

@@ -1,6 +1,6 @@
 """TaperNorm: gated normalization removal and scale anchoring in pre-norm transformers.
 
-    from tapernorm import GPT, GPTConfig, TaperNorm, set_gate, fold_model, load_hf
+from tapernorm import GPT, GPTConfig, TaperNorm, set_gate, fold_model, load_hf
 """
 
 from .anchor import ScaleAnchor

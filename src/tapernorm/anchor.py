@@ -59,6 +59,8 @@ class ScaleAnchor(nn.Module):
     def freeze(self) -> float:
         """Freeze s_tgt at taper start; returns it."""
         if int(self.ema_count) == 0:
-            raise RuntimeError("ScaleAnchor.freeze: no step at g=1 was recorded, s_tgt is undefined")
+            raise RuntimeError(
+                "ScaleAnchor.freeze: no step at g=1 was recorded, s_tgt is undefined"
+            )
         self.frozen.fill_(True)
         return float(self.target)

@@ -104,14 +104,20 @@ def resolve_run_config(config: dict) -> dict:
         v = VARIANTS[variant]
         for key, value in (("model.taper", v["taper"]), ("anchor.enabled", v["anchor"])):
             section, field = key.split(".")
-            given = config.get(section, {}).get(field) if isinstance(config.get(section), dict) else None
+            given = (
+                config.get(section, {}).get(field)
+                if isinstance(config.get(section), dict)
+                else None
+            )
             if given is not None and given != value:
                 raise ConfigError(f"config key {key}: {given!r} contradicts variant {variant!r}")
             set_key(config, key, value)
     cfg = validate(config, load_schema("run"))
     m, t, tp = cfg["model"], cfg["train"], cfg["taper"]
     if m["n_embd"] % m["n_head"]:
-        raise ConfigError(f"config key model.n_embd: {m['n_embd']} not divisible by n_head={m['n_head']}")
+        raise ConfigError(
+            f"config key model.n_embd: {m['n_embd']} not divisible by n_head={m['n_head']}"
+        )
     if t["warmup_steps"] > t["steps"]:
         raise ConfigError(f"config key train.warmup_steps: {t['warmup_steps']} > train.steps")
     if t["min_lr"] > t["lr"]:

@@ -85,7 +85,7 @@ def _export(model: GPT, norm_mode: str) -> tuple[GPT, list[tuple[nn.Module, list
     if cfg.taper in ("internal", "all"):
         for old_b, new_b in zip(model.blocks, new.blocks, strict=True):
             pairs.append((old_b.ln_1, [new_b.attn.qkv], new_b.ln_1))
-            pairs.append((old_b.ln_2, [new_b.mlp.w_in], new_b.ln_2))
+            pairs.append((old_b.ln_2, new_b.mlp.inputs(), new_b.ln_2))
     if final:
         pairs.append((model.ln_f, [new.lm_head], new.ln_f))
     return new, pairs
@@ -117,7 +117,10 @@ def fold_model(model: GPT) -> GPT:
 
 @torch.no_grad()
 def verify_fold(
-    reference: GPT, folded: GPT, idx: torch.Tensor, targets: torch.Tensor | None = None,
+    reference: GPT,
+    folded: GPT,
+    idx: torch.Tensor,
+    targets: torch.Tensor | None = None,
     rtol: float = 1e-5,
 ) -> dict:
     """Compare logits (and loss) of the g = 0 model and its export on `idx`; raise beyond tolerance.
@@ -150,4 +153,3 @@ def verify_fold(
     if not report["ok"]:
         raise FoldVerificationError(f"folded model disagrees with the reference: {report}")
     return report
-

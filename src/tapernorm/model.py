@@ -65,7 +65,9 @@ class GPTConfig:
             self.bias = self.style == "gpt2"
         need(self.norm_eps >= 0, "norm_eps", "must be >= 0")
         if self.style == "llama":
-            need(self.head_dim % 2 == 0, "n_head", "RoPE needs an even head dimension n_embd/n_head")
+            need(
+                self.head_dim % 2 == 0, "n_head", "RoPE needs an even head dimension n_embd/n_head"
+            )
 
     @property
     def head_dim(self) -> int:
@@ -114,17 +116,18 @@ def make_norm(cfg: GPTConfig, tapered: bool) -> nn.Module:
 
 
 def rope_tables(cfg: GPTConfig) -> tuple[torch.Tensor, torch.Tensor]:
-    """cos, sin of shape (block_size, head_dim), in the rotate-half layout (as in HF Llama)."""
+    """cos and sign-folded sin, (block_size, head_dim), for RoPE in HF Llama's rotate-half layout.
+
+    rope(x) = x cos + rotate_half(x) sin, and rotate_half(x) sin = roll(x, hd/2) * [-sin_1, sin_2].
+    """
     hd = cfg.head_dim
     inv_freq = 1.0 / (cfg.rope_theta ** (torch.arange(0, hd, 2, dtype=torch.float32) / hd))
     angles = torch.outer(torch.arange(cfg.block_size, dtype=torch.float32), inv_freq)
-    angles = torch.cat([angles, angles], dim=-1)
-    return angles.cos(), angles.sin()
+    return torch.cat([angles, angles], -1).cos(), torch.cat([-angles.sin(), angles.sin()], -1)
 
 
-def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    x1, x2 = x.chunk(2, dim=-1)
-    return x * cos + torch.cat([-x2, x1], dim=-1) * sin
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, signed_sin: torch.Tensor) -> torch.Tensor:
+    return torch.addcmul(x * cos, x.roll(x.shape[-1] // 2, dims=-1), signed_sin)
 
 
 class KVCache:
@@ -135,7 +138,9 @@ class KVCache:
         self.k = torch.zeros(shape, device=device, dtype=dtype)
         self.v = torch.zeros(shape, device=device, dtype=dtype)
 
-    def append(self, k: torch.Tensor, v: torch.Tensor, pos: int) -> tuple[torch.Tensor, torch.Tensor]:
+    def append(
+        self, k: torch.Tensor, v: torch.Tensor, pos: int
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         end = pos + k.shape[2]
         self.k[:, :, pos:end] = k
         self.v[:, :, pos:end] = v
@@ -173,19 +178,23 @@ class Attention(nn.Module):
 
 
 class MLP(nn.Module):
-    """llama: w_out(silu(gate) * up), [gate; up] = w_in(x).  gpt2: w_out(gelu(w_in(x)))."""
+    """llama: w_out(silu(w_gate(x)) * w_in(x)) (SwiGLU).  gpt2: w_out(gelu(w_in(x)))."""
 
     def __init__(self, cfg: GPTConfig):
         super().__init__()
-        self.swiglu = cfg.style == "llama"
-        n_in = 2 * cfg.mlp_hidden if self.swiglu else cfg.mlp_hidden
-        self.w_in = nn.Linear(cfg.n_embd, n_in, bias=cfg.bias)
+        self.w_gate = None
+        if cfg.style == "llama":  # two separate input matrices: faster than one fused and split
+            self.w_gate = nn.Linear(cfg.n_embd, cfg.mlp_hidden, bias=cfg.bias)
+        self.w_in = nn.Linear(cfg.n_embd, cfg.mlp_hidden, bias=cfg.bias)
         self.w_out = nn.Linear(cfg.mlp_hidden, cfg.n_embd, bias=cfg.bias)
 
+    def inputs(self) -> list[nn.Linear]:
+        """The projections that read the MLP's input (where a norm before it folds)."""
+        return [self.w_in] if self.w_gate is None else [self.w_gate, self.w_in]
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.swiglu:
-            gate, up = self.w_in(x).chunk(2, dim=-1)
-            return self.w_out(F.silu(gate) * up)
+        if self.w_gate is not None:
+            return self.w_out(F.silu(self.w_gate(x)) * self.w_in(x))
         return self.w_out(F.gelu(self.w_in(x), approximate="tanh"))
 
 
@@ -237,13 +246,18 @@ class GPT(nn.Module):
         """The pre-logit residual stream h_L (input of the final norm), shape (B, T, d)."""
         T = idx.shape[1]
         if pos + T > self.config.block_size:
-            raise ValueError(f"sequence of {pos + T} tokens exceeds block_size {self.config.block_size}")
+            raise ValueError(
+                f"sequence of {pos + T} tokens exceeds block_size {self.config.block_size}"
+            )
         x = self.tok_emb(idx)
         rope = None
         if self.pos_emb is not None:
             x = x + self.pos_emb(torch.arange(pos, pos + T, device=idx.device))
         else:
-            rope = (self.rope_cos[pos : pos + T].to(x.dtype), self.rope_sin[pos : pos + T].to(x.dtype))
+            rope = (
+                self.rope_cos[pos : pos + T].to(x.dtype),
+                self.rope_sin[pos : pos + T].to(x.dtype),
+            )
         for i, block in enumerate(self.blocks):
             x = block(x, rope, None if cache is None else cache[i], pos)
         return x
@@ -309,7 +323,9 @@ def convert_norms(model: GPT, taper: str) -> GPT:
     """
     cfg = model.config
     if cfg.norm_mode != "taper":
-        raise ValueError(f"convert_norms needs an unfolded model (norm_mode 'taper'), got {cfg.norm_mode}")
+        raise ValueError(
+            f"convert_norms needs an unfolded model (norm_mode 'taper'), got {cfg.norm_mode}"
+        )
     new = GPT(replace(cfg, taper=taper)).to(model.tok_emb.weight.device, model.tok_emb.weight.dtype)
     old_state, new_state = model.state_dict(), new.state_dict()
     for key in new_state:

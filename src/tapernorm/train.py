@@ -1,0 +1,340 @@
+"""One training loop for pre-training and fine-tuning, with the taper schedule and the scale anchor.
+
+Per optimizer step k (1-based): set lr(k) and g(k); when g first drops below 1, freeze every TaperNorm's
+c (gamma_tilde := gamma) and the anchor's s_tgt; run the micro-batches; while g = 1 fold the batch
+statistics into the calibration EMAs; clip; step. Data order depends only on (seed, k), so a resumed run
+draws exactly the batches an uninterrupted run would.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+import time
+from contextlib import nullcontext
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from tqdm import tqdm
+
+from .anchor import ScaleAnchor
+from .checkpoint import (
+    load_model,
+    load_model_tensors,
+    load_tensors,
+    model_tensors,
+    read_json,
+    replace_dir,
+    save_model,
+    save_tensors,
+    write_json,
+)
+from .data import TokenShards
+from .model import GPT, GPTConfig, convert_norms
+from .norms import set_gate, start_taper, taper_norms, update_calibration
+from .schedules import gate_at, lr_at
+
+GRAD_GROUPS = {  # metric name -> the weights of each block that form it (W_1 = both SwiGLU inputs)
+    "grad_attn_qkv": ("attn.qkv.weight",),
+    "grad_attn_out": ("attn.proj.weight",),
+    "grad_mlp_in": ("mlp.w_in.weight", "mlp.w_gate.weight"),
+    "grad_mlp_out": ("mlp.w_out.weight",),
+}
+
+
+def pick_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name == "cuda" and not torch.cuda.is_available():
+        raise RuntimeError("train.device is 'cuda' but no CUDA device is available")
+    return torch.device(name)
+
+
+def autocast_for(device: torch.device, dtype: str):
+    use_bf16 = dtype == "bfloat16" or (dtype == "auto" and device.type == "cuda")
+    if use_bf16:
+        return torch.autocast(device_type=device.type, dtype=torch.bfloat16)
+    return nullcontext()
+
+
+def batch_generator(seed: int, step: int, micro: int) -> torch.Generator:
+    """The RNG that draws micro-batch `micro` of step `step`: a pure function of (seed, step, micro)."""
+    return torch.Generator().manual_seed(seed * 1_000_003 + step * 1_009 + micro)
+
+
+def build_model(cfg: dict, vocab_size: int) -> GPT:
+    """A fresh GPT, or the one `init.from` names, with the config's taper."""
+    m = cfg["model"]
+    source = cfg["init"]["from"]
+    if source is None:
+        fields = {k: v for k, v in m.items() if k != "vocab_size"}
+        return GPT(GPTConfig(vocab_size=m["vocab_size"] or vocab_size, **fields))
+    if source.startswith("hf:"):
+        from .hf import load_hf
+
+        model = load_hf(source[3:], taper=m["taper"])
+    else:
+        model = convert_norms(load_model(source), m["taper"])
+    if model.config.vocab_size < vocab_size:
+        raise ValueError(
+            f"init.from model has vocab {model.config.vocab_size} < data's {vocab_size}"
+        )
+    return model
+
+
+@torch.no_grad()
+def evaluate(model: GPT, shards: TokenShards, n_windows: int, batch_size: int) -> float:
+    """Mean CE over the fixed validation windows, with every TaperNorm at g = 0."""
+    x_all, y_all = shards.val_windows(n_windows, model.config.block_size)
+    gates = [float(m.gate) for _, m in taper_norms(model)]
+    was_training = model.training
+    model.eval()
+    set_gate(model, 0.0)
+    device = model.tok_emb.weight.device
+    total, count = 0.0, 0
+    for i in range(0, len(x_all), batch_size):
+        x, y = x_all[i : i + batch_size].to(device), y_all[i : i + batch_size].to(device)
+        logits = model(x).float()
+        total += F.cross_entropy(logits.flatten(0, 1), y.flatten(), reduction="sum").item()
+        count += y.numel()
+    for (_, m), g in zip(taper_norms(model), gates, strict=True):
+        m.gate.fill_(g)
+    model.train(was_training)
+    return total / count
+
+
+def make_optimizer(model: GPT, t: dict) -> torch.optim.AdamW:
+    decay = [p for p in model.parameters() if p.dim() >= 2]
+    no_decay = [p for p in model.parameters() if p.dim() < 2]
+    groups = [
+        {"params": decay, "weight_decay": t["weight_decay"]},
+        {"params": no_decay, "weight_decay": 0.0},
+    ]
+    return torch.optim.AdamW(groups, lr=t["lr"], betas=tuple(t["betas"]), foreach=True)
+
+
+def grad_norms(model: GPT) -> dict[str, float]:
+    """Frobenius norm of each weight type's gradient, averaged over blocks (before clipping)."""
+    out = {}
+    for name, suffixes in GRAD_GROUPS.items():
+        norms = []
+        for block in model.blocks:
+            grads = [p.grad for n, p in block.named_parameters() if n in suffixes]
+            grads = [g for g in grads if g is not None]
+            if grads:
+                norms.append(torch.sqrt(sum(g.pow(2).sum() for g in grads)).item())
+        out[name] = sum(norms) / len(norms) if norms else 0.0
+    return out
+
+
+def prelogit_geometry(logits: torch.Tensor, h: torch.Tensor, y: torch.Tensor, ce) -> dict:
+    """Fraction of tokens with a positive margin z_y - max_{j!=y} z_j, and mean cos(dCE/dh, h)."""
+    (grad_h,) = torch.autograd.grad(ce, h, retain_graph=True)
+    z = logits.detach().float()
+    z_y = z.gather(-1, y.unsqueeze(-1)).squeeze(-1)
+    z_other = z.scatter(-1, y.unsqueeze(-1), float("-inf")).amax(-1)
+    cos = F.cosine_similarity(grad_h.float(), h.detach().float(), dim=-1)
+    return {
+        "margin_pos_frac": (z_y > z_other).float().mean().item(),
+        "grad_h_cos": cos.mean().item(),
+    }
+
+
+# ---- checkpoint and resume ------------------------------------------------------------------------
+
+
+def save_training_state(ckpt: Path, model: GPT, opt, anchor: ScaleAnchor | None, step: int) -> None:
+    tmp = ckpt.with_name(ckpt.name + ".tmp")
+    tensors = {f"model.{k}": v for k, v in model_tensors(model).items()}
+    opt_state = opt.state_dict()
+    for idx, state in opt_state["state"].items():
+        for k, v in state.items():
+            tensors[f"optim.{idx}.{k}"] = v if torch.is_tensor(v) else torch.tensor(v)
+    if anchor is not None:
+        tensors.update({f"anchor.{k}": v for k, v in anchor.state_dict().items()})
+    save_tensors(tmp / "state.safetensors", tensors)
+    write_json(tmp / "state.json", {"step": step, "param_groups": opt_state["param_groups"]})
+    replace_dir(tmp, ckpt)
+
+
+def load_training_state(ckpt: Path, model: GPT, opt, anchor: ScaleAnchor | None) -> int:
+    if not ckpt.is_dir() and ckpt.with_name(ckpt.name + ".old").is_dir():
+        ckpt = ckpt.with_name(ckpt.name + ".old")  # killed between the two renames of replace_dir
+    meta = read_json(ckpt / "state.json")
+    tensors = load_tensors(ckpt / "state.safetensors")
+    load_model_tensors(
+        model, {k[6:]: v for k, v in tensors.items() if k.startswith("model.")}, str(ckpt)
+    )
+    state: dict = {}
+    for k, v in tensors.items():
+        if k.startswith("optim."):
+            _, idx, name = k.split(".", 2)
+            state.setdefault(int(idx), {})[name] = v
+    opt.load_state_dict({"state": state, "param_groups": meta["param_groups"]})
+    if anchor is not None:
+        anchor.load_state_dict({k[7:]: v for k, v in tensors.items() if k.startswith("anchor.")})
+    return int(meta["step"])
+
+
+def truncate_metrics(path: Path, step: int) -> None:
+    """Drop metrics logged after `step` (they belong to the part of a killed run being redone)."""
+    if path.exists():
+        keep = [ln for ln in path.read_text().splitlines() if ln and json.loads(ln)["step"] <= step]
+        path.write_text("".join(ln + "\n" for ln in keep))
+
+
+# ---- the loop -------------------------------------------------------------------------------------
+
+
+def train(cfg: dict, out_dir: str | Path, stop_after: int | None = None) -> dict:
+    """Run (or resume) one training run described by a resolved run config; returns eval.json's dict.
+
+    Writes out_dir/{config.json, metrics.jsonl, ckpt/, model.safetensors, eval.json}; eval.json last.
+    `stop_after` ends the process early (as if killed) after that many steps: used by resume tests.
+    """
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    t, tp, log = cfg["train"], cfg["taper"], cfg["log"]
+    seed = cfg["seed"]
+    device = pick_device(t["device"])
+    torch.manual_seed(seed)
+    shards = TokenShards(cfg["data"]["dir"])
+    model = build_model(cfg, shards.vocab_size).to(device)
+    mcfg = model.config
+    if shards.vocab_size > mcfg.vocab_size:
+        raise ValueError(f"data vocab {shards.vocab_size} exceeds model vocab {mcfg.vocab_size}")
+    tapered = mcfg.taper != "none"
+    anchor = None
+    if cfg["anchor"]["enabled"]:
+        anchor = ScaleAnchor(mcfg.norm_kind, cfg["anchor"]["lam"], mcfg.norm_eps).to(device)
+    opt = make_optimizer(model, t)
+    write_json(
+        out / "config.json", {**cfg, "model": mcfg.to_dict(), "n_params": model.num_params()}
+    )
+
+    ckpt, metrics_path = out / "ckpt", out / "metrics.jsonl"
+    step = 0
+    if ckpt.is_dir() or ckpt.with_name("ckpt.old").is_dir():
+        step = load_training_state(ckpt, model, opt, anchor)
+        truncate_metrics(metrics_path, step)
+        print(f"[{cfg['name']}] resumed from step {step}", file=sys.stderr)
+    elif metrics_path.exists():
+        metrics_path.unlink()
+
+    B, T, accum = t["batch_size"], mcfg.block_size, t["grad_accum"]
+    autocast = autocast_for(device, t["dtype"])
+    on_tty = sys.stderr.isatty()
+    bar = tqdm(
+        total=t["steps"], initial=step, desc=cfg["name"], disable=not on_tty, file=sys.stderr
+    )
+    diverged_step, last_good_step = None, step
+    t_last, tokens_since = time.perf_counter(), 0
+    model.train()
+    with metrics_path.open("a") as metrics_file:
+        while step < t["steps"]:
+            k = step + 1
+            lr = lr_at(k, t["lr"], t["warmup_steps"], t["steps"], t["min_lr"])
+            for group in opt.param_groups:
+                group["lr"] = lr
+            g = gate_at(k, tp["start"], tp["end"]) if tapered else 1.0
+            record: dict = {"step": k, "lr": lr, "gate": g}
+            if g < 1.0 and anchor is not None and not anchor.active:
+                record["s_tgt"] = anchor.freeze()
+            if g < 1.0 and tapered and not all(bool(m.frozen) for _, m in taper_norms(model)):
+                record["c"] = start_taper(model)
+            set_gate(model, g)
+            logging = k == 1 or k % log["every"] == 0 or k == t["steps"] or len(record) > 3
+
+            ce_sum, aux_sum = 0.0, 0.0
+            for micro in range(accum):
+                x, y = shards.batch("train", B, T, batch_generator(seed, k, micro))
+                x, y = x.to(device), y.to(device)
+                with autocast:
+                    logits, h = model(x, return_hidden=True)
+                ce = F.cross_entropy(logits.float().flatten(0, 1), y.flatten())
+                aux = anchor.loss(h) if anchor is not None else torch.zeros((), device=device)
+                if logging and micro == 0:
+                    record["logit_norm"] = logits.detach().float().norm(dim=-1).mean().item()
+                    if log["geometry"]:
+                        record.update(prelogit_geometry(logits, h, y, ce))
+                ((ce + aux) / accum).backward()
+                ce_sum += ce.item()
+                aux_sum += aux.item()
+            loss, aux_loss = ce_sum / accum, aux_sum / accum
+
+            if not math.isfinite(loss + aux_loss):
+                diverged_step = k
+                print(f"[{cfg['name']}] non-finite loss at step {k}: stopping", file=sys.stderr)
+                break
+            if g == 1.0 and tapered:
+                update_calibration(model, tp["ema_mu"])
+            if anchor is not None:
+                anchor.update(tp["ema_mu"])
+            if logging:
+                record.update(grad_norms(model))
+            clip = t["grad_clip"] if t["grad_clip"] > 0 else float("inf")
+            total_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), clip).item()
+            if not math.isfinite(total_norm):
+                diverged_step = k
+                print(f"[{cfg['name']}] non-finite gradient at step {k}: stopping", file=sys.stderr)
+                break
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            step, tokens_since = k, tokens_since + B * T * accum
+            bar.update(1)
+
+            if logging:
+                now = time.perf_counter()
+                record.update(
+                    loss=loss,
+                    aux_loss=aux_loss,
+                    grad_norm=total_norm,
+                    tokens_per_s=tokens_since / max(now - t_last, 1e-9),
+                )
+                t_last, tokens_since = now, 0
+                metrics_file.write(json.dumps(record) + "\n")
+                metrics_file.flush()
+                if not on_tty:
+                    print(
+                        f"[{cfg['name']}] step {k}/{t['steps']} loss {loss:.4f} g {g:.3f} "
+                        f"lr {lr:.2e}",
+                        file=sys.stderr,
+                    )
+                else:
+                    bar.set_postfix(loss=f"{loss:.4f}", g=f"{g:.3f}")
+            if log["eval_every"] and k % log["eval_every"] == 0 and k < t["steps"]:
+                val = evaluate(model, shards, log["eval_windows"], log["eval_batch_size"])
+                metrics_file.write(json.dumps({"step": k, "val_loss": val}) + "\n")
+            if k % log["ckpt_every"] == 0 or k == t["steps"]:
+                metrics_file.flush()
+                save_training_state(ckpt, model, opt, anchor, k)
+                last_good_step = k
+            if stop_after is not None and k >= stop_after:
+                bar.close()
+                return {"stopped_at": k}
+    bar.close()
+
+    if diverged_step is not None:  # roll back to the last good checkpoint, or keep the init
+        if ckpt.is_dir():
+            last_good_step = load_training_state(ckpt, model, opt, anchor)
+    save_model(
+        model, out, {"name": cfg["name"], "step": step if diverged_step is None else last_good_step}
+    )
+    val = evaluate(model, shards, log["eval_windows"], log["eval_batch_size"])
+    result = {
+        "name": cfg["name"],
+        "variant": cfg.get("variant"),
+        "val_loss": val,
+        "eval": "g=0" if tapered else "no taper",
+        "steps": t["steps"],
+        "weights_step": step if diverged_step is None else last_good_step,
+        "diverged": diverged_step is not None,
+        "diverged_step": diverged_step,
+        "n_params": model.num_params(),
+        "eval_windows": log["eval_windows"],
+        "block_size": T,
+    }
+    write_json(out / "eval.json", result)
+    return result

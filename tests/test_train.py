@@ -1,0 +1,145 @@
+"""The training loop: learning, schedules, determinism, resume, divergence, errors."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+from conftest import tiny_run
+
+from tapernorm.checkpoint import CheckpointError, load_model, load_tensors
+from tapernorm.data import TokenShards
+from tapernorm.model import GPT, GPTConfig
+from tapernorm.schedules import gate_at, lr_at
+from tapernorm.train import evaluate, train
+
+
+def read_metrics(run_dir):
+    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+def test_training_lowers_validation_loss_and_follows_schedules(shards_dir, tmp_path):
+    cfg = tiny_run(shards_dir, variant="internal_aux", train={"steps": 40})
+    torch.manual_seed(cfg["seed"])
+    shards = TokenShards(str(shards_dir))
+    init = GPT(GPTConfig(**{**cfg["model"], "vocab_size": shards.vocab_size}))
+    before = evaluate(init, shards, 16, 16)
+    result = train(cfg, tmp_path / "run")
+    assert not result["diverged"]
+    assert result["val_loss"] < before - 0.5
+    rows = [r for r in read_metrics(tmp_path / "run") if "gate" in r]
+    assert [r["step"] for r in rows] == list(range(1, 41))
+    for r in rows:
+        assert r["gate"] == pytest.approx(gate_at(r["step"], 3, 40))
+        assert r["lr"] == pytest.approx(lr_at(r["step"], 3e-3, 3, 40))
+        for key in (
+            "loss",
+            "aux_loss",
+            "logit_norm",
+            "grad_attn_qkv",
+            "grad_mlp_out",
+            "tokens_per_s",
+        ):
+            assert key in r
+    start = [r for r in rows if "c" in r]
+    assert len(start) == 1 and start[0]["step"] == 4  # first step with g < 1
+    assert set(start[0]["c"]) == {f"blocks.{i}.ln_{j}" for i in range(2) for j in (1, 2)}
+    assert start[0]["s_tgt"] > 0
+    assert all(r["aux_loss"] == 0 for r in rows if r["step"] < 4)
+    assert rows[-1]["gate"] == 0.0
+    saved = load_model(tmp_path / "run")
+    assert all(
+        float(m.c) == start[0]["c"][n] for n, m in saved.named_modules() if n in start[0]["c"]
+    )
+
+
+def _strip_timing(rows):
+    return [{k: v for k, v in r.items() if k != "tokens_per_s"} for r in rows]
+
+
+def test_same_seed_same_metrics(shards_dir, tmp_path):
+    cfg = tiny_run(shards_dir, variant="all", train={"steps": 12})
+    train(cfg, tmp_path / "a")
+    train(cfg, tmp_path / "b")
+    assert _strip_timing(read_metrics(tmp_path / "a")) == _strip_timing(
+        read_metrics(tmp_path / "b")
+    )
+    other = tiny_run(shards_dir, variant="all", train={"steps": 12}, seed=1)
+    train(other, tmp_path / "c")
+    assert read_metrics(tmp_path / "a")[0]["loss"] != read_metrics(tmp_path / "c")[0]["loss"]
+
+
+def test_killed_and_resumed_equals_uninterrupted(shards_dir, tmp_path):
+    cfg = tiny_run(shards_dir, variant="internal_aux", train={"steps": 25})
+    train(cfg, tmp_path / "full")
+    partial = train(cfg, tmp_path / "resumed", stop_after=14)  # "killed" after step 14
+    assert partial == {"stopped_at": 14}
+    assert not (tmp_path / "resumed" / "eval.json").exists()
+    train(cfg, tmp_path / "resumed")  # resumes from the step-10 checkpoint
+    a, b = load_model(tmp_path / "full"), load_model(tmp_path / "resumed")
+    for (name, p), q in zip(a.state_dict().items(), b.state_dict().values(), strict=True):
+        assert torch.equal(p, q), name
+    assert _strip_timing(read_metrics(tmp_path / "full")) == _strip_timing(
+        read_metrics(tmp_path / "resumed")
+    )
+
+
+def test_divergence_stops_and_keeps_last_good_checkpoint(shards_dir, tmp_path, monkeypatch):
+    calls = {"n": 0}
+    forward = GPT.forward
+
+    def blows_up_at_step_7(self, idx, return_hidden=False):
+        out = forward(self, idx, return_hidden)
+        if self.training:
+            calls["n"] += 1
+            if calls["n"] >= 7:  # the loss of step 7 is non-finite
+                logits, h = out
+                return logits * float("inf"), h
+        return out
+
+    monkeypatch.setattr(GPT, "forward", blows_up_at_step_7)
+    cfg = tiny_run(shards_dir, train={"steps": 30}, log={"every": 1, "ckpt_every": 5})
+    result = train(cfg, tmp_path / "run")
+    assert result["diverged"] and result["diverged_step"] == 7
+    assert result["weights_step"] == 5  # the last checkpoint before the divergence
+    eval_json = json.loads((tmp_path / "run" / "eval.json").read_text())
+    assert eval_json["diverged_step"] == 7 and eval_json["val_loss"] is not None
+    assert max(r["step"] for r in read_metrics(tmp_path / "run")) == 6
+    saved = load_model(tmp_path / "run")  # model.safetensors holds the step-5 checkpoint's weights
+    ckpt = load_tensors(tmp_path / "run" / "ckpt" / "state.safetensors")
+    assert torch.equal(saved.tok_emb.weight, ckpt["model.tok_emb.weight"])
+    assert torch.isfinite(saved.tok_emb.weight).all()
+
+
+def test_missing_and_truncated_checkpoints_are_clear_errors(shards_dir, tmp_path):
+    with pytest.raises(CheckpointError, match="does not exist"):
+        load_model(tmp_path / "nowhere")
+    cfg = tiny_run(shards_dir, train={"steps": 4})
+    train(cfg, tmp_path / "run")
+    weights = tmp_path / "run" / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:1000])
+    with pytest.raises(CheckpointError, match="truncated"):
+        load_model(tmp_path / "run")
+
+
+def test_cli_rejects_bad_config_before_any_work(tmp_path):
+    cfg = tmp_path / "run.yaml"
+    cfg.write_text("data: {dir: x}\ntrain: {steps: 10}\nvariant: half\n")
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "tapernorm.cli",
+            "train",
+            "--config",
+            str(cfg),
+            "--out",
+            str(tmp_path / "o"),
+        ],
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == 2
+    assert "config key variant" in proc.stderr
+    assert not (tmp_path / "o").exists()
