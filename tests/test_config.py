@@ -51,3 +51,10 @@ def test_yaml_file_and_overrides(tmp_path):
     assert cfg["anchor"]["lam"] == 0.5 and cfg["taper"]["end"] == 20
     with pytest.raises(ConfigError, match="does not exist"):
         load_run_config(tmp_path / "nope.yaml")
+
+
+def test_scientific_notation_without_dot_is_a_float(tmp_path):
+    p = tmp_path / "run.yaml"
+    p.write_text("data: {dir: x}\ntrain: {steps: 10, lr: 3e-4}\n")
+    cfg = load_run_config(p, ["train.min_lr=1e-5"])
+    assert cfg["train"]["lr"] == 3e-4 and cfg["train"]["min_lr"] == 1e-5

@@ -143,3 +143,13 @@ def test_cli_rejects_bad_config_before_any_work(tmp_path):
     assert proc.returncode == 2
     assert "config key variant" in proc.stderr
     assert not (tmp_path / "o").exists()
+
+
+def test_checkpoint_of_another_config_is_not_resumed(shards_dir, tmp_path):
+    cfg = tiny_run(shards_dir, train={"steps": 20})
+    train(cfg, tmp_path / "run", stop_after=10)
+    changed = tiny_run(shards_dir, train={"steps": 20, "lr": 1e-3})
+    train(changed, tmp_path / "run")
+    train(changed, tmp_path / "fresh")
+    a, b = load_model(tmp_path / "run"), load_model(tmp_path / "fresh")
+    assert torch.equal(a.tok_emb.weight, b.tok_emb.weight)

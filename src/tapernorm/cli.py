@@ -30,7 +30,14 @@ def _cmd_train(args: argparse.Namespace) -> int:
     from .config import load_run_config
     from .train import train
 
-    cfg = load_run_config(args.config, args.set)
+    if args.config_json is not None:
+        from .config import resolve_run_config
+
+        cfg = resolve_run_config(json.loads(args.config_json))
+        if args.set:
+            raise ValueError("--set cannot be combined with --config-json")
+    else:
+        cfg = load_run_config(args.config, args.set)
     result = train(cfg, args.out)
     print(json.dumps(result, indent=2))
     return 0
@@ -130,6 +137,7 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument(
         "--config", type=Path, help="run config YAML (see tapernorm/schemas/run.schema.yaml)"
     )
+    t.add_argument("--config-json", help="the run config as a JSON string (used by the workflow)")
     t.add_argument("--out", type=Path, required=True, help="run directory")
     t.add_argument(
         "--set",

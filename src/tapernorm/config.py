@@ -6,6 +6,8 @@ Table 1's variants are named here: each is a `model.taper` plus the scale-loss s
 from __future__ import annotations
 
 import copy
+import functools
+import re
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -28,6 +30,21 @@ class ConfigError(ValueError):
     """An invalid config; the message names the offending key."""
 
 
+class _Loader(yaml.SafeLoader):
+    """YAML 1.1 reads 3e-4 (no dot) as a string; read it as the float everyone means."""
+
+
+_Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?(?:[0-9][0-9_]*)(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),
+    list("-+0123456789"),
+)
+
+
+def yaml_load(text: str):
+    return yaml.load(text, Loader=_Loader)
+
+
 def _with_defaults(validator_class):
     validate_props = validator_class.VALIDATORS["properties"]
 
@@ -45,6 +62,11 @@ _Validator = _with_defaults(jsonschema.Draft202012Validator)
 
 
 def load_schema(name: str) -> dict:
+    return copy.deepcopy(_schema(name))
+
+
+@functools.cache
+def _schema(name: str) -> dict:
     text = resources.files("tapernorm").joinpath("schemas", f"{name}.schema.yaml").read_text()
     return yaml.safe_load(text)
 
@@ -78,7 +100,7 @@ def parse_overrides(pairs: list[str]) -> list[tuple[str, Any]]:
         if "=" not in pair:
             raise ConfigError(f"override {pair!r} must look like key.sub=value")
         key, raw = pair.split("=", 1)
-        out.append((key.strip(), yaml.safe_load(raw)))
+        out.append((key.strip(), yaml_load(raw)))
     return out
 
 
@@ -89,7 +111,7 @@ def load_run_config(path: str | Path | None, overrides: list[str] = ()) -> dict:
         path = Path(path)
         if not path.is_file():
             raise ConfigError(f"config file {path} does not exist")
-        config = yaml.safe_load(path.read_text()) or {}
+        config = yaml_load(path.read_text()) or {}
         if not isinstance(config, dict):
             raise ConfigError(f"config file {path}: top level must be a mapping")
     for key, value in parse_overrides(list(overrides)):

@@ -668,7 +668,9 @@ class TokenShards:
 
     SPLITS = ("train", "val")
 
-    def __init__(self, data_dir: str) -> None:
+    def __init__(self, data_dir: str, train_tokens: int | None = None) -> None:
+        """`train_tokens` keeps only the first N training tokens (a small slice trained for many
+        epochs: the memorization regime of the scale-anchor ablation)."""
         self.data_dir = str(data_dir)
         meta_path = Path(data_dir) / "meta.json"
         if not meta_path.is_file():
@@ -699,6 +701,8 @@ class TokenShards:
                 self._tokens[split] = np.zeros(0, dtype=np.uint16)
             else:
                 self._tokens[split] = np.memmap(path, dtype=np.uint16, mode="r")
+        if train_tokens is not None:
+            self._tokens["train"] = self._tokens["train"][:train_tokens]
 
     @property
     def meta(self) -> dict:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 import sys
 import time
 from contextlib import nullcontext
@@ -145,7 +146,9 @@ def prelogit_geometry(logits: torch.Tensor, h: torch.Tensor, y: torch.Tensor, ce
 # ---- checkpoint and resume ------------------------------------------------------------------------
 
 
-def save_training_state(ckpt: Path, model: GPT, opt, anchor: ScaleAnchor | None, step: int) -> None:
+def save_training_state(
+    ckpt: Path, model: GPT, opt, anchor: ScaleAnchor | None, step: int, cfg: dict
+) -> None:
     tmp = ckpt.with_name(ckpt.name + ".tmp")
     tensors = {f"model.{k}": v for k, v in model_tensors(model).items()}
     opt_state = opt.state_dict()
@@ -155,7 +158,8 @@ def save_training_state(ckpt: Path, model: GPT, opt, anchor: ScaleAnchor | None,
     if anchor is not None:
         tensors.update({f"anchor.{k}": v for k, v in anchor.state_dict().items()})
     save_tensors(tmp / "state.safetensors", tensors)
-    write_json(tmp / "state.json", {"step": step, "param_groups": opt_state["param_groups"]})
+    meta = {"step": step, "param_groups": opt_state["param_groups"], "run_config": cfg}
+    write_json(tmp / "state.json", meta)
     replace_dir(tmp, ckpt)
 
 
@@ -176,6 +180,17 @@ def load_training_state(ckpt: Path, model: GPT, opt, anchor: ScaleAnchor | None)
     if anchor is not None:
         anchor.load_state_dict({k[7:]: v for k, v in tensors.items() if k.startswith("anchor.")})
     return int(meta["step"])
+
+
+def stale_checkpoint(ckpt: Path, cfg: dict) -> bool:
+    """True if a checkpoint exists but was written under a different run config."""
+    for path in (ckpt, ckpt.with_name(ckpt.name + ".old")):
+        if (path / "state.json").is_file():
+            try:
+                return read_json(path / "state.json").get("run_config") != cfg
+            except CheckpointError:
+                return True
+    return False
 
 
 def truncate_metrics(path: Path, step: int) -> None:
@@ -200,7 +215,7 @@ def train(cfg: dict, out_dir: str | Path, stop_after: int | None = None) -> dict
     seed = cfg["seed"]
     device = pick_device(t["device"])
     torch.manual_seed(seed)
-    shards = TokenShards(cfg["data"]["dir"])
+    shards = TokenShards(cfg["data"]["dir"], cfg["data"]["train_tokens"])
     model = build_model(cfg, shards.vocab_size).to(device)
     mcfg = model.config
     if shards.vocab_size > mcfg.vocab_size:
@@ -216,6 +231,13 @@ def train(cfg: dict, out_dir: str | Path, stop_after: int | None = None) -> dict
 
     ckpt, metrics_path = out / "ckpt", out / "metrics.jsonl"
     step = 0
+    if stale_checkpoint(ckpt, cfg):
+        print(
+            f"[{cfg['name']}] checkpoint in {out} is from another config: starting over",
+            file=sys.stderr,
+        )
+        for path in (ckpt, ckpt.with_name("ckpt.old")):
+            shutil.rmtree(path, ignore_errors=True)
     if ckpt.is_dir() or ckpt.with_name("ckpt.old").is_dir():
         step = load_training_state(ckpt, model, opt, anchor)
         truncate_metrics(metrics_path, step)
@@ -309,7 +331,7 @@ def train(cfg: dict, out_dir: str | Path, stop_after: int | None = None) -> dict
                 metrics_file.write(json.dumps({"step": k, "val_loss": val}) + "\n")
             if k % log["ckpt_every"] == 0 or k == t["steps"]:
                 metrics_file.flush()
-                save_training_state(ckpt, model, opt, anchor, k)
+                save_training_state(ckpt, model, opt, anchor, k, cfg)
                 last_good_step = k
             if stop_after is not None and k >= stop_after:
                 bar.close()

@@ -1,0 +1,181 @@
+"""Run directories -> two DataFrames: one row per run, and the long table of training records.
+
+A run directory (written by `tapernorm train`) holds config.json (the resolved run config),
+metrics.jsonl (one JSON object per logged step) and eval.json (validation loss, divergence).
+"End" statistics are means over the last 10% of a run's logged training steps (at least one record),
+so one noisy step does not decide a table cell; for a diverged run they describe the steps before the
+divergence, and the run is flagged.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from pathlib import Path
+
+import pandas as pd
+
+from ..config import VARIANTS
+
+RUN_FILES = ("config.json", "metrics.jsonl", "eval.json")
+GRAD_COLUMNS = ("grad_attn_qkv", "grad_attn_out", "grad_mlp_in", "grad_mlp_out")
+END_COLUMNS = ("loss", "logit_norm", "grad_norm", *GRAD_COLUMNS)
+END_FRACTION = 0.1  # "end of training" = the last 10% of logged steps
+# columns of the run table copied onto every training record
+RUN_KEYS = ("run", "name", "variant", "label", "width", "seed", "steps", "final_taper", "anchor")
+
+
+def final_tapered(variant: str) -> bool:
+    """Whether a Table 1 variant tapers the final norm (Final-Taper, All-Taper, All-Taper (+aux))."""
+    return VARIANTS[variant]["taper"] in ("final", "all")
+
+
+def variant_order(variants) -> list[str]:
+    """The variants present, in Table 1's order."""
+    present = set(variants)
+    return [v for v in VARIANTS if v in present]
+
+
+def _read_json(path: Path, run_dir: Path) -> dict:
+    if not path.is_file():
+        raise FileNotFoundError(f"run directory {run_dir}: missing {path.name}{_hint(run_dir)}")
+    try:
+        obj = json.loads(path.read_text())
+    except json.JSONDecodeError as e:
+        raise ValueError(f"run directory {run_dir}: {path.name} is not valid JSON: {e}") from e
+    if not isinstance(obj, dict):
+        raise ValueError(f"run directory {run_dir}: {path.name} is not a JSON object")
+    return obj
+
+
+def _hint(run_dir: Path) -> str:
+    if not run_dir.is_dir():
+        return " (the directory does not exist)"
+    inner = [p for p in run_dir.iterdir() if (p / "eval.json").is_file()]
+    if inner:
+        return f" (it holds {len(inner)} run directories: pass those, not their parent)"
+    return " (did the run finish?)"
+
+
+def _read_metrics(path: Path, run_dir: Path) -> list[dict]:
+    if not path.is_file():
+        raise FileNotFoundError(f"run directory {run_dir}: missing {path.name}{_hint(run_dir)}")
+    records = []
+    for i, line in enumerate(path.read_text().splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError as e:
+            raise ValueError(f"run directory {run_dir}: metrics.jsonl line {i}: {e}") from e
+    return [r for r in records if "gate" in r]  # periodic {"step", "val_loss"} records left out
+
+
+def _run_row(run_dir: Path, cfg: dict, result: dict, records: list[dict]) -> dict:
+    missing = [k for k in ("seed", "model", "train", "taper", "anchor", "data") if k not in cfg]
+    if missing:
+        raise ValueError(
+            f"run directory {run_dir}: config.json lacks the run config keys {missing} "
+            "(it must be the resolved run config that `tapernorm train` writes)"
+        )
+    if not records and not result.get("diverged"):
+        raise ValueError(f"run directory {run_dir}: metrics.jsonl has no training records")
+    m, t = cfg["model"], cfg["train"]
+    variant = cfg.get("variant")
+    if variant is not None and variant not in VARIANTS:
+        raise ValueError(f"run directory {run_dir}: unknown variant {variant!r}")
+    val = result.get("val_loss")
+    row = {
+        "run": str(run_dir),
+        "family": run_dir.parent.name,
+        "name": cfg.get("name", run_dir.name),
+        "variant": variant,
+        "label": VARIANTS[variant]["label"] if variant else cfg.get("name", run_dir.name),
+        "width": int(m["n_embd"]),
+        "n_layer": int(m["n_layer"]),
+        "seed": int(cfg["seed"]),
+        "steps": int(t["steps"]),
+        "batch_size": int(t["batch_size"]) * int(t["grad_accum"]),
+        "block_size": int(m["block_size"]),
+        "warmup_steps": int(t["warmup_steps"]),
+        "taper_start": cfg["taper"]["start"],
+        "taper_end": cfg["taper"]["end"],
+        "corpus": cfg["data"]["dir"],
+        "train_tokens": cfg["data"].get("train_tokens"),
+        "final_taper": m["taper"] in ("final", "all"),
+        "internal_taper": m["taper"] in ("internal", "all"),
+        "anchor": bool(cfg["anchor"]["enabled"]),
+        "val_loss": float(val) if val is not None and math.isfinite(val) else math.nan,
+        "diverged": bool(result.get("diverged", False)),
+        "diverged_step": result.get("diverged_step"),
+        "n_params": result.get("n_params", cfg.get("n_params")),
+        "last_step": int(records[-1]["step"]) if records else 0,
+        "geometry": bool(records) and all("grad_h_cos" in r for r in records),
+    }
+    tail = records[-max(1, math.ceil(END_FRACTION * len(records))) :]
+    for col in END_COLUMNS:
+        values = [r[col] for r in tail if col in r and r[col] is not None]
+        row[f"{col}_end"] = sum(values) / len(values) if values else math.nan
+    return row
+
+
+def load_runs(run_dirs: Sequence[str | Path]) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(runs, metrics): one row per run, and every training record with the run's columns joined.
+
+    Raises FileNotFoundError / ValueError naming the run directory when a file is missing or corrupt.
+    """
+    if not run_dirs:
+        raise ValueError("no run directories given")
+    rows, frames = [], []
+    for d in run_dirs:
+        run_dir = Path(d)
+        cfg = _read_json(run_dir / "config.json", run_dir)
+        result = _read_json(run_dir / "eval.json", run_dir)
+        records = _read_metrics(run_dir / "metrics.jsonl", run_dir)
+        row = _run_row(run_dir, cfg, result, records)
+        rows.append(row)
+        if not records:  # diverged at step 1: nothing was logged
+            continue
+        frame = pd.DataFrame([{k: v for k, v in r.items() if k != "c"} for r in records])
+        for key in RUN_KEYS:
+            frame[key] = row[key]
+        frame["progress"] = frame["step"] / row["steps"]
+        frames.append(frame)
+    runs = pd.DataFrame(rows)
+    dup = runs["run"][runs["run"].duplicated()]
+    if len(dup):
+        raise ValueError(f"run directory {dup.iloc[0]} given twice")
+    metrics = (
+        pd.concat(frames, ignore_index=True)
+        if frames
+        else pd.DataFrame(columns=["step", *RUN_KEYS, "progress"])
+    )
+    return runs, metrics
+
+
+def describe_scale(runs: pd.DataFrame) -> str:
+    """Where numbers were measured, from the configs: widths, steps, seeds per variant, corpus."""
+    if runs.empty:
+        return "no runs"
+    widths = ", ".join(f"d={w}" for w in sorted(runs["width"].unique()))
+    steps = ", ".join(f"{s:,}" for s in sorted(runs["steps"].unique()))
+    per_cell = runs.groupby(["width", runs["variant"].fillna(runs["name"])]).size()
+    lo, hi = int(per_cell.min()), int(per_cell.max())
+    seeds = f"{lo}" if lo == hi else f"{lo}-{hi}"
+    corpus = ", ".join(sorted(runs["corpus"].unique()))
+    text = f"{widths}; {steps} steps; {seeds} seed(s)/variant; corpus {corpus}"
+    tokens = runs["train_tokens"].dropna().unique()
+    if len(tokens):
+        text += " (first " + ", ".join(f"{int(n):,}" for n in sorted(tokens)) + " train tokens)"
+    return text
+
+
+def pick_width(runs: pd.DataFrame, width: int | None) -> int:
+    """`width` if runs have it, else (None) the largest width present."""
+    widths = sorted(runs["width"].unique())
+    if width is None:
+        return int(widths[-1])
+    if width not in widths:
+        raise ValueError(f"no runs at width {width} (widths present: {widths})")
+    return int(width)

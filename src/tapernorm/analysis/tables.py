@@ -1,0 +1,226 @@
+"""Tables 1, 2 and 5 from run directories, each written as <stem>.csv, <stem>.md and <stem>.tex.
+
+Table 2's outlier rule is stats.py's (see its docstring; the caption states it): diverged runs are always
+excluded and mark the cell with † and "(k/n seeds; m diverged)"; among at least 4 finite seeds, a run with
+robust z-score |x - median| / (1.4826 MAD) > 3.5 is excluded and marked † as well; a cell whose seeds
+all diverged reads "diverged (n/n)". The paper's numbers sit in their own column, labelled as such.
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import pandas as pd
+
+from ..checkpoint import atomic_write_bytes
+from ..config import VARIANTS
+from . import paper
+from .runs import load_runs
+from .stats import RULE_TEXT, fmt_cell, gap_pct, stats_by_cell
+
+# ---- writers --------------------------------------------------------------------------------------
+
+_TEX_ESCAPES = {
+    "\\": r"\textbackslash{}",
+    "&": r"\&",
+    "%": r"\%",
+    "$": r"\$",
+    "#": r"\#",
+    "_": r"\_",
+    "{": r"\{",
+    "}": r"\}",
+    "~": r"\textasciitilde{}",
+    "^": r"\textasciicircum{}",
+}
+_TEX_SYMBOLS = {"±": r"$\pm$", "†": r"$^\dagger$", "—": "---", "×": r"$\times$", "≥": r"$\geq$"}
+
+
+def tex_escape(text: str) -> str:
+    """LaTeX-safe text: special characters escaped, the few symbols we use as math."""
+    out = "".join(_TEX_ESCAPES.get(ch, ch) for ch in str(text))
+    for symbol, tex in _TEX_SYMBOLS.items():
+        out = out.replace(symbol, tex)
+    return out
+
+
+def to_markdown(df: pd.DataFrame, caption: str) -> str:
+    """A caption line, then a GitHub markdown table."""
+
+    def cell(v) -> str:
+        return str(v).replace("|", "\\|").replace("\n", " ")
+
+    lines = [caption, "", "| " + " | ".join(cell(c) for c in df.columns) + " |"]
+    lines.append("|" + "|".join("---" for _ in df.columns) + "|")
+    lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in df.itertuples(index=False)]
+    return "\n".join(lines) + "\n"
+
+
+def to_latex(df: pd.DataFrame, caption: str) -> str:
+    """A booktabs tabular, the caption as a comment above it."""
+    align = "".join("r" if pd.api.types.is_numeric_dtype(df[c]) else "l" for c in df.columns)
+    lines = [f"% {line}" for line in caption.splitlines()]
+    lines += [rf"\begin{{tabular}}{{{align}}}", r"\toprule"]
+    lines.append(" & ".join(tex_escape(c) for c in df.columns) + r" \\")
+    lines.append(r"\midrule")
+    lines += [" & ".join(tex_escape(v) for v in row) + r" \\" for row in df.itertuples(index=False)]
+    lines += [r"\bottomrule", r"\end{tabular}"]
+    return "\n".join(lines) + "\n"
+
+
+def write_table(df: pd.DataFrame, out_stem: str | Path, caption: str) -> list[Path]:
+    """Write <out_stem>.csv, .md and .tex atomically; returns the three paths."""
+    stem = Path(out_stem)
+    if stem.suffix in (".csv", ".md", ".tex"):
+        stem = stem.with_suffix("")
+    buf = io.StringIO()
+    df.to_csv(buf, index=False)
+    texts = {".csv": buf.getvalue(), ".md": to_markdown(df, caption), ".tex": to_latex(df, caption)}
+    paths = []
+    for suffix, text in texts.items():
+        path = stem.with_name(stem.name + suffix)
+        atomic_write_bytes(path, text.encode())
+        paths.append(path)
+    return paths
+
+
+# ---- tables ---------------------------------------------------------------------------------------
+
+
+def _yes(flag: bool) -> str:
+    return "yes" if flag else "no"
+
+
+def _join(values) -> str:
+    return ", ".join(f"{v:,}" for v in sorted(set(values)))
+
+
+def table1(runs: pd.DataFrame) -> tuple[pd.DataFrame, str]:
+    """Table 1: the six variants (internal taper / final taper / scale loss), with our run counts."""
+    rows = []
+    for name, v in VARIANTS.items():
+        mine = runs[runs["variant"] == name]
+        rows.append(
+            {
+                "Variant": v["label"],
+                "Name": name,
+                "Internal taper": _yes(v["taper"] in ("internal", "all")),
+                "Final taper": _yes(v["taper"] in ("final", "all")),
+                "Scale loss": _yes(v["anchor"]),
+                "Runs": len(mine),
+                "Diverged": int(mine["diverged"].sum()),
+            }
+        )
+    caption = (
+        "**Table 1.** Variants (paper's Table 1) and the number of runs of each in this run set "
+        "(Diverged: runs that stopped at a non-finite loss)."
+    )
+    return pd.DataFrame(rows), caption
+
+
+def table2(runs: pd.DataFrame) -> tuple[pd.DataFrame, str]:
+    """Table 2: validation loss mean ± std per (width, variant), gap to the baseline, paper beside."""
+    cells = stats_by_cell(runs)
+    if not cells:
+        raise ValueError("table 2 needs runs with a Table 1 variant")
+    rows, notes = [], []
+    for (width, variant), st in cells.items():
+        base = cells.get((width, "baseline"))
+        gap = None
+        if variant != "baseline" and base is not None and not base.all_diverged:
+            gap = gap_pct(st.mean, base.mean)
+        rows.append(
+            {
+                "Size (paper)": paper.size_label(width),
+                "Width": width,
+                "Variant": VARIANTS[variant]["label"],
+                "Seeds used": f"{st.n_used}/{st.n_total}",
+                "Ours": fmt_cell(st, gap),
+                "Paper": paper.table2_text(width, variant),
+            }
+        )
+        named = runs[(runs["width"] == width) & (runs["variant"] == variant)].set_index("name")
+        notes += [f"{n} diverged at step {named.loc[n, 'diverged_step']}" for n in st.diverged]
+        notes += [f"{n} outlier (val loss {named.loc[n, 'val_loss']:.4f})" for n in st.outliers]
+    caption = (
+        "**Table 2.** Validation loss at g=0 (ours: "
+        + ", ".join(
+            f"d={w} {_join(runs[runs['width'] == w]['steps'])} steps" for w in _widths(runs)
+        )
+        + "; gap relative to the baseline of the same width). "
+        + RULE_TEXT
+        + f" Paper: {paper.TABLE2_SOURCE} (TinyStories, 6 seeds; † = 5 seeds, one outlier excluded)."
+    )
+    if notes:
+        caption += " Excluded: " + "; ".join(notes) + "."
+    return pd.DataFrame(rows), caption
+
+
+def _widths(runs: pd.DataFrame) -> list[int]:
+    return [int(w) for w in sorted(runs["width"].unique())]
+
+
+def table5(runs: pd.DataFrame) -> tuple[pd.DataFrame, str]:
+    """Table 5: training steps by width, with seeds, batch x block size and warmup; paper beside."""
+    rows = []
+    for width in sorted(set(_widths(runs)) | set(paper.TABLE5_STEPS)):
+        mine = runs[runs["width"] == width]
+        p_steps = paper.TABLE5_STEPS.get(width)
+        row = {"Width": width, "Size (paper)": paper.size_label(width)}
+        if len(mine):
+            warm = [
+                f"{w:,} ({100 * w / s:.0f}%)"
+                for w, s in sorted(set(zip(mine["warmup_steps"], mine["steps"], strict=True)))
+            ]
+            batch = sorted(set(zip(mine["batch_size"], mine["block_size"], strict=True)))
+            row.update(
+                {
+                    "Steps (ours)": _join(mine["steps"]),
+                    "Seeds (ours)": mine["seed"].nunique(),
+                    "Runs (ours)": len(mine),
+                    "Batch × T (ours)": ", ".join(f"{b} × {t}" for b, t in batch),
+                    "Warmup (ours)": ", ".join(warm),
+                }
+            )
+        else:
+            row.update({k: "—" for k in ("Steps (ours)", "Seeds (ours)", "Runs (ours)")})
+            row.update({"Batch × T (ours)": "—", "Warmup (ours)": "—"})
+        if p_steps:
+            warmup = int(paper.TABLE5_WARMUP_FRAC * p_steps)
+            row.update(
+                {
+                    "Steps (paper)": f"{p_steps:,}",
+                    "Seeds (paper)": paper.TABLE5_SEEDS,
+                    "Batch × T (paper)": f"{paper.TABLE5_BATCH} × {paper.TABLE5_BLOCK}",
+                    "Warmup (paper)": f"{warmup:,} ({100 * paper.TABLE5_WARMUP_FRAC:.0f}%)",
+                }
+            )
+        else:
+            row.update({k: "—" for k in ("Steps (paper)", "Seeds (paper)")})
+            row.update({"Batch × T (paper)": "—", "Warmup (paper)": "—"})
+        rows.append(row)
+    caption = (
+        "**Table 5.** Training steps by width: ours from the run configs (batch = sequences per "
+        f"optimizer step incl. accumulation), beside {paper.TABLE5_SOURCE} (TinyStories)."
+    )
+    df = pd.DataFrame(rows)
+    ours = [c for c in df.columns if "(ours)" in c]
+    theirs = [c for c in df.columns if "(paper)" in c and c != "Size (paper)"]
+    return df[["Width", "Size (paper)", *ours, *theirs]].astype(str), caption
+
+
+TABLES: dict[str, Callable[[pd.DataFrame], tuple[pd.DataFrame, str]]] = {
+    "1": table1,
+    "2": table2,
+    "5": table5,
+}
+
+
+def make_table(which: str, run_dirs: Sequence[str | Path], out_stem: str | Path) -> list[Path]:
+    """Load the runs, build table `which` ("1", "2" or "5") and write its csv/md/tex."""
+    if which not in TABLES:
+        raise ValueError(f"unknown table {which!r}; choose from {sorted(TABLES)}")
+    runs, _ = load_runs(run_dirs)
+    df, caption = TABLES[which](runs)
+    return write_table(df, out_stem, caption)

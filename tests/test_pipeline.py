@@ -1,0 +1,96 @@
+"""The workflow's config handling (library side): validation, run names, run configs."""
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tapernorm import pipeline as tp
+from tapernorm.config import ConfigError
+
+ROOT = Path(__file__).resolve().parents[1]
+SCHEMA = str(ROOT / "workflow/schemas/config.schema.yaml")
+
+
+def load(name: str) -> dict:
+    return yaml.safe_load((ROOT / "config" / name).read_text())
+
+
+@pytest.mark.parametrize("name", ["config.yaml", "ci.yaml", "paper.yaml"])
+def test_shipped_configs_validate(name):
+    cfg = tp.validate_pipeline_config(load(name), SCHEMA)
+    assert cfg["pretrain"]["log"]["every"] >= 1
+    runs = tp.family_runs(cfg, "pretrain")
+    assert len(runs) == len(set(runs))
+
+
+def test_paper_config_plans_the_full_grid():
+    cfg = tp.validate_pipeline_config(load("paper.yaml"), SCHEMA)
+    runs = tp.family_runs(cfg, "pretrain")
+    assert len(runs) == 6 * 4 * 6
+    rc = tp.run_config(cfg, "pretrain", "internal_aux-d512-s5", "data/pretrain")
+    assert rc["train"]["steps"] == 1_000_000 and rc["train"]["warmup_steps"] == 50_000
+    assert rc["taper"]["start"] == 50_000 and rc["taper"]["end"] == 1_000_000
+    assert rc["model"]["taper"] == "internal" and rc["anchor"]["enabled"]
+    assert rc["model"]["n_head"] == 16 and rc["model"]["block_size"] == 512
+    assert rc["train"]["batch_size"] == 16 and rc["train"]["lr"] == 3e-4
+    assert tp.wants_gpu(cfg, "pretrain")
+    steps = {
+        w: tp.run_config(cfg, "pretrain", f"baseline-d{w}-s0", "d")["train"]["steps"]
+        for w in (64, 128, 256, 512)
+    }
+    assert steps == {64: 500_000, 128: 500_000, 256: 750_000, 512: 1_000_000}
+
+
+def test_run_names_roundtrip():
+    assert tp.parse_run_name(tp.run_name("all_aux", 64, 3)) == ("all_aux", 64, 3)
+    with pytest.raises(ValueError):
+        tp.parse_run_name("all-aux-64")
+
+
+def test_run_outside_the_family_is_refused():
+    cfg = tp.validate_pipeline_config(load("ci.yaml"), SCHEMA)
+    with pytest.raises(ValueError, match="not part of"):
+        tp.run_config(cfg, "pretrain", "baseline-d32-s9", "d")
+
+
+def _bad(mutate):
+    cfg = load("ci.yaml")
+    mutate(cfg)
+    return cfg
+
+
+@pytest.mark.parametrize(
+    "mutate,key",
+    [
+        (
+            lambda c: c["pretrain"].update(variants=["baseline", "half_taper"]),
+            "pretrain.variants.1",
+        ),
+        (lambda c: c["pretrain"].update(widths=[31]), "pretrain.widths"),
+        (lambda c: c["pretrain"].update(seeds=-2), "pretrain.seeds"),
+        (lambda c: c["data"].update(corpus="wikipedia"), "data.corpus"),
+        (lambda c: c["pretrain"]["train"].update(lr="fast"), "pretrain.train.lr"),
+        (lambda c: c["pretrain"].update(steps={"64": 10}), "pretrain.steps"),
+        (
+            lambda c: (
+                c["fold"].update(variants=["internal"])
+                or c["pretrain"].update(variants=["baseline"])
+            ),
+            "fold.variants",
+        ),
+        (lambda c: c["pretrain"]["model"].update(n_heads=4), "pretrain.model"),
+    ],
+)
+def test_invalid_pipeline_configs_name_the_key(mutate, key):
+    with pytest.raises(ConfigError, match=f"config key {key}"):
+        tp.validate_pipeline_config(_bad(mutate), SCHEMA)
+
+
+def test_prepare_data_args():
+    cfg = tp.validate_pipeline_config(load("config.yaml"), SCHEMA)
+    assert tp.prepare_data_args(cfg["data"]) == (
+        "--corpus shakespeare --tokenizer sentencepiece --vocab-size 512 --no-byte-fallback"
+    )
+    paper = tp.validate_pipeline_config(load("paper.yaml"), SCHEMA)
+    assert "--tokenizer-chars 200000000" in tp.prepare_data_args(paper["data"])
