@@ -22,6 +22,7 @@ from tqdm import tqdm
 
 from .anchor import ScaleAnchor
 from .checkpoint import (
+    CheckpointError,
     load_model,
     load_model_tensors,
     load_tensors,
