@@ -164,6 +164,10 @@ def build_parser() -> argparse.ArgumentParser:
     f.add_argument("--eval-windows", type=int, default=64, help="windows for the loss comparison")
     f.add_argument("--rtol", type=float, default=1e-5, help="max |dz| / max |z| allowed")
     f.set_defaults(func=_cmd_fold)
+    from .analysis.cli import add_subcommands  # table, figure, claims
+
+    add_subcommands(sub)
+
     b = sub.add_parser("bench", help="benchmarks (medians of interleaved repeats, ratios)")
     b.add_argument("which", choices=["train-step"])
     b.add_argument("--n-layer", type=int, default=8)

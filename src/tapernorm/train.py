@@ -342,17 +342,18 @@ def train(cfg: dict, out_dir: str | Path, stop_after: int | None = None) -> dict
     if diverged_step is not None:  # roll back to the last good checkpoint, or keep the init
         if ckpt.is_dir():
             last_good_step = load_training_state(ckpt, model, opt, anchor)
-    save_model(
-        model, out, {"name": cfg["name"], "step": step if diverged_step is None else last_good_step}
-    )
+    weights_step = step if diverged_step is None else last_good_step
+    save_model(model, out, {**cfg, "n_params": model.num_params(), "weights_step": weights_step})
     val = evaluate(model, shards, log["eval_windows"], log["eval_batch_size"])
+    if not math.isfinite(val):
+        val = None
     result = {
         "name": cfg["name"],
         "variant": cfg.get("variant"),
         "val_loss": val,
         "eval": "g=0" if tapered else "no taper",
         "steps": t["steps"],
-        "weights_step": step if diverged_step is None else last_good_step,
+        "weights_step": weights_step,
         "diverged": diverged_step is not None,
         "diverged_step": diverged_step,
         "n_params": model.num_params(),

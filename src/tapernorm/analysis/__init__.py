@@ -1,11 +1,6 @@
-"""Tables, figures and claims from run directories (see runs.py for what a run directory holds).
+"""Tables, figures and claims from run directories (runs.py says what a run directory holds).
 
-from tapernorm.analysis import load_runs, make_table, make_figure, write_claims
+Modules: runs (load_runs), stats (Table 2's outlier rule), paper (the published numbers), tables
+(make_table), figures (make_figure), claims (write_claims), cli (add_subcommands). Nothing is imported
+here, so `tapernorm` commands that don't draw anything never load matplotlib.
 """
-
-from .claims import write_claims
-from .figures import make_figure
-from .runs import load_runs
-from .tables import make_table
-
-__all__ = ["load_runs", "make_figure", "make_table", "write_claims"]

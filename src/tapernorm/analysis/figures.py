@@ -10,22 +10,26 @@ diverged. The paper's values appear only as a labelled note under a figure.
 
 from __future__ import annotations
 
-import os
-import tempfile
+import io
+import textwrap
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import pandas as pd
 import seaborn as sns
 from matplotlib.axes import Axes
+from matplotlib.colors import to_rgba
 from matplotlib.figure import Figure
 from matplotlib.patches import Circle, FancyArrowPatch, FancyBboxPatch
 
+from ..checkpoint import atomic_write_bytes
 from ..config import VARIANTS
 from . import paper
 from .runs import GRAD_COLUMNS, final_tapered, load_runs, pick_width, variant_order
 
-COLORS = dict(zip(VARIANTS, sns.color_palette("colorblind", len(VARIANTS)), strict=True))
+# tab10 blue, green, orange, purple, red, brown: anchored variants solid, final-tapered dashed
+_TAB10 = sns.color_palette("tab10").as_hex()
+COLORS = dict(zip(VARIANTS, [_TAB10[i] for i in (0, 2, 1, 4, 3, 5)], strict=True))
 GRAD_TITLES = {
     "grad_attn_qkv": "attention QKV",
     "grad_attn_out": "attention $W_o$",
@@ -42,20 +46,14 @@ def linestyle(variant: str) -> str:
 
 
 def save_figure(fig: Figure, out: str | Path) -> list[Path]:
-    """Write <out stem>.pdf and <out stem>.png (dpi 150), each to a temp file renamed into place."""
+    """Write <out stem>.pdf and <out stem>.png (dpi 150), each rendered in memory, then written atomically."""
     out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
     paths = []
     for fmt, extra in (("pdf", {"metadata": {"CreationDate": None}}), ("png", {"dpi": 150})):
+        buf = io.BytesIO()
+        fig.savefig(buf, format=fmt, bbox_inches="tight", **extra)
         path = out.with_suffix(f".{fmt}")
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-        os.close(fd)
-        try:
-            fig.savefig(tmp, format=fmt, bbox_inches="tight", **extra)
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        atomic_write_bytes(path, buf.getvalue())
         paths.append(path)
     return paths
 
@@ -122,13 +120,13 @@ def _plot_variants(ax: Axes, runs, metrics, column: str, log: bool = False) -> N
 
 
 def _note(fig: Figure, text: str) -> None:
-    fig.supxlabel(text, fontsize=7, x=0.01, ha="left", color="0.35")
+    fig.supxlabel(textwrap.fill(text, 150), fontsize=7, x=0.01, ha="left", color="0.35")
 
 
 # ---- figure 1: the layer and the gate schedule ------------------------------------------------------
 
 
-def _box(ax: Axes, xy: tuple[float, float], text: str, color: str, w=0.24, h=0.2) -> None:
+def _box(ax: Axes, xy: tuple[float, float], text: str, color: tuple, w=0.24, h=0.2) -> None:
     x, y = xy
     ax.add_patch(
         FancyBboxPatch(
@@ -138,9 +136,9 @@ def _box(ax: Axes, xy: tuple[float, float], text: str, color: str, w=0.24, h=0.2
     ax.text(x, y, text, ha="center", va="center", fontsize=12)
 
 
-def _node(ax: Axes, xy: tuple[float, float], text: str, r: float = 0.055) -> None:
+def _node(ax: Axes, xy: tuple[float, float], text: str, r: float = 0.055, size: int = 10) -> None:
     ax.add_patch(Circle(xy, r, fc="white", ec="0.2", lw=1.2))
-    ax.text(*xy, text, ha="center", va="center", fontsize=10)
+    ax.text(*xy, text, ha="center", va="center", fontsize=size)
 
 
 def _arrow(ax: Axes, a: tuple[float, float], b: tuple[float, float]) -> None:
@@ -149,25 +147,25 @@ def _arrow(ax: Axes, a: tuple[float, float], b: tuple[float, float]) -> None:
 
 def draw_tapernorm(ax: Axes) -> None:
     """The TaperNorm layer: norm branch weighted g plus linear branch weighted 1-g, summed."""
-    ax.set(xlim=(0, 1), ylim=(0, 1), aspect="equal")
+    ax.set(xlim=(0, 1.25), ylim=(0, 1), aspect="equal")
     ax.axis("off")
     norm_c, lin_c = COLORS["baseline"], COLORS["internal_aux"]
     ax.text(0.04, 0.5, "$h$", ha="center", va="center", fontsize=15)
-    _box(ax, (0.34, 0.78), r"$\dfrac{h}{r(h)} \odot \gamma$", (*norm_c, 0.3))
-    _box(ax, (0.34, 0.22), r"$c\, h \odot \tilde{\gamma}$", (*lin_c, 0.3))
+    _box(ax, (0.34, 0.78), r"$\dfrac{h}{r(h)} \odot \gamma$", to_rgba(norm_c, 0.3))
+    _box(ax, (0.34, 0.22), r"$c\, h \odot \tilde{\gamma}$", to_rgba(lin_c, 0.3))
     _node(ax, (0.64, 0.78), "$\\times g$")
-    _node(ax, (0.64, 0.22), "$\\times(1{-}g)$", r=0.07)
+    _node(ax, (0.64, 0.22), "$\\times(1{-}g)$", r=0.075, size=9)
     _node(ax, (0.82, 0.5), "$+$", r=0.045)
     _arrow(ax, (0.07, 0.52), (0.22, 0.76))
     _arrow(ax, (0.07, 0.48), (0.22, 0.24))
     _arrow(ax, (0.46, 0.78), (0.585, 0.78))
-    _arrow(ax, (0.46, 0.22), (0.57, 0.22))
+    _arrow(ax, (0.46, 0.22), (0.565, 0.22))
     _arrow(ax, (0.68, 0.74), (0.79, 0.54))
     _arrow(ax, (0.69, 0.27), (0.79, 0.46))
-    _arrow(ax, (0.865, 0.5), (0.97, 0.5))
+    _arrow(ax, (0.865, 0.5), (0.98, 0.5))
     ax.text(0.34, 0.93, "normalization branch", ha="center", fontsize=9)
     ax.text(0.34, 0.06, "linear branch (c frozen at taper start)", ha="center", fontsize=9)
-    ax.text(0.97, 0.56, "TaperNorm(h; g)", ha="right", fontsize=9)
+    ax.text(0.99, 0.5, "TaperNorm$(h; g)$", ha="left", va="center", fontsize=10)
     ax.set_title("(a) TaperNorm: g = 1 is RMSNorm, g = 0 a fixed linear map", fontsize=10)
 
 
@@ -212,8 +210,8 @@ def fig2(run_dirs: Sequence[str | Path], width: int | None = None) -> Figure:
     ref = paper.FIG2_FINAL_LOSS
     _note(
         fig,
-        f"Paper reference ({paper.FIG2_SOURCE}): final training loss ≈{ref['internal_aux']} "
-        f"(Internal-Taper (+aux)) vs ≈{ref['baseline']} (Baseline).",
+        f"Paper reference ({paper.FIG2_SOURCE}): final training loss ≈{ref['internal_aux']:.2f} "
+        f"(Internal-Taper (+aux)) vs ≈{ref['baseline']:.2f} (Baseline).",
     )
     return fig
 
@@ -245,8 +243,10 @@ def fig4(run_dirs: Sequence[str | Path], width: int | None = None) -> Figure:
         _plot_variants(ax, runs, metrics, column, log=True)
         ax.set_title(GRAD_TITLES[column], fontsize=10)
         ax.set_ylabel("gradient Frobenius norm")
+    for ax in axes[:2]:
+        ax.set_xlabel("")
     handles, labels = axes[0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="outside upper center", ncols=3, fontsize=8)
+    fig.legend(handles, labels, loc="outside right upper", fontsize=8)
     fig.suptitle(f"Gradient norms before clipping ({_scale(runs)})", fontsize=11)
     lo, hi = paper.FIG4_NO_FINAL_NORM_GRAD
     _note(
@@ -279,12 +279,12 @@ def fig6(run_dirs: Sequence[str | Path], width: int | None = None) -> Figure:
     for ax, column, ylabel in zip(axes, columns, ylabels, strict=True):
         _plot_variants(ax, runs, metrics, column, log=column == "logit_norm")
         ax.set_ylabel(ylabel)
-    axes[2].axhline(0.0, color="0.2", lw=0.8)
+    axes[2].axhline(0.0, color="0.3", ls=":", lw=1, zorder=0)
     axes[0].set_title("logit norm", fontsize=10)
     axes[1].set_title("positive margins", fontsize=10)
     axes[2].set_title("Props. 4.1/4.2: ~0 with a final norm, < 0 without", fontsize=10)
     handles, labels = axes[0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="outside upper center", ncols=4, fontsize=8)
+    fig.legend(handles, labels, loc="outside right upper", fontsize=8)
     tokens = runs["train_tokens"].dropna().unique()
     data = f", first {int(tokens[0]):,} train tokens" if len(tokens) == 1 else ""
     fig.suptitle(f"Scale-anchor ablation ({_scale(runs)}{data})", fontsize=11)

@@ -140,18 +140,14 @@ def load_runs(run_dirs: Sequence[str | Path]) -> tuple[pd.DataFrame, pd.DataFram
         frame = pd.DataFrame([{k: v for k, v in r.items() if k != "c"} for r in records])
         for key in RUN_KEYS:
             frame[key] = row[key]
-        frame["progress"] = frame["step"] / row["steps"]
         frames.append(frame)
     runs = pd.DataFrame(rows)
+    runs["diverged_step"] = runs["diverged_step"].astype("Int64")  # stays an integer beside NaNs
     dup = runs["run"][runs["run"].duplicated()]
     if len(dup):
         raise ValueError(f"run directory {dup.iloc[0]} given twice")
-    metrics = (
-        pd.concat(frames, ignore_index=True)
-        if frames
-        else pd.DataFrame(columns=["step", *RUN_KEYS, "progress"])
-    )
-    return runs, metrics
+    frames = frames or [pd.DataFrame(columns=["step", *RUN_KEYS])]  # every run diverged at step 1
+    return runs, pd.concat(frames, ignore_index=True)
 
 
 def describe_scale(runs: pd.DataFrame) -> str:

@@ -1,0 +1,19 @@
+# Regenerates the paper's tables and figures: `snakemake --cores all` (embedded default, CPU),
+# `--configfile config/paper.yaml` (paper scale, GPUs), `--profile workflow/profiles/slurm` (cluster).
+# Wiring only: every step is a `tapernorm` command; logic lives in src/tapernorm.
+
+
+configfile: "config/config.yaml"
+
+
+include: "workflow/rules/common.smk"
+include: "workflow/rules/data.smk"
+include: "workflow/rules/pretrain.smk"
+include: "workflow/rules/fold.smk"
+include: "workflow/rules/report.smk"
+
+
+rule all:
+    default_target: True
+    input:
+        ALL_TARGETS,

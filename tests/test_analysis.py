@@ -1,0 +1,322 @@
+"""Tables, figures and claims built from real (tiny) training runs, plus the outlier rule."""
+
+import argparse
+import json
+import re
+import shutil
+
+import numpy as np
+import pandas as pd
+import pytest
+from conftest import tiny_run
+from matplotlib.image import imread
+
+from tapernorm.analysis import claims, figures, stats, tables
+from tapernorm.analysis.cli import add_subcommands
+from tapernorm.analysis.runs import load_runs
+from tapernorm.config import VARIANTS
+from tapernorm.train import train
+
+FINAL_TAPERED = {"final", "all", "all_aux"}
+
+
+def _train(root, shards_dir, variant, width, seed, steps=6, **sections):
+    name = f"{variant}-d{width}-s{seed}"
+    cfg = tiny_run(
+        shards_dir,
+        name=name,
+        variant=variant,
+        seed=seed,
+        model={"n_embd": width},
+        train={"steps": steps, "warmup_steps": 2},
+        log={"every": 1, "ckpt_every": 1000, "eval_windows": 4, **sections.pop("log", {})},
+        **sections,
+    )
+    train(cfg, root / name)
+    return root / name
+
+
+@pytest.fixture(scope="module")
+def runs(shards_dir, tmp_path_factory):
+    """Main runs: 6 variants x 2 seeds at d=64 and a baseline x 2 at d=32; ablation: 4 variants x 1
+    seed on 2000 training tokens with geometry logging."""
+    root = tmp_path_factory.mktemp("runs")
+    main = [_train(root / "main", shards_dir, v, 64, s) for v in VARIANTS for s in (0, 1)]
+    main += [_train(root / "main", shards_dir, "baseline", 32, s) for s in (0, 1)]
+    ablation = [
+        _train(
+            root / "ablation",
+            shards_dir,
+            v,
+            32,
+            s,
+            steps=16,
+            data={"train_tokens": 2000},
+            log={"geometry": True},
+        )
+        for v in ("baseline", "final", "all", "all_aux")
+        for s in (0,)
+    ]
+    return {"root": root, "main": main, "ablation": ablation}
+
+
+def copy_run(src, dst, seed, diverged_step=None, val_loss=None):
+    """A copy of a run's files under a new name/seed; optionally marked diverged or given a val loss."""
+    dst.mkdir(parents=True)
+    cfg = json.loads((src / "config.json").read_text())
+    cfg.update(name=dst.name, seed=seed)
+    (dst / "config.json").write_text(json.dumps(cfg))
+    result = json.loads((src / "eval.json").read_text())
+    result["name"] = dst.name
+    lines = (src / "metrics.jsonl").read_text().splitlines()
+    if diverged_step is not None:
+        result.update(diverged=True, diverged_step=diverged_step, val_loss=None)
+        lines = [ln for ln in lines if json.loads(ln)["step"] < diverged_step]
+    if val_loss is not None:
+        result["val_loss"] = val_loss
+    (dst / "eval.json").write_text(json.dumps(result))
+    (dst / "metrics.jsonl").write_text("\n".join(lines) + "\n")
+    return dst
+
+
+@pytest.fixture(scope="module")
+def edited(runs, tmp_path_factory):
+    """Copies of real runs: a third all_aux seed that diverged, final runs that all diverged, and five
+    d=32 baselines with controlled validation losses (one far outlier)."""
+    root = tmp_path_factory.mktemp("edited")
+    main = {p.name: p for p in runs["main"]}
+    div = copy_run(main["all_aux-d64-s0"], root / "all_aux-d64-s2", 2, diverged_step=4)
+    finals = [copy_run(main[f"final-d64-s{s}"], root / f"final-d64-s{s}", s, 3) for s in (0, 1)]
+    losses = [5.00, 5.01, 5.02, 5.015, 7.0]
+    base32 = [
+        copy_run(main["baseline-d32-s0"], root / f"baseline-d32-s{s}", s, val_loss=x)
+        for s, x in enumerate(losses)
+    ]
+    others = [p for n, p in main.items() if not n.startswith(("final-d64", "baseline-d32"))]
+    return others + [div, *finals, *base32]
+
+
+# ---- loading ------------------------------------------------------------------------------------
+
+
+def test_load_runs(runs):
+    table, metrics = load_runs(runs["main"])
+    assert len(table) == 14 and set(table["width"]) == {32, 64}
+    row = table.set_index("name").loc["all_aux-d64-s1"]
+    assert (row["variant"], row["seed"], row["steps"], row["label"]) == (
+        "all_aux",
+        1,
+        6,
+        "All-Taper (+aux)",
+    )
+    assert row["final_taper"] and row["anchor"] and not row["diverged"]
+    assert np.isfinite(row["val_loss"]) and row["logit_norm_end"] > 0
+    assert set(table.loc[table["final_taper"], "variant"]) == FINAL_TAPERED
+    assert set(table.loc[table["anchor"], "variant"]) == {"internal_aux", "all_aux"}
+    assert len(metrics) == 14 * 6
+    assert {"step", "gate", "loss", "logit_norm", "grad_mlp_out", "variant", "seed"} <= set(metrics)
+    assert not table["geometry"].any() and load_runs(runs["ablation"])[0]["geometry"].all()
+
+
+def test_load_runs_names_the_bad_directory(runs, tmp_path):
+    src = runs["main"][0]
+    bad = copy_run(src, tmp_path / "broken", 0)
+    (bad / "eval.json").unlink()
+    with pytest.raises(FileNotFoundError, match="broken.*eval.json"):
+        load_runs([bad])
+    shutil.copy(src / "eval.json", bad / "eval.json")
+    (bad / "metrics.jsonl").write_text('{"step": 1, "gate": 1.0}\n{"step": 2, "ga')
+    with pytest.raises(ValueError, match="broken.*line 2"):
+        load_runs([bad])
+    with pytest.raises(FileNotFoundError, match="pass those"):
+        load_runs([src.parent])
+
+
+# ---- the outlier rule ------------------------------------------------------------------------------
+
+
+def _cell(values, diverged=()):
+    return pd.DataFrame(
+        {
+            "name": [f"s{i}" for i in range(len(values))],
+            "val_loss": values,
+            "diverged": [i in diverged for i in range(len(values))],
+        }
+    )
+
+
+def test_outlier_rule_on_controlled_inputs():
+    st = stats.cell_stats(_cell([2.00, 2.01, 2.02, 2.015, 2.9]))
+    assert st.outliers == ["s4"] and st.n_used == 4 and st.dagger
+    assert st.mean == pytest.approx(np.mean([2.00, 2.01, 2.02, 2.015]))
+    # fewer than 4 finite seeds: the rule is not applied
+    st = stats.cell_stats(_cell([2.00, 2.01, 2.9]))
+    assert st.outliers == [] and st.n_used == 3 and not st.dagger
+    # MAD = 0: the robust scale is undefined and nothing is excluded
+    assert stats.cell_stats(_cell([2.0, 2.0, 2.0, 2.5])).outliers == []
+    # a moderate deviation (robust z <= 3.5) stays
+    assert stats.cell_stats(_cell([2.00, 2.01, 2.02, 2.015, 2.04])).outliers == []
+    # diverged runs are excluded before the rule, and counted
+    st = stats.cell_stats(_cell([2.00, float("nan"), 2.02, 2.01], diverged=(1,)))
+    assert st.diverged == ["s1"] and st.n_used == 3 and st.outliers == []
+    assert stats.fmt_cell(st, 1.234) == "2.0100 ± 0.0100 † (+1.23%) (3/4 seeds; 1 diverged)"
+    st = stats.cell_stats(_cell([float("nan")] * 2, diverged=(0, 1)))
+    assert stats.fmt_cell(st) == "diverged (2/2)"
+
+
+# ---- tables ---------------------------------------------------------------------------------------
+
+
+def test_tables_1_and_5(runs, tmp_path):
+    t1, _ = tables.table1(load_runs(runs["main"])[0])
+    assert list(t1["Name"]) == list(VARIANTS)
+    assert list(t1["Runs"]) == [4, 2, 2, 2, 2, 2]  # baseline: 2 at d=64 + 2 at d=32
+    row = t1.set_index("Name").loc["all_aux"]
+    assert (row["Internal taper"], row["Final taper"], row["Scale loss"]) == ("yes", "yes", "yes")
+    paths = tables.make_table("5", runs["main"], tmp_path / "table5")
+    assert [p.name for p in paths] == ["table5.csv", "table5.md", "table5.tex"]
+    t5 = pd.read_csv(paths[0], dtype=str).set_index("Width")
+    assert t5.loc["64", "Steps (ours)"] == "6" and t5.loc["64", "Steps (paper)"] == "500,000"
+    assert t5.loc["64", "Batch × T (ours)"] == "8 × 32" and t5.loc["512", "Steps (ours)"] == "—"
+    assert t5.loc["32", "Steps (paper)"] == "—" and t5.loc["64", "Seeds (ours)"] == "2"
+
+
+def test_table2_files_and_paper_column(runs, tmp_path):
+    paths = tables.make_table("2", runs["main"], tmp_path / "t" / "table2")
+    df = pd.read_csv(paths[0])
+    assert list(df.columns) == ["Size (paper)", "Width", "Variant", "Seeds used", "Ours", "Paper"]
+    assert len(df) == 7  # 6 variants at d=64, the baseline at d=32
+    cell = df.set_index(["Width", "Variant"])
+    assert cell.loc[(64, "Internal-Taper (+aux)"), "Paper"] == "2.1852 ± 0.0040 (+1.46%)"
+    assert cell.loc[(64, "Final-Taper"), "Paper"] == "—"
+    assert (
+        cell.loc[(32, "Baseline"), "Paper"] == "—"
+        and cell.loc[(32, "Baseline"), "Size (paper)"] == "—"
+    )
+    assert cell.loc[(64, "Baseline"), "Size (paper)"] == "1M"
+    ours = cell.loc[(64, "All-Taper (+aux)"), "Ours"]
+    assert " ± " in ours and "%)" in ours and "†" not in ours
+    md = paths[1].read_text()
+    assert md.startswith("**Table 2.**") and "robust z-score" in md and "| Ours | Paper |" in md
+    body = paths[2].read_text().split(r"\begin{tabular}")[1]
+    assert r"\toprule" in body and r"$\pm$" in body and r"\%" in body and "±" not in body
+
+
+def test_table2_marks_divergence_and_outliers(edited):
+    df, caption = tables.table2(load_runs(edited)[0])
+    cell = df.set_index(["Width", "Variant"])
+    aux = cell.loc[(64, "All-Taper (+aux)")]
+    assert (
+        aux["Seeds used"] == "2/3"
+        and "†" in aux["Ours"]
+        and "(2/3 seeds; 1 diverged)" in aux["Ours"]
+    )
+    assert cell.loc[(64, "Final-Taper"), "Ours"] == "diverged (2/2)"
+    base = cell.loc[(32, "Baseline")]
+    assert base["Seeds used"] == "4/5" and "(4/5 seeds; 1 outlier)" in base["Ours"]
+    assert base["Ours"].startswith(f"{np.mean([5.0, 5.01, 5.02, 5.015]):.4f} ± ")
+    assert "all_aux-d64-s2 diverged at step 4" in caption and "baseline-d32-s4 outlier" in caption
+
+
+# ---- figures -------------------------------------------------------------------------------------
+
+
+def _check_saved(paths):
+    pdf, png = paths
+    assert (
+        pdf.suffix == ".pdf" and pdf.read_bytes().startswith(b"%PDF") and pdf.stat().st_size > 1000
+    )
+    image = imread(png)
+    assert image.shape[0] > 200 and image.shape[1] > 300 and image.std() > 0
+
+
+@pytest.mark.parametrize("which", ["fig1", "fig2", "fig4"])
+def test_figures_are_written(runs, tmp_path, which):
+    _check_saved(figures.make_figure(which, runs["main"], tmp_path / f"{which}.pdf"))
+
+
+def test_fig3_log_scale_dashes_and_divergence(edited, tmp_path):
+    fig = figures.fig3(edited, width=64)
+    (ax,) = fig.axes
+    assert ax.get_yscale() == "log"
+    by_label = {ln.get_label(): ln for ln in ax.get_lines() if not ln.get_label().startswith("_")}
+    for variant, spec in VARIANTS.items():
+        line = next(
+            ln
+            for lab, ln in by_label.items()
+            if lab.startswith(spec["label"] + " ") or lab == spec["label"]
+        )
+        assert line.get_linestyle() == ("--" if variant in FINAL_TAPERED else "-")
+    assert any("diverged" in lab for lab in by_label)
+    assert any(ln.get_marker() == "x" for ln in ax.get_lines())
+    assert "d=64" in ax.get_title()
+    _check_saved(figures.save_figure(fig, tmp_path / "fig3_logit_norm.pdf"))
+
+
+def test_fig6_needs_geometry(runs, tmp_path):
+    fig = figures.fig6(runs["ablation"])
+    assert len([ax for ax in fig.axes if ax.get_ylabel()]) == 3
+    assert fig.axes[0].get_yscale() == "log"
+    assert any(np.allclose(ln.get_ydata(), 0) for ln in fig.axes[2].get_lines())
+    _check_saved(figures.save_figure(fig, tmp_path / "fig6.png"))
+    with pytest.raises(ValueError, match="geometry"):
+        figures.fig6(runs["main"])
+
+
+# ---- claims and the command line ----------------------------------------------------------------
+
+
+def _parser():
+    p = argparse.ArgumentParser(prog="tapernorm")
+    add_subcommands(p.add_subparsers(dest="command", required=True))
+    return p
+
+
+def test_claims(runs, shards_dir, tmp_path):
+    from tapernorm.cli import main
+
+    main_runs = {p.name: p for p in runs["main"]}
+    fold_out = tmp_path / "fold"
+    rc = main(
+        ["fold", "--model", str(main_runs["all_aux-d64-s0"]), "--data", str(shards_dir)]
+        + ["--out", str(fold_out), "--windows", "2", "--eval-windows", "4"]
+    )
+    assert rc == 0
+    args = _parser().parse_args(
+        ["claims", "--runs", *map(str, runs["main"]), "--ablation-runs"]
+        + [*map(str, runs["ablation"]), "--verify", str(fold_out / "verify.json")]
+        + ["--out", str(tmp_path / "claims.md")]
+    )
+    assert args.func(args) == 0
+    text = (tmp_path / "claims.md").read_text()
+    rows = [ln for ln in text.splitlines() if ln.startswith("| ") and ln[2].isdigit()]
+    assert [r[2] for r in rows] == list("123456")
+    for row in rows:
+        cells = [c.strip() for c in re.split(r"(?<!\\)\|", row.strip("|"))]
+        assert cells[4] in ("yes", "no", "partly"), row
+        assert any(ch.isdigit() for ch in cells[2]) and any(ch.isdigit() for ch in cells[5])
+    assert "ablation" in rows[2] and "main" in rows[2] and "d=64" in rows[0]
+
+    out = claims.write_claims(tmp_path / "c2.md", runs=runs["main"], extra_sections=["## More\nx"])
+    table = claims.claims_table(claims.ClaimInputs(runs=load_runs(runs["main"])[0]))
+    assert table.iloc[5]["Holds?"] == "not measured" and table.iloc[0]["Holds?"] != "not measured"
+    assert out.read_text().rstrip().endswith("## More\nx")
+    empty = claims.claims_table(claims.ClaimInputs())
+    assert (empty["Holds?"] == "not measured").all()
+
+
+def test_cli_table_and_figure(runs, tmp_path):
+    p = _parser()
+    args = p.parse_args(
+        ["table", "1", "--runs", *map(str, runs["main"]), "--out", str(tmp_path / "t1")]
+    )
+    assert args.func(args) == 0 and (tmp_path / "t1.md").is_file()
+    out = tmp_path / "figs" / "fig3_logit_norm.pdf"
+    args = p.parse_args(["figure", "fig3", "--runs", *map(str, runs["main"]), "--out", str(out)])
+    assert args.func(args) == 0
+    assert out.is_file() and out.with_suffix(".png").is_file()
+    args = p.parse_args(
+        ["figure", "fig2", "--runs", str(runs["main"][0]), "--out", str(out), "--width", "128"]
+    )
+    with pytest.raises(ValueError, match="width 128"):
+        args.func(args)

@@ -1,0 +1,136 @@
+"""End-to-end: the Snakemake workflow on config/ci.yaml, the DAG's selectivity, lint, dry runs."""
+
+import importlib.util
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+pytestmark = pytest.mark.slow
+
+
+def snakemake(cwd: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "snakemake", *args], cwd=cwd, env=env, capture_output=True, text=True
+    )
+    if check and proc.returncode != 0:
+        raise AssertionError(f"snakemake {' '.join(args)} failed:\n{proc.stdout}\n{proc.stderr}")
+    return proc
+
+
+def job_counts(output: str) -> dict[str, int]:
+    """The 'Job stats' table of a (dry) run: rule -> count."""
+    table = output.split("Job stats:")[-1]
+    return {
+        m[1]: int(m[2]) for m in re.finditer(r"^(\w+)\s+(\d+)$", table, re.M) if m[1] != "total"
+    }
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory) -> Path:
+    """A copy of the workflow (not the results) of this checkout."""
+    wd = tmp_path_factory.mktemp("wf")
+    shutil.copy(ROOT / "Snakefile", wd)
+    shutil.copytree(ROOT / "workflow", wd / "workflow")
+    shutil.copytree(ROOT / "config", wd / "config")
+    return wd
+
+
+@pytest.fixture(scope="module")
+def ci_run(workdir) -> Path:
+    snakemake(workdir, "--cores", "2", "--configfile", "config/ci.yaml")
+    return workdir
+
+
+def test_ci_pipeline_builds_every_target(ci_run):
+    for name in (
+        "fig1_gate_schedule",
+        "fig2_train_loss",
+        "fig3_logit_norm",
+        "fig4_grad_norms",
+        "fig6_scale_anchor",
+    ):
+        for ext in ("pdf", "png"):
+            assert (ci_run / "figures" / f"{name}.{ext}").stat().st_size > 1000
+    for n in (1, 2, 5):
+        for ext in ("csv", "md", "tex"):
+            assert (ci_run / "results/tables" / f"table{n}.{ext}").stat().st_size > 0
+    claims = (ci_run / "results/claims.md").read_text()
+    assert all(f"| {i} " in claims or f"|{i}|" in claims.replace(" ", "") for i in range(1, 7))
+    verify = json.loads((ci_run / "results/fold/all_aux-d32-s0/verify.json").read_text())
+    assert verify["folded"]["ok"] and verify["folded"]["rel_logit_diff"] <= 1e-5
+    run = ci_run / "results/runs/pretrain/internal_aux-d32-s1"
+    for f in ("config.json", "model.safetensors", "metrics.jsonl", "eval.json"):
+        assert (run / f).exists()
+
+
+def test_nothing_to_do_after_a_complete_run(ci_run):
+    out = snakemake(ci_run, "-n", "--configfile", "config/ci.yaml").stdout
+    assert "Nothing to be done" in out
+
+
+def test_deleting_one_run_rebuilds_only_it_and_its_dependants(ci_run):
+    shutil.rmtree(ci_run / "results/runs/pretrain/final-d32-s1")
+    out = snakemake(ci_run, "-n", "--configfile", "config/ci.yaml").stdout
+    counts = job_counts(out)
+    assert counts.get("train") == 1 and "prepare_data" not in counts and "fold" not in counts
+    assert counts.get("table") == 3 and counts.get("claims") == 1
+    assert counts.get("figure") == 2  # fig3 and fig4 show every variant; fig1, fig2, fig6 do not
+
+
+def test_one_figure_builds_only_the_runs_it_needs(workdir, tmp_path):
+    clean = tmp_path / "clean"
+    shutil.copytree(
+        workdir,
+        clean,
+        ignore=shutil.ignore_patterns("results", "figures", "data", ".snakemake", "logs"),
+    )
+    out = snakemake(clean, "-n", "figures/fig2_train_loss.pdf", "--configfile", "config/ci.yaml")
+    counts = job_counts(out.stdout)
+    assert counts == {
+        "prepare_data": 1,
+        "train": 4,
+        "figure": 1,
+    }  # baseline, internal_aux x 2 seeds
+
+
+def test_lint_is_clean(workdir):
+    proc = snakemake(workdir, "--lint", check=False)
+    assert "Lints for" not in proc.stdout + proc.stderr, proc.stdout + proc.stderr
+
+
+def test_snakefmt_clean():
+    proc = subprocess.run(
+        [sys.executable, "-m", "snakefmt", "--check", "Snakefile", "workflow/rules"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_paper_config_plans_full_grid_with_gpus(workdir):
+    out = snakemake(workdir, "-n", "--configfile", "config/paper.yaml").stdout
+    counts = job_counts(out)
+    assert counts["train"] == 6 * 4 * 6 + 4 * 3  # pre-training grid + our ablation
+    assert "results/runs/pretrain/all_aux-d512-s5/eval.json" in out
+    train_jobs = [b for b in out.split("\n\n") if "rule train:" in b]
+    assert train_jobs and all("gpu=1" in b for b in train_jobs)
+
+
+@pytest.mark.skipif(
+    importlib.util.find_spec("snakemake_executor_plugin_slurm") is None,
+    reason="snakemake-executor-plugin-slurm not installed",
+)
+def test_slurm_profile_is_accepted(workdir):
+    out = snakemake(
+        workdir, "-n", "--profile", "workflow/profiles/slurm", "--configfile", "config/paper.yaml"
+    ).stdout
+    assert job_counts(out)["train"] == 156

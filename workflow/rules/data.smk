@@ -1,0 +1,14 @@
+rule prepare_data:
+    output:
+        train=f"{PRETRAIN_DATA}/train.bin",
+        val=f"{PRETRAIN_DATA}/val.bin",
+        meta=f"{PRETRAIN_DATA}/meta.json",
+    log:
+        "logs/prepare_data.log",
+    conda:
+        "../envs/tapernorm.yaml"
+    params:
+        args=tp.prepare_data_args(config["data"]),
+        out=lambda w, output: os.path.dirname(output.meta),
+    shell:
+        "tapernorm prepare-data {params.args} --out {params.out} > {log} 2>&1"

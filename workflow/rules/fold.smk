@@ -1,0 +1,18 @@
+rule fold:
+    input:
+        eval="results/runs/pretrain/{run}/eval.json",
+        meta=f"{PRETRAIN_DATA}/meta.json",
+    output:
+        verify="results/fold/{run}/verify.json",
+    log:
+        "logs/fold/{run}.log",
+    conda:
+        "../envs/tapernorm.yaml"
+    threads: 1
+    params:
+        rtol=config["fold"]["rtol"],
+        data=lambda w, input: os.path.dirname(input.meta),
+    shell:
+        "OMP_NUM_THREADS={threads} tapernorm fold --model results/runs/pretrain/{wildcards.run} "
+        "--data {params.data} --out results/fold/{wildcards.run} --rtol {params.rtol} "
+        "> {log} 2>&1"

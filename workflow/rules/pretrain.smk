@@ -1,0 +1,19 @@
+rule train:
+    input:
+        meta=f"{PRETRAIN_DATA}/meta.json",
+    output:
+        eval="results/runs/{family}/{run}/eval.json",
+        model="results/runs/{family}/{run}/model.safetensors",
+        metrics="results/runs/{family}/{run}/metrics.jsonl",
+    log:
+        "logs/runs/{family}/{run}.log",
+    conda:
+        "../envs/tapernorm.yaml"
+    threads: 1
+    resources:
+        gpu=lambda w: int(tp.wants_gpu(config, w.family)),
+    params:
+        run=lambda w: json.dumps(tp.run_config(config, w.family, w.run, PRETRAIN_DATA)),
+    shell:
+        "OMP_NUM_THREADS={threads} tapernorm train --config-json {params.run:q} "
+        "--out results/runs/{wildcards.family}/{wildcards.run} > {log} 2>&1"

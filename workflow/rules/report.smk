@@ -1,0 +1,66 @@
+rule table:
+    input:
+        pretrain_evals(),
+    output:
+        csv=report(
+            "results/tables/table{n}.csv",
+            caption="../report/table{n}.rst",
+            category="Tables",
+        ),
+        md="results/tables/table{n}.md",
+        tex="results/tables/table{n}.tex",
+    log:
+        "logs/tables/table{n}.log",
+    wildcard_constraints:
+        n="[125]",
+    conda:
+        "../envs/tapernorm.yaml"
+    params:
+        runs=lambda w, input: dirs_of(input),
+    shell:
+        "tapernorm table {wildcards.n} --runs {params.runs} "
+        "--out results/tables/table{wildcards.n} > {log} 2>&1"
+
+
+rule figure:
+    input:
+        lambda w: FIGURES[w.name],
+    output:
+        pdf="figures/{name}.pdf",
+        png=report(
+            "figures/{name}.png", caption="../report/{name}.rst", category="Figures"
+        ),
+    log:
+        "logs/figures/{name}.log",
+    wildcard_constraints:
+        name="|".join(FIGURES),
+    conda:
+        "../envs/tapernorm.yaml"
+    params:
+        kind=lambda w: w.name.split("_")[0],
+        runs=lambda w, input: dirs_of(input),
+        width=FIG_WIDTH,
+    shell:
+        "tapernorm figure {params.kind} --runs {params.runs} --width {params.width} "
+        "--out {output.pdf} > {log} 2>&1"
+
+
+rule claims:
+    input:
+        runs=pretrain_evals(),
+        ablation=ablation_evals(),
+        verify=expand("results/fold/{run}/verify.json", run=fold_names()),
+    output:
+        report("results/claims.md", caption="../report/claims.rst", category="Claims"),
+    log:
+        "logs/claims.log",
+    conda:
+        "../envs/tapernorm.yaml"
+    params:
+        runs=lambda w, input: dirs_of(input.runs),
+        ablation=lambda w, input: (
+            f"--ablation-runs {dirs_of(input.ablation)}" if input.ablation else ""
+        ),
+    shell:
+        "tapernorm claims --runs {params.runs} {params.ablation} --verify {input.verify} "
+        "--out {output} > {log} 2>&1"
