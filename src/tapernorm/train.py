@@ -210,13 +210,13 @@ def train(cfg: dict, out_dir: str | Path, stop_after: int | None = None) -> dict
     Writes out_dir/{config.json, metrics.jsonl, ckpt/, model.safetensors, eval.json}; eval.json last.
     `stop_after` ends the process early (as if killed) after that many steps: used by resume tests.
     """
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
     t, tp, log = cfg["train"], cfg["taper"], cfg["log"]
     seed = cfg["seed"]
     device = pick_device(t["device"])
+    shards = TokenShards(cfg["data"]["dir"], cfg["data"]["train_tokens"])  # fails before any work
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(seed)
-    shards = TokenShards(cfg["data"]["dir"], cfg["data"]["train_tokens"])
     model = build_model(cfg, shards.vocab_size).to(device)
     mcfg = model.config
     if shards.vocab_size > mcfg.vocab_size:
