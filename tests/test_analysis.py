@@ -255,8 +255,8 @@ def test_fig3_log_scale_dashes_and_divergence(edited, tmp_path):
 
 def test_fig6_needs_geometry(runs, tmp_path):
     fig = figures.fig6(runs["ablation"])
-    assert len([ax for ax in fig.axes if ax.get_ylabel()]) == 3
-    assert fig.axes[0].get_yscale() == "log"
+    assert len([ax for ax in fig.axes if ax.get_ylabel()]) == 4  # with the pre-logit scale
+    assert fig.axes[0].get_yscale() == "log" and fig.axes[3].get_yscale() == "log"
     assert any(np.allclose(ln.get_ydata(), 0) for ln in fig.axes[2].get_lines())
     _check_saved(figures.save_figure(fig, tmp_path / "fig6.png"))
     with pytest.raises(ValueError, match="geometry"):

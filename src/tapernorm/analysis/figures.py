@@ -36,7 +36,6 @@ GRAD_TITLES = {
     "grad_mlp_in": "MLP $W_1$",
     "grad_mlp_out": "MLP $W_2$",
 }
-GEOMETRY_COLUMNS = ("margin_pos_frac", "grad_h_cos")
 BAND = (0.025, 0.975)
 
 
@@ -269,20 +268,25 @@ def fig6(run_dirs: Sequence[str | Path], width: int | None = None) -> Figure:
             f"fig6 needs runs trained with log.geometry=true; these lack margin_pos_frac and "
             f"grad_h_cos: {lacking}"
         )
-    fig, axes = _new_figure(1, 3, (14, 4.3), sharex=True)
-    columns = ("logit_norm", *GEOMETRY_COLUMNS)
-    ylabels = (
-        "mean logit norm $\\|z_t\\|_2$",
-        "fraction of tokens with margin > 0",
-        "mean cos($\\nabla_h$CE, $h$)",
-    )
-    for ax, column, ylabel in zip(axes, columns, ylabels, strict=True):
-        _plot_variants(ax, runs, metrics, column, log=column == "logit_norm")
+    panels = [
+        ("logit_norm", "mean logit norm $\\|z_t\\|_2$", "logit norm"),
+        ("margin_pos_frac", "fraction of tokens with margin > 0", "positive margins"),
+        (
+            "grad_h_cos",
+            "mean cos($\\nabla_h$CE, $h$)",
+            "Props. 4.1/4.2: ~0 with a final norm, < 0 without",
+        ),
+    ]
+    if "prelogit_scale" in metrics:  # what the scale loss anchors (runs logged since it exists)
+        panels.append(
+            ("prelogit_scale", "mean pre-logit scale $r(h)$", "pre-logit scale (anchored)")
+        )
+    fig, axes = _new_figure(1, len(panels), (4.7 * len(panels), 4.3), sharex=True)
+    for ax, (column, ylabel, title) in zip(axes, panels, strict=True):
+        _plot_variants(ax, runs, metrics, column, log=column in ("logit_norm", "prelogit_scale"))
         ax.set_ylabel(ylabel)
+        ax.set_title(title, fontsize=10)
     axes[2].axhline(0.0, color="0.3", ls=":", lw=1, zorder=0)
-    axes[0].set_title("logit norm", fontsize=10)
-    axes[1].set_title("positive margins", fontsize=10)
-    axes[2].set_title("Props. 4.1/4.2: ~0 with a final norm, < 0 without", fontsize=10)
     handles, labels = axes[0].get_legend_handles_labels()
     fig.legend(handles, labels, loc="outside right upper", fontsize=8)
     tokens = runs["train_tokens"].dropna().unique()
