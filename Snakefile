@@ -10,6 +10,8 @@ include: "workflow/rules/common.smk"
 include: "workflow/rules/data.smk"
 include: "workflow/rules/pretrain.smk"
 include: "workflow/rules/fold.smk"
+include: "workflow/rules/finetune.smk"
+include: "workflow/rules/bench.smk"
 include: "workflow/rules/report.smk"
 
 

@@ -35,3 +35,28 @@ def tiny_run(shards_dir, **sections) -> dict:
         else:
             cfg[key] = value
     return resolve_run_config(cfg)
+
+
+def tiny_hf_gpt2(path, vocab: int):
+    """A tiny random Hugging Face GPT2LMHeadModel (biases and LayerNorms randomised too), saved
+    with save_pretrained to `path`; returns `path`."""
+    transformers = pytest.importorskip("transformers")
+    import torch
+
+    torch.manual_seed(0)
+    cfg = transformers.GPT2Config(
+        n_layer=2,
+        n_head=2,
+        n_embd=32,
+        vocab_size=vocab,
+        n_positions=32,
+        bos_token_id=0,
+        eos_token_id=0,
+    )
+    model = transformers.GPT2LMHeadModel(cfg)
+    with torch.no_grad():  # HF zero-inits biases and sets LN to identity: randomise them
+        for name, p in model.named_parameters():
+            if name.endswith("bias") or ".ln_" in name:
+                p.add_(0.1 * torch.randn_like(p))
+    model.save_pretrained(path)
+    return path

@@ -63,9 +63,28 @@ def test_ci_pipeline_builds_every_target(ci_run):
         for ext in ("csv", "md", "tex"):
             assert (ci_run / "results/tables" / f"table{n}.{ext}").stat().st_size > 0
     claims = (ci_run / "results/claims.md").read_text()
-    assert all(f"| {i} " in claims or f"|{i}|" in claims.replace(" ", "") for i in range(1, 7))
+    assert all(f"| {i}. " in claims for i in range(1, 9))
+    for n in (4, 6):  # the GPT-2 fine-tuning family
+        for ext in ("csv", "md", "tex"):
+            assert (ci_run / "results/tables" / f"table{n}.{ext}").stat().st_size > 0
+    assert "| 8. GPT-2 TaperLN fine-tuning" in claims
+    verify = json.loads(
+        (ci_run / "results/finetune/fold/all_taperln-gpt2-d16/verify.json").read_text()
+    )
+    assert verify["folded"]["ok"]
+    scores = json.loads(
+        (ci_run / "results/finetune/eval/all_taperln-gpt2-d16/heldout.json").read_text()
+    )
+    assert abs(scores["folded"]["loss_diff"]) < 1e-5
     verify = json.loads((ci_run / "results/fold/all_aux-d32-s0/verify.json").read_text())
     assert verify["folded"]["ok"] and verify["folded"]["rel_logit_diff"] <= 1e-5
+    for name in ("table3", "table_decode"):  # inference benchmarks
+        for ext in ("csv", "md", "tex"):
+            assert (ci_run / "results/tables" / f"{name}.{ext}").stat().st_size > 0
+    for ext in ("pdf", "png"):
+        assert (ci_run / "figures" / f"fig5_decode_speedup.{ext}").stat().st_size > 1000
+    assert "measured on a CPU" in (ci_run / "results/tables/table3.md").read_text().lower()
+    assert "| 7. Folding speeds inference" in claims
     run = ci_run / "results/runs/pretrain/internal_aux-d32-s1"
     for f in ("config.json", "model.safetensors", "metrics.jsonl", "eval.json"):
         assert (run / f).exists()
@@ -83,6 +102,7 @@ def test_deleting_one_run_rebuilds_only_it_and_its_dependants(ci_run):
     assert counts.get("train") == 1 and "prepare_data" not in counts and "fold" not in counts
     assert counts.get("table") == 3 and counts.get("claims") == 1
     assert counts.get("figure") == 2  # fig3 and fig4 show every variant; fig1, fig2, fig6 do not
+    assert not {"bench_forward", "bench_decode", "table3", "fig5"} & set(counts)  # seed-0 runs only
 
 
 def test_one_figure_builds_only_the_runs_it_needs(workdir, tmp_path):
@@ -99,6 +119,21 @@ def test_one_figure_builds_only_the_runs_it_needs(workdir, tmp_path):
         "train": 4,
         "figure": 1,
     }  # baseline, internal_aux x 2 seeds
+
+
+def test_benchmarks_need_the_two_runs_and_the_fold_check(workdir, tmp_path):
+    clean = tmp_path / "clean"
+    shutil.copytree(
+        workdir,
+        clean,
+        ignore=shutil.ignore_patterns("results", "figures", "data", ".snakemake", "logs"),
+    )
+    out = snakemake(
+        clean, "-n", "figures/fig5_decode_speedup.pdf", "--configfile", "config/ci.yaml"
+    )
+    counts = job_counts(out.stdout)
+    assert counts == {"prepare_data": 1, "train": 2, "fold": 1, "bench_decode": 1, "fig5": 1}
+    assert "results/fold/internal_aux-d32-s0/verify.json" in out.stdout
 
 
 def test_lint_is_clean(workdir):
@@ -123,6 +158,36 @@ def test_paper_config_plans_full_grid_with_gpus(workdir):
     assert "results/runs/pretrain/all_aux-d512-s5/eval.json" in out
     train_jobs = [b for b in out.split("\n\n") if "rule train:" in b]
     assert train_jobs and all("gpu=1" in b for b in train_jobs)
+    assert counts["bench_forward"] == counts["bench_decode"] == 1
+    bench_jobs = [b for b in out.split("\n\n") if "rule bench_" in b]
+    assert len(bench_jobs) == 2 and all("gpu=1" in b for b in bench_jobs)
+    assert "results/runs/pretrain/internal_aux-d512-s0/eval.json" in "".join(bench_jobs)
+
+
+def test_paper_config_plans_gpt2_finetuning_with_table6_and_gpus(workdir):
+    from tapernorm.analysis import paper
+
+    out = snakemake(workdir, "-n", "-p", "--configfile", "config/paper.yaml").stdout
+    counts = job_counts(out)
+    assert counts["finetune"] == 4 * 3 and counts["fold_finetune"] == 4
+    assert counts["eval_finetune"] == 4 * 3 * 3 and counts["prepare_eval"] == 3
+    assert "pretrain_finetune_base" not in counts  # the hub's GPT-2 models
+    blocks = re.split(r"\n(?=\[[A-Z][a-z]{2} )", out)  # a job's block starts with its date
+    jobs = [b for b in blocks if "rule finetune:" in b]
+    assert len(jobs) == 12
+    gpus = {"gpt2": 1, "gpt2-medium": 1, "gpt2-large": 2, "gpt2-xl": 4}
+    seen = set()
+    for job in jobs:
+        run = json.loads(re.search(r"--config-json '(.*?)' --out", job)[1])
+        model = run["meta"]["model"]
+        ref = paper.TABLE6[model]
+        assert (run["train"]["steps"], run["train"]["warmup_steps"]) == (ref.steps, ref.warmup_end)
+        assert (run["taper"]["start"], run["taper"]["end"]) == (ref.taper_start, ref.taper_end)
+        assert run["init"]["from"] == f"hf:{model}" and run["anchor"]["lam"] == ref.lam
+        assert f"gpu={gpus[model]}," in job and "mem_mb=" in job
+        assert ("torchrun" in job) == (gpus[model] > 1)
+        seen.add(model)
+    assert seen == set(paper.TABLE6)
 
 
 @pytest.mark.skipif(

@@ -11,6 +11,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from .norms import Reduce
+
 
 def token_scale(h: torch.Tensor, kind: str, eps: float = 1e-5) -> torch.Tensor:
     """Per-token scale of the residual stream: r(h) = sqrt(mean(h^2) + eps), or sigma(h) if layer."""
@@ -44,13 +46,21 @@ class ScaleAnchor(nn.Module):
         return self.lam * (s - self.target).pow(2).mean()
 
     @torch.no_grad()
-    def update(self, mu: float) -> None:
-        """Once per optimizer step at g = 1: s <- (1 - mu) s + mu * mean(batch s)."""
-        if self.active or not self._pending:
+    def update(self, mu: float, reduce: Reduce | None = None) -> None:
+        """Once per optimizer step at g = 1: s <- (1 - mu) s + mu * mean(batch s).
+
+        `reduce` (a sum over data-parallel processes) takes the mean over every process's batches.
+        """
+        if self.active:
             self._pending.clear()
             return
-        x = sum(self._pending) / len(self._pending)
+        total = torch.tensor([sum(self._pending), len(self._pending)], dtype=torch.float64)
         self._pending.clear()
+        if reduce is not None:
+            total = reduce(total)
+        if total[1] == 0:
+            return
+        x = float(total[0] / total[1])
         self.ema.mul_(1 - mu).add_(mu * x)
         self.ema_count += 1
         self.target.fill_(self.ema / (1.0 - (1.0 - mu) ** int(self.ema_count)))

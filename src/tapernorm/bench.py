@@ -1,26 +1,49 @@
 """Benchmarks: medians of repeated, interleaved runs and ratios against a baseline timed in the same
 process. Nothing here asserts a timing; the numbers are reported, never tested.
+
+Inference (paper Table 3 and our decode protocol): `inference_variants` turns a baseline and a g = 0
+tapered model into {baseline, explicit, folded}; `bench_forward` times the v1 forward pass (last-token
+logits, no KV cache) and bench_decode.py the v2 greedy decode. Variants run round-robin, one call each
+per round, so drift hits all alike; a speedup is the median over rounds of t_baseline / t_variant.
 """
 
 from __future__ import annotations
 
+import contextlib
+import copy
+import dataclasses
 import platform
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
+from .fold import export_explicit_scaling, fold_model, verify_fold
 from .model import GPT, GPTConfig
 from .norms import set_gate, taper_norms
 
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
-def environment() -> dict:
+
+def cpu_name() -> str:
+    """The CPU's model name (Linux /proc/cpuinfo), else what platform knows."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def environment(device: str | torch.device | None = None) -> dict:
     """Device, versions and threads, recorded beside every benchmark result."""
-    device = torch.cuda.get_device_name() if torch.cuda.is_available() else platform.processor()
+    cuda = torch.cuda.is_available() if device is None else torch.device(device).type == "cuda"
     return {
-        "device": device or platform.machine(),
+        "device": torch.cuda.get_device_name(device) if cuda else cpu_name(),
         "torch": torch.__version__,
         "threads": torch.get_num_threads(),
         "python": platform.python_version(),
@@ -130,3 +153,277 @@ def bench_train_step(
         "env": environment(),
         "results": interleaved_medians(fns, repeats),
     }
+
+
+# ---- inference: devices, clocks and rounds -----------------------------------------------------------
+
+
+def resolve_device(device: str | torch.device) -> torch.device:
+    """The device to benchmark on: auto is cuda when torch sees a GPU, else cpu."""
+    if str(device) == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    device = torch.device(device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise RuntimeError("device cuda was asked for, but torch sees no CUDA GPU")
+    return device
+
+
+def resolve_dtype(dtype: str | torch.dtype) -> torch.dtype:
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    if dtype not in DTYPES:
+        raise ValueError(f"dtype must be one of {sorted(DTYPES)}, got {dtype!r}")
+    return DTYPES[dtype]
+
+
+@contextlib.contextmanager
+def matmul_precision(precision: str) -> Iterator[None]:
+    """torch.set_float32_matmul_precision inside the block ("high" = TF32 on a GPU)."""
+    old = torch.get_float32_matmul_precision()
+    torch.set_float32_matmul_precision(precision)
+    try:
+        yield
+    finally:
+        torch.set_float32_matmul_precision(old)
+
+
+class Clock:
+    """Time stamps: perf_counter on the CPU; CUDA events on a GPU, so a span is the GPU's work in
+    stream order, read after one synchronization at its end."""
+
+    def __init__(self, device: torch.device):
+        self.cuda = device.type == "cuda"
+
+    def sync(self) -> None:
+        if self.cuda:
+            torch.cuda.synchronize()
+
+    def stamp(self):
+        if not self.cuda:
+            return time.perf_counter()
+        event = torch.cuda.Event(enable_timing=True)
+        event.record()
+        return event
+
+    def seconds(self, start, end) -> float:
+        if not self.cuda:
+            return end - start
+        end.synchronize()
+        return start.elapsed_time(end) / 1e3
+
+
+def paired_rounds(
+    runs: dict[str, Callable[[], dict[str, float]]], rounds: int, warmup: int
+) -> dict[str, dict[str, list[float]]]:
+    """Call every run `warmup` times, then `rounds` times round-robin, each round starting one name
+    later (so no variant always follows the same one). A run returns {quantity: seconds}; the result
+    is, per name and quantity, the list over rounds."""
+    names = list(runs)
+    for _ in range(warmup):
+        for name in names:
+            runs[name]()
+    times: dict[str, dict[str, list[float]]] = {name: {} for name in names}
+    for r in range(rounds):
+        for j in range(len(names)):
+            name = names[(r + j) % len(names)]
+            for key, seconds in runs[name]().items():
+                times[name].setdefault(key, []).append(seconds)
+    return times
+
+
+def paired_speedup(base: list[float], other: list[float]) -> tuple[float, float, float]:
+    """Median and quartiles of the per-round ratios base / other (> 1: `other` is faster)."""
+    ratios = [b / o for b, o in zip(base, other, strict=True)]
+    if len(ratios) == 1:
+        return ratios[0], ratios[0], ratios[0]
+    q1, q2, q3 = statistics.quantiles(ratios, n=4, method="inclusive")
+    return q2, q1, q3
+
+
+# ---- inference: the models --------------------------------------------------------------------------
+
+
+def paper_config(**overrides) -> GPTConfig:
+    """The paper's 30M model: d=512, L=8, 16 heads, vocab 10k, SwiGLU, RoPE (Sec. 6.1)."""
+    base = dict(style="llama", n_layer=8, n_head=16, n_embd=512, vocab_size=10000, block_size=512)
+    return GPTConfig(**{**base, **overrides})
+
+
+@torch.no_grad()
+def random_variants(cfg: GPTConfig, seed: int = 0) -> tuple[GPT, GPT]:
+    """A random-weight baseline and an Internal-Taper model with the same weights at g = 0.
+
+    The tapered model gets random gamma_tilde in [0.8, 1.25] and, layer by layer in one forward pass
+    on random tokens, c = 1 / rms of its norm's input (what calibration yields in a trained model;
+    without it a random network at g = 0 overflows within a few layers).
+    """
+    torch.manual_seed(seed)
+    baseline = GPT(dataclasses.replace(cfg, taper="none", norm_mode="taper")).eval()
+    tapered = GPT(dataclasses.replace(cfg, taper="internal", norm_mode="taper")).eval()
+    tapered.load_state_dict(baseline.state_dict(), strict=False)  # TaperNorm state keeps its init
+    for _, norm in taper_norms(tapered):
+        norm.weight_tilde.uniform_(0.8, 1.25)
+        norm.frozen.fill_(True)
+    set_gate(tapered, 0.0)
+
+    def calibrate(norm: torch.nn.Module, args: tuple[torch.Tensor]) -> None:
+        norm.c.fill_(float(args[0].float().pow(2).mean().rsqrt()))
+
+    hooks = [norm.register_forward_pre_hook(calibrate) for _, norm in taper_norms(tapered)]
+    tapered(torch.randint(0, cfg.vocab_size, (4, min(cfg.block_size, 64))))
+    for hook in hooks:
+        hook.remove()
+    return baseline, tapered
+
+
+def inference_variants(baseline: GPT, tapered: GPT) -> tuple[dict[str, GPT], GPT]:
+    """The three columns of paper Table 3 and the model the exports are verified against:
+    {"baseline", "explicit": `tapered` at g = 0 with its norms as fixed multiplies, "folded"}."""
+    if tapered.config.taper == "none" or tapered.config.norm_mode != "taper":
+        raise ValueError("inference_variants needs a tapered model in norm_mode 'taper'")
+    reference = tapered.eval()
+    set_gate(reference, 0.0)
+    models = {
+        "baseline": baseline.eval(),
+        "explicit": export_explicit_scaling(reference),
+        "folded": fold_model(reference),
+    }
+    return models, reference
+
+
+def with_block_size(model: GPT, block_size: int) -> GPT:
+    """`model` able to take `block_size` positions (the same weights; RoPE tables recomputed), or
+    `model` itself when it already can. Learned positions (gpt2 style) cannot grow."""
+    cfg = model.config
+    if block_size <= cfg.block_size:
+        return model
+    if cfg.style != "llama":
+        raise ValueError(
+            f"{cfg.style} models have learned positions: block_size {cfg.block_size} cannot grow "
+            f"to the {block_size} positions asked for"
+        )
+    p = model.tok_emb.weight
+    longer = GPT(dataclasses.replace(cfg, block_size=block_size)).to(p.device, p.dtype)
+    longer.load_state_dict(model.state_dict())
+    return longer.train(model.training)
+
+
+def prepare_models(
+    models: dict[str, GPT],
+    reference: GPT | None,
+    device: torch.device,
+    dtype: torch.dtype,
+    rtol: float = 1e-5,
+    check: Callable[[GPT], object] | None = None,
+) -> dict[str, GPT]:
+    """Copies of `models` on `device` in `dtype`, in eval mode, after every export among them
+    (norm_mode scale or folded) was verified against the g = 0 `reference` in float32 at full matmul
+    precision: verify_fold raises FoldVerificationError beyond `rtol`. `check`, if given, is called
+    on each model there too (float32, on `device`). The inputs are left as they are."""
+    exports = [n for n, m in models.items() if m.config.norm_mode in ("scale", "folded")]
+    if exports and reference is None:
+        raise ValueError(f"exported models {exports} need a reference to be verified against")
+    out = {}
+    with torch.inference_mode(), matmul_precision("highest"):
+        if exports:
+            reference = copy.deepcopy(reference).to(device=device, dtype=torch.float32).eval()
+            cfg = reference.config
+            gen = torch.Generator().manual_seed(1)
+            idx = torch.randint(0, cfg.vocab_size, (2, min(cfg.block_size, 64)), generator=gen)
+        for name, model in models.items():
+            out[name] = copy.deepcopy(model).to(device=device, dtype=torch.float32).eval()
+            if name in exports:
+                verify_fold(reference, out[name], idx.to(device), rtol=rtol)
+            if check is not None:
+                check(out[name])
+            out[name].to(dtype=dtype)
+    return out
+
+
+def describe(model: GPT) -> dict:
+    """The model columns of a benchmark row."""
+    cfg = model.config
+    return {
+        "n_embd": cfg.n_embd,
+        "n_layer": cfg.n_layer,
+        "n_head": cfg.n_head,
+        "vocab_size": cfg.vocab_size,
+        "params": model.num_params(),
+    }
+
+
+def common_row(benchmark: str, mode: str, device: torch.device, dtype: torch.dtype, model: GPT):
+    """Columns shared by every row of a benchmark: what was measured, where, with what."""
+    env = environment(device)
+    return {
+        "benchmark": benchmark,
+        "mode": mode,
+        "device": device.type,
+        "device_name": env["device"],
+        "torch": env["torch"],
+        "dtype": str(dtype).removeprefix("torch."),
+        "threads": env["threads"],
+        **describe(model),
+    }
+
+
+def timing_precision(device: torch.device):
+    """TF32 matmuls on a GPU while timing (the paper's setting); the CPU is left as it is."""
+    return matmul_precision("high") if device.type == "cuda" else contextlib.nullcontext()
+
+
+# ---- inference: the forward pass (paper Table 3, v1) ---------------------------------------------------
+
+
+def bench_forward(
+    models: dict[str, GPT],
+    batch_sizes: Sequence[int] = (1, 4),
+    seq_lens: Sequence[int] = (128, 256, 512),
+    warmup: int = 10,
+    iters: int = 50,
+    device: str | torch.device = "cpu",
+    dtype: str | torch.dtype = torch.float32,
+    reference: GPT | None = None,
+) -> list[dict]:
+    """Paper Table 3: one forward pass over B x T tokens returning the last token's logits, no KV
+    cache. Per cell and variant: median latency over `iters` interleaved rounds, throughput
+    B * T / latency, and the speedup over the first model (median of per-round ratios)."""
+    device, dtype = resolve_device(device), resolve_dtype(dtype)
+    models = prepare_models(models, reference, device, dtype)
+    clock, names, base = Clock(device), list(models), next(iter(models))
+    common = common_row("forward", "eager", device, dtype, models[base])
+    rows = []
+    with torch.inference_mode(), timing_precision(device):
+        for B in batch_sizes:
+            for T in seq_lens:
+                idx = torch.randint(0, models[base].config.vocab_size, (B, T), device=device)
+
+                def run(model: GPT, idx=idx) -> Callable[[], dict[str, float]]:
+                    def call() -> dict[str, float]:
+                        clock.sync()
+                        start = clock.stamp()
+                        model.head(model.hidden(idx)[:, -1:])
+                        return {"latency": clock.seconds(start, clock.stamp())}
+
+                    return call
+
+                times = paired_rounds({n: run(models[n]) for n in names}, iters, warmup)
+                for name in names:
+                    latency = statistics.median(times[name]["latency"])
+                    ratio = paired_speedup(times[base]["latency"], times[name]["latency"])
+                    rows.append(
+                        {
+                            **common,
+                            "variant": name,
+                            "batch": B,
+                            "seq_len": T,
+                            "warmup": warmup,
+                            "rounds": iters,
+                            "latency_ms": 1e3 * latency,
+                            "tok_s": B * T / latency,
+                            "speedup": ratio[0],
+                            "speedup_q1": ratio[1],
+                            "speedup_q3": ratio[2],
+                        }
+                    )
+    return rows

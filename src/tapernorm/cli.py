@@ -39,22 +39,73 @@ def _cmd_train(args: argparse.Namespace) -> int:
     else:
         cfg = load_run_config(args.config, args.set)
     result = train(cfg, args.out)
-    print(json.dumps(result, indent=2))
+    if int(os.environ.get("RANK", "0")) == 0:  # under torchrun, rank 0 speaks for all
+        print(json.dumps(result, indent=2))
+    return 0
+
+
+def _cmd_prepare_eval(args: argparse.Namespace) -> int:
+    from .data import prepare_eval_set
+
+    meta = prepare_eval_set(
+        args.set,
+        str(args.out),
+        row_len=args.row_len,
+        shards_dir=args.shards,
+        local_path=args.local_path,
+        max_rows=args.max_rows,
+    )
+    print(json.dumps(meta, indent=2))
     return 0
 
 
 def _cmd_eval(args: argparse.Namespace) -> int:
     from .checkpoint import load_model, write_json
-    from .data import TokenShards
-    from .train import evaluate
+    from .data import EvalSet, TokenShards
+    from .train import evaluate, evaluate_rows, pick_device
 
-    model = load_model(args.model)
-    val = evaluate(model, TokenShards(args.data), args.windows, args.batch_size)
-    result = {"model": str(args.model), "data": str(args.data), "val_loss": val, "eval": "g=0"}
+    device = pick_device(args.device)
+    model = load_model(args.model, device)
+    result = {"model": str(args.model), "data": str(args.data), "eval": "g=0"}
+    if not (args.data / "rows.bin").exists():  # token shards: the fixed validation windows
+        result["val_loss"] = evaluate(model, TokenShards(args.data), args.windows, args.batch_size)
+    else:  # an evaluation set of `prepare-eval`: every row scored on its own
+        eval_set = EvalSet(args.data)
+        scores = evaluate_rows(model, eval_set, args.batch_size, args.max_rows, args.dtype)
+        result.update(
+            set=eval_set.meta["set"],
+            val_loss=scores["loss"],
+            rows=scores["rows"],
+            tokens=scores["tokens"],
+            dtype=args.dtype,
+            set_meta=eval_set.meta,
+            run=_run_summary(args.model),
+        )
+        if args.folded is not None:  # the folded export, on the same rows
+            del model
+            folded = load_model(args.folded, device)
+            loss = evaluate_rows(folded, eval_set, args.batch_size, args.max_rows, args.dtype)
+            result["folded"] = {
+                "model": str(args.folded),
+                "val_loss": loss["loss"],
+                "loss_diff": loss["loss"] - scores["loss"],
+            }
     if args.out:
         write_json(args.out, result)
     print(json.dumps(result, indent=2))
     return 0
+
+
+def _run_summary(model_dir: Path) -> dict:
+    """Name, labels and outcome of the run a model directory holds (from config.json, eval.json)."""
+    from .checkpoint import read_json
+
+    cfg = read_json(model_dir / "config.json")
+    summary = {"name": cfg.get("name"), "meta": cfg.get("meta", {}), "taper": cfg["model"]["taper"]}
+    if (model_dir / "eval.json").is_file():
+        outcome = read_json(model_dir / "eval.json")
+        summary.update({k: outcome.get(k) for k in ("steps", "weights_step", "diverged")})
+    return summary
 
 
 def _cmd_fold(args: argparse.Namespace) -> int:
@@ -62,13 +113,15 @@ def _cmd_fold(args: argparse.Namespace) -> int:
     from .data import TokenShards
     from .fold import export_explicit_scaling, fold_model, verify_fold
     from .norms import set_gate
-    from .train import evaluate
+    from .train import evaluate, pick_device
 
-    model = load_model(args.model).eval()
+    device = pick_device(args.device)
+    model = load_model(args.model, device).eval()
     set_gate(model, 0.0)
     folded, scaled = fold_model(model), export_explicit_scaling(model)
     shards = TokenShards(args.data)
     x, y = shards.val_windows(args.windows, model.config.block_size)
+    x, y = x.to(device), y.to(device)
     report = {"model": str(args.model), "rtol": args.rtol}
     for name, exported in (("folded", folded), ("scaled", scaled)):
         check = verify_fold(model, exported, x, y, rtol=args.rtol)  # raises beyond tolerance
@@ -89,20 +142,101 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     from . import bench
     from .checkpoint import write_json
 
-    if args.which == "train-step":
-        result = bench.bench_train_step(
-            n_embd=args.n_embd,
-            n_head=args.n_head,
-            n_layer=args.n_layer,
-            vocab_size=args.vocab,
-            block_size=args.block_size,
-            batch_size=args.batch_size,
-            repeats=args.repeats,
-            with_hf=not args.no_hf,
-        )
+    if args.which in ("forward", "decode"):
+        return _cmd_bench_inference(args)
+    result = bench.bench_train_step(
+        n_embd=args.n_embd,
+        n_head=args.n_head,
+        n_layer=args.n_layer,
+        vocab_size=args.vocab,
+        block_size=args.block_size,
+        batch_size=args.batch_size,
+        repeats=args.repeats or 7,
+        with_hf=not args.no_hf,
+    )
     if args.out:
         write_json(args.out, result)
     print(json.dumps(result, indent=2))
+    return 0
+
+
+def _bench_models(args: argparse.Namespace, positions: int):
+    """(models, reference, source) for `bench forward|decode`: baseline, explicit, folded."""
+    from . import bench
+    from .checkpoint import load_model
+
+    if args.random is not None:
+        if args.baseline or args.tapered:
+            raise ValueError("give either --random or --baseline and --tapered, not both")
+        if not args.random.startswith("d") or not args.random[1:].isdigit():
+            raise ValueError(f"--random takes a width like d512, got {args.random!r}")
+        width = int(args.random[1:])
+        cfg = bench.paper_config(n_embd=width, block_size=max(512, positions))
+        baseline, tapered = bench.random_variants(cfg, seed=0)
+        source = f"random weights, paper config at d={width}"
+    elif args.baseline and args.tapered:
+        baseline, tapered = load_model(args.baseline), load_model(args.tapered)
+        source = f"trained checkpoints {args.baseline.name} and {args.tapered.name}"
+        trained = tapered.config.block_size
+        if positions > trained:
+            source += f" (RoPE tables extended from {trained} to {positions} positions)"
+        baseline = bench.with_block_size(baseline, positions)
+        tapered = bench.with_block_size(tapered, positions)
+    else:
+        raise ValueError("give --random dWIDTH, or --baseline RUN_DIR and --tapered RUN_DIR")
+    models, reference = bench.inference_variants(baseline, tapered)
+    return models, reference, source
+
+
+def _cmd_bench_inference(args: argparse.Namespace) -> int:
+    import pandas as pd
+    import torch
+
+    from .bench import bench_forward
+    from .bench_decode import bench_decode
+    from .checkpoint import atomic_write_bytes
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    torch.manual_seed(0)
+    batch_sizes = args.batch_sizes or ([1, 4] if args.which == "forward" else [1, 4, 16])
+    if args.which == "forward":
+        seq_lens = args.seq_lens or [128, 256, 512]
+        models, reference, source = _bench_models(args, max(seq_lens))
+        rows = bench_forward(
+            models,
+            batch_sizes,
+            seq_lens,
+            warmup=10 if args.warmup is None else args.warmup,
+            iters=args.repeats or 50,
+            device=args.device,
+            dtype=args.dtype,
+            reference=reference,
+        )
+    else:
+        prompt_lens = args.prompt_lens or [128, 512]
+        models, reference, source = _bench_models(args, max(prompt_lens) + args.new_tokens)
+        rows = []
+        for mode in args.modes:
+            rows += bench_decode(
+                models,
+                batch_sizes,
+                prompt_lens,
+                args.new_tokens,
+                repeats=args.repeats or 10,
+                device=args.device,
+                dtype=args.dtype,
+                compile=mode == "compiled",
+                warmup=2 if args.warmup is None else args.warmup,
+                reference=reference,
+            )
+    df = pd.DataFrame(rows).assign(source=source)
+    if args.out:
+        atomic_write_bytes(args.out, df.to_csv(index=False).encode())
+    shown = ["mode", "variant", "batch", "seq_len" if args.which == "forward" else "prompt_len"]
+    shown += ["tok_s", "speedup"] if args.which == "forward" else ["decode_tok_s", "speedup"]
+    print(f"{source}; {rows[0]['device_name']}, {rows[0]['dtype']}, torch {rows[0]['torch']}")
+    print(df[shown].to_string(index=False, float_format=lambda v: f"{v:.3f}"))
     return 0
 
 
@@ -148,11 +282,33 @@ def build_parser() -> argparse.ArgumentParser:
     )
     t.set_defaults(func=_cmd_train)
 
+    v = sub.add_parser(
+        "prepare-eval", help="an evaluation set (Table 4) -> rows of GPT-2 token ids + meta.json"
+    )
+    v.add_argument("--set", required=True, choices=["heldout", "pile", "pile_filtered"])
+    v.add_argument("--out", type=Path, required=True, help="evaluation set directory")
+    v.add_argument("--shards", help="heldout: the token shards whose val split is held out")
+    v.add_argument("--local-path", help="pile sets: a local copy (save_to_disk, jsonl, parquet)")
+    v.add_argument("--row-len", type=int, default=1024, help="tokens per row")
+    v.add_argument("--max-rows", type=int, help="keep the first N rows")
+    v.set_defaults(func=_cmd_prepare_eval)
+
     e = sub.add_parser("eval", help="validation loss of a model at g=0")
     e.add_argument("--model", type=Path, required=True, help="run or model directory")
-    e.add_argument("--data", type=Path, required=True, help="token shards directory")
-    e.add_argument("--windows", type=int, default=64)
+    e.add_argument(
+        "--data",
+        type=Path,
+        required=True,
+        help="token shards (val windows) or an evaluation set of prepare-eval (its rows)",
+    )
+    e.add_argument("--windows", type=int, default=64, help="token shards: validation windows")
     e.add_argument("--batch-size", type=int, default=16)
+    e.add_argument("--max-rows", type=int, help="evaluation set: score the first N rows only")
+    e.add_argument(
+        "--dtype", default="float32", choices=["auto", "float32", "bfloat16"], help="evaluation set"
+    )
+    e.add_argument("--folded", type=Path, help="evaluation set: also score this folded export")
+    e.add_argument("--device", default="cpu", choices=["auto", "cpu", "cuda"])
     e.add_argument("--out", type=Path, help="write the result as JSON here")
     e.set_defaults(func=_cmd_eval)
 
@@ -163,22 +319,55 @@ def build_parser() -> argparse.ArgumentParser:
     f.add_argument("--windows", type=int, default=8, help="windows for the logit comparison")
     f.add_argument("--eval-windows", type=int, default=64, help="windows for the loss comparison")
     f.add_argument("--rtol", type=float, default=1e-5, help="max |dz| / max |z| allowed")
+    f.add_argument("--device", default="cpu", choices=["auto", "cpu", "cuda"])
     f.set_defaults(func=_cmd_fold)
     from .analysis.cli import add_subcommands  # table, figure, claims
 
     add_subcommands(sub)
 
-    b = sub.add_parser("bench", help="benchmarks (medians of interleaved repeats, ratios)")
-    b.add_argument("which", choices=["train-step"])
-    b.add_argument("--n-layer", type=int, default=8)
-    b.add_argument("--n-head", type=int, default=16)
-    b.add_argument("--n-embd", type=int, default=128)
-    b.add_argument("--vocab", type=int, default=4096)
-    b.add_argument("--block-size", type=int, default=256)
-    b.add_argument("--batch-size", type=int, default=16)
-    b.add_argument("--repeats", type=int, default=7)
-    b.add_argument("--no-hf", action="store_true", help="skip the transformers comparison")
-    b.add_argument("--out", type=Path, help="write the result as JSON here")
+    b = sub.add_parser(
+        "bench",
+        help="benchmarks (medians of interleaved repeats, ratios)",
+        description="train-step: seconds per training step (JSON). forward: paper Table 3, one "
+        "forward pass over B x T tokens, last-token logits (CSV). decode: greedy decoding with a "
+        "KV cache, prefill and decode timed apart, eager and/or compiled (CSV). forward and decode "
+        "time the baseline and the tapered model exported as explicit scaling and folded; the exports "
+        "are verified against the g=0 model first.",
+    )
+    b.add_argument("which", choices=["train-step", "forward", "decode"])
+    b.add_argument("--n-layer", type=int, default=8, help="train-step")
+    b.add_argument("--n-head", type=int, default=16, help="train-step")
+    b.add_argument("--n-embd", type=int, default=128, help="train-step")
+    b.add_argument("--vocab", type=int, default=4096, help="train-step")
+    b.add_argument("--block-size", type=int, default=256, help="train-step")
+    b.add_argument("--batch-size", type=int, default=16, help="train-step")
+    b.add_argument(
+        "--repeats",
+        type=int,
+        help="timed rounds (default: train-step 7, forward 50, decode 10)",
+    )
+    b.add_argument("--no-hf", action="store_true", help="train-step: skip transformers")
+    models = b.add_argument_group("forward / decode models")
+    models.add_argument("--baseline", type=Path, help="trained baseline run (or model) directory")
+    models.add_argument(
+        "--tapered", type=Path, help="trained tapered run directory (exported at g=0 twice)"
+    )
+    models.add_argument(
+        "--random", metavar="dWIDTH", help="random weights at the paper's config, e.g. d512"
+    )
+    grid = b.add_argument_group("forward / decode grid")
+    grid.add_argument(
+        "--batch-sizes", type=int, nargs="+", help="default: forward 1 4, decode 1 4 16"
+    )
+    grid.add_argument("--seq-lens", type=int, nargs="+", help="forward (default 128 256 512)")
+    grid.add_argument("--prompt-lens", type=int, nargs="+", help="decode (default 128 512)")
+    grid.add_argument("--new-tokens", type=int, default=256, help="decode steps after the prefill")
+    grid.add_argument("--warmup", type=int, help="untimed rounds (default: forward 10, decode 2)")
+    grid.add_argument("--modes", nargs="+", choices=["eager", "compiled"], default=["eager"])
+    grid.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
+    grid.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32")
+    grid.add_argument("--threads", type=int, help="torch CPU threads (default: torch's choice)")
+    b.add_argument("--out", type=Path, help="train-step: JSON; forward / decode: CSV")
     b.set_defaults(func=_cmd_bench)
     return p
 

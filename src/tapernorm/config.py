@@ -1,6 +1,7 @@
 """Run configs: YAML validated by a JSON schema (with defaults), plus the checks a schema can't say.
 
-Table 1's variants are named here: each is a `model.taper` plus the scale-loss switch `anchor.enabled`.
+Table 1's variants and Sec. 6.4's fine-tuning protocols are named here: each is a `model.taper` plus the
+scale-loss switch `anchor.enabled`.
 """
 
 from __future__ import annotations
@@ -23,6 +24,13 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "final": {"taper": "final", "anchor": False, "label": "Final-Taper"},
     "all": {"taper": "all", "anchor": False, "label": "All-Taper"},
     "all_aux": {"taper": "all", "anchor": True, "label": "All-Taper (+aux)"},
+}
+
+PROTOCOLS: dict[str, dict[str, Any]] = {
+    # GPT-2 fine-tuning protocols of Sec. 6.4 (TaperLN always with the fixed-target scale loss)
+    "vanilla": {"taper": "none", "anchor": False, "label": "Vanilla"},
+    "internal_taperln": {"taper": "internal", "anchor": True, "label": "Internal-TaperLN"},
+    "all_taperln": {"taper": "all", "anchor": True, "label": "All-TaperLN"},
 }
 
 

@@ -26,11 +26,14 @@ import urllib.parse
 from collections.abc import Iterable, Iterator, Sequence
 from functools import lru_cache
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 import torch
 from tqdm import tqdm
+
+if TYPE_CHECKING:
+    import datasets
 
 # How a user creates shards; named in errors when they are missing.
 PREPARE_HINT = "`tapernorm prepare-data` (the Snakemake `prepare_data` rule)"
@@ -181,13 +184,21 @@ def _hub_offline_mode() -> Iterator[None]:
             setattr(module, attr, value)
 
 
-def _unavailable_message(name: str, split: str, err: BaseException) -> str:
+def _unavailable_message(
+    name: str, split: str, err: BaseException, key: str = "data.local_path", take: int | None = None
+) -> str:
+    load = f"datasets.load_dataset('{name}')"
+    if take is not None:  # a slice of a big dataset: stream its first rows
+        load = (
+            f"datasets.Dataset.from_list(list(datasets.load_dataset('{name}', split='{split}', "
+            f"streaming=True).take({take})))"
+        )
     return (
         f"Could not load the Hugging Face dataset '{name}' (split '{split}'): no network access to "
         f"the Hub was possible and no cached copy was found ({type(err).__name__}: {err}).\n"
         "To use a local copy: on a machine with internet run\n"
-        f"    python -c \"import datasets; datasets.load_dataset('{name}').save_to_disk('PATH')\"\n"
-        "copy PATH to this machine and set the config key `data.local_path: PATH` "
+        f"    python -c \"import datasets; {load}.save_to_disk('PATH')\"\n"
+        f"copy PATH to this machine and set the config key `{key}: PATH` "
         "(or pass `--local-path PATH`)."
     )
 
@@ -220,44 +231,82 @@ def _txt_documents(path: Path) -> list[str]:
     return [p.strip("\n") for p in parts if p.strip()]
 
 
-def _load_local_text(local_path: str, split: str, text_field: str, max_docs: int | None):
-    path = Path(local_path)
-    if not path.exists():
-        raise FileNotFoundError(f"data.local_path {local_path} does not exist")
-    saved = ("dataset_dict.json", "state.json", "dataset_info.json")
-    if path.is_dir() and any((path / f).exists() for f in saved):
-        import datasets
+_SAVED_MARKERS = ("dataset_dict.json", "state.json", "dataset_info.json")
+_DATA_SUFFIXES = (".txt", ".jsonl", ".json", ".parquet")
 
-        ds = datasets.load_from_disk(str(path))
-        if isinstance(ds, datasets.DatasetDict):
-            if split not in ds:
-                raise KeyError(f"{local_path} has splits {list(ds)}, not '{split}'")
-            ds = ds[split]
-        return _text_column(ds, text_field, max_docs)
 
-    suffixes = (".txt", ".jsonl", ".json", ".parquet")
+def _load_saved(path: Path, split: str):
+    """A `save_to_disk` directory (Dataset, or DatasetDict: its `split`) as a Dataset."""
+    import datasets
+
+    ds = datasets.load_from_disk(str(path))
+    if isinstance(ds, datasets.DatasetDict):
+        if split not in ds:
+            raise KeyError(f"{path} has splits {list(ds)}, not '{split}'")
+        ds = ds[split]
+    return ds
+
+
+def _local_files(path: Path, split: str) -> list[Path]:
+    """The data files of `split` under a local copy: the file itself, or the directory's .txt,
+    .jsonl/.json or .parquet files (one kind; only `split`'s if the file names name splits)."""
     if path.is_file():
         files = [path]
     else:
-        files = sorted(f for f in path.rglob("*") if f.is_file() and f.suffix in suffixes)
+        files = sorted(f for f in path.rglob("*") if f.is_file() and f.suffix in _DATA_SUFFIXES)
         known = [s for s in _SPLIT_ALIASES if any(_names_split(f.name, s) for f in files)]
         if known:  # the files are named by split: keep the requested one
             files = [f for f in files if _names_split(f.name, split)]
     kinds = {f.suffix for f in files}
-    if not files or not kinds <= set(suffixes) or len(kinds) > 1:
+    if not files or not kinds <= set(_DATA_SUFFIXES) or len(kinds) > 1:
         raise ValueError(
-            f"{local_path}: expected a `save_to_disk` directory, or .txt, .jsonl/.json or .parquet "
+            f"{path}: expected a `save_to_disk` directory, or .txt, .jsonl/.json or .parquet "
             f"files (one kind) for split '{split}'; found {[f.name for f in files]}"
         )
-    if kinds == {".txt"}:
-        docs = [d for f in files for d in _txt_documents(f)]
-        return docs[:max_docs] if max_docs is not None else docs
+    return files
 
+
+def _load_files(files: list[Path]):
+    """.jsonl/.json or .parquet files as one Dataset."""
     import datasets
 
-    builder = "parquet" if kinds == {".parquet"} else "json"
-    ds = datasets.load_dataset(builder, data_files=[str(f) for f in files], split="train")
-    return _text_column(ds, text_field, max_docs)
+    builder = "parquet" if files[0].suffix == ".parquet" else "json"
+    return datasets.load_dataset(builder, data_files=[str(f) for f in files], split="train")
+
+
+def _load_local_text(local_path: str, split: str, text_field: str, max_docs: int | None):
+    path = Path(local_path)
+    if not path.exists():
+        raise FileNotFoundError(f"data.local_path {local_path} does not exist")
+    if path.is_dir() and any((path / f).exists() for f in _SAVED_MARKERS):
+        return _text_column(_load_saved(path, split), text_field, max_docs)
+    files = _local_files(path, split)
+    if files[0].suffix == ".txt":
+        docs = [d for f in files for d in _txt_documents(f)]
+        return docs[:max_docs] if max_docs is not None else docs
+    return _text_column(_load_files(files), text_field, max_docs)
+
+
+def _hub_dataset(name: str, split: str, key: str = "data.local_path", take: int | None = None):
+    """`split` of a Hub dataset (or its cached copy); with `take`, only its first `take` records,
+    streamed. DataUnavailableError when neither is reachable (its message names the config `key`
+    that takes a local copy)."""
+    import datasets
+
+    offline = any(_env_true(v) for v in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE"))
+    offline = offline or not _hub_reachable()
+    try:
+        with _hub_offline_mode() if offline else contextlib.nullcontext():
+            if take is None:
+                return datasets.load_dataset(name, split=split)
+            stream = datasets.load_dataset(name, split=split, streaming=True).take(take)
+            return datasets.Dataset.from_list(list(stream))
+    except Exception as err:
+        hub_error = type(err).__module__.split(".")[0] in {"huggingface_hub", "requests", "httpx"}
+        if offline or hub_error or isinstance(err, (ConnectionError, OSError, TimeoutError)):
+            message = _unavailable_message(name, split, err, key, take)
+            raise DataUnavailableError(message) from err
+        raise
 
 
 def load_hf_text(
@@ -277,19 +326,36 @@ def load_hf_text(
     """
     if local_path:
         return _load_local_text(local_path, split, text_field, max_docs)
-    import datasets
+    return _text_column(_hub_dataset(name, split), text_field, max_docs)
 
-    offline = any(_env_true(v) for v in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE"))
-    offline = offline or not _hub_reachable()
-    try:
-        with _hub_offline_mode() if offline else contextlib.nullcontext():
-            ds = datasets.load_dataset(name, split=split)
-    except Exception as err:
-        hub_error = type(err).__module__.split(".")[0] in {"huggingface_hub", "requests", "httpx"}
-        if offline or hub_error or isinstance(err, (ConnectionError, OSError, TimeoutError)):
-            raise DataUnavailableError(_unavailable_message(name, split, err)) from err
-        raise
-    return _text_column(ds, text_field, max_docs)
+
+def load_hf_dataset(
+    name: str,
+    split: str,
+    local_path: str | None = None,
+    key: str = "data.local_path",
+    take: int | None = None,
+) -> datasets.Dataset:
+    """`split` of a Hugging Face dataset as a `datasets.Dataset`: from `local_path` (a
+    `save_to_disk` directory, or .jsonl/.json/.parquet files) if given, else the Hub or its cache.
+    `take` keeps the first N records (from the Hub, streamed: big datasets are not downloaded).
+    Raises DataUnavailableError, naming the config `key` for a local copy, when the Hub cannot be
+    reached."""
+    if not local_path:
+        return _hub_dataset(name, split, key, take)
+    path = Path(local_path)
+    if not path.exists():
+        raise FileNotFoundError(f"local copy {local_path} of {name} does not exist")
+    if path.is_dir() and any((path / f).exists() for f in _SAVED_MARKERS):
+        ds = _load_saved(path, split)
+    else:
+        files = _local_files(path, split)
+        if files[0].suffix == ".txt":
+            raise ValueError(
+                f"{local_path}: {name} needs a `save_to_disk` directory or .jsonl/.parquet"
+            )
+        ds = _load_files(files)
+    return ds if take is None else ds.select(range(min(take, len(ds))))
 
 
 def split_documents(
@@ -823,3 +889,163 @@ def prepare_shards(
     else:
         raise ValueError(f"unknown tokenizer {tokenizer!r}; choose 'sentencepiece' or 'gpt2'")
     return write_shards(train, val, tok, out_dir, extra_meta={"corpus": corpus})
+
+
+# ----------------------------------------------------------------------------------------------
+# Evaluation sets (Table 4): fixed rows of token ids, each row scored on its own
+
+EVAL_SETS = {  # name -> (Hugging Face dataset, split); "heldout" is the fine-tuning shards' val split
+    "heldout": None,
+    "pile": ("apollo-research/monology-pile-uncopyrighted-tokenizer-gpt2", "train"),
+    "pile_filtered": ("lucabaroni/apollo-pile-filtered-10k", "train"),
+}
+TOKEN_COLUMNS = ("input_ids", "tokens")  # columns of pre-tokenized datasets, in this order
+EVAL_ROW_LEN = 1024
+PREPARE_EVAL_HINT = "`tapernorm prepare-eval` (the Snakemake `prepare_eval` rule)"
+
+
+def rows_from_stream(tokens: np.ndarray, row_len: int) -> np.ndarray:
+    """A 1-D token stream cut into non-overlapping rows of `row_len` tokens (the tail dropped)."""
+    n = len(tokens) // row_len
+    return np.asarray(tokens[: n * row_len]).reshape(n, row_len)
+
+
+def rows_from_sequences(values: np.ndarray, lengths: np.ndarray, row_len: int) -> np.ndarray:
+    """Pre-tokenized sequences (concatenated `values`, one length each) as rows of `row_len`
+    tokens: a sequence gives its first floor(len / row_len) rows, so a row never spans two."""
+    rows, start = [], 0
+    for n in lengths.tolist():
+        k = n // row_len
+        if k:
+            rows.append(values[start : start + k * row_len].reshape(k, row_len))
+        start += n
+    if not rows:
+        return np.zeros((0, row_len), dtype=np.int64)
+    return np.concatenate(rows)
+
+
+def _dataset_rows(ds, row_len: int, name: str) -> tuple[np.ndarray, dict]:
+    """Rows of a dataset with a token column (read as is) or a text column (GPT-2 BPE, EOT after
+    each document, documents joined and cut into rows); returns (rows, how they were made)."""
+    import pyarrow.compute as pc
+
+    column = next((c for c in TOKEN_COLUMNS if c in ds.column_names), None)
+    if column is not None:
+        col = ds.with_format("arrow")[column]
+        values = np.asarray(pc.list_flatten(col), dtype=np.int64)
+        lengths = np.asarray(pc.list_value_length(col), dtype=np.int64)
+        rows = rows_from_sequences(values, lengths, row_len)
+        return rows, {"column": column, "tokenization": "pre-tokenized (ids read as stored)"}
+    if "text" not in ds.column_names:
+        raise KeyError(
+            f"{name}: no token column {list(TOKEN_COLUMNS)} and no 'text' column "
+            f"(columns: {ds.column_names})"
+        )
+    tok = gpt2_tokenizer()
+    docs = _text_column(ds, "text", None)
+    stream = [t for ids in tok.encode_batch(docs) for t in (*ids, tok.eot_id)]
+    rows = rows_from_stream(np.asarray(stream, dtype=np.int64), row_len)
+    return rows, {"column": "text", "tokenization": "gpt2 BPE, EOT after each document"}
+
+
+def write_eval_set(rows: np.ndarray, vocab_size: int, out_dir: str, extra_meta: dict) -> dict:
+    """out_dir/rows.bin (uint16, n_rows x row_len) and meta.json, written last."""
+    rows = np.asarray(rows)
+    if rows.ndim != 2 or len(rows) == 0:
+        raise ValueError(f"an evaluation set needs a non-empty 2-D array of rows, got {rows.shape}")
+    if vocab_size > 1 << 16:
+        raise ValueError(f"vocab_size {vocab_size} does not fit uint16 rows")
+    if rows.min() < 0 or rows.max() >= vocab_size:
+        raise ValueError(f"token ids outside [0, {vocab_size}): {rows.min()}..{rows.max()}")
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    meta_path = out / "meta.json"
+    meta_path.unlink(missing_ok=True)
+    _atomic_write(out / "rows.bin", rows.astype(np.uint16).tobytes())
+    meta = {
+        "n_rows": int(rows.shape[0]),
+        "row_len": int(rows.shape[1]),
+        "vocab_size": int(vocab_size),
+        "dtype": "uint16",
+        **extra_meta,
+    }
+    _atomic_write(meta_path, (json.dumps(meta, indent=2) + "\n").encode("utf-8"))
+    return meta
+
+
+def prepare_eval_set(
+    name: str,
+    out_dir: str,
+    row_len: int = EVAL_ROW_LEN,
+    shards_dir: str | None = None,
+    local_path: str | None = None,
+    max_rows: int | None = None,
+) -> dict:
+    """Write evaluation set `name` (see EVAL_SETS) as rows of `row_len` GPT-2 token ids.
+
+    "heldout": the val split of the token shards in `shards_dir` (for OpenWebText the paper's
+    test_size=0.0005, seed=2357 split), cut into non-overlapping rows. "pile", "pile_filtered":
+    the Hugging Face sets (already tokenized, 1024 tokens a row), from `local_path` if given, else
+    the Hub; a set with a text column instead is tokenized with GPT-2 BPE, EOT after each document.
+    `max_rows` keeps the first N rows (of a Hub set only the first N records are streamed: the
+    Pile set holds tens of millions). Returns the meta dict.
+    """
+    if name not in EVAL_SETS:
+        raise ValueError(f"unknown evaluation set {name!r}; choose one of {list(EVAL_SETS)}")
+    if row_len < 2:
+        raise ValueError(f"row_len must be >= 2, got {row_len}")
+    if name == "heldout":
+        if shards_dir is None:
+            raise ValueError("the 'heldout' evaluation set needs the shards directory (--shards)")
+        shards = TokenShards(shards_dir)
+        rows = rows_from_stream(shards.tokens("val"), row_len)
+        vocab_size = shards.vocab_size
+        info = {"source": str(shards_dir), "corpus": shards.meta.get("corpus"), "split": "val"}
+        info["tokenization"] = f"{shards.meta['tokenizer']['name']}, EOT after each document"
+    else:
+        hf_name, split = EVAL_SETS[name]
+        key = f"finetune.eval.local_paths.{name}"
+        ds = load_hf_dataset(hf_name, split, local_path, key=key, take=max_rows)
+        rows, info = _dataset_rows(ds, row_len, hf_name)
+        vocab_size = GPT2_EOT_ID + 1
+        info.update(source=hf_name, split=split, local_path=local_path)
+    if max_rows is not None:
+        rows = rows[:max_rows]
+    if len(rows) == 0:
+        raise ValueError(f"evaluation set {name!r} has no complete row of {row_len} tokens")
+    return write_eval_set(rows, vocab_size, out_dir, {"set": name, **info})
+
+
+class EvalSet:
+    """An evaluation set written by `write_eval_set`: rows scored one by one (x = row[:-1],
+    targets = row[1:])."""
+
+    def __init__(self, data_dir: str | Path) -> None:
+        self.data_dir = str(data_dir)
+        meta_path = Path(data_dir) / "meta.json"
+        if not meta_path.is_file():
+            raise FileNotFoundError(
+                f"no evaluation set in {data_dir}: {meta_path} is missing (written last, so the "
+                f"set is absent or incomplete). Create it with {PREPARE_EVAL_HINT}."
+            )
+        self.meta = json.loads(meta_path.read_text(encoding="utf-8"))
+        path = Path(data_dir) / "rows.bin"
+        expected = 2 * self.meta["n_rows"] * self.meta["row_len"]
+        if not path.is_file() or path.stat().st_size != expected:
+            raise ValueError(
+                f"{path} is missing or has the wrong size (expected {expected} bytes): recreate "
+                f"it with {PREPARE_EVAL_HINT}."
+            )
+        self._rows = np.memmap(path, dtype=np.uint16, mode="r").reshape(-1, self.meta["row_len"])
+
+    @property
+    def n_rows(self) -> int:
+        return len(self._rows)
+
+    @property
+    def row_len(self) -> int:
+        return self._rows.shape[1]
+
+    def rows(self, max_rows: int | None = None) -> torch.Tensor:
+        """The first `max_rows` rows (all if None) as int64 (n, row_len)."""
+        return torch.from_numpy(self._rows[:max_rows].astype(np.int64))

@@ -12,13 +12,14 @@ branches (Eq. 4 / Eq. 7), then frozen when the taper starts, at which point gamm
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 NORM_KINDS = ("rms", "layer")
+Reduce = Callable[[torch.Tensor], torch.Tensor]  # sums a CPU tensor over data-parallel processes
 
 
 class RMSNorm(nn.Module):
@@ -101,16 +102,24 @@ class TaperNorm(nn.Module):
         self._pending.append(torch.stack([(sq / scale).mean(), sq.mean()]))
 
     @torch.no_grad()
-    def update_calibration(self, mu: float) -> None:
+    def update_calibration(self, mu: float, reduce: Reduce | None = None) -> None:
         """Fold this optimizer step's batch statistics into the EMAs and refresh c.
 
         s <- (1 - mu) s + mu x;  s_hat = s / (1 - (1 - mu)^n);  c = s_hat_num / (s_hat_den + delta).
+        x is the mean over the step's micro-batches; `reduce` (a sum over data-parallel processes)
+        makes it the mean over every process's micro-batches, so all hold the same c.
         """
-        if bool(self.frozen) or not self._pending:
+        if bool(self.frozen):
             self._pending.clear()
             return
-        num, den = torch.stack(self._pending).mean(0).tolist()
+        stats = torch.stack(self._pending).double() if self._pending else torch.zeros(0, 2).double()
+        total = torch.cat([stats.sum(0), torch.tensor([len(stats)], dtype=torch.float64)])
         self._pending.clear()
+        if reduce is not None:
+            total = reduce(total)
+        if total[2] == 0:
+            return
+        num, den = (total[:2] / total[2]).tolist()
         self.ema_num.mul_(1 - mu).add_(mu * num)
         self.ema_den.mul_(1 - mu).add_(mu * den)
         self.ema_count += 1
@@ -147,10 +156,11 @@ def set_gate(model: nn.Module, g: float) -> None:
         m.gate.fill_(g)
 
 
-def update_calibration(model: nn.Module, mu: float) -> None:
-    """Once per optimizer step while g = 1: fold recorded statistics into every TaperNorm's EMA."""
+def update_calibration(model: nn.Module, mu: float, reduce: Reduce | None = None) -> None:
+    """Once per optimizer step while g = 1: fold recorded statistics into every TaperNorm's EMA
+    (`reduce`: a sum over data-parallel processes, see TaperNorm.update_calibration)."""
     for _, m in taper_norms(model):
-        m.update_calibration(mu)
+        m.update_calibration(mu, reduce)
 
 
 def start_taper(model: nn.Module) -> dict[str, float]:

@@ -1,8 +1,10 @@
 """What the Snakemake workflow needs from a pipeline config: run names, run configs, targets.
 
 The workflow's config (config/*.yaml, validated by workflow/schemas/config.schema.yaml) describes
-families of runs; each run is `results/runs/<family>/<variant>-d<width>-s<seed>/`. This module turns
-one run name into the run config that `tapernorm train` takes, so the rules stay pure wiring.
+families of runs; each run is `results/runs/<family>/<variant>-d<width>-s<seed>/`, and each GPT-2
+fine-tuning run `results/runs/finetune/<protocol>-<model>/` (its base, when pre-trained here,
+`results/runs/finetune_base/<model>/`). This module turns one run name into the run config that
+`tapernorm train` takes, so the rules stay pure wiring.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ import copy
 import re
 import shlex
 
-from .config import resolve_run_config
+from .config import PROTOCOLS, resolve_run_config
 
 RUN_NAME = re.compile(r"^(?P<variant>[a-z_]+)-d(?P<width>\d+)-s(?P<seed>\d+)$")
 
@@ -113,12 +115,20 @@ def validate_pipeline_config(config: dict, schema_path: str) -> dict:
     missing = set(config["fold"]["variants"]) - set(config["pretrain"]["variants"])
     if missing:
         raise ConfigError(f"config key fold.variants: {sorted(missing)} not in pretrain.variants")
+    if config.get("finetune") is not None:
+        _validate_finetune(config)
+    if config.get("bench") is not None:
+        _validate_bench(config)
     return config
 
 
 def wants_gpu(config: dict, family: str) -> bool:
     """Whether this family's training jobs run on a GPU (and so hold the `gpu` resource)."""
-    device = config[family]["train"]["device"]
+    return device_is_gpu(config[family]["train"]["device"])
+
+
+def device_is_gpu(device: str) -> bool:
+    """Whether train.device `device` (auto | cpu | cuda) means a GPU on this machine."""
     if device != "auto":
         return device == "cuda"
     import torch
@@ -137,3 +147,239 @@ def prepare_data_args(data: dict) -> str:
         if data[key] is not None:
             args.append(f"--{key.replace('_', '-')} {shlex.quote(str(data[key]))}")
     return " ".join(args)
+
+
+# ---- the GPT-2 fine-tuning family (Sec. 6.4, Tables 4 and 6) -----------------------------------------
+
+FINETUNE_RUN_NAME = re.compile(r"^(?P<protocol>[a-z_]+)-(?P<model>[a-z0-9][a-z0-9.\-]*)$")
+FINETUNE_BASE_ROOT = "results/runs/finetune_base"
+
+
+def finetune_run_name(protocol: str, model: str) -> str:
+    return f"{protocol}-{model}"
+
+
+def parse_finetune_run(name: str) -> tuple[str, str]:
+    """("all_taperln", "gpt2-medium") from "all_taperln-gpt2-medium"."""
+    m = FINETUNE_RUN_NAME.match(name)
+    if m is None:
+        raise ValueError(f"fine-tuning run name {name!r} is not <protocol>-<model>")
+    return m["protocol"], m["model"]
+
+
+def finetune_runs(config: dict, protocols: list[str] | None = None) -> list[str]:
+    """Run names of the fine-tuning family, in model-protocol order (optionally some protocols)."""
+    ft = config["finetune"]
+    wanted = (
+        ft["protocols"] if protocols is None else [p for p in ft["protocols"] if p in protocols]
+    )
+    return [finetune_run_name(p, m["name"]) for m in ft["models"] for p in wanted]
+
+
+def finetune_models(config: dict) -> list[str]:
+    return [m["name"] for m in config["finetune"]["models"]]
+
+
+def finetune_model(config: dict, model: str) -> dict:
+    """The `finetune.models` entry named `model`."""
+    for spec in config["finetune"]["models"]:
+        if spec["name"] == model:
+            return spec
+    raise ValueError(f"no model {model!r} in finetune.models")
+
+
+def finetune_base_models(config: dict) -> list[str]:
+    """Models that are pre-trained here first (init: pretrain)."""
+    return [m["name"] for m in config["finetune"]["models"] if m["init"] == "pretrain"]
+
+
+def finetune_model_label(config: dict, model: str) -> str:
+    return finetune_model(config, model)["label"] or model
+
+
+def finetune_base_config(config: dict, model: str, data_dir: str) -> dict:
+    """The resolved run config that pre-trains the gpt2-style base of `model` on `data_dir`."""
+    ft = config["finetune"]
+    if model not in finetune_base_models(config):
+        raise ValueError(f"model {model} is not pre-trained here (its init is not 'pretrain')")
+    pre = ft["pretrain"]
+    cfg = {
+        "name": f"finetune_base/{model}",
+        "seed": 0,
+        "meta": {"family": "finetune_base", "model": model},
+        "data": {"dir": data_dir},
+        "model": {"style": "gpt2", **pre["model"]},
+        "train": {**pre["train"], "steps": pre["steps"], "betas": [0.9, 0.95]},
+        "log": {**pre["log"]},
+    }
+    return resolve_run_config(cfg)
+
+
+def finetune_run_config(
+    config: dict, name: str, data_dir: str, base_root: str = FINETUNE_BASE_ROOT
+) -> dict:
+    """The resolved `tapernorm train` config of fine-tuning run `name` (<protocol>-<model>):
+    the model's Table 6 schedule and learning rates, the protocol's taper and scale loss."""
+    protocol, model = parse_finetune_run(name)
+    ft = config["finetune"]
+    if protocol not in ft["protocols"] or model not in finetune_models(config):
+        raise ValueError(f"run {name} is not part of the finetune family in this config")
+    spec, proto = finetune_model(config, model), PROTOCOLS[protocol]
+    init = spec["init"] if spec["init"] != "pretrain" else f"{base_root}/{model}"
+    train = {k: v for k, v in ft["train"].items()}
+    train.update(
+        steps=spec["steps"],
+        warmup_steps=spec["warmup_steps"],
+        lr=spec["lr"],
+        min_lr=spec["min_lr"],
+        batch_size=spec["batch_size"] or train["batch_size"],
+        grad_accum=spec["grad_accum"] or train["grad_accum"],
+    )
+    cfg = {
+        "name": f"finetune/{name}",
+        "seed": 0,
+        "meta": {
+            "family": "finetune",
+            "protocol": protocol,
+            "model": model,
+            "label": finetune_model_label(config, model),
+            "paper": spec["paper"],
+            "init": spec["init"],
+        },
+        "data": {"dir": data_dir},
+        "init": {"from": init},
+        "model": {"style": "gpt2", "taper": proto["taper"]},
+        "train": train,
+        "taper": {"start": spec["taper_start"], "end": spec["taper_end"], **ft["taper"]},
+        "anchor": {"enabled": proto["anchor"], "lam": spec["lam"]},
+        "log": {**ft["log"]},
+    }
+    return resolve_run_config(cfg)
+
+
+def finetune_gpus(config: dict, model: str) -> int:
+    """GPUs a fine-tuning run of `model` holds: its `gpus` (at least 1) if train.device is cuda,
+    or auto with `gpus` set or a GPU here; else 0."""
+    spec, device = finetune_model(config, model), config["finetune"]["train"]["device"]
+    if device == "cpu" or (device == "auto" and not spec["gpus"] and not device_is_gpu(device)):
+        return 0
+    return max(1, spec["gpus"])
+
+
+def finetune_base_gpus(config: dict) -> int:
+    """GPUs the pre-training of a fine-tuning base model holds (0 or 1)."""
+    return int(device_is_gpu(config["finetune"]["pretrain"]["train"]["device"]))
+
+
+def finetune_launcher(config: dict, model: str) -> str:
+    """`tapernorm`, or for a run on several GPUs torchrun starting one process per GPU."""
+    n = finetune_gpus(config, model)
+    if n <= 1:
+        return "tapernorm"
+    return f"torchrun --standalone --nproc_per_node {n} -m tapernorm.cli"
+
+
+def finetune_prepare_args(config: dict) -> str:
+    """The `tapernorm prepare-data` arguments of the fine-tuning corpus (GPT-2 BPE)."""
+    data = config["finetune"]["data"]
+    args = [f"--corpus {data['corpus']}", "--tokenizer gpt2"]
+    for key in ("local_path", "max_docs"):
+        if data[key] is not None:
+            args.append(f"--{key.replace('_', '-')} {shlex.quote(str(data[key]))}")
+    return " ".join(args)
+
+
+def prepare_eval_args(config: dict, eval_set: str, shards_dir: str) -> str:
+    """The `tapernorm prepare-eval` arguments of one evaluation set."""
+    ev = config["finetune"]["eval"]
+    args = [f"--set {eval_set}", f"--row-len {ev['row_len']}"]
+    if ev["max_rows"] is not None:
+        args.append(f"--max-rows {ev['max_rows']}")
+    if eval_set == "heldout":
+        args.append(f"--shards {shlex.quote(shards_dir)}")
+    elif ev["local_paths"].get(eval_set):
+        args.append(f"--local-path {shlex.quote(ev['local_paths'][eval_set])}")
+    return " ".join(args)
+
+
+def _validate_finetune(config: dict) -> None:
+    from .config import ConfigError
+
+    ft = config["finetune"]
+    if finetune_base_models(config) and ft["pretrain"] is None:
+        raise ConfigError(
+            f"config key finetune.pretrain: models {finetune_base_models(config)} have "
+            "init: pretrain, so finetune.pretrain must say how to pre-train them"
+        )
+    names = finetune_models(config)
+    if len(set(names)) < len(names):
+        raise ConfigError(f"config key finetune.models: model names repeat: {names}")
+    for i, spec in enumerate(ft["models"]):
+        key = f"finetune.models.{i}"
+        if not spec["taper_start"] < spec["taper_end"] <= spec["steps"]:
+            raise ConfigError(
+                f"config key {key}: need taper_start < taper_end <= steps, got "
+                f"{spec['taper_start']}, {spec['taper_end']}, {spec['steps']}"
+            )
+        accum = spec["grad_accum"] or ft["train"]["grad_accum"]
+        if spec["gpus"] > 1 and accum < spec["gpus"]:
+            raise ConfigError(
+                f"config key {key}.gpus: {spec['gpus']} GPUs need grad_accum >= {spec['gpus']} "
+                f"(one micro-batch per GPU and step at least), got {accum}"
+            )
+    if ft["pretrain"] is not None:
+        pre = ft["pretrain"]
+        if pre["model"]["n_embd"] % pre["model"]["n_head"]:
+            raise ConfigError("config key finetune.pretrain.model.n_embd: not divisible by n_head")
+        for model in finetune_base_models(config):
+            finetune_base_config(config, model, "data")
+    for name in finetune_runs(config):
+        try:
+            finetune_run_config(config, name, "data")
+        except ConfigError as e:
+            raise ConfigError(f"finetune run {name}: {e}") from e
+
+
+# ---- inference benchmarks (Table 3, the decode table, fig5, claim 7) --------------------------------
+
+BENCH_VARIANTS = ("baseline", "internal_aux")  # timed: the baseline, and the tapered run exported
+
+
+def bench_runs(config: dict) -> dict[str, str]:
+    """The pretrain runs the benchmarks time: each of BENCH_VARIANTS at the figure width, seed 0."""
+    width = figure_width(config)
+    return {variant: run_name(variant, width, 0) for variant in BENCH_VARIANTS}
+
+
+def bench_args(config: dict, which: str) -> str:
+    """The grid arguments of `tapernorm bench forward|decode` from the config's `bench` section."""
+    b, part = config["bench"], config["bench"][which]
+    args = [f"--device {b['device']}", f"--dtype {b['dtype']}"]
+    args.append("--batch-sizes " + " ".join(map(str, part["batch_sizes"])))
+    if which == "forward":
+        args.append("--seq-lens " + " ".join(map(str, part["seq_lens"])))
+    else:
+        args.append("--prompt-lens " + " ".join(map(str, part["prompt_lens"])))
+        args += [f"--new-tokens {part['new_tokens']}", "--modes " + " ".join(part["modes"])]
+    args += [f"--warmup {part['warmup']}", f"--repeats {part['repeats']}"]
+    return " ".join(args)
+
+
+def _validate_bench(config: dict) -> None:
+    from .config import ConfigError
+
+    missing = [v for v in BENCH_VARIANTS if v not in config["pretrain"]["variants"]]
+    if missing:
+        raise ConfigError(
+            f"config key bench: the benchmarks time pretrain runs {list(BENCH_VARIANTS)}, but "
+            f"pretrain.variants lacks {missing} (set bench: null to skip the benchmarks)"
+        )
+    model, b = config["pretrain"]["model"], config["bench"]
+    if model["style"] == "gpt2":  # learned positions: the model's context cannot grow (llama's can)
+        block = model["block_size"]
+        if max(b["forward"]["seq_lens"]) > block:
+            raise ConfigError(f"config key bench.forward.seq_lens: longer than block_size {block}")
+        if max(b["decode"]["prompt_lens"]) + b["decode"]["new_tokens"] > block:
+            raise ConfigError(
+                f"config key bench.decode: prompt_lens + new_tokens exceed block_size {block}"
+            )

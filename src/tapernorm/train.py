@@ -4,23 +4,30 @@ Per optimizer step k (1-based): set lr(k) and g(k); when g first drops below 1, 
 c (gamma_tilde := gamma) and the anchor's s_tgt; run the micro-batches; while g = 1 fold the batch
 statistics into the calibration EMAs; clip; step. Data order depends only on (seed, k), so a resumed run
 draws exactly the batches an uninterrupted run would.
+
+Data parallel: launched by `torchrun --nproc_per_node W` (WORLD_SIZE > 1), rank r computes micro-batches
+r, r + W, ... of every step, gradients, losses and calibration statistics are summed over ranks, so the
+W processes take the very steps one process would (same global batch), and only rank 0 writes files.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import os
 import shutil
 import sys
 import time
-from contextlib import nullcontext
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+import torch.distributed as dist
 import torch.nn.functional as F
 from tqdm import tqdm
 
-from .anchor import ScaleAnchor
+from .anchor import ScaleAnchor, token_scale
 from .checkpoint import (
     CheckpointError,
     load_model,
@@ -33,9 +40,9 @@ from .checkpoint import (
     save_tensors,
     write_json,
 )
-from .data import TokenShards
+from .data import EvalSet, TokenShards
 from .model import GPT, GPTConfig, convert_norms
-from .norms import set_gate, start_taper, taper_norms, update_calibration
+from .norms import Reduce, set_gate, start_taper, taper_norms, update_calibration
 from .schedules import gate_at, lr_at
 
 GRAD_GROUPS = {  # metric name -> the weights of each block that form it (W_1 = both SwiGLU inputs)
@@ -46,12 +53,13 @@ GRAD_GROUPS = {  # metric name -> the weights of each block that form it (W_1 = 
 }
 
 
-def pick_device(name: str) -> torch.device:
+def pick_device(name: str, local_rank: int = 0) -> torch.device:
+    """The device train.device names: auto, cpu or cuda (under torchrun, GPU `local_rank`)."""
     if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        name = "cuda" if torch.cuda.is_available() else "cpu"
     if name == "cuda" and not torch.cuda.is_available():
         raise RuntimeError("train.device is 'cuda' but no CUDA device is available")
-    return torch.device(name)
+    return torch.device("cuda", local_rank) if name == "cuda" else torch.device(name)
 
 
 def autocast_for(device: torch.device, dtype: str):
@@ -87,9 +95,15 @@ def build_model(cfg: dict, vocab_size: int) -> GPT:
 
 
 @torch.no_grad()
-def evaluate(model: GPT, shards: TokenShards, n_windows: int, batch_size: int) -> float:
-    """Mean CE over the fixed validation windows, with every TaperNorm at g = 0."""
-    x_all, y_all = shards.val_windows(n_windows, model.config.block_size)
+def mean_ce(
+    model: GPT,
+    x_all: torch.Tensor,
+    y_all: torch.Tensor,
+    batch_size: int,
+    autocast: AbstractContextManager | None = None,
+) -> float:
+    """Mean next-token CE of targets y given inputs x, with every TaperNorm at g = 0 (the gates
+    are restored afterwards). `autocast`: a context for the forward passes (default: none)."""
     gates = [float(m.gate) for _, m in taper_norms(model)]
     was_training = model.training
     model.eval()
@@ -98,13 +112,45 @@ def evaluate(model: GPT, shards: TokenShards, n_windows: int, batch_size: int) -
     total, count = 0.0, 0
     for i in range(0, len(x_all), batch_size):
         x, y = x_all[i : i + batch_size].to(device), y_all[i : i + batch_size].to(device)
-        logits = model(x).float()
-        total += F.cross_entropy(logits.flatten(0, 1), y.flatten(), reduction="sum").item()
+        with autocast or nullcontext():
+            logits = model(x)
+        total += F.cross_entropy(logits.float().flatten(0, 1), y.flatten(), reduction="sum").item()
         count += y.numel()
     for (_, m), g in zip(taper_norms(model), gates, strict=True):
         m.gate.fill_(g)
     model.train(was_training)
     return total / count
+
+
+def evaluate(model: GPT, shards: TokenShards, n_windows: int, batch_size: int) -> float:
+    """Mean CE over the fixed validation windows, with every TaperNorm at g = 0."""
+    x_all, y_all = shards.val_windows(n_windows, model.config.block_size)
+    return mean_ce(model, x_all, y_all, batch_size)
+
+
+def evaluate_rows(
+    model: GPT,
+    eval_set: EvalSet,
+    batch_size: int,
+    max_rows: int | None = None,
+    dtype: str = "float32",
+) -> dict:
+    """Mean CE of an evaluation set at g = 0: each row scored on its own (row[:-1] predicts
+    row[1:]); `dtype` as train.dtype ("auto": bf16 autocast on CUDA, CE always in float32)."""
+    rows = eval_set.rows(max_rows)
+    if rows.shape[1] - 1 > model.config.block_size:
+        raise ValueError(
+            f"evaluation rows of {rows.shape[1]} tokens need block_size >= {rows.shape[1] - 1}, "
+            f"the model has {model.config.block_size}"
+        )
+    if int(rows.max()) >= model.config.vocab_size:
+        raise ValueError(
+            f"evaluation set {eval_set.data_dir} has token ids up to {int(rows.max())}, beyond the "
+            f"model's vocabulary of {model.config.vocab_size}"
+        )
+    autocast = autocast_for(model.tok_emb.weight.device, dtype)
+    loss = mean_ce(model, rows[:, :-1], rows[:, 1:], batch_size, autocast)
+    return {"loss": loss, "rows": len(rows), "tokens": len(rows) * (rows.shape[1] - 1)}
 
 
 def make_optimizer(model: GPT, t: dict) -> torch.optim.AdamW:
@@ -201,6 +247,61 @@ def truncate_metrics(path: Path, step: int) -> None:
         path.write_text("".join(ln + "\n" for ln in keep))
 
 
+# ---- data parallelism (torchrun) -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class World:
+    """This process among torchrun's data-parallel processes (rank 0 of 1 without torchrun)."""
+
+    rank: int = 0
+    size: int = 1
+    local_rank: int = 0
+
+    @property
+    def main(self) -> bool:
+        return self.rank == 0
+
+    @classmethod
+    def from_env(cls) -> World:
+        size = int(os.environ.get("WORLD_SIZE", "1"))
+        if size <= 1:
+            return cls()
+        return cls(int(os.environ["RANK"]), size, int(os.environ.get("LOCAL_RANK", "0")))
+
+
+def rank_micro_batches(accum: int, rank: int, world_size: int) -> list[int]:
+    """The micro-batches of each step that `rank` computes: rank, rank + W, ..., so that the W
+    ranks together compute exactly the `accum` micro-batches a single process would."""
+    if accum < world_size:
+        raise ValueError(
+            f"train.grad_accum={accum} is smaller than the {world_size} processes: every process "
+            "needs at least one micro-batch per step (raise grad_accum, lower batch_size)"
+        )
+    return list(range(rank, accum, world_size))
+
+
+def make_reduce(world: World, device: torch.device) -> Reduce | None:
+    """A sum over all processes of a small CPU tensor (None for a single process)."""
+    if world.size == 1:
+        return None
+
+    def reduce(t: torch.Tensor) -> torch.Tensor:
+        t = t.to(device)  # NCCL reduces GPU tensors only
+        dist.all_reduce(t)
+        return t.cpu()
+
+    return reduce
+
+
+def sum_grads(model: GPT, world: World) -> None:
+    """Sum every gradient over the processes: each holds its micro-batches' share of the mean."""
+    if world.size > 1:
+        for p in model.parameters():
+            if p.grad is not None:
+                dist.all_reduce(p.grad)
+
+
 # ---- the loop -------------------------------------------------------------------------------------
 
 
@@ -209,53 +310,76 @@ def train(cfg: dict, out_dir: str | Path, stop_after: int | None = None) -> dict
 
     Writes out_dir/{config.json, metrics.jsonl, ckpt/, model.safetensors, eval.json}; eval.json last.
     `stop_after` ends the process early (as if killed) after that many steps: used by resume tests.
+    Under torchrun (WORLD_SIZE > 1) it joins the process group (NCCL on GPUs, gloo on CPUs);
+    ranks other than 0 return {"rank": r, "step": k} and write nothing.
     """
+    world = World.from_env()
+    device = pick_device(cfg["train"]["device"], world.local_rank)
+    if world.size == 1 or dist.is_initialized():
+        return _train(cfg, Path(out_dir), stop_after, world, device)
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
+    try:
+        return _train(cfg, Path(out_dir), stop_after, world, device)
+    finally:
+        dist.destroy_process_group()
+
+
+def _train(
+    cfg: dict, out: Path, stop_after: int | None, world: World, device: torch.device
+) -> dict:
     t, tp, log = cfg["train"], cfg["taper"], cfg["log"]
     seed = cfg["seed"]
-    device = pick_device(t["device"])
-    shards = TokenShards(cfg["data"]["dir"], cfg["data"]["train_tokens"])  # fails before any work
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    torch.manual_seed(seed)
+    torch.manual_seed(seed)  # the same init in every process
+    shards = TokenShards(cfg["data"]["dir"], cfg["data"]["train_tokens"])
     model = build_model(cfg, shards.vocab_size).to(device)
     mcfg = model.config
     if shards.vocab_size > mcfg.vocab_size:
         raise ValueError(f"data vocab {shards.vocab_size} exceeds model vocab {mcfg.vocab_size}")
+    my_micros = rank_micro_batches(t["grad_accum"], world.rank, world.size)
+    reduce = make_reduce(world, device)
     tapered = mcfg.taper != "none"
     anchor = None
     if cfg["anchor"]["enabled"]:
         anchor = ScaleAnchor(mcfg.norm_kind, cfg["anchor"]["lam"], mcfg.norm_eps).to(device)
     opt = make_optimizer(model, t)
-    write_json(
-        out / "config.json", {**cfg, "model": mcfg.to_dict(), "n_params": model.num_params()}
-    )
 
     ckpt, metrics_path = out / "ckpt", out / "metrics.jsonl"
-    step = 0
-    if stale_checkpoint(ckpt, cfg):
-        print(
-            f"[{cfg['name']}] checkpoint in {out} is from another config: starting over",
-            file=sys.stderr,
+    if world.main:
+        out.mkdir(parents=True, exist_ok=True)
+        write_json(
+            out / "config.json", {**cfg, "model": mcfg.to_dict(), "n_params": model.num_params()}
         )
-        for path in (ckpt, ckpt.with_name("ckpt.old")):
-            shutil.rmtree(path, ignore_errors=True)
+        if stale_checkpoint(ckpt, cfg):
+            print(
+                f"[{cfg['name']}] checkpoint in {out} is from another config: starting over",
+                file=sys.stderr,
+            )
+            for path in (ckpt, ckpt.with_name("ckpt.old")):
+                shutil.rmtree(path, ignore_errors=True)
+    if world.size > 1:
+        dist.barrier()  # every rank sees the checkpoint rank 0 kept
+    step = 0
     if ckpt.is_dir() or ckpt.with_name("ckpt.old").is_dir():
         step = load_training_state(ckpt, model, opt, anchor)
-        truncate_metrics(metrics_path, step)
-        print(f"[{cfg['name']}] resumed from step {step}", file=sys.stderr)
-    elif metrics_path.exists():
+        if world.main:
+            truncate_metrics(metrics_path, step)
+            print(f"[{cfg['name']}] resumed from step {step}", file=sys.stderr)
+    elif world.main and metrics_path.exists():
         metrics_path.unlink()
 
     B, T, accum = t["batch_size"], mcfg.block_size, t["grad_accum"]
     autocast = autocast_for(device, t["dtype"])
-    on_tty = sys.stderr.isatty()
+    on_tty = sys.stderr.isatty() and world.main
     bar = tqdm(
         total=t["steps"], initial=step, desc=cfg["name"], disable=not on_tty, file=sys.stderr
     )
     diverged_step, last_good_step = None, step
     t_last, tokens_since = time.perf_counter(), 0
     model.train()
-    with metrics_path.open("a") as metrics_file:
+    metrics_file = metrics_path.open("a") if world.main else open(os.devnull, "w")
+    with metrics_file:
         while step < t["steps"]:
             k = step + 1
             lr = lr_at(k, t["lr"], t["warmup_steps"], t["steps"], t["min_lr"])
@@ -271,7 +395,7 @@ def train(cfg: dict, out_dir: str | Path, stop_after: int | None = None) -> dict
             logging = k == 1 or k % log["every"] == 0 or k == t["steps"] or len(record) > 3
 
             ce_sum, aux_sum = 0.0, 0.0
-            for micro in range(accum):
+            for micro in my_micros:
                 x, y = shards.batch("train", B, T, batch_generator(seed, k, micro))
                 x, y = x.to(device), y.to(device)
                 with autocast:
@@ -280,21 +404,25 @@ def train(cfg: dict, out_dir: str | Path, stop_after: int | None = None) -> dict
                 aux = anchor.loss(h) if anchor is not None else torch.zeros((), device=device)
                 if logging and micro == 0:
                     record["logit_norm"] = logits.detach().float().norm(dim=-1).mean().item()
+                    scale = token_scale(h.detach().float(), mcfg.norm_kind, mcfg.norm_eps)
+                    record["prelogit_scale"] = scale.mean().item()  # what the anchor holds
                     if log["geometry"]:
                         record.update(prelogit_geometry(logits, h, y, ce))
                 ((ce + aux) / accum).backward()
                 ce_sum += ce.item()
                 aux_sum += aux.item()
-            loss, aux_loss = ce_sum / accum, aux_sum / accum
+            sums = torch.tensor([ce_sum, aux_sum], dtype=torch.float64)
+            loss, aux_loss = (reduce(sums) if reduce else sums).div(accum).tolist()
 
             if not math.isfinite(loss + aux_loss):
                 diverged_step = k
                 print(f"[{cfg['name']}] non-finite loss at step {k}: stopping", file=sys.stderr)
                 break
+            sum_grads(model, world)
             if g == 1.0 and tapered:
-                update_calibration(model, tp["ema_mu"])
+                update_calibration(model, tp["ema_mu"], reduce)
             if anchor is not None:
-                anchor.update(tp["ema_mu"])
+                anchor.update(tp["ema_mu"], reduce)
             if logging:
                 record.update(grad_norms(model))
             clip = t["grad_clip"] if t["grad_clip"] > 0 else float("inf")
@@ -319,7 +447,7 @@ def train(cfg: dict, out_dir: str | Path, stop_after: int | None = None) -> dict
                 t_last, tokens_since = now, 0
                 metrics_file.write(json.dumps(record) + "\n")
                 metrics_file.flush()
-                if not on_tty:
+                if not on_tty and world.main:
                     print(
                         f"[{cfg['name']}] step {k}/{t['steps']} loss {loss:.4f} g {g:.3f} "
                         f"lr {lr:.2e}",
@@ -327,10 +455,10 @@ def train(cfg: dict, out_dir: str | Path, stop_after: int | None = None) -> dict
                     )
                 else:
                     bar.set_postfix(loss=f"{loss:.4f}", g=f"{g:.3f}")
-            if log["eval_every"] and k % log["eval_every"] == 0 and k < t["steps"]:
+            if log["eval_every"] and k % log["eval_every"] == 0 and k < t["steps"] and world.main:
                 val = evaluate(model, shards, log["eval_windows"], log["eval_batch_size"])
                 metrics_file.write(json.dumps({"step": k, "val_loss": val}) + "\n")
-            if k % log["ckpt_every"] == 0 or k == t["steps"]:
+            if (k % log["ckpt_every"] == 0 or k == t["steps"]) and world.main:
                 metrics_file.flush()
                 save_training_state(ckpt, model, opt, anchor, k, cfg)
                 last_good_step = k
@@ -338,6 +466,9 @@ def train(cfg: dict, out_dir: str | Path, stop_after: int | None = None) -> dict
                 bar.close()
                 return {"stopped_at": k}
     bar.close()
+    if not world.main:
+        dist.barrier()  # wait for rank 0's final evaluation
+        return {"rank": world.rank, "step": step}
 
     if diverged_step is not None:  # roll back to the last good checkpoint, or keep the init
         if ckpt.is_dir():
@@ -359,6 +490,9 @@ def train(cfg: dict, out_dir: str | Path, stop_after: int | None = None) -> dict
         "n_params": model.num_params(),
         "eval_windows": log["eval_windows"],
         "block_size": T,
+        "processes": world.size,
     }
     write_json(out / "eval.json", result)
+    if world.size > 1:
+        dist.barrier()
     return result

@@ -61,6 +61,86 @@ FIGURES = {
 if config["ablation"]:
     FIGURES["fig6_scale_anchor"] = ablation_evals()
 
+# GPT-2 fine-tuning family (Tables 4 and 6, claim 8): runs <protocol>-<model>
+FINETUNE_DATA = "data/finetune"
+FINETUNE_RUNS = tp.finetune_runs(config) if config["finetune"] else []
+
+
+def finetune_evals():
+    """Eval JSON of every fine-tuning run on every evaluation set."""
+    if not config["finetune"]:
+        return []
+    sets = config["finetune"]["eval"]["sets"]
+    return [f"results/finetune/eval/{r}/{s}.json" for r in FINETUNE_RUNS for s in sets]
+
+
+def finetune_verify():
+    """verify.json of the folded All-TaperLN fine-tuning runs."""
+    if not config["finetune"]:
+        return []
+    names = tp.finetune_runs(config, ["all_taperln"])
+    return [f"results/finetune/fold/{r}/verify.json" for r in names]
+
+
+def ft_model(w):
+    return tp.parse_finetune_run(w.ftrun)[1]
+
+
+def ft_spec(w):
+    return tp.finetune_model(config, ft_model(w))
+
+
+def finetune_inputs(w):
+    inputs = {"meta": f"{FINETUNE_DATA}/meta.json"}
+    if ft_model(w) in tp.finetune_base_models(config):
+        inputs["base"] = f"{tp.FINETUNE_BASE_ROOT}/{ft_model(w)}/model.safetensors"
+    return inputs
+
+
+def finetune_eval_inputs(w):
+    inputs = {
+        "run": f"results/runs/finetune/{w.ftrun}/eval.json",
+        "data": f"data/eval/{w.evalset}/meta.json",
+    }
+    if tp.parse_finetune_run(w.ftrun)[0] == "all_taperln":
+        inputs["verify"] = f"results/finetune/fold/{w.ftrun}/verify.json"
+    return inputs
+
+
+FINETUNE_TABLES = [
+    f"results/tables/table{n}.{ext}"
+    for n in ((4, 6) if config["finetune"] else ())
+    for ext in ("csv", "md", "tex")
+]
+
+# Inference benchmarks (Table 3, the decode table, fig5, claim 7); bench: null skips them
+BENCH_GPU = int(bool(config["bench"]) and tp.device_is_gpu(config["bench"]["device"]))
+BENCH_CSVS = (
+    ["results/bench/forward.csv", "results/bench/decode.csv"] if config["bench"] else []
+)
+
+
+def bench_inputs(w):
+    """The benchmarked runs, and the tapered run's fold verification (a failed one stops here)."""
+    runs = tp.bench_runs(config)
+    return {
+        "baseline": f"{run_dir('pretrain', runs['baseline'])}/eval.json",
+        "tapered": f"{run_dir('pretrain', runs['internal_aux'])}/eval.json",
+        "verify": f"results/fold/{runs['internal_aux']}/verify.json",
+    }
+
+
+BENCH_TARGETS = (
+    [
+        f"results/tables/{t}.{ext}"
+        for t in ("table3", "table_decode")
+        for ext in ("csv", "md", "tex")
+    ]
+    + [f"figures/fig5_decode_speedup.{ext}" for ext in ("pdf", "png")]
+    if config["bench"]
+    else []
+)
+
 ALL_TARGETS = (
     [f"figures/{name}.{ext}" for name in FIGURES for ext in ("pdf", "png")]
     + [
@@ -68,5 +148,7 @@ ALL_TARGETS = (
         for n in (1, 2, 5)
         for ext in ("csv", "md", "tex")
     ]
+    + FINETUNE_TABLES
+    + BENCH_TARGETS
     + ["results/claims.md"]
 )

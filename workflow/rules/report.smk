@@ -49,7 +49,10 @@ rule claims:
     input:
         runs=pretrain_evals(),
         ablation=ablation_evals(),
-        verify=expand("results/fold/{run}/verify.json", run=fold_names()),
+        verify=expand("results/fold/{run}/verify.json", run=fold_names())
+        + finetune_verify(),
+        finetune=finetune_evals(),
+        bench=BENCH_CSVS,
     output:
         report("results/claims.md", caption="../report/claims.rst", category="Claims"),
     log:
@@ -61,6 +64,10 @@ rule claims:
         ablation=lambda w, input: (
             f"--ablation-runs {dirs_of(input.ablation)}" if input.ablation else ""
         ),
+        finetune=lambda w, input: (
+            f"--finetune-evals {' '.join(input.finetune)}" if input.finetune else ""
+        ),
+        bench=lambda w, input: f"--bench {' '.join(input.bench)}" if input.bench else "",
     shell:
         "tapernorm claims --runs {params.runs} {params.ablation} --verify {input.verify} "
-        "--out {output} > {log} 2>&1"
+        "{params.finetune} {params.bench} --out {output} > {log} 2>&1"

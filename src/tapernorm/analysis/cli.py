@@ -5,19 +5,47 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+BENCH_TABLES, BENCH_FIGURES = ("3", "decode"), ("fig5",)  # from benchmark CSVs (--bench)
+
+
+def _bench_csvs(args: argparse.Namespace) -> list[Path]:
+    if args.runs:
+        raise ValueError(f"{args.command} {args.which} is built from --bench CSVs, not --runs")
+    if not args.bench:
+        raise ValueError(f"{args.command} {args.which} needs --bench (tapernorm bench CSVs)")
+    return args.bench
+
 
 def _cmd_table(args: argparse.Namespace) -> int:
     from .tables import make_table
 
-    for path in make_table(args.which, args.runs, args.out):
+    if args.which in BENCH_TABLES:
+        from .benchmarks import make_bench_table
+
+        paths = make_bench_table(args.which, _bench_csvs(args), args.out)
+    elif args.which in ("4", "6"):  # the GPT-2 fine-tuning family
+        from .finetune import make_finetune_table
+
+        paths = make_finetune_table(args.which, args.runs, args.evals, args.out)
+    else:
+        paths = make_table(args.which, args.runs, args.out)
+    for path in paths:
         print(path)
     return 0
 
 
 def _cmd_figure(args: argparse.Namespace) -> int:
-    from .figures import make_figure
+    if args.which in BENCH_FIGURES:
+        from .benchmarks import make_fig5
 
-    for path in make_figure(args.which, args.runs, args.out, width=args.width):
+        paths = make_fig5(_bench_csvs(args), args.out)
+    else:
+        from .figures import make_figure
+
+        if not args.runs:
+            raise ValueError(f"figure {args.which} needs --runs")
+        paths = make_figure(args.which, args.runs, args.out, width=args.width)
+    for path in paths:
         print(path)
     return 0
 
@@ -26,7 +54,12 @@ def _cmd_claims(args: argparse.Namespace) -> int:
     from .claims import write_claims
 
     out = write_claims(
-        args.out, runs=args.runs, ablation_runs=args.ablation_runs, verify_files=args.verify
+        args.out,
+        runs=args.runs,
+        ablation_runs=args.ablation_runs,
+        verify_files=args.verify,
+        finetune_evals=args.finetune_evals,
+        bench_files=args.bench,
     )
     print(out)
     return 0
@@ -35,18 +68,34 @@ def _cmd_claims(args: argparse.Namespace) -> int:
 def add_subcommands(subparsers) -> None:
     """Add `table`, `figure` and `claims` to the `tapernorm` parser's subparsers."""
     runs_help = "run directories (each with config.json, metrics.jsonl, eval.json)"
+    bench_help = "CSVs written by `tapernorm bench forward|decode`"
 
-    t = subparsers.add_parser("table", help="paper table from run directories -> .csv/.md/.tex")
-    t.add_argument("which", choices=["1", "2", "5"], help="table number")
-    t.add_argument("--runs", type=Path, nargs="+", required=True, help=runs_help)
+    t = subparsers.add_parser(
+        "table", help="paper table from run directories or benchmark CSVs -> .csv/.md/.tex"
+    )
+    t.add_argument(
+        "which",
+        choices=["1", "2", "3", "4", "5", "6", "decode"],
+        help="table number, or decode (3, decode: from --bench)",
+    )
+    t.add_argument("--runs", type=Path, nargs="+", default=[], help=runs_help)
+    t.add_argument(
+        "--bench", type=Path, nargs="+", default=[], help="tables 3, decode: " + bench_help
+    )
+    t.add_argument(
+        "--evals", type=Path, nargs="+", default=[], help="table 4: eval JSON files (eval sets)"
+    )
     t.add_argument(
         "--out", type=Path, required=True, help="output stem, e.g. results/tables/table2"
     )
     t.set_defaults(func=_cmd_table)
 
-    f = subparsers.add_parser("figure", help="paper figure from run directories -> .pdf and .png")
-    f.add_argument("which", choices=["fig1", "fig2", "fig3", "fig4", "fig6"])
-    f.add_argument("--runs", type=Path, nargs="+", required=True, help=runs_help)
+    f = subparsers.add_parser(
+        "figure", help="paper figure from run directories or benchmark CSVs -> .pdf and .png"
+    )
+    f.add_argument("which", choices=["fig1", "fig2", "fig3", "fig4", "fig5", "fig6"])
+    f.add_argument("--runs", type=Path, nargs="+", default=[], help=runs_help)
+    f.add_argument("--bench", type=Path, nargs="+", default=[], help="fig5: decode " + bench_help)
     f.add_argument("--out", type=Path, required=True, help="e.g. figures/fig3_logit_norm.pdf")
     f.add_argument("--width", type=int, help="model width for figs 2-4 (default: the largest)")
     f.set_defaults(func=_cmd_figure)
@@ -57,5 +106,13 @@ def add_subcommands(subparsers) -> None:
         "--ablation-runs", type=Path, nargs="+", default=[], help="scale-anchor ablation runs"
     )
     c.add_argument("--verify", type=Path, nargs="+", default=[], help="verify.json files of fold")
+    c.add_argument("--bench", type=Path, nargs="+", default=[], help=bench_help + " (claim 7)")
+    c.add_argument(
+        "--finetune-evals",
+        type=Path,
+        nargs="+",
+        default=[],
+        help="eval JSON files of the GPT-2 fine-tuning runs (claim 8)",
+    )
     c.add_argument("--out", type=Path, required=True, help="markdown file, e.g. results/claims.md")
     c.set_defaults(func=_cmd_claims)

@@ -1,0 +1,276 @@
+"""Table 3 (forward throughput), the decode table and figure 5 (decode speedups) from the CSVs that
+`tapernorm bench forward|decode` writes; the paper's numbers beside ours, labelled as such.
+
+Every speedup is the median over interleaved rounds of t_baseline / t_variant (bench.py), with the
+quartiles of those per-round ratios as its spread. Captions say where ours were measured: on the default
+CPU pipeline that is a CPU at the default model scale, not the paper's H100 at 30M parameters.
+"""
+
+from __future__ import annotations
+
+import textwrap
+from collections.abc import Sequence
+from pathlib import Path
+
+import pandas as pd
+import seaborn as sns
+from matplotlib.figure import Figure
+
+from . import paper
+from .figures import save_figure
+from .tables import write_table
+
+VARIANTS = ("baseline", "explicit", "folded")
+LABELS = {"baseline": "Baseline", "explicit": "Explicit scaling", "folded": "Folded"}
+COLORS = {"explicit": sns.color_palette("tab10")[1], "folded": sns.color_palette("tab10")[2]}
+SETTING = ["device", "device_name", "dtype", "torch", "threads", "n_embd", "n_layer", "params"]
+REQUIRED = {
+    "forward": ["batch", "seq_len", "tok_s", "latency_ms"],
+    "decode": ["batch", "prompt_len", "new_tokens", "prefill_ms", "decode_tok_s"],
+}
+COMMON = ["benchmark", "mode", "variant", "speedup", "speedup_q1", "speedup_q3", "rounds", "warmup"]
+
+
+def load_bench(paths: Sequence[str | Path], benchmark: str | None = None) -> pd.DataFrame:
+    """The rows of one or more benchmark CSVs (optionally only `benchmark`), columns checked."""
+    frames = []
+    for path in paths:
+        path = Path(path)
+        if not path.is_file():
+            raise FileNotFoundError(f"benchmark file {path} does not exist")
+        df = pd.read_csv(path)
+        missing = [c for c in COMMON + SETTING if c not in df.columns]
+        for kind in set(df.get("benchmark", [])):
+            missing += [c for c in REQUIRED.get(kind, []) if c not in df.columns]
+        if missing:
+            raise ValueError(f"benchmark file {path} lacks columns {sorted(set(missing))}")
+        frames.append(df)
+    df = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=COMMON)
+    if benchmark is not None:
+        df = df[df["benchmark"] == benchmark]
+        if df.empty:
+            raise ValueError(f"no {benchmark} rows in {[str(p) for p in paths]}")
+    if "source" not in df.columns:
+        df["source"] = ""
+    return df.fillna({"source": ""}).reset_index(drop=True)
+
+
+def where(df: pd.DataFrame) -> str:
+    """Where and at what scale the rows were measured, for captions and claims."""
+    settings = df[SETTING].drop_duplicates()
+    if len(settings) > 1:
+        raise ValueError(f"rows from {len(settings)} different settings; give one:\n{settings}")
+    s = settings.iloc[0].to_dict()
+    place = (
+        f"a CPU ({s['device_name']}, {s['threads']} threads)"
+        if s["device"] == "cpu"
+        else f"a GPU ({s['device_name']})"
+    )
+    sources = "; ".join(sorted(x for x in df["source"].unique() if x))
+    text = (
+        f"{place}, {s['dtype']}, torch {s['torch']}, model d={s['n_embd']} L={s['n_layer']} "
+        f"({s['params'] / 1e6:.2f}M parameters)"
+    )
+    return text + (f", {sources}" if sources else "")
+
+
+def scale_note(df: pd.DataFrame) -> str:
+    """A plain statement of how our setting differs from the paper's (H100, bf16, 30M)."""
+    s = df.iloc[0].to_dict()
+    if s["device"] == "cpu":
+        return (
+            f"Measured on a CPU at the default model scale (d={s['n_embd']}), not on the paper's "
+            "H100 at 30M parameters: absolute throughputs are not comparable, only the direction "
+            "and rough size of the speedups."
+        )
+    if int(s["n_embd"]) != 512 or s["dtype"] != "bfloat16":
+        return (
+            f"Measured on {s['device_name']} at d={s['n_embd']} in {s['dtype']}, not the paper's "
+            "30M model in bf16 on an H100."
+        )
+    return f"Measured at the paper's scale (d=512, bf16) on {s['device_name']} (paper: H100)."
+
+
+def _ktok(tok_s: float) -> str:
+    k = tok_s / 1e3
+    return f"{k:.1f}" if k >= 10 else f"{k:.2f}"
+
+
+def _x(v: float) -> str:
+    return f"{v:.2f}×"
+
+
+def _iqr(row) -> str:
+    return f"{row.speedup_q1:.2f}–{row.speedup_q3:.2f}"
+
+
+def _cells(df: pd.DataFrame, keys: list[str]) -> dict[tuple, dict[str, object]]:
+    """(cell keys) -> {variant: row}."""
+    out: dict[tuple, dict[str, object]] = {}
+    for row in df.itertuples(index=False):
+        out.setdefault(tuple(int(getattr(row, k)) for k in keys), {})[row.variant] = row
+    for cell, variants in out.items():
+        missing = [v for v in VARIANTS if v not in variants]
+        if missing:
+            raise ValueError(f"benchmark cell {dict(zip(keys, cell, strict=True))} lacks {missing}")
+    return out
+
+
+# ---- table 3: forward throughput ------------------------------------------------------------------
+
+
+def table3(df: pd.DataFrame) -> tuple[pd.DataFrame, str]:
+    """Per (B, T): our baseline / explicit / folded throughput (k tok/s) with speedups, paper beside."""
+    df = df[df["benchmark"] == "forward"]
+    if df.empty:
+        raise ValueError("table 3 needs forward benchmark rows (tapernorm bench forward)")
+    ours = _cells(df, ["batch", "seq_len"])
+    rows = []
+    for B, T in sorted(set(ours) | set(paper.TABLE3)):
+        row: dict[str, object] = {"B": B, "T": T}
+        cell = ours.get((B, T))
+        for v in VARIANTS:
+            if cell is None:
+                row[f"{LABELS[v]} (ours)"] = "—"
+            elif v == "baseline":
+                row[f"{LABELS[v]} (ours)"] = _ktok(cell[v].tok_s)
+            else:
+                row[f"{LABELS[v]} (ours)"] = f"{_ktok(cell[v].tok_s)} ({_x(cell[v].speedup)})"
+        row["Folded speedup IQR (ours)"] = _iqr(cell["folded"]) if cell else "—"
+        for v in VARIANTS:
+            row[f"{LABELS[v]} (paper)"] = paper.table3_text(B, T, v)
+        rows.append(row)
+    s = df.iloc[0].to_dict()
+    caption = (
+        "**Table 3.** Forward throughput in k tokens/s (one forward pass over B × T tokens returning "
+        "the last token's logits, no KV cache) of the RMSNorm baseline and of Internal-Taper (+aux) at "
+        "g=0 exported as explicit scaling and folded; in parentheses the speedup over the baseline: "
+        f"the median of per-round time ratios over {s['rounds']} interleaved rounds after "
+        f"{s['warmup']} "
+        f"warmup rounds (latency: the median; IQR: quartiles of the per-round ratios). Ours: "
+        f"{where(df)}. {scale_note(df)} Paper: {paper.TABLE3_SOURCE} ({paper.TABLE3_SETUP}). "
+        "—: cell not measured."
+    )
+    return pd.DataFrame(rows), caption
+
+
+# ---- the decode table -----------------------------------------------------------------------------
+
+
+def table_decode(df: pd.DataFrame) -> tuple[pd.DataFrame, str]:
+    """Per mode, B and prompt: prefill ms and decode tok/s of each variant, decode speedups."""
+    df = df[df["benchmark"] == "decode"]
+    if df.empty:
+        raise ValueError("the decode table needs decode benchmark rows (tapernorm bench decode)")
+    rows = []
+    for mode in [m for m in ("eager", "compiled") if m in set(df["mode"])]:
+        cells = _cells(df[df["mode"] == mode], ["batch", "prompt_len"])
+        for (B, P), cell in sorted(cells.items()):
+            row: dict[str, object] = {"Mode": mode, "B": B, "Prompt": P}
+            row["Prefill ms (baseline / explicit / folded)"] = " / ".join(
+                f"{cell[v].prefill_ms:.3g}" for v in VARIANTS
+            )
+            for v in VARIANTS:
+                row[f"{LABELS[v]} tok/s"] = f"{cell[v].decode_tok_s:,.1f}"
+            for v in VARIANTS[1:]:
+                row[f"{LABELS[v]} speedup (IQR)"] = f"{_x(cell[v].speedup)} ({_iqr(cell[v])})"
+            rows.append(row)
+    s = df.iloc[0].to_dict()
+    headline = paper.DECODE_SPEEDUP
+    caption = (
+        f"**Decode benchmark.** Greedy decoding with a preallocated KV cache: a prefill over the prompt, "
+        f"then {s['new_tokens']} decode steps; decode tok/s = B × {s['new_tokens']} / decode time, "
+        f"prefill timed apart. Medians of {s['rounds']} interleaved rounds after {s['warmup']} "
+        "warmup rounds; "
+        "speedup = median of per-round decode-time ratios baseline / export (IQR: their quartiles). "
+        "eager: the model's KV-cache path; compiled: a fixed-shape decode step under torch.compile "
+        f"(CUDA graphs on a GPU), prefill eager. Ours: {where(df)}. {scale_note(df)} Paper "
+        f"({paper.DECODE_SOURCE}, KV-cached decoding, headline only): up to "
+        f"{headline['explicit']:.2f}× (explicit scaling) and {headline['folded']:.2f}× (folded); "
+        "its per-cell numbers and protocol are not known, the protocol here is ours."
+    )
+    return pd.DataFrame(rows), caption
+
+
+# ---- figure 5: decode speedups --------------------------------------------------------------------
+
+
+def fig5(df: pd.DataFrame) -> Figure:
+    """Speedup of explicit scaling and folded over the baseline per (B, prompt) cell, one panel per
+    mode (eager, compiled), with the paper's headline speedups as labelled reference lines."""
+    df = df[df["benchmark"] == "decode"]
+    if df.empty:
+        raise ValueError("fig5 needs decode benchmark rows (tapernorm bench decode)")
+    modes = [m for m in ("eager", "compiled") if m in set(df["mode"])]
+    with sns.axes_style("whitegrid"):
+        fig = Figure(figsize=(4.2 * len(modes) + 1.5, 4.2), layout="constrained")
+        axes = fig.subplots(1, len(modes), squeeze=False, sharey=True)[0]
+    for ax, mode in zip(axes, modes, strict=True):
+        cells = sorted(_cells(df[df["mode"] == mode], ["batch", "prompt_len"]).items())
+        for j, v in enumerate(VARIANTS[1:]):
+            xs = [i + (j - 0.5) * 0.25 for i in range(len(cells))]
+            mid = [c[v].speedup for _, c in cells]
+            err = [
+                [c[v].speedup - c[v].speedup_q1 for _, c in cells],
+                [c[v].speedup_q3 - c[v].speedup for _, c in cells],
+            ]
+            ax.errorbar(
+                xs, mid, yerr=err, fmt="o", ms=6, capsize=3, color=COLORS[v], label=LABELS[v]
+            )
+        ax.set_xticks(range(len(cells)), [f"B={B}\nP={P}" for (B, P), _ in cells], fontsize=8)
+        ax.set_xlim(-0.6, len(cells) - 0.4)
+        ax.axhline(1.0, color="0.3", lw=1)
+        for v, ls in (("explicit", "--"), ("folded", ":")):
+            ref = paper.DECODE_SPEEDUP[v]
+            label = f"paper: {LABELS[v]} up to {ref}×"
+            ax.axhline(ref, color=COLORS[v], ls=ls, lw=1.3, label=label)
+        ax.set_title(f"decode speedup, {mode}", fontsize=10)
+        ax.set_xlabel("batch B, prompt length P")
+    axes[0].set_ylabel("decode speedup over the RMSNorm baseline (×)")
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="outside right upper", fontsize=8)
+    note = (
+        f"Greedy decoding, {df['new_tokens'].iloc[0]} decode steps; markers: median of per-round "
+        f"ratios t_baseline / t_export, bars: their quartiles. Ours: {where(df)}. {scale_note(df)}"
+    )
+    fig.supxlabel(textwrap.fill(note, 40 * (len(modes) + 1)), fontsize=7, x=0.01, ha="left")
+    return fig
+
+
+# ---- summaries for claim 7 ------------------------------------------------------------------------
+
+
+def speedup_summary(df: pd.DataFrame) -> list[dict]:
+    """Per benchmark (forward; decode per mode): best and median over cells of each export's
+    speedup, and in how many cells the export was faster in at least 3 of 4 rounds (q1 > 1)."""
+    out = []
+    for (benchmark, mode), part in df.groupby(["benchmark", "mode"], sort=False):
+        entry = {"benchmark": benchmark, "mode": mode, "cells": 0}
+        for v in VARIANTS[1:]:
+            mine = part[part["variant"] == v]
+            entry["cells"] = len(mine)
+            entry[v] = {
+                "best": float(mine["speedup"].max()),
+                "median": float(mine["speedup"].median()),
+                "consistent": int((mine["speedup_q1"] > 1).sum()),
+            }
+        out.append(entry)
+    return out
+
+
+# ---- entry points ---------------------------------------------------------------------------------
+
+BENCH_TABLES = {"3": table3, "decode": table_decode}
+
+
+def make_bench_table(which: str, bench_csvs: Sequence[str | Path], out_stem: str | Path):
+    """Build table "3" (forward) or "decode" from benchmark CSVs and write its csv/md/tex."""
+    if which not in BENCH_TABLES:
+        raise ValueError(f"unknown benchmark table {which!r}; choose from {sorted(BENCH_TABLES)}")
+    df, caption = BENCH_TABLES[which](load_bench(bench_csvs))
+    return write_table(df, out_stem, caption)
+
+
+def make_fig5(bench_csvs: Sequence[str | Path], out: str | Path) -> list[Path]:
+    """Figure 5 from decode benchmark CSVs, saved as <out stem>.pdf and .png."""
+    return save_figure(fig5(load_bench(bench_csvs)), out)

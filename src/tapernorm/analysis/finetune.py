@@ -1,0 +1,317 @@
+"""Tables 4 and 6 of the GPT-2 fine-tuning family (Sec. 6.4), and the numbers claim 8 is judged on.
+
+Inputs are the eval JSON files of `tapernorm eval` on evaluation sets (one per run and set; each
+carries the run's name, protocol, model, label and the folded model's loss for All-TaperLN) and the
+fine-tuning run directories (their config.json gives the schedules of Table 6).
+
+Table 4: mean CE per model, protocol and set, ours beside the paper's; the paper's FakeLN row
+(Baroni et al. 2025) is published, not rerun. Table 6: the schedules, ours (from the run configs)
+beside the paper's.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from pathlib import Path
+
+import pandas as pd
+
+from ..config import PROTOCOLS
+from . import paper
+from .tables import write_table
+
+NOT_OFFLINE = "not available offline"
+NOT_RERUN = "published, not rerun"
+NOT_RUN = "not run"
+SET_NAMES = {"owt": "OWT", "pile": "Pile", "pile_filtered": "Pile-filtered"}
+CLOSE_PCT = 2.0  # claim 8: a TaperLN cell is "close to Vanilla" if at most this much above it
+
+
+def _read(path: Path) -> dict:
+    if not path.is_file():
+        raise FileNotFoundError(f"eval file {path} does not exist")
+    try:
+        obj = json.loads(path.read_text())
+    except json.JSONDecodeError as e:
+        raise ValueError(f"eval file {path} is not valid JSON: {e}") from e
+    if "set" not in obj or "run" not in obj:
+        raise ValueError(f"eval file {path} is not an evaluation-set result of `tapernorm eval`")
+    return obj
+
+
+def table4_column(eval_set: str) -> str:
+    """The paper's column an evaluation set fills: OWT for the fine-tuning corpus' held-out split
+    (whatever the corpus: a stand-in off the paper's scale), else the set's own name."""
+    return "owt" if eval_set == "heldout" else eval_set
+
+
+def load_finetune_evals(paths: Sequence[str | Path]) -> pd.DataFrame:
+    """One row per (run, evaluation set) from eval JSON files."""
+    rows = []
+    for p in paths:
+        path = Path(p)
+        obj = _read(path)
+        meta = obj["run"].get("meta", {})
+        if meta.get("protocol") not in PROTOCOLS:
+            raise ValueError(f"eval file {path}: run {obj['run'].get('name')} has no protocol")
+        set_meta = obj.get("set_meta", {})
+        folded = obj.get("folded") or {}
+        loss = obj.get("val_loss")
+        rows.append(
+            {
+                "file": str(path),
+                "run": obj["run"].get("name"),
+                "protocol": meta["protocol"],
+                "model": meta["model"],
+                "label": meta.get("label") or meta["model"],
+                "paper": meta.get("paper"),
+                "init": meta.get("init"),
+                "set": obj["set"],
+                "column": table4_column(obj["set"]),
+                "corpus": set_meta.get("corpus"),
+                "source": set_meta.get("source"),
+                "row_len": set_meta.get("row_len"),
+                "rows": obj.get("rows"),
+                "loss": float(loss) if loss is not None and math.isfinite(loss) else math.nan,
+                "folded_loss": folded.get("val_loss", math.nan),
+                "fold_diff": folded.get("loss_diff", math.nan),
+                "diverged": bool(obj["run"].get("diverged", False)),
+                "steps": obj["run"].get("steps"),
+            }
+        )
+    df = pd.DataFrame(rows)
+    if df.empty:
+        raise ValueError("no eval files given")
+    dup = df[df.duplicated(["model", "protocol", "set"])]
+    if len(dup):
+        raise ValueError(f"two eval files for {dup.iloc[0][['model', 'protocol', 'set']].tolist()}")
+    return df
+
+
+def paper_comparable(row: pd.Series) -> bool:
+    """Whether our number is measured like the paper's: the paper's own hub model, on the paper's
+    set (OWT held-out, The Pile or Pile-filtered)."""
+    if row["paper"] is None or row["init"] != f"hf:{row['paper']}":
+        return False
+    return row["set"] != "heldout" or row["corpus"] == "openwebtext"
+
+
+# ---- Table 4 ----------------------------------------------------------------------------------------
+
+
+def _fmt(x: float) -> str:
+    return "diverged" if x is None or not math.isfinite(x) else f"{x:.4f}"
+
+
+def _paper_cell(model: str | None, protocol: str, column: str) -> str:
+    values = paper.TABLE4.get((model, protocol)) if model else None
+    if values is None:
+        return "—"
+    text = f"{values[paper.TABLE4_SETS.index(column)]:.4f}"
+    return (
+        text + " (outlier-dominated)"
+        if (model, protocol, column) in paper.TABLE4_OUTLIERS
+        else text
+    )
+
+
+def table4(evals: pd.DataFrame) -> tuple[pd.DataFrame, str]:
+    """Mean CE per model and protocol on OWT / Pile / Pile-filtered, ours beside the paper's."""
+    entries = []  # (our model or None, label, the paper's model or None)
+    for model in dict.fromkeys(evals["model"]):
+        first = evals[evals["model"] == model].iloc[0]
+        entries.append((model, first["label"], first["paper"]))
+    stand_ins = {paper_model for _, _, paper_model in entries}
+    entries += [(None, name, p) for p, name in paper.GPT2_MODELS.items() if p not in stand_ins]
+    rows = []
+    for model, label, paper_model in entries:
+        ran = set(evals[evals["model"] == model]["protocol"])
+        for protocol in paper.TABLE4_PROTOCOLS:
+            row = {
+                "Model": label,
+                "Paper model": paper.GPT2_MODELS.get(paper_model, "—"),
+                "Protocol": PROTOCOLS[protocol]["label"] if protocol in PROTOCOLS else "FakeLN",
+            }
+            mine = evals[(evals["model"] == model) & (evals["protocol"] == protocol)]
+            for column, name in SET_NAMES.items():
+                cell = mine[mine["column"] == column]
+                if protocol == "fakeln":
+                    ours = NOT_RERUN
+                elif protocol not in ran:
+                    ours = NOT_RUN
+                elif cell.empty:
+                    ours = NOT_OFFLINE
+                else:
+                    ours = _fmt(cell["loss"].iloc[0])
+                row[f"{name} (ours)"] = ours
+                row[f"{name} (paper)"] = _paper_cell(paper_model, protocol, column)
+            diffs = mine["fold_diff"].dropna()
+            row["Folded − unfolded (ours)"] = (
+                f"max |ΔCE| {diffs.abs().max():.1e}" if len(diffs) else "—"
+            )
+            rows.append(row)
+    df = pd.DataFrame(rows)
+    heldout = evals[evals["set"] == "heldout"]
+    sets = []
+    for corpus, group in heldout.groupby("corpus", dropna=False):
+        what = "OWT held-out split (test_size=0.0005, seed=2357)"
+        if corpus != "openwebtext":
+            what = (
+                f"the {corpus or 'fine-tuning corpus'} validation split (stands in for the OWT "
+                "held-out split, which is not available offline)"
+            )
+        sets.append(
+            f"OWT column: {what}, {int(group['rows'].max())} rows of "
+            f"{int(group['row_len'].max())} tokens"
+        )
+    for name in ("pile", "pile_filtered"):
+        got = evals[evals["set"] == name]
+        if len(got):
+            sets.append(
+                f"{SET_NAMES[name]}: {got['source'].iloc[0]}, {int(got['rows'].max())} rows "
+                f"of {int(got['row_len'].max())} tokens"
+            )
+        else:
+            sets.append(f"{SET_NAMES[name]}: {NOT_OFFLINE} (not in this config's eval sets)")
+    caption = (
+        "**Table 4.** GPT-2 fine-tuning: mean cross-entropy at g=0 (each row of an evaluation set "
+        "scored on its own) by model and protocol, ours beside "
+        f"{paper.TABLE4_SOURCE}. " + "; ".join(sets) + ". FakeLN: the published numbers of "
+        f"Baroni et al. (2025): {NOT_RERUN}. '{NOT_RUN}': the paper's model has no run here. "
+        "Folded − unfolded: the All-TaperLN model folded into its projections (untied head, "
+        "output bias) scored on the same rows as the unfolded g=0 model."
+    )
+    return df, caption
+
+
+# ---- Table 6 ----------------------------------------------------------------------------------------
+
+
+def _run_config(run_dir: Path) -> dict:
+    path = run_dir / "config.json"
+    if not path.is_file():
+        raise FileNotFoundError(f"run directory {run_dir}: missing config.json (did it run?)")
+    cfg = json.loads(path.read_text())
+    if cfg.get("meta", {}).get("family") != "finetune":
+        raise ValueError(f"run directory {run_dir} is not a fine-tuning run (meta.family)")
+    return cfg
+
+
+def _lr(lr: float, min_lr: float) -> str:
+    return f"{lr:g} ({min_lr:g})"
+
+
+def table6(run_dirs: Sequence[str | Path]) -> tuple[pd.DataFrame, str]:
+    """Schedules per model: ours from the run configs, beside the paper's Table 6."""
+    by_model: dict[str, list[dict]] = {}
+    for d in run_dirs:
+        cfg = _run_config(Path(d))
+        by_model.setdefault(cfg["meta"]["model"], []).append(cfg)
+    rows, ran = [], set()
+    for model, cfgs in by_model.items():
+        tapered = [c for c in cfgs if c["model"]["taper"] != "none"] or cfgs
+        c = tapered[0]
+        t, m = c["train"], c["model"]
+        ref = paper.TABLE6.get(c["meta"].get("paper"))
+        ran.add(c["meta"].get("paper"))
+        row = {
+            "Model": c["meta"].get("label") or model,
+            "Paper model": paper.GPT2_MODELS.get(c["meta"].get("paper"), "—"),
+            "Protocols (ours)": ", ".join(PROTOCOLS[x["meta"]["protocol"]]["label"] for x in cfgs),
+            "Steps (ours)": f"{t['steps']} / {t['warmup_steps']} / {c['taper']['start']} / "
+            f"{c['taper']['end']}",
+            "LR (min) (ours)": _lr(t["lr"], t["min_lr"]),
+            "λ (ours)": f"{c['anchor']['lam']:g}",
+            "Tokens/step (ours)": f"{t['batch_size']} × {t['grad_accum']} × {m['block_size']} = "
+            f"{t['batch_size'] * t['grad_accum'] * m['block_size']:,}",
+        }
+        row.update(_paper_schedule(ref))
+        rows.append(row)
+    for name, ref in paper.TABLE6.items():
+        if name not in ran:
+            row = {"Model": paper.GPT2_MODELS[name], "Paper model": paper.GPT2_MODELS[name]}
+            row.update({k: NOT_RUN for k in rows[0] if k.endswith("(ours)")} if rows else {})
+            row.update(_paper_schedule(ref))
+            rows.append(row)
+    caption = (
+        "**Table 6.** Fine-tuning schedules: total steps / warmup end / taper start (last step at "
+        "g=1) / taper end (first step at g=0), peak (min) learning rate, scale-loss weight λ and "
+        f"tokens per optimizer step, ours from the run configs beside {paper.TABLE6_SOURCE} "
+        f"(AdamW {paper.FINETUNE_BETAS}, weight decay {paper.FINETUNE_WEIGHT_DECAY:g}, clip 1.0, "
+        f"EMA mu {paper.FINETUNE_EMA_MU:g}, ~2^19 tokens per step)."
+    )
+    return pd.DataFrame(rows).fillna("—"), caption
+
+
+def _paper_schedule(ref: paper.FinetuneSchedule | None) -> dict:
+    if ref is None:
+        keys = ("Steps (paper)", "LR (min) (paper)", "λ (paper)", "Tokens/step (paper)")
+        return dict.fromkeys(keys, "—")
+    return {
+        "Steps (paper)": f"{ref.steps} / {ref.warmup_end} / {ref.taper_start} / {ref.taper_end}",
+        "LR (min) (paper)": _lr(ref.lr, ref.min_lr),
+        "λ (paper)": f"{ref.lam:g}",
+        "Tokens/step (paper)": f"≈2^19 ({paper.FINETUNE_TOKENS_PER_STEP:,})",
+    }
+
+
+def make_finetune_table(
+    which: str,
+    run_dirs: Sequence[str | Path],
+    eval_files: Sequence[str | Path],
+    out_stem: str | Path,
+) -> list[Path]:
+    """Table 4 (from eval files) or 6 (from run directories) as csv/md/tex."""
+    if which == "4":
+        if not eval_files:
+            raise ValueError("table 4 needs --evals (eval JSON files of the fine-tuning runs)")
+        df, caption = table4(load_finetune_evals(eval_files))
+    elif which == "6":
+        if not run_dirs:
+            raise ValueError("table 6 needs --runs (fine-tuning run directories)")
+        df, caption = table6(run_dirs)
+    else:
+        raise ValueError(f"not a fine-tuning table: {which!r}")
+    return write_table(df, out_stem, caption)
+
+
+# ---- claim 8 ----------------------------------------------------------------------------------------
+
+
+def claim8_cells(evals: pd.DataFrame) -> dict:
+    """Per TaperLN cell (model, protocol, set): gap to our Vanilla in % and, where our number is
+    measured like the paper's, whether it is at or below the published FakeLN number."""
+    close, fake, fold = [], [], []
+    for _, row in evals[evals["protocol"] != "vanilla"].iterrows():
+        base = evals[
+            (evals["model"] == row["model"])
+            & (evals["protocol"] == "vanilla")
+            & (evals["set"] == row["set"])
+        ]
+        if len(base) and math.isfinite(row["loss"]) and math.isfinite(base["loss"].iloc[0]):
+            gap = 100 * (row["loss"] / base["loss"].iloc[0] - 1)
+            close.append((row["model"], row["protocol"], row["set"], gap))
+        elif len(base):
+            close.append((row["model"], row["protocol"], row["set"], math.inf))
+        ref = paper.TABLE4.get((row["paper"], "fakeln"))
+        if ref is not None and paper_comparable(row):
+            published = ref[paper.TABLE4_SETS.index(row["column"])]
+            fake.append((row["model"], row["protocol"], row["set"], row["loss"] <= published))
+        if math.isfinite(row["fold_diff"]):
+            fold.append(abs(row["fold_diff"]))
+    return {"close": close, "fakeln": fake, "fold": fold}
+
+
+def paper_claim8_counts() -> tuple[int, int, int]:
+    """(cells within CLOSE_PCT of Vanilla, cells at or below FakeLN, TaperLN cells) in Table 4."""
+    n_close = n_fake = n = 0
+    for (model, protocol), values in paper.TABLE4.items():
+        if protocol not in ("internal_taperln", "all_taperln"):
+            continue
+        for i in range(len(paper.TABLE4_SETS)):
+            n += 1
+            n_close += values[i] <= paper.TABLE4[(model, "vanilla")][i] * (1 + CLOSE_PCT / 100)
+            n_fake += values[i] <= paper.TABLE4[(model, "fakeln")][i]
+    return n_close, n_fake, n

@@ -1,0 +1,103 @@
+# Inference benchmarks (paper Table 3, our decode protocol; fig5, claim 7) of the trained baseline and
+# Internal-Taper (+aux) runs at the figure width, seed 0. A benchmark takes every core, so no training
+# job runs beside it on a CPU; it needs the tapered run's fold verification to have passed.
+
+
+rule bench_forward:
+    input:
+        unpack(bench_inputs),
+    output:
+        "results/bench/forward.csv",
+    log:
+        "logs/bench/forward.log",
+    conda:
+        "../envs/tapernorm.yaml"
+    threads: workflow.cores
+    resources:
+        gpu=BENCH_GPU,
+    params:
+        baseline=lambda w, input: os.path.dirname(input.baseline),
+        tapered=lambda w, input: os.path.dirname(input.tapered),
+        grid=tp.bench_args(config, "forward") if config["bench"] else "",
+    shell:
+        "OMP_NUM_THREADS={threads} tapernorm bench forward --baseline {params.baseline} "
+        "--tapered {params.tapered} {params.grid} --threads {threads} --out {output} "
+        "> {log} 2>&1"
+
+
+rule bench_decode:
+    input:
+        unpack(bench_inputs),
+    output:
+        "results/bench/decode.csv",
+    log:
+        "logs/bench/decode.log",
+    conda:
+        "../envs/tapernorm.yaml"
+    threads: workflow.cores
+    resources:
+        gpu=BENCH_GPU,
+    params:
+        baseline=lambda w, input: os.path.dirname(input.baseline),
+        tapered=lambda w, input: os.path.dirname(input.tapered),
+        grid=tp.bench_args(config, "decode") if config["bench"] else "",
+    shell:
+        "OMP_NUM_THREADS={threads} tapernorm bench decode --baseline {params.baseline} "
+        "--tapered {params.tapered} {params.grid} --threads {threads} --out {output} "
+        "> {log} 2>&1"
+
+
+rule table3:
+    input:
+        "results/bench/forward.csv",
+    output:
+        csv=report(
+            "results/tables/table3.csv",
+            caption="../report/table3.rst",
+            category="Tables",
+        ),
+        md="results/tables/table3.md",
+        tex="results/tables/table3.tex",
+    log:
+        "logs/tables/table3.log",
+    conda:
+        "../envs/tapernorm.yaml"
+    shell:
+        "tapernorm table 3 --bench {input} --out results/tables/table3 > {log} 2>&1"
+
+
+rule table_decode:
+    input:
+        "results/bench/decode.csv",
+    output:
+        csv=report(
+            "results/tables/table_decode.csv",
+            caption="../report/table_decode.rst",
+            category="Tables",
+        ),
+        md="results/tables/table_decode.md",
+        tex="results/tables/table_decode.tex",
+    log:
+        "logs/tables/table_decode.log",
+    conda:
+        "../envs/tapernorm.yaml"
+    shell:
+        "tapernorm table decode --bench {input} --out results/tables/table_decode > {log} 2>&1"
+
+
+rule fig5:
+    input:
+        "results/bench/decode.csv",
+    output:
+        pdf="figures/fig5_decode_speedup.pdf",
+        png=report(
+            "figures/fig5_decode_speedup.png",
+            caption="../report/fig5_decode_speedup.rst",
+            category="Figures",
+        ),
+    log:
+        "logs/figures/fig5_decode_speedup.log",
+    conda:
+        "../envs/tapernorm.yaml"
+    shell:
+        "tapernorm figure fig5 --bench {input} --out {output.pdf} > {log} 2>&1"
