@@ -222,19 +222,17 @@ def test_failing_job_fails_the_run_and_a_rerun_completes_it(runs, tmp_path):
     assert "Nothing to be done" in out, out[-20000:]
 
 
-def job_states() -> list[str]:
-    proc = subprocess.run(
-        ["squeue", "--noheader", "--format", "%T"], capture_output=True, text=True, timeout=30
-    )
-    return proc.stdout.split()
-
-
-def kill_node() -> None:
-    """Simulate the node dying: SIGKILL slurmd, every job's processes and their slurmstepd."""
+def node_processes() -> tuple[set[str], set[int]]:
+    """The jobs whose processes run on the node, and those processes (`scontrol listpids`)."""
     listing = subprocess.run(
-        ["scontrol", "listpids"], capture_output=True, text=True, timeout=30, check=True
+        ["scontrol", "listpids"], capture_output=True, text=True, timeout=30
     ).stdout
-    pids = {int(m[1]) for m in re.finditer(r"^\s*(\d+)\s", listing, re.M)}
+    rows = re.findall(r"^\s*(\d+)\s+(\d+)\s", listing, re.M)
+    return {job for _, job in rows}, {int(pid) for pid, _ in rows}
+
+
+def kill_node(pids: set[int]) -> None:
+    """Simulate the node dying: SIGKILL slurmd, the jobs' processes and their slurmstepd."""
     for pid in list(pids):  # the step daemons that watch them
         try:
             ppid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
@@ -264,11 +262,11 @@ def test_node_fault_fails_the_run_in_bounded_time_and_a_rerun_completes_it(runs,
     run = start(wd, *targets, "--jobs", "2", "--profile", PROFILE, "--configfile", CONFIG)
     try:
         deadline = time.monotonic() + 300
-        while job_states().count("RUNNING") < 2:
+        while len((procs := node_processes())[0]) < 2:  # both jobs' processes have started
             assert run.poll() is None, run.communicate()[0][-20000:]
             assert time.monotonic() < deadline, "the training jobs never started"
             time.sleep(0.5)
-        kill_node()
+        kill_node(procs[1])
         t0 = time.monotonic()
         rc, out = finish(run, timeout=NODE_FAULT_BOUND)
         print(f"\nnode fault to failed run: {time.monotonic() - t0:.0f} s")

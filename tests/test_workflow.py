@@ -83,7 +83,7 @@ def test_ci_pipeline_builds_every_target(ci_run):
             assert (ci_run / "results/tables" / f"{name}.{ext}").stat().st_size > 0
     for ext in ("pdf", "png"):
         assert (ci_run / "figures" / f"fig5_decode_speedup.{ext}").stat().st_size > 1000
-    assert "measured on a CPU" in (ci_run / "results/tables/table3.md").read_text().lower()
+    assert "measured on a cpu" in (ci_run / "results/tables/table3.md").read_text().lower()
     assert "| 7. Folding speeds inference" in claims
     run = ci_run / "results/runs/pretrain/internal_aux-d32-s1"
     for f in ("config.json", "model.safetensors", "metrics.jsonl", "eval.json"):
@@ -96,13 +96,18 @@ def test_nothing_to_do_after_a_complete_run(ci_run):
 
 
 def test_deleting_one_run_rebuilds_only_it_and_its_dependants(ci_run):
+    """Snakemake does not bring back a deleted intermediate on its own: ask for the run by name
+    (it alone is retrained), then `snakemake` rebuilds exactly what depends on it."""
     shutil.rmtree(ci_run / "results/runs/pretrain/final-d32-s1")
-    out = snakemake(ci_run, "-n", "--configfile", "config/ci.yaml").stdout
-    counts = job_counts(out)
-    assert counts.get("train") == 1 and "prepare_data" not in counts and "fold" not in counts
-    assert counts.get("table") == 3 and counts.get("claims") == 1
-    assert counts.get("figure") == 2  # fig3 and fig4 show every variant; fig1, fig2, fig6 do not
-    assert not {"bench_forward", "bench_decode", "table3", "fig5"} & set(counts)  # seed-0 runs only
+    target = "results/runs/pretrain/final-d32-s1/eval.json"
+    counts = job_counts(snakemake(ci_run, "-n", target, "--configfile", "config/ci.yaml").stdout)
+    assert counts == {"train": 1}
+    snakemake(ci_run, "--cores", "2", target, "--configfile", "config/ci.yaml")
+    counts = job_counts(snakemake(ci_run, "-n", "--configfile", "config/ci.yaml").stdout)
+    assert "train" not in counts and "prepare_data" not in counts and "fold" not in counts
+    assert counts.get("claims") == 1 and counts.get("figure") == 2  # fig3, fig4: every variant
+    assert counts.get("table") == 3  # tables 1, 2, 5 (not the fine-tuning or benchmark tables)
+    assert not {"bench_forward", "bench_decode", "finetune"} & set(counts)
 
 
 def test_one_figure_builds_only_the_runs_it_needs(workdir, tmp_path):
@@ -159,7 +164,8 @@ def test_paper_config_plans_full_grid_with_gpus(workdir):
     train_jobs = [b for b in out.split("\n\n") if "rule train:" in b]
     assert train_jobs and all("gpu=1" in b for b in train_jobs)
     assert counts["bench_forward"] == counts["bench_decode"] == 1
-    bench_jobs = [b for b in out.split("\n\n") if "rule bench_" in b]
+    jobs = re.split(r"\n(?=rule \w+:)", out)  # one block per job, from its `rule` line
+    bench_jobs = [b for b in jobs if b.startswith(("rule bench_forward:", "rule bench_decode:"))]
     assert len(bench_jobs) == 2 and all("gpu=1" in b for b in bench_jobs)
     assert "results/runs/pretrain/internal_aux-d512-s0/eval.json" in "".join(bench_jobs)
 
