@@ -155,7 +155,7 @@ rule finetune_table:
     output:
         csv=report(
             "results/tables/table{n}.csv",
-            caption="../report/table{n}.rst",
+            caption="../report/finetune_tables.rst",
             category="Tables",
         ),
         md="results/tables/table{n}.md",

@@ -4,7 +4,7 @@ rule table:
     output:
         csv=report(
             "results/tables/table{n}.csv",
-            caption="../report/table{n}.rst",
+            caption="../report/tables.rst",
             category="Tables",
         ),
         md="results/tables/table{n}.md",
@@ -28,7 +28,7 @@ rule figure:
     output:
         pdf="figures/{name}.pdf",
         png=report(
-            "figures/{name}.png", caption="../report/{name}.rst", category="Figures"
+            "figures/{name}.png", caption="../report/figures.rst", category="Figures"
         ),
     log:
         "logs/figures/{name}.log",
