@@ -90,6 +90,12 @@ def test_ci_pipeline_builds_every_target(ci_run):
         assert (run / f).exists()
 
 
+def test_html_report_holds_every_figure_and_table(ci_run):
+    snakemake(ci_run, "--cores", "2", "--report", "report.html", "--configfile", "config/ci.yaml")
+    html = (ci_run / "report.html").read_text(errors="replace")
+    assert len(html) > 100_000 and "fig3_logit_norm.png" in html and "table2.csv" in html
+
+
 def test_nothing_to_do_after_a_complete_run(ci_run):
     out = snakemake(ci_run, "-n", "--configfile", "config/ci.yaml").stdout
     assert "Nothing to be done" in out
