@@ -37,7 +37,7 @@ from .bench import (
     resolve_dtype,
     timing_precision,
 )
-from .model import GPT, Attention, apply_rope
+from .model import GPT, Attention
 
 # max |cached - uncached logit| allowed, relative to max |logit|: float32 sums in another order;
 # 16-bit types also round every intermediate activation differently.
@@ -90,13 +90,7 @@ class StaticDecoder(nn.Module):
     @staticmethod
     def _attend(attn: Attention, x, rope, k_cache, v_cache, pos, mask) -> torch.Tensor:
         B, T, C = x.shape
-        sizes = (attn.n_head * attn.hd, attn.n_kv_head * attn.hd, attn.n_kv_head * attn.hd)
-        q, k, v = attn.qkv(x).split(sizes, dim=-1)
-        q = q.view(B, T, attn.n_head, attn.hd).transpose(1, 2)
-        k = k.view(B, T, attn.n_kv_head, attn.hd).transpose(1, 2)
-        v = v.view(B, T, attn.n_kv_head, attn.hd).transpose(1, 2)
-        if rope is not None:
-            q, k = apply_rope(q, *rope), apply_rope(k, *rope)
+        q, k, v = attn.heads(x, rope)
         k_cache.index_copy_(2, pos, k)
         v_cache.index_copy_(2, pos, v)
         y = F.scaled_dot_product_attention(

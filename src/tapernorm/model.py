@@ -154,16 +154,21 @@ class Attention(nn.Module):
         self.qkv = nn.Linear(cfg.n_embd, (cfg.n_head + 2 * cfg.n_kv_head) * self.hd, bias=cfg.bias)
         self.proj = nn.Linear(cfg.n_embd, cfg.n_embd, bias=cfg.bias)
 
-    def forward(self, x, rope=None, cache: KVCache | None = None, pos: int = 0) -> torch.Tensor:
-        B, T, C = x.shape
+    def heads(self, x: torch.Tensor, rope=None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """q, k, v of x (B, T, C) as (B, heads, T, head_dim), with RoPE applied to q and k."""
+        B, T, _ = x.shape
         sizes = (self.n_head * self.hd, self.n_kv_head * self.hd, self.n_kv_head * self.hd)
         q, k, v = self.qkv(x).split(sizes, dim=-1)
         q = q.view(B, T, self.n_head, self.hd).transpose(1, 2)
         k = k.view(B, T, self.n_kv_head, self.hd).transpose(1, 2)
         v = v.view(B, T, self.n_kv_head, self.hd).transpose(1, 2)
         if rope is not None:
-            cos, sin = rope
-            q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+            q, k = apply_rope(q, *rope), apply_rope(k, *rope)
+        return q, k, v
+
+    def forward(self, x, rope=None, cache: KVCache | None = None, pos: int = 0) -> torch.Tensor:
+        B, T, C = x.shape
+        q, k, v = self.heads(x, rope)
         if cache is not None:
             k, v = cache.append(k, v, pos)
         mask, causal = None, T > 1
