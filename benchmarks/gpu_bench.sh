@@ -24,7 +24,10 @@ import torch
 
 assert torch.cuda.is_available(), "gpu_bench.sh needs a CUDA GPU visible to torch"
 query = "--query-gpu=name,driver_version,memory.total,clocks.max.sm"
-smi = subprocess.run(["nvidia-smi", query, "--format=csv"], capture_output=True, text=True)
+try:
+    smi = subprocess.run(["nvidia-smi", query, "--format=csv"], capture_output=True, text=True).stdout
+except FileNotFoundError:
+    smi = "nvidia-smi not found"
 env = {
     "device": torch.cuda.get_device_name(),
     "capability": torch.cuda.get_device_capability(),
@@ -32,7 +35,7 @@ env = {
     "cuda": torch.version.cuda,
     "cudnn": torch.backends.cudnn.version(),
     "python": platform.python_version(),
-    "nvidia_smi": smi.stdout,
+    "nvidia_smi": smi,
 }
 json.dump(env, open(sys.argv[1], "w"), indent=2)
 print(json.dumps(env, indent=2))

@@ -160,13 +160,15 @@ def greedy(
     clock.sync()
     t0 = clock.stamp()
     logits = prefill(prompt)
-    out[:, P] = logits.argmax(-1)
+    tok = logits.argmax(-1, keepdim=True)  # (B, 1), its own tensor: the same strides every step
+    out[:, P] = tok[:, 0]
     t1 = clock.stamp()
     for i in range(1, new_tokens):
         if keep_logits:
             kept.append(logits.clone())
-        logits = step(out[:, P + i - 1 : P + i], P + i - 1)
-        out[:, P + i] = logits.argmax(-1)
+        logits = step(tok, P + i - 1)
+        tok = logits.argmax(-1, keepdim=True)
+        out[:, P + i] = tok[:, 0]
     t2 = clock.stamp()
     if keep_logits:
         kept.append(logits.clone())
