@@ -53,30 +53,30 @@ def environment(device: str | torch.device | None = None) -> dict:
 def interleaved_medians(
     fns: dict[str, Callable[[], None]], repeats: int, warmup: int = 2
 ) -> dict[str, dict]:
-    """Time each fn `repeats` times in round-robin order (so drift hits all alike).
+    """Time each fn `repeats` times, interleaved (paired_rounds), so drift hits all alike.
 
     Returns per name: median seconds, and the median of the per-round ratios to the first fn.
     """
-    names = list(fns)
-    for _ in range(warmup):
-        for fn in fns.values():
-            fn()
-    times: dict[str, list[float]] = {n: [] for n in names}
-    for _ in range(repeats):
-        for n in names:
+
+    def timed(fn: Callable[[], None]) -> Callable[[], dict[str, float]]:
+        def run() -> dict[str, float]:
             t0 = time.perf_counter()
-            fns[n]()
-            times[n].append(time.perf_counter() - t0)
-    base = names[0]
+            fn()
+            return {"s": time.perf_counter() - t0}
+
+        return run
+
+    times = paired_rounds({n: timed(fn) for n, fn in fns.items()}, repeats, warmup)
+    base = next(iter(fns))
     return {
         n: {
-            "median_s": statistics.median(times[n]),
-            "ratio_to_" + base: statistics.median(
-                a / b for a, b in zip(times[n], times[base], strict=True)
-            ),
+            "median_s": statistics.median(times[n]["s"]),
+            "ratio_to_" + base: 1.0 / paired_speedup(times[base]["s"], times[n]["s"])[0]
+            if n != base
+            else 1.0,
             "repeats": repeats,
         }
-        for n in names
+        for n in fns
     }
 
 
