@@ -205,7 +205,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--new-tokens", type=int, default=64)
     p.add_argument("--repeats", type=int, default=15, help="interleaved timed rounds (>= 15)")
     p.add_argument("--warmup", type=int, default=2)
-    p.add_argument("--no-compiled", action="store_true", help="skip torch.compile (~15 s a graph)")
+    p.add_argument("--no-compiled", action="store_true", help="skip torch.compile (~20 s a graph)")
     p.add_argument("--no-hf-identity", action="store_true", help="skip the transformers reference")
     p.add_argument("--out", type=Path, help="write the summary as JSON here")
     args = p.parse_args(argv)

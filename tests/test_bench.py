@@ -24,6 +24,7 @@ from tapernorm.bench import (
 )
 from tapernorm.bench_decode import (
     DecodeCheckError,
+    _compile_kwargs,
     bench_decode,
     check_decode,
     eager_decoder,
@@ -172,6 +173,13 @@ def test_compiled_decoder_traces_as_one_graph(variants):
     prompt = torch.randint(0, 97, (2, 5))
     with torch.inference_mode():
         assert check_decode(model, prefill, step, prompt, 6, Clock(CPU)) <= 1e-5
+
+
+def test_compile_options_per_device():
+    """CUDA graphs on a GPU, inductor's C++ wrapper on a CPU; the tests' trace-only backend: none."""
+    assert _compile_kwargs(torch.device("cuda"), "inductor") == {"mode": "reduce-overhead"}
+    assert _compile_kwargs(CPU, "inductor") == {"options": {"cpp_wrapper": True}}
+    assert _compile_kwargs(CPU, "eager") == {}
 
 
 @pytest.mark.slow
