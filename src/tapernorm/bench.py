@@ -240,6 +240,12 @@ def paired_speedup(base: list[float], other: list[float]) -> tuple[float, float,
     return q2, q1, q3
 
 
+def speedup_columns(base: list[float], other: list[float]) -> dict[str, float]:
+    """paired_speedup as a table row's speedup, speedup_q1 and speedup_q3."""
+    median, q1, q3 = paired_speedup(base, other)
+    return {"speedup": median, "speedup_q1": q1, "speedup_q3": q3}
+
+
 # ---- inference: the models --------------------------------------------------------------------------
 
 
@@ -412,7 +418,6 @@ def bench_forward(
                 times = paired_rounds({n: run(models[n]) for n in names}, iters, warmup)
                 for name in names:
                     latency = statistics.median(times[name]["latency"])
-                    ratio = paired_speedup(times[base]["latency"], times[name]["latency"])
                     rows.append(
                         {
                             **common,
@@ -423,9 +428,7 @@ def bench_forward(
                             "rounds": iters,
                             "latency_ms": 1e3 * latency,
                             "tok_s": B * T / latency,
-                            "speedup": ratio[0],
-                            "speedup_q1": ratio[1],
-                            "speedup_q3": ratio[2],
+                            **speedup_columns(times[base]["latency"], times[name]["latency"]),
                         }
                     )
     return rows

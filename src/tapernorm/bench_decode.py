@@ -36,6 +36,7 @@ from .bench import (
     prepare_models,
     resolve_device,
     resolve_dtype,
+    speedup_columns,
     timing_precision,
 )
 from .model import GPT, Attention
@@ -121,15 +122,15 @@ def static_decoder(
     of the graph capture."""
     decoder = StaticDecoder(model, batch, max_len)
     device = model.tok_emb.weight.device
-    run = decoder
+    run, options = decoder, {}
     if backend is not None:
-        run = torch.compile(
-            decoder, backend=backend, fullgraph=True, **_compile_kwargs(device, backend)
-        )
+        options = _compile_kwargs(device, backend)
+        run = torch.compile(decoder, backend=backend, fullgraph=True, **options)
+    cuda_graphs = options.get("mode") == "reduce-overhead"
     positions = [torch.tensor([i], device=device) for i in range(max_len)]  # one tensor per step
 
     def step(tok: torch.Tensor, pos: int) -> torch.Tensor:
-        if backend is not None:
+        if cuda_graphs:
             torch.compiler.cudagraph_mark_step_begin()  # each step overwrites the last one's outputs
         return run(tok, positions[pos])
 
@@ -304,7 +305,6 @@ def _decode_cell(
     for name in models:
         pre = statistics.median(times[name]["prefill"])
         dec = statistics.median(times[name]["decode"])
-        speed = paired_speedup(times[base]["decode"], times[name]["decode"])
         rows.append(
             {
                 "variant": name,
@@ -318,9 +318,7 @@ def _decode_cell(
                 "ms_per_step": 1e3 * dec / new_tokens,
                 "decode_tok_s": B * new_tokens / dec,
                 "prefill_tok_s": B * P / pre,
-                "speedup": speed[0],
-                "speedup_q1": speed[1],
-                "speedup_q3": speed[2],
+                **speedup_columns(times[base]["decode"], times[name]["decode"]),
                 "prefill_speedup": paired_speedup(times[base]["prefill"], times[name]["prefill"])[
                     0
                 ],
