@@ -6,6 +6,8 @@
 # (pip install -e .) with a CUDA build of torch.
 #
 #   bash benchmarks/gpu_bench.sh [OUT_DIR]        # default results/gpu/
+#   SMOKE=1 bash benchmarks/gpu_bench.sh OUT_DIR  # the same steps on the CPU, tiny model and grids:
+#                                                 # checks the script without a GPU (tests run it)
 #
 # Writes OUT_DIR/{env.json, forward.csv, decode_eager.csv, decode_compiled_b*.csv, decode.csv,
 # table3.*, table_decode.*, fig5_decode_speedup.*} and a log per step. Each step has a time limit, so
@@ -17,20 +19,34 @@ PY="${PYTHON:-python}"
 mkdir -p "$OUT"
 tn() { "$PY" -m tapernorm.cli "$@"; }
 
-"$PY" - "$OUT/env.json" <<'PYEOF'
+SMOKE="${SMOKE:-0}"
+if [ "$SMOKE" = 1 ]; then
+  MODEL=(--random d64 --device cpu --dtype float32)
+  FORWARD=(--batch-sizes 1 --seq-lens 16 --warmup 1 --repeats 2)
+  DECODE=(--prompt-lens 8 --new-tokens 4 --warmup 1 --repeats 2)
+  BATCHES=(1)
+else
+  MODEL=(--random d512 --device cuda --dtype bfloat16)
+  FORWARD=(--batch-sizes 1 4 --seq-lens 128 256 512 --warmup 10 --repeats 50)
+  DECODE=(--prompt-lens 128 512 --new-tokens 256 --warmup 2 --repeats 10)
+  BATCHES=(1 4 16)
+fi
+
+"$PY" - "$OUT/env.json" "$SMOKE" <<'PYEOF'
 import json, platform, subprocess, sys
 
 import torch
 
-assert torch.cuda.is_available(), "gpu_bench.sh needs a CUDA GPU visible to torch"
+smoke = sys.argv[2] == "1"
+assert smoke or torch.cuda.is_available(), "gpu_bench.sh needs a CUDA GPU visible to torch"
 query = "--query-gpu=name,driver_version,memory.total,clocks.max.sm"
 try:
     smi = subprocess.run(["nvidia-smi", query, "--format=csv"], capture_output=True, text=True).stdout
 except FileNotFoundError:
     smi = "nvidia-smi not found"
 env = {
-    "device": torch.cuda.get_device_name(),
-    "capability": torch.cuda.get_device_capability(),
+    "device": "cpu (SMOKE=1)" if smoke else torch.cuda.get_device_name(),
+    "capability": None if smoke else torch.cuda.get_device_capability(),
     "torch": torch.__version__,
     "cuda": torch.version.cuda,
     "cudnn": torch.backends.cudnn.version(),
@@ -41,23 +57,19 @@ json.dump(env, open(sys.argv[1], "w"), indent=2)
 print(json.dumps(env, indent=2))
 PYEOF
 
-MODEL=(--random d512 --device cuda --dtype bfloat16)
-DECODE=(--prompt-lens 128 512 --new-tokens 256 --warmup 2 --repeats 10)
-
 echo "== forward (Table 3 grid) =="
-timeout 120 "$PY" -m tapernorm.cli bench forward "${MODEL[@]}" --batch-sizes 1 4 \
-  --seq-lens 128 256 512 --warmup 10 --repeats 50 --out "$OUT/forward.csv" 2>&1 \
-  | tee "$OUT/forward.log"
+timeout 120 "$PY" -m tapernorm.cli bench forward "${MODEL[@]}" "${FORWARD[@]}" \
+  --out "$OUT/forward.csv" 2>&1 | tee "$OUT/forward.log"
 
 echo "== decode, eager =="
 timeout 180 "$PY" -m tapernorm.cli bench decode "${MODEL[@]}" "${DECODE[@]}" --modes eager \
-  --batch-sizes 1 4 16 --out "$OUT/decode_eager.csv" 2>&1 | tee "$OUT/decode_eager.log"
+  --batch-sizes "${BATCHES[@]}" --out "$OUT/decode_eager.csv" 2>&1 | tee "$OUT/decode_eager.log"
 
 echo "== decode, compiled (torch.compile reduce-overhead = CUDA graphs), one batch size at a time =="
 # every (variant, cell) compiles its own graph: batch sizes run while time is left (~5 minutes)
 status=0
 deadline=$((SECONDS + 300))
-for B in 1 4 16; do
+for B in "${BATCHES[@]}"; do
   left=$((deadline - SECONDS))
   if [ "$left" -lt 30 ]; then
     echo "no time left for compiled B=$B"
