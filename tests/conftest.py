@@ -60,3 +60,38 @@ def tiny_hf_gpt2(path, vocab: int):
                 p.add_(0.1 * torch.randn_like(p))
     model.save_pretrained(path)
     return path
+
+
+def tiny_hf_lm(kind: str, vocab: int = 101, **kw):
+    """A tiny random Hugging Face causal LM (gpt2, llama, mistral or qwen2, eval mode) whose norm
+    gains and biases are randomised too; `kw` overrides config entries."""
+    transformers = pytest.importorskip("transformers")
+    import torch
+
+    torch.manual_seed(0)
+    if kind == "gpt2":
+        cfg = {"n_layer": 2, "n_head": 4, "n_embd": 64, "n_positions": 64, "eos_token_id": 0}
+    else:
+        cfg = {
+            "num_hidden_layers": 2,
+            "hidden_size": 64,
+            "num_attention_heads": 4,
+            "num_key_value_heads": 2,
+            "intermediate_size": 172,
+            "max_position_embeddings": 64,
+            "eos_token_id": None,
+            "pad_token_id": 0,
+        }
+    cfg.update(vocab_size=vocab, bos_token_id=0, **kw)
+    config_class, model_class = {
+        "gpt2": (transformers.GPT2Config, transformers.GPT2LMHeadModel),
+        "llama": (transformers.LlamaConfig, transformers.LlamaForCausalLM),
+        "mistral": (transformers.MistralConfig, transformers.MistralForCausalLM),
+        "qwen2": (transformers.Qwen2Config, transformers.Qwen2ForCausalLM),
+    }[kind]
+    model = model_class(config_class(**cfg)).eval()
+    with torch.no_grad():  # HF zero-inits biases and sets norms to identity: randomise them
+        for name, p in model.named_parameters():
+            if name.endswith("bias") or "norm" in name or ".ln_" in name:
+                p.add_(0.1 * torch.randn_like(p))
+    return model

@@ -1,9 +1,11 @@
-"""load_hf: tiny random HF GPT-2 / Llama models give the same logits and greedy tokens as ours."""
+"""load_hf: tiny random HF GPT-2 / Llama / Mistral / Qwen2 models give the same logits and greedy
+tokens as ours."""
 
 import sys
 
 import pytest
 import torch
+from conftest import tiny_hf_lm
 
 transformers = pytest.importorskip("transformers")
 
@@ -99,6 +101,48 @@ def test_llama_logits_match(tmp_path, n_kv, tie, taper):
         assert _max_diff(ours, hf, idx) < 1e-4
 
 
+def _rel_diff(ours, hf, idx):
+    with torch.no_grad():
+        z = hf(idx).logits
+        return ((ours(idx) - z).abs().max() / z.abs().max()).item()
+
+
+def _greedy(hf, idx, n):
+    for _ in range(n):  # full forward passes: no generation config or cache involved
+        with torch.no_grad():
+            idx = torch.cat([idx, hf(idx).logits[:, -1:].argmax(-1)], dim=1)
+    return idx
+
+
+@pytest.mark.parametrize("kind", ["mistral", "qwen2"])
+@pytest.mark.parametrize("taper", ["none", "all"])
+def test_mistral_qwen2_logits_and_greedy_match(tmp_path, kind, taper):
+    hf = tiny_hf_lm(kind, tie_word_embeddings=kind == "qwen2")
+    hf.save_pretrained(tmp_path)
+    ours = load_hf(tmp_path, taper=taper)
+    c = ours.config
+    assert (c.n_kv_head, c.qkv_bias, c.bias) == (2, kind == "qwen2", False)
+    assert c.hf_config["model_type"] == kind and c.block_size == 64
+    if kind == "qwen2":  # q/k/v biases only, and they are not zero
+        assert (
+            ours.blocks[0].attn.qkv.bias.abs().min() > 0 and ours.blocks[0].attn.proj.bias is None
+        )
+    assert _rel_diff(ours, hf, _tokens()) <= 1e-4
+    prompt = _tokens(batch=1, t=8, seed=3)
+    assert torch.equal(ours.generate(prompt, 16), _greedy(hf, prompt, 16))
+
+
+def test_sliding_window_caps_block_size():
+    # the window masks nothing within it: block_size becomes the window, and logits still match
+    ours = load_hf(tiny_hf_lm("mistral", sliding_window=16))
+    assert ours.config.block_size == 16
+    hf = tiny_hf_lm("mistral", sliding_window=16)
+    assert _rel_diff(ours, hf, _tokens(t=16)) <= 1e-4
+    qwen = tiny_hf_lm("qwen2", use_sliding_window=True, sliding_window=16, max_window_layers=1)
+    assert load_hf(qwen).config.block_size == 16
+    assert load_hf(tiny_hf_lm("qwen2", sliding_window=16)).config.block_size == 64  # not in use
+
+
 def test_llama_bias_mismatch_loads_zero_biases():
     hf = _tiny_llama(attention_bias=True, mlp_bias=False)
     with torch.no_grad():
@@ -179,6 +223,12 @@ def test_unsupported_configs():
         load_hf(_tiny_llama(rope_parameters=linear))
     with pytest.raises(NotImplementedError, match="head_dim"):
         load_hf(_tiny_llama(head_dim=32))
+    with pytest.raises(NotImplementedError, match="hidden_act='gelu'"):
+        load_hf(tiny_hf_lm("mistral", hidden_act="gelu"))
+    with pytest.raises(NotImplementedError, match="RoPE scaling"):
+        load_hf(tiny_hf_lm("qwen2", rope_parameters=linear))
+    with pytest.raises(NotImplementedError, match="head_dim=32"):
+        load_hf(tiny_hf_lm("mistral", head_dim=32))
     with pytest.raises(NotImplementedError, match="BertModel"):
         load_hf(
             transformers.BertModel(

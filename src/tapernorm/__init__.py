@@ -1,9 +1,10 @@
 """TaperNorm: gated normalization removal and scale anchoring in pre-norm transformers.
 
-from tapernorm import GPT, GPTConfig, TaperNorm, set_gate, fold_model, load_hf
+from tapernorm import GPT, GPTConfig, TaperNorm, set_gate, fold_model, load_hf, export_hf
 """
 
 from .anchor import ScaleAnchor
+from .export import export_hf
 from .fold import export_explicit_scaling, fold_model, verify_fold
 from .model import GPT, GPTConfig
 from .norms import LayerNorm, RMSNorm, TaperNorm, set_gate, start_taper, update_calibration
@@ -12,7 +13,8 @@ __version__ = "0.1.0"
 
 
 def load_hf(model_or_path, taper: str = "none", **kwargs) -> GPT:
-    """A Hugging Face GPT2LMHeadModel / LlamaForCausalLM (object, local dir or hub id) as a GPT."""
+    """A Hugging Face GPT-2 / Llama / Mistral / Qwen2 causal LM (object, local dir or hub id) as a
+    GPT."""
     from .hf import load_hf as _load_hf  # transformers is imported only when asked for
 
     return _load_hf(model_or_path, taper=taper, **kwargs)
@@ -26,6 +28,7 @@ __all__ = [
     "ScaleAnchor",
     "TaperNorm",
     "export_explicit_scaling",
+    "export_hf",
     "fold_model",
     "load_hf",
     "set_gate",

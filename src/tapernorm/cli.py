@@ -138,6 +138,24 @@ def _cmd_fold(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_export_hf(args: argparse.Namespace) -> int:
+    from .export import export_run
+
+    report = export_run(args.model, args.out, args.data, args.windows, args.rtol, args.device)
+    print(json.dumps(report, indent=2))
+    return 0
+
+
+def _cmd_taper_hf(args: argparse.Namespace) -> int:
+    from .export import taper_hf
+
+    result = taper_hf(
+        args.model, args.data, args.out, args.steps, args.lr, args.batch_size, args.lam, args.device
+    )
+    print(json.dumps(result, indent=2))
+    return 0
+
+
 def _cmd_bench(args: argparse.Namespace) -> int:
     from . import bench
     from .checkpoint import write_json
@@ -321,6 +339,32 @@ def build_parser() -> argparse.ArgumentParser:
     f.add_argument("--rtol", type=float, default=1e-5, help="max |dz| / max |z| allowed")
     f.add_argument("--device", default="cpu", choices=["auto", "cpu", "cuda"])
     f.set_defaults(func=_cmd_fold)
+
+    x = sub.add_parser(
+        "export-hf",
+        help="export a norm-free g=0 model as a stock Hugging Face checkpoint, and verify it",
+    )
+    x.add_argument("--model", type=Path, required=True, help="run or model directory")
+    x.add_argument("--out", type=Path, required=True, help="save_pretrained dir + verify.json")
+    x.add_argument("--data", type=Path, help="token shards to verify on (default: the run's)")
+    x.add_argument("--windows", type=int, default=4, help="validation windows to verify on")
+    x.add_argument("--rtol", type=float, default=1e-4, help="max |dz| / max |z| allowed")
+    x.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    x.set_defaults(func=_cmd_export_hf)
+
+    h = sub.add_parser(
+        "taper-hf",
+        help="taper every norm of a HF model: import, fine-tune, fold-verify, export-hf",
+    )
+    h.add_argument("--model", required=True, help="save_pretrained directory (or hub id)")
+    h.add_argument("--data", type=Path, required=True, help="token shards in the model's tokens")
+    h.add_argument("--out", type=Path, required=True, help="writes run/, fold_verify.json, hf/")
+    h.add_argument("--steps", type=int, default=200, help="fine-tuning steps (taper: 1/4 to 3/4)")
+    h.add_argument("--lr", type=float, default=1e-4)
+    h.add_argument("--batch-size", type=int, default=8)
+    h.add_argument("--lam", type=float, default=0.1, help="scale loss weight")
+    h.add_argument("--device", default="cpu", choices=["auto", "cpu", "cuda"])
+    h.set_defaults(func=_cmd_taper_hf)
     from .analysis.cli import add_subcommands  # table, figure, claims
 
     add_subcommands(sub)

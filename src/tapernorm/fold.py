@@ -116,6 +116,36 @@ def fold_model(model: GPT) -> GPT:
 
 
 @torch.no_grad()
+def compare_logits(
+    reference: nn.Module, other: nn.Module, idx: torch.Tensor, targets: torch.Tensor | None = None
+) -> dict:
+    """Max |logit difference| (absolute and relative to max |reference logit|) and the losses of
+    two models that map tokens (B, T) to logits (B, T, vocab); targets default to idx shifted."""
+    ref_mode, other_mode = reference.training, other.training
+    reference.eval(), other.eval()
+    za, zb = reference(idx).float(), other(idx).float()
+    reference.train(ref_mode), other.train(other_mode)
+    if targets is None:
+        targets = idx[:, 1:]
+        za_l, zb_l = za[:, :-1], zb[:, :-1]
+    else:
+        za_l, zb_l = za, zb
+    loss_a = F.cross_entropy(za_l.reshape(-1, za.shape[-1]), targets.reshape(-1)).item()
+    loss_b = F.cross_entropy(zb_l.reshape(-1, zb.shape[-1]), targets.reshape(-1)).item()
+    diff = (za - zb).abs().max().item()
+    scale = za.abs().max().item()
+    return {
+        "max_abs_logit_diff": diff,
+        "logit_scale": scale,
+        "rel_logit_diff": diff / max(scale, 1e-12),
+        "loss_reference": loss_a,
+        "loss_folded": loss_b,
+        "loss_diff": loss_b - loss_a,
+        "argmax_agreement": (za.argmax(-1) == zb.argmax(-1)).float().mean().item(),
+        "finite": bool(torch.isfinite(zb).all()),
+    }
+
+
 def verify_fold(
     reference: GPT,
     folded: GPT,
@@ -127,29 +157,8 @@ def verify_fold(
 
     Tolerance: max |logit difference| <= rtol * max |reference logit|.
     """
-    ref_mode, fold_mode = reference.training, folded.training
-    reference.eval(), folded.eval()
-    za, zb = reference(idx).float(), folded(idx).float()
-    reference.train(ref_mode), folded.train(fold_mode)
-    if targets is None:
-        targets = idx[:, 1:]
-        za_l, zb_l = za[:, :-1], zb[:, :-1]
-    else:
-        za_l, zb_l = za, zb
-    loss_a = F.cross_entropy(za_l.reshape(-1, za.shape[-1]), targets.reshape(-1)).item()
-    loss_b = F.cross_entropy(zb_l.reshape(-1, zb.shape[-1]), targets.reshape(-1)).item()
-    diff = (za - zb).abs().max().item()
-    scale = za.abs().max().item()
-    report = {
-        "max_abs_logit_diff": diff,
-        "logit_scale": scale,
-        "rel_logit_diff": diff / max(scale, 1e-12),
-        "loss_reference": loss_a,
-        "loss_folded": loss_b,
-        "loss_diff": loss_b - loss_a,
-        "rtol": rtol,
-    }
-    report["ok"] = bool(report["rel_logit_diff"] <= rtol) and bool(torch.isfinite(zb).all())
+    report = {**compare_logits(reference, folded, idx, targets), "rtol": rtol}
+    report["ok"] = bool(report["rel_logit_diff"] <= rtol) and report.pop("finite")
     if not report["ok"]:
         raise FoldVerificationError(f"folded model disagrees with the reference: {report}")
     return report

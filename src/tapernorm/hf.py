@@ -1,10 +1,15 @@
-"""Import pretrained Hugging Face GPT-2 and Llama checkpoints into our GPT.
+"""Import pretrained Hugging Face GPT-2, Llama, Mistral and Qwen2 checkpoints into our GPT.
 
     model = load_hf("gpt2-medium", taper="all")          # hub id (needs the hub or its cache)
     model = load_hf("/data/ckpt/llama-tiny")             # a directory written by save_pretrained
-    model = load_hf(hf_model)                            # a GPT2LMHeadModel / LlamaForCausalLM
+    model = load_hf(hf_model)                            # a GPT2LMHeadModel / LlamaForCausalLM / ...
 
-The returned GPT computes the same function as the checkpoint. With `taper`, the chosen norms
+The returned GPT computes the same function as the checkpoint; its config keeps the HF config
+(`GPTConfig.hf_config`) so that export_hf can write the same architecture back. A setting our GPT
+does not model (RoPE scaling, a head_dim other than d / n_head, other activations, a sliding
+window shorter than the context) is an error naming it, never silently dropped. Mistral and Qwen2
+sliding windows: the GPT's block_size is capped at the window, so that within it the window never
+masks anything. With `taper`, the chosen norms
 become TaperNorm with gamma_tilde := gamma (and beta copied) at gate 1, which is still exactly the
 pretrained norm: the TaperLN conversion used to fine-tune GPT-2. transformers is an optional
 dependency and is imported lazily.
@@ -18,6 +23,7 @@ local path: FileNotFoundError.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import socket
@@ -29,7 +35,12 @@ from torch import nn
 
 from .model import GPT, GPTConfig
 
-SUPPORTED = ("gpt2", "llama")  # HF model_type values we import
+SUPPORTED = ("gpt2", "llama", "mistral", "qwen2")  # HF model_type values we import
+LLAMA_FAMILY = {  # model_type: HF class name (Llama's block, with the differences handled below)
+    "llama": "LlamaForCausalLM",
+    "mistral": "MistralForCausalLM",
+    "qwen2": "Qwen2ForCausalLM",
+}
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.\-]*(/[\w.\-]+)?$")
 _TRUE = {"1", "on", "yes", "true"}
 
@@ -39,7 +50,7 @@ class HFUnavailableError(RuntimeError):
 
 
 def load_hf(model_or_path: Any, taper: str = "none", dtype: torch.dtype = torch.float32) -> GPT:
-    """A GPT (eval mode, `dtype`) with the weights of a HF GPT-2 or Llama causal LM."""
+    """A GPT (eval mode, `dtype`) with the weights of a HF GPT-2, Llama, Mistral or Qwen2 LM."""
     try:
         import transformers
     except ImportError as e:
@@ -50,16 +61,23 @@ def load_hf(model_or_path: Any, taper: str = "none", dtype: torch.dtype = torch.
     if not dtype.is_floating_point:
         raise ValueError(f"load_hf: dtype must be a floating point dtype, got {dtype}")
     hf = _resolve(model_or_path) if isinstance(model_or_path, (str, os.PathLike)) else model_or_path
+    family = {getattr(transformers, name): kind for kind, name in LLAMA_FAMILY.items()}
     if isinstance(hf, transformers.GPT2LMHeadModel):
         config, weights = _gpt2(hf, taper)
-    elif isinstance(hf, transformers.LlamaForCausalLM):
-        config, weights = _llama(hf, taper)
+    elif type(hf) in family:
+        config, weights = _llama(hf, taper, family[type(hf)])
     else:
         raise NotImplementedError(
-            f"load_hf: unsupported model {type(hf).__name__}; "
-            "expected a transformers GPT2LMHeadModel or LlamaForCausalLM"
+            f"load_hf: unsupported model {type(hf).__name__}; expected a transformers "
+            f"GPT2LMHeadModel or {' / '.join(LLAMA_FAMILY.values())}"
         )
+    config.hf_config = hf_config_dict(hf.config)
     return _build(config, weights, dtype)
+
+
+def hf_config_dict(config: Any) -> dict:
+    """A transformers config as a plain JSON-able dict (the form GPTConfig.hf_config keeps)."""
+    return json.loads(config.to_json_string(use_diff=False))
 
 
 # ---- resolving strings -----------------------------------------------------------------------
@@ -98,7 +116,8 @@ def _load_pretrained(src: str, local_files_only: bool) -> nn.Module:
     import transformers
 
     config = transformers.AutoConfig.from_pretrained(src, local_files_only=local_files_only)
-    classes = {"gpt2": transformers.GPT2LMHeadModel, "llama": transformers.LlamaForCausalLM}
+    classes = {k: getattr(transformers, v) for k, v in LLAMA_FAMILY.items()}
+    classes["gpt2"] = transformers.GPT2LMHeadModel
     if config.model_type not in classes:
         raise NotImplementedError(
             f"load_hf: {src!r} has model_type {config.model_type!r}; supported: {SUPPORTED}"
@@ -200,23 +219,31 @@ def _gpt2(hf: nn.Module, taper: str) -> tuple[GPTConfig, dict[str, torch.Tensor]
     return config, w
 
 
-def _llama(hf: nn.Module, taper: str) -> tuple[GPTConfig, dict[str, torch.Tensor]]:
-    c = hf.config
+def _llama(hf: nn.Module, taper: str, kind: str) -> tuple[GPTConfig, dict[str, torch.Tensor]]:
+    """Llama, Mistral (no biases, sliding window) and Qwen2 (q/k/v biases, per-layer windows)."""
+    c, arch = hf.config, type(hf).__name__
     if c.hidden_act not in ("silu", "swish"):
-        raise _unsupported("Llama", f"hidden_act={c.hidden_act!r} (only silu)")
+        raise _unsupported(arch, f"hidden_act={c.hidden_act!r} (only silu)")
     head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
     if head_dim * c.num_attention_heads != c.hidden_size:
         raise _unsupported(
-            "Llama",
+            arch,
             f"head_dim={head_dim} != hidden_size / num_attention_heads "
             f"= {c.hidden_size} / {c.num_attention_heads}",
         )
     theta, rope = _llama_rope(c)
     if rope.get("rope_type", rope.get("type", "default")) != "default":
-        raise _unsupported("Llama", f"RoPE scaling {rope} (only the default RoPE)")
+        raise _unsupported(arch, f"RoPE scaling {rope} (only the default RoPE)")
     if rope.get("partial_rotary_factor", 1.0) != 1.0:
-        raise _unsupported("Llama", f"partial_rotary_factor={rope['partial_rotary_factor']}")
-    attn_bias, mlp_bias = bool(c.attention_bias), bool(getattr(c, "mlp_bias", False))
+        raise _unsupported(arch, f"partial_rotary_factor={rope['partial_rotary_factor']}")
+    for module, _ in hf.named_modules():
+        if module.endswith(("q_norm", "k_norm")):
+            raise _unsupported(arch, f"QK-norm ({module})")
+    if kind == "llama":
+        qkv_bias = bool(c.attention_bias)
+        bias = qkv_bias or bool(getattr(c, "mlp_bias", False))
+    else:  # Mistral: no biases; Qwen2: biases in q, k, v only
+        qkv_bias, bias = kind == "qwen2", False
     tie = bool(c.tie_word_embeddings)
     config = GPTConfig(
         style="llama",
@@ -224,12 +251,13 @@ def _llama(hf: nn.Module, taper: str) -> tuple[GPTConfig, dict[str, torch.Tensor
         n_head=c.num_attention_heads,
         n_embd=c.hidden_size,
         vocab_size=c.vocab_size,
-        block_size=c.max_position_embeddings,
+        block_size=min(c.max_position_embeddings, _sliding_window(c) or c.max_position_embeddings),
         taper=taper,
         n_kv_head=c.num_key_value_heads,
         mlp_hidden=c.intermediate_size,
-        # our one `bias` flag covers every linear layer: biases HF lacks are loaded as zeros
-        bias=attn_bias or mlp_bias,
+        # our `bias` flag covers every linear layer: biases HF lacks are loaded as zeros
+        bias=bias,
+        qkv_bias=qkv_bias,
         tie_embeddings=tie,
         norm_eps=c.rms_norm_eps,
         rope_theta=theta,
@@ -239,7 +267,7 @@ def _llama(hf: nn.Module, taper: str) -> tuple[GPTConfig, dict[str, torch.Tensor
     w["lm_head.weight"] = m.embed_tokens.weight if tie else hf.lm_head.weight
     for i, layer in enumerate(m.layers):
         p, a, f = f"blocks.{i}", layer.self_attn, layer.mlp
-        _linear(w, f"{p}.attn.qkv", config.bias, a.q_proj, a.k_proj, a.v_proj)
+        _linear(w, f"{p}.attn.qkv", config.qkv_bias, a.q_proj, a.k_proj, a.v_proj)
         _linear(w, f"{p}.attn.proj", config.bias, a.o_proj)
         _linear(w, f"{p}.mlp.w_gate", config.bias, f.gate_proj)
         _linear(w, f"{p}.mlp.w_in", config.bias, f.up_proj)
@@ -248,6 +276,15 @@ def _llama(hf: nn.Module, taper: str) -> tuple[GPTConfig, dict[str, torch.Tensor
         _norm(w, f"{p}.ln_2", layer.post_attention_layernorm.weight)
     _norm(w, "ln_f", m.norm.weight)
     return config, w
+
+
+def _sliding_window(c: Any) -> int | None:
+    """The attention window a Mistral / Qwen2 config applies in some layer (None: none)."""
+    window = getattr(c, "sliding_window", None)
+    layer_types = getattr(c, "layer_types", None)
+    if window is None or (layer_types is not None and "sliding_attention" not in layer_types):
+        return None
+    return int(window)
 
 
 def _llama_rope(c: Any) -> tuple[float, dict]:

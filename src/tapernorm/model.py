@@ -39,10 +39,12 @@ class GPTConfig:
     n_kv_head: int | None = None  # grouped-query attention (llama imports); None = n_head
     mlp_hidden: int | None = None  # None: int(8d/3) for llama, 4d for gpt2
     bias: bool | None = None  # biases in linear layers and LayerNorms; None: False llama, True gpt2
+    qkv_bias: bool | None = None  # biases in q, k, v only (Qwen2); None: as `bias`
     tie_embeddings: bool = True
     head_bias: bool = False  # an output bias (a folded final LayerNorm needs one)
     norm_eps: float = 1e-5
     rope_theta: float = 10000.0
+    hf_config: dict | None = None  # the Hugging Face config an import came from (for export_hf)
 
     def __post_init__(self) -> None:
         def need(ok: bool, field: str, why: str) -> None:
@@ -63,6 +65,8 @@ class GPTConfig:
         need(self.mlp_hidden > 0, "mlp_hidden", "must be > 0")
         if self.bias is None:
             self.bias = self.style == "gpt2"
+        if self.qkv_bias is None:
+            self.qkv_bias = self.bias
         need(self.norm_eps >= 0, "norm_eps", "must be >= 0")
         if self.style == "llama":
             need(
@@ -151,7 +155,8 @@ class Attention(nn.Module):
     def __init__(self, cfg: GPTConfig):
         super().__init__()
         self.n_head, self.n_kv_head, self.hd = cfg.n_head, cfg.n_kv_head, cfg.head_dim
-        self.qkv = nn.Linear(cfg.n_embd, (cfg.n_head + 2 * cfg.n_kv_head) * self.hd, bias=cfg.bias)
+        qkv_dim = (cfg.n_head + 2 * cfg.n_kv_head) * self.hd
+        self.qkv = nn.Linear(cfg.n_embd, qkv_dim, bias=cfg.qkv_bias)
         self.proj = nn.Linear(cfg.n_embd, cfg.n_embd, bias=cfg.bias)
 
     def heads(self, x: torch.Tensor, rope=None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

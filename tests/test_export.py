@@ -1,0 +1,133 @@
+"""export_hf: norm-free models written as stock Hugging Face checkpoints compute the same logits."""
+
+import json
+
+import pytest
+import torch
+from conftest import tiny_hf_lm, tiny_run
+
+transformers = pytest.importorskip("transformers")
+
+from tapernorm import GPT, GPTConfig, export_hf, load_hf, set_gate  # noqa: E402
+from tapernorm.checkpoint import save_model  # noqa: E402
+from tapernorm.cli import main  # noqa: E402
+from tapernorm.export import EXPORT_EPS, ExportError, ExportVerificationError  # noqa: E402
+from tapernorm.norms import taper_norms  # noqa: E402
+from tapernorm.train import train  # noqa: E402
+
+
+def at_g0(model: GPT, seed: int = 0) -> GPT:
+    """Random c, gamma_tilde (and beta) in every TaperNorm, gate 0."""
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for _, n in taper_norms(model):
+            n.weight_tilde.copy_(0.5 + torch.rand(n.dim, generator=gen))
+            n.c.fill_(0.5 + float(torch.rand((), generator=gen)))
+            if n.bias is not None:
+                n.bias.copy_(0.3 * torch.randn(n.dim, generator=gen))
+    set_gate(model, 0.0)
+    return model.eval()
+
+
+def reloaded_logits(path, idx):
+    hf = transformers.AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+    with torch.no_grad():
+        return hf, hf.eval()(idx).logits
+
+
+def check_export(model: GPT, path, arch: str) -> dict:
+    report = export_hf(model, path)
+    assert report["ok"] and report["greedy_match"] and report["argmax_agreement"] == 1.0
+    assert report["rel_logit_diff"] <= 1e-4 and report["architecture"] == arch
+    assert report["eps_rel_error_bound"] < 1e-12  # m / (2 eps): far below float32 roundoff
+    print(f"{arch}: rel {report['rel_logit_diff']:.3g}, max m {report['norm_input_max_ms']:.3g}")
+    idx = torch.randint(0, model.config.vocab_size, (2, 16), generator=torch.Generator())
+    hf, z = reloaded_logits(path, idx)
+    assert type(hf).__name__ == arch
+    with torch.no_grad():
+        assert (model(idx) - z).abs().max() <= 1e-4 * z.abs().max()
+    assert json.loads((path / "verify.json").read_text())["ok"]
+    assert "Verification" in (path / "README.md").read_text()
+    return report
+
+
+@pytest.mark.parametrize(
+    "kind,arch",
+    [
+        ("gpt2", "GPT2LMHeadModel"),
+        ("llama", "LlamaForCausalLM"),
+        ("mistral", "MistralForCausalLM"),
+        ("qwen2", "Qwen2ForCausalLM"),
+    ],
+)
+def test_imported_all_taper_exports_as_its_architecture(tmp_path, kind, arch):
+    tiny_hf_lm(kind, tie_word_embeddings=kind != "llama").save_pretrained(tmp_path / "src")
+    model = at_g0(load_hf(tmp_path / "src", taper="all"))
+    check_export(model, tmp_path / "out", arch)
+    cfg = json.loads((tmp_path / "out" / "config.json").read_text())
+    eps = cfg["layer_norm_epsilon" if kind == "gpt2" else "rms_norm_eps"]
+    assert eps == EXPORT_EPS and cfg["model_type"] == kind
+
+
+@pytest.mark.parametrize(
+    "style,tie,arch", [("llama", False, "LlamaForCausalLM"), ("gpt2", True, "GPT2LMHeadModel")]
+)
+def test_model_trained_here_exports_by_style(tmp_path, style, tie, arch):
+    torch.manual_seed(0)
+    kv = 2 if style == "llama" else 4
+    cfg = GPTConfig(style, 2, 4, 64, 97, 32, taper="all", n_kv_head=kv, tie_embeddings=tie)
+    check_export(at_g0(GPT(cfg)), tmp_path / "out", arch)
+
+
+def test_a_real_norm_left_is_refused(tmp_path):
+    internal = at_g0(GPT(GPTConfig("llama", 2, 4, 64, 97, 32, taper="internal")))
+    with pytest.raises(ExportError, match=r"ln_f \(RMSNorm\) still normalize"):
+        export_hf(internal, tmp_path / "a")
+    tapering = at_g0(GPT(GPTConfig("gpt2", 2, 4, 64, 97, 32, taper="all")))
+    set_gate(tapering, 0.5)
+    with pytest.raises(ExportError, match="TaperNorm at gate 0.5"):
+        export_hf(tapering, tmp_path / "b")
+    assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
+
+
+def test_a_bias_the_architecture_lacks_is_refused(tmp_path):
+    model = at_g0(load_hf(tiny_hf_lm("llama", attention_bias=True), taper="all"))
+    with torch.no_grad():  # Llama with attention_bias has no MLP biases: ours are zeros
+        model.blocks[0].mlp.w_in.bias.fill_(0.1)
+    with pytest.raises(ExportError, match="mlp.w_in.bias is nonzero"):
+        export_hf(model, tmp_path / "out")
+
+
+def test_failed_verification_raises_and_keeps_the_report(tmp_path):
+    model = at_g0(GPT(GPTConfig("llama", 1, 2, 32, 50, 16, taper="all")))
+    with pytest.raises(ExportVerificationError, match="disagrees"):
+        export_hf(model, tmp_path / "out", rtol=-1.0)
+    assert not (tmp_path / "out").exists()
+    assert not json.loads((tmp_path / "out.failed" / "verify.json").read_text())["ok"]
+
+
+def test_cli_export_hf_on_a_run(shards_dir, tmp_path, capsys):
+    train(tiny_run(shards_dir, variant="all_aux", train={"steps": 12}), tmp_path / "run")
+    out = tmp_path / "hf"
+    assert main(["export-hf", "--model", str(tmp_path / "run"), "--out", str(out)]) == 0
+    report = json.loads((out / "verify.json").read_text())
+    assert report["ok"] and report["rel_logit_diff"] <= 1e-4 and abs(report["loss_diff"]) < 1e-4
+    assert (out / "tokenizer.model").is_file()  # the run's SentencePiece model
+    card = (out / "README.md").read_text()
+    assert "All-Taper (+aux)" in card and "steps: 12" in card
+
+    save_model(GPT(GPTConfig("llama", 1, 2, 32, 50, 16, taper="internal")), tmp_path / "int")
+    assert main(["export-hf", "--model", str(tmp_path / "int"), "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "tapernorm export-hf: error: export_hf:" in err and "ln_f (RMSNorm)" in err
+
+
+def test_cli_taper_hf_end_to_end(shards_dir, tmp_path):
+    tiny_hf_lm("llama", vocab=512).save_pretrained(tmp_path / "src")
+    args = ["--model", str(tmp_path / "src"), "--data", str(shards_dir), "--out", str(tmp_path)]
+    assert main(["taper-hf", *args, "--steps", "8", "--batch-size", "4", "--lr", "1e-3"]) == 0
+    assert json.loads((tmp_path / "fold_verify.json").read_text())["ok"]
+    report = json.loads((tmp_path / "hf" / "verify.json").read_text())
+    assert report["ok"] and report["architecture"] == "LlamaForCausalLM"
+    run = json.loads((tmp_path / "run" / "config.json").read_text())
+    assert run["init"]["from"].startswith("hf:") and run["model"]["taper"] == "all"
