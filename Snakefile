@@ -11,6 +11,7 @@ include: "workflow/rules/data.smk"
 include: "workflow/rules/pretrain.smk"
 include: "workflow/rules/fold.smk"
 include: "workflow/rules/finetune.smk"
+include: "workflow/rules/export.smk"
 include: "workflow/rules/bench.smk"
 include: "workflow/rules/report.smk"
 

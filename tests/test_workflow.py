@@ -76,6 +76,10 @@ def test_ci_pipeline_builds_every_target(ci_run):
         (ci_run / "results/finetune/eval/all_taperln-gpt2-d16/heldout.json").read_text()
     )
     assert abs(scores["folded"]["loss_diff"]) < 1e-5
+    export = ci_run / "results/export/all_taperln-gpt2-d16"  # a stock GPT2LMHeadModel
+    verify = json.loads((export / "verify.json").read_text())
+    assert verify["ok"] and verify["architecture"] == "GPT2LMHeadModel"
+    assert (export / "model.safetensors").is_file() and (export / "README.md").is_file()
     verify = json.loads((ci_run / "results/fold/all_aux-d32-s0/verify.json").read_text())
     assert verify["folded"]["ok"] and verify["folded"]["rel_logit_diff"] <= 1e-5
     for name in ("table3", "table_decode"):  # inference benchmarks

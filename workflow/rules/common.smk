@@ -149,6 +149,11 @@ ALL_TARGETS = (
         for ext in ("csv", "md", "tex")
     ]
     + FINETUNE_TABLES
+    + [
+        f"results/export/{r}/verify.json"
+        for r in FINETUNE_RUNS
+        if r.startswith("all_taperln-")
+    ]
     + BENCH_TARGETS
     + ["results/claims.md"]
 )
