@@ -11,7 +11,13 @@ transformers = pytest.importorskip("transformers")
 from tapernorm import GPT, GPTConfig, export_hf, load_hf, set_gate  # noqa: E402
 from tapernorm.checkpoint import save_model  # noqa: E402
 from tapernorm.cli import main  # noqa: E402
-from tapernorm.export import EXPORT_EPS, ExportError, ExportVerificationError  # noqa: E402
+from tapernorm.export import (  # noqa: E402
+    EXPORT_EPS,
+    ExportError,
+    ExportVerificationError,
+    to_hf,
+    verify_hf,
+)
 from tapernorm.norms import taper_norms  # noqa: E402
 from tapernorm.train import train  # noqa: E402
 
@@ -131,3 +137,9 @@ def test_cli_taper_hf_end_to_end(shards_dir, tmp_path):
     assert report["ok"] and report["architecture"] == "LlamaForCausalLM"
     run = json.loads((tmp_path / "run" / "config.json").read_text())
     assert run["init"]["from"].startswith("hf:") and run["model"]["taper"] == "all"
+
+
+def test_verify_leaves_the_stock_model_in_eval_mode():
+    model = at_g0(load_hf(tiny_hf_lm("gpt2", resid_pdrop=0.5), taper="all"))
+    hf = to_hf(model)  # GPT-2 with dropout: in train mode its greedy decoding would be random
+    assert verify_hf(model, hf)["greedy_match"] and not hf.training

@@ -244,7 +244,7 @@ def verify_hf(
         ms[0] = max(ms[0], h.pow(2).mean(-1).max().item())
 
     hooks = [ref.get_submodule(n).register_forward_pre_hook(record) for n in norm_names(ref.config)]
-    report = compare_logits(ref, _HFLogits(hf), tokens, targets)
+    report = compare_logits(ref, _HFLogits(hf).eval(), tokens, targets)  # eval: no dropout
     for hook in hooks:
         hook.remove()
     report["loss_export"] = report.pop("loss_folded")
