@@ -1,5 +1,6 @@
 """The paper's three propositions (Sec. 4), checked numerically on random inputs."""
 
+import pytest
 import torch
 import torch.nn.functional as F
 
@@ -78,3 +79,41 @@ def test_anchor_target_is_bias_corrected_ema_and_frozen():
     assert float(a.target) == tgt
     s = token_scale(h2, "rms")
     assert torch.allclose(a.loss(h2), 0.1 * (s - tgt).pow(2).mean())
+
+
+def _radial_force(form: str, h: torch.Tensor, s_tgt: float, lam: float = 0.1) -> torch.Tensor:
+    """<grad_h L_aux, h> per token for a frozen ScaleAnchor of `form` at target s_tgt."""
+    a = ScaleAnchor("rms", lam=lam, eps=0.0, form=form).double()
+    a.ema.fill_(s_tgt)
+    a.ema_count.fill_(10**6)  # bias correction ~1: target = s_tgt
+    a.target.fill_(s_tgt)
+    a.freeze()
+    h = h.clone().requires_grad_(True)
+    (grad,) = torch.autograd.grad(a.loss(h[None]) * h.shape[0], h)  # per-token sum, not mean
+    return (grad * h).sum(-1).detach()
+
+
+def test_relative_anchor_is_a_restoring_force_with_the_closed_form():
+    torch.manual_seed(3)
+    d, lam, s_tgt = 64, 0.1, 1.3
+    h = torch.randn(10, d, dtype=torch.float64) * torch.linspace(0.1, 4, 10)[:, None]
+    inner = _radial_force("relative", h, s_tgt, lam)
+    r = token_scale(h, "rms", eps=0.0)
+    expected = 2 * lam * (r / s_tgt - 1) / (d * r * s_tgt) * h.pow(2).sum(-1)
+    assert torch.allclose(inner, expected, rtol=1e-5, atol=1e-8)  # the loss runs in float32
+    assert ((inner > 0) == (r > s_tgt)).all()
+
+
+def test_relative_anchor_is_scale_invariant_and_eq5_is_not():
+    torch.manual_seed(4)
+    h = torch.randn(12, 32, dtype=torch.float64) * torch.linspace(0.5, 2, 12)[:, None]
+    for alpha in (0.1, 10.0):  # scale the residual stream and its target together
+        rel = _radial_force("relative", alpha * h, alpha * 0.9) / _radial_force("relative", h, 0.9)
+        eq5 = _radial_force("eq5", alpha * h, alpha * 0.9) / _radial_force("eq5", h, 0.9)
+        assert torch.allclose(rel, torch.ones_like(rel), rtol=1e-4)
+        assert torch.allclose(eq5, torch.full_like(eq5, alpha**2), rtol=1e-4)  # stiffness ~ s^2
+
+
+def test_anchor_rejects_an_unknown_form():
+    with pytest.raises(ValueError, match="form"):
+        ScaleAnchor("rms", form="log")

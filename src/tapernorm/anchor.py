@@ -1,9 +1,14 @@
 """The fixed-target scale loss (paper Eq. 5): an explicit anchor for the pre-logit scale.
 
-    L_aux = lambda * mean_{b,t} (s(h_bt) - s_tgt)^2,   s = r(h) (rms models) or sigma(h) (layer models)
+    eq5:      L_aux = lambda * mean_{b,t} (s(h_bt) - s_tgt)^2            (the paper)
+    relative: L_aux = lambda * mean_{b,t} (s(h_bt) / s_tgt - 1)^2        (our extension)
 
-s_tgt is a bias-corrected EMA of the batch-mean s over the training steps at g = 1, frozen when the
-taper starts; the loss is active from then on. Its gradient is a restoring force along h (Prop. 4.3).
+s = r(h) (rms models) or sigma(h) (layer models). s_tgt is a bias-corrected EMA of the batch-mean s
+over the training steps at g = 1, frozen when the taper starts; the loss is active from then on. Its
+gradient is a restoring force along h (Prop. 4.3): <grad, h> = 2 lambda (s - s_tgt) ||h||^2 / (d s)
+for eq5, whose stiffness therefore grows like s_tgt^2 (a small residual stream is held loosely), and
+2 lambda (s / s_tgt - 1) ||h||^2 / (d s s_tgt) for the relative form, which is unchanged when h and
+s_tgt are scaled together: one lambda means the same stiffness at every width and scale.
 """
 
 from __future__ import annotations
@@ -21,12 +26,17 @@ def token_scale(h: torch.Tensor, kind: str, eps: float = 1e-5) -> torch.Tensor:
     return torch.sqrt(h.pow(2).mean(-1) + eps)
 
 
-class ScaleAnchor(nn.Module):
-    """Tracks s_tgt while g = 1 and gives lambda * mean (s(h) - s_tgt)^2 once frozen."""
+ANCHOR_FORMS = ("eq5", "relative")
 
-    def __init__(self, kind: str = "rms", lam: float = 0.1, eps: float = 1e-5):
+
+class ScaleAnchor(nn.Module):
+    """Tracks s_tgt while g = 1 and gives the scale loss of `form` (eq5 or relative) once frozen."""
+
+    def __init__(self, kind: str = "rms", lam: float = 0.1, eps: float = 1e-5, form: str = "eq5"):
         super().__init__()
-        self.kind, self.lam, self.eps = kind, lam, eps
+        if form not in ANCHOR_FORMS:
+            raise ValueError(f"ScaleAnchor form must be one of {ANCHOR_FORMS}, got {form!r}")
+        self.kind, self.lam, self.eps, self.form = kind, lam, eps, form
         self.register_buffer("ema", torch.tensor(0.0))
         self.register_buffer("ema_count", torch.tensor(0, dtype=torch.long))
         self.register_buffer("target", torch.tensor(float("nan")))
@@ -43,6 +53,8 @@ class ScaleAnchor(nn.Module):
         if not self.active:
             self._pending.append(float(s.detach().mean()))
             return torch.zeros((), device=h.device)
+        if self.form == "relative":
+            return self.lam * (s / self.target - 1.0).pow(2).mean()
         return self.lam * (s - self.target).pow(2).mean()
 
     @torch.no_grad()

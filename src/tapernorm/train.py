@@ -42,7 +42,7 @@ from .checkpoint import (
 )
 from .data import EvalSet, TokenShards
 from .model import GPT, GPTConfig, convert_norms
-from .norms import Reduce, set_gate, start_taper, taper_norms, update_calibration
+from .norms import Reduce, TaperNorm, set_gate, start_taper, taper_norms, update_calibration
 from .schedules import gate_at, lr_at
 
 GRAD_GROUPS = {  # metric name -> the weights of each block that form it (W_1 = both SwiGLU inputs)
@@ -164,7 +164,10 @@ def make_optimizer(model: GPT, t: dict) -> torch.optim.AdamW:
 
 
 def grad_norms(model: GPT) -> dict[str, float]:
-    """Frobenius norm of each weight type's gradient, averaged over blocks (before clipping)."""
+    """Frobenius norm of each weight type's gradient, averaged over blocks (before clipping).
+
+    After clipping each is times the common factor min(1, clip / total norm), logged as `*_clipped`.
+    """
     out = {}
     for name, suffixes in GRAD_GROUPS.items():
         norms = []
@@ -174,6 +177,33 @@ def grad_norms(model: GPT) -> dict[str, float]:
             if grads:
                 norms.append(torch.sqrt(sum(g.pow(2).sum() for g in grads)).item())
         out[name] = sum(norms) / len(norms) if norms else 0.0
+    return out
+
+
+def clipped(norms: dict[str, float], total_norm: float, clip: float) -> dict[str, float]:
+    """The gradient norms after clip_grad_norm_ scaled every gradient by min(1, clip / total)."""
+    factor = min(1.0, clip / (total_norm + 1e-6))  # torch's clip coefficient
+    return {f"{name}_clipped": value * factor for name, value in norms.items()}
+
+
+def output_stats(model: GPT, logits: torch.Tensor, h: torch.Tensor, y: torch.Tensor) -> dict:
+    """What the pre-logit scale does to the output: the logit norm, r(h) (what the scale loss
+    holds), the softmax saturation mean ||softmax(z) - onehot(y)||_2 (the CE gradient w.r.t. z), and
+    once the final norm tapers, c_f * r(h): how much larger than the normalizing branch (for which it
+    is 1) the fixed scale makes the output."""
+    mcfg = model.config
+    z, h = logits.detach().float(), h.detach().float()
+    scale = token_scale(h, mcfg.norm_kind, mcfg.norm_eps)
+    residual = torch.softmax(z, dim=-1)
+    residual.scatter_add_(-1, y.unsqueeze(-1), torch.full_like(residual[..., :1], -1.0))
+    out = {
+        "logit_norm": z.norm(dim=-1).mean().item(),
+        "prelogit_scale": scale.mean().item(),
+        "saturation": residual.norm(dim=-1).mean().item(),
+    }
+    final = model.ln_f
+    if isinstance(final, TaperNorm) and bool(final.frozen):
+        out["final_c_r"] = float(final.c) * out["prelogit_scale"]
     return out
 
 
@@ -342,7 +372,8 @@ def _train(
     tapered = mcfg.taper != "none"
     anchor = None
     if cfg["anchor"]["enabled"]:
-        anchor = ScaleAnchor(mcfg.norm_kind, cfg["anchor"]["lam"], mcfg.norm_eps).to(device)
+        a = cfg["anchor"]
+        anchor = ScaleAnchor(mcfg.norm_kind, a["lam"], mcfg.norm_eps, a["form"]).to(device)
     opt = make_optimizer(model, t)
 
     ckpt, metrics_path = out / "ckpt", out / "metrics.jsonl"
@@ -403,9 +434,7 @@ def _train(
                 ce = F.cross_entropy(logits.float().flatten(0, 1), y.flatten())
                 aux = anchor.loss(h) if anchor is not None else torch.zeros((), device=device)
                 if logging and micro == 0:
-                    record["logit_norm"] = logits.detach().float().norm(dim=-1).mean().item()
-                    scale = token_scale(h.detach().float(), mcfg.norm_kind, mcfg.norm_eps)
-                    record["prelogit_scale"] = scale.mean().item()  # what the anchor holds
+                    record.update(output_stats(model, logits, h, y))
                     if log["geometry"]:
                         record.update(prelogit_geometry(logits, h, y, ce))
                 ((ce + aux) / accum).backward()
@@ -423,10 +452,10 @@ def _train(
                 update_calibration(model, tp["ema_mu"], reduce)
             if anchor is not None:
                 anchor.update(tp["ema_mu"], reduce)
-            if logging:
-                record.update(grad_norms(model))
+            norms = grad_norms(model) if logging else {}
             clip = t["grad_clip"] if t["grad_clip"] > 0 else float("inf")
             total_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), clip).item()
+            record.update(norms, **clipped(norms, total_norm, clip))
             if not math.isfinite(total_norm):
                 diverged_step = k
                 print(f"[{cfg['name']}] non-finite gradient at step {k}: stopping", file=sys.stderr)
