@@ -11,7 +11,7 @@ import pytest
 from conftest import tiny_run
 from matplotlib.image import imread
 
-from tapernorm.analysis import claims, figures, stats, tables
+from tapernorm.analysis import anchor_sweep, claims, figures, stats, tables
 from tapernorm.analysis.cli import add_subcommands
 from tapernorm.analysis.runs import load_runs
 from tapernorm.config import VARIANTS
@@ -320,4 +320,40 @@ def test_cli_table_and_figure(runs, tmp_path):
         ["figure", "fig2", "--runs", str(runs["main"][0]), "--out", str(out), "--width", "128"]
     )
     with pytest.raises(ValueError, match="width 128"):
+        args.func(args)
+
+
+def test_anchor_sweep_table_figure_and_claim(runs, shards_dir, tmp_path):
+    point = _train(
+        tmp_path / "sweep",
+        shards_dir,
+        "all_aux",
+        32,
+        0,
+        steps=16,
+        data={"train_tokens": 2000},
+        anchor={"lam": 2.0, "form": "relative"},
+        log={"geometry": True},
+    )
+    dirs = [*runs["ablation"], point]
+    df, caption = anchor_sweep.table_anchor(load_runs(dirs)[0])
+    assert list(df["Scale loss"]) == ["Eq. 5 (paper)", "relative (ours)"]
+    assert list(df["lambda"]) == ["0.1", "2"]
+    s_tgt = [float(x) for x in df["s_tgt"]]
+    assert float(df["kappa"][0]) == pytest.approx(0.1 * s_tgt[0] ** 2, rel=0.01)  # Eq. 5
+    assert float(df["kappa"][1]) == 2.0  # relative: lambda itself
+    assert "Baseline end logit norm" in caption
+    p = _parser()
+    args = p.parse_args(
+        ["table", "anchor", "--runs", *map(str, dirs), "--out", str(tmp_path / "ta")]
+    )
+    assert args.func(args) == 0 and (tmp_path / "ta.md").is_file()
+    out = tmp_path / "fig7_anchor_sweep.pdf"
+    args = p.parse_args(["figure", "fig7", "--runs", *map(str, dirs), "--out", str(out)])
+    assert args.func(args) == 0 and out.with_suffix(".png").is_file()
+    inp = claims.ClaimInputs(ablation=load_runs(runs["ablation"])[0], sweep=load_runs([point])[0])
+    row = claims.claim4(inp)
+    assert "λ sweep" in row["Comment"] and "relative (ours): λ=2:" in row["Comment"]
+    with pytest.raises(ValueError, match="Baseline"):
+        args = p.parse_args(["table", "anchor", "--runs", str(point), "--out", str(tmp_path / "x")])
         args.func(args)

@@ -94,3 +94,49 @@ def test_prepare_data_args():
     )
     paper = tp.validate_pipeline_config(load("paper.yaml"), SCHEMA)
     assert "--tokenizer-chars 200000000" in tp.prepare_data_args(paper["data"])
+
+
+def test_taper_start_and_end_fractions():
+    cfg = load("ci.yaml")
+    cfg["pretrain"]["taper"].update(start_frac=0.25, end_frac=0.5)
+    cfg = tp.validate_pipeline_config(cfg, SCHEMA)
+    rc = tp.run_config(cfg, "pretrain", "all_aux-d32-s0", "d")
+    steps = rc["train"]["steps"]
+    assert rc["taper"]["start"] == round(0.25 * steps) and rc["taper"]["end"] == round(0.5 * steps)
+    paper = tp.validate_pipeline_config(load("paper.yaml"), SCHEMA)  # the paper: end of warmup
+    rc = tp.run_config(paper, "pretrain", "all_aux-d64-s0", "d")
+    assert rc["taper"]["start"] == rc["train"]["warmup_steps"] == 25_000
+    bad = load("ci.yaml")
+    bad["pretrain"]["taper"].update(start_frac=0.5, end_frac=0.5)
+    with pytest.raises(ConfigError, match="taper.start"):
+        tp.validate_pipeline_config(bad, SCHEMA)
+    bad["pretrain"]["taper"].update(start_frac=1.5)
+    with pytest.raises(ConfigError, match="config key pretrain.taper.start_frac"):
+        tp.validate_pipeline_config(bad, SCHEMA)
+
+
+def test_anchor_sweep_runs_retrain_the_ablations_all_aux_at_other_weights():
+    cfg = load("ci.yaml")
+    cfg["ablation"]["anchor"] = {"lam": 10.0, "form": "eq5"}
+    cfg["anchor_sweep"] = {"eq5": [0.1, 10], "relative": [0.1]}
+    cfg = tp.validate_pipeline_config(cfg, SCHEMA)
+    names = tp.sweep_runs(cfg)
+    assert names == ["eq5-lam0.1", "relative-lam0.1"]  # eq5 at 10 is the ablation's own run
+    base = tp.run_config(cfg, "ablation", tp.sweep_base_run(cfg), "d")
+    rc = tp.run_config(cfg, tp.SWEEP_FAMILY, "relative-lam0.1", "d")
+    assert rc["anchor"] == {**base["anchor"], "form": "relative", "lam": 0.1}
+    assert rc["name"] == "anchor_sweep/relative-lam0.1" and rc["variant"] == "all_aux"
+    assert {k: v for k, v in rc.items() if k not in ("anchor", "name")} == {
+        k: v for k, v in base.items() if k not in ("anchor", "name")
+    }
+    with pytest.raises(ValueError, match="not part of"):
+        tp.run_config(cfg, tp.SWEEP_FAMILY, "eq5-lam10", "d")
+    bad = load("ci.yaml")
+    bad["anchor_sweep"] = {"eq5": [1.0]}
+    bad["ablation"]["variants"] = ["final", "all"]
+    with pytest.raises(ConfigError, match="anchor_sweep"):
+        tp.validate_pipeline_config(bad, SCHEMA)
+    bad = load("ci.yaml")
+    bad["anchor_sweep"] = {"eq5": [1.0], "log": [1.0]}
+    with pytest.raises(ConfigError, match="anchor_sweep"):
+        tp.validate_pipeline_config(bad, SCHEMA)

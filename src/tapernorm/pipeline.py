@@ -53,6 +53,8 @@ def steps_for(fam: dict, width: int) -> int:
 
 def run_config(config: dict, family: str, name: str, data_dir: str) -> dict:
     """The resolved `tapernorm train` config of run `name` in `family` of the pipeline config."""
+    if family == SWEEP_FAMILY:
+        return sweep_run_config(config, name, data_dir)
     variant, width, seed = parse_run_name(name)
     fam = config[family]
     if variant not in fam["variants"] or width not in fam["widths"] or seed >= fam["seeds"]:
@@ -61,6 +63,12 @@ def run_config(config: dict, family: str, name: str, data_dir: str) -> dict:
     train = copy.deepcopy(fam["train"])
     warmup_frac = train.pop("warmup_frac")
     train.update(steps=steps, warmup_steps=max(1, round(warmup_frac * steps)))
+    taper = copy.deepcopy(fam["taper"])
+    start_frac, end_frac = taper.pop("start_frac"), taper.pop("end_frac")
+    taper.update(
+        start=train["warmup_steps"] if start_frac is None else max(1, round(start_frac * steps)),
+        end=round(end_frac * steps),
+    )
     cfg = {
         "name": f"{family}/{name}",
         "seed": seed,
@@ -68,10 +76,51 @@ def run_config(config: dict, family: str, name: str, data_dir: str) -> dict:
         "data": {"dir": data_dir, "train_tokens": fam.get("train_tokens")},
         "model": {**fam["model"], "n_embd": width},
         "train": train,
-        "taper": copy.deepcopy(fam["taper"]),
-        "anchor": {"lam": fam["anchor"]["lam"]},
+        "taper": taper,
+        "anchor": copy.deepcopy(fam["anchor"]),
         "log": copy.deepcopy(fam["log"]),
     }
+    return resolve_run_config(cfg)
+
+
+# ---- the scale loss's dose-response (table_anchor, fig7) --------------------------------------------
+
+SWEEP_FAMILY = "anchor_sweep"
+SWEEP_RUN_NAME = re.compile(r"^(?P<form>eq5|relative)-lam(?P<lam>[0-9][0-9.e+-]*)$")
+
+
+def sweep_run_name(form: str, lam: float) -> str:
+    return f"{form}-lam{lam:g}"
+
+
+def sweep_base_run(config: dict) -> str:
+    """The ablation's All-Taper (+aux) run that every sweep point retrains at another lambda."""
+    return run_name("all_aux", figure_width(config, "ablation"), 0)
+
+
+def sweep_runs(config: dict) -> list[str]:
+    """Sweep points trained in the anchor_sweep family: every (form, lambda) listed, except the one
+    the ablation's all_aux run already is."""
+    sweep, anchor = config.get(SWEEP_FAMILY), (config.get("ablation") or {}).get("anchor", {})
+    if not sweep:
+        return []
+    own = (anchor.get("form", "eq5"), anchor.get("lam"))
+    return [
+        sweep_run_name(form, lam)
+        for form in ("eq5", "relative")
+        for lam in sweep[form]
+        if (form, lam) != own
+    ]
+
+
+def sweep_run_config(config: dict, name: str, data_dir: str) -> dict:
+    """The ablation's all_aux run config with the sweep point's scale-loss form and weight."""
+    m = SWEEP_RUN_NAME.match(name)
+    if m is None or name not in sweep_runs(config):
+        raise ValueError(f"run {name} is not part of the {SWEEP_FAMILY} family in this config")
+    cfg = run_config(config, "ablation", sweep_base_run(config), data_dir)
+    cfg.update(name=f"{SWEEP_FAMILY}/{name}")
+    cfg["anchor"].update(form=m["form"], lam=float(m["lam"]))
     return resolve_run_config(cfg)
 
 
@@ -112,6 +161,16 @@ def validate_pipeline_config(config: dict, schema_path: str) -> dict:
                 run_config(config, family, name, "data")
             except ConfigError as e:
                 raise ConfigError(f"{family} run {name}: {e}") from e
+    if config.get(SWEEP_FAMILY) is not None:
+        ablation = config.get("ablation")
+        lacking = [
+            v for v in ("baseline", "all_aux") if v not in (ablation or {}).get("variants", [])
+        ]
+        if lacking:
+            raise ConfigError(
+                f"config key {SWEEP_FAMILY}: it retrains the ablation's all_aux run and compares "
+                f"with its baseline, but ablation.variants lacks {lacking}"
+            )
     missing = set(config["fold"]["variants"]) - set(config["pretrain"]["variants"])
     if missing:
         raise ConfigError(f"config key fold.variants: {sorted(missing)} not in pretrain.variants")
@@ -124,7 +183,10 @@ def validate_pipeline_config(config: dict, schema_path: str) -> dict:
 
 def wants_gpu(config: dict, family: str) -> bool:
     """Whether this family's training jobs run on a GPU (and so hold the `gpu` resource)."""
-    return device_is_gpu(config[family]["train"]["device"])
+    trains_like = (
+        "ablation" if family == SWEEP_FAMILY else family
+    )  # the sweep retrains ablation runs
+    return device_is_gpu(config[trains_like]["train"]["device"])
 
 
 def device_is_gpu(device: str) -> bool:

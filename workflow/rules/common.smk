@@ -12,12 +12,17 @@ config.update(
 
 PRETRAIN_DATA = "data/pretrain"
 FIG_WIDTH = tp.figure_width(config)
-FAMILIES = ["pretrain"] + (["ablation"] if config["ablation"] else [])
+SWEEP = bool(config["ablation"] and config["anchor_sweep"])
+FAMILIES = (
+    ["pretrain"]
+    + (["ablation"] if config["ablation"] else [])
+    + ([tp.SWEEP_FAMILY] if SWEEP else [])
+)
 
 
 wildcard_constraints:
     family="|".join(FAMILIES),
-    run=r"[a-z_]+-d\d+-s\d+",
+    run=r"[a-z_]+-d\d+-s\d+|(eq5|relative)-lam[0-9][0-9.e+-]*",
 
 
 def run_dir(family, name):
@@ -60,6 +65,21 @@ FIGURES = {
 }
 if config["ablation"]:
     FIGURES["fig6_scale_anchor"] = ablation_evals()
+
+
+def anchor_sweep_evals():
+    """The ablation's runs and the anchor_sweep points (table_anchor, fig7)."""
+    names = tp.sweep_runs(config) if SWEEP else []
+    return ablation_evals() + evals(tp.SWEEP_FAMILY, names)
+
+
+if SWEEP:
+    FIGURES["fig7_anchor_sweep"] = anchor_sweep_evals()
+SWEEP_TABLES = (
+    [f"results/tables/table_anchor.{ext}" for ext in ("csv", "md", "tex")]
+    if SWEEP
+    else []
+)
 
 # GPT-2 fine-tuning family (Tables 4 and 6, claim 8): runs <protocol>-<model>
 FINETUNE_DATA = "data/finetune"
@@ -148,6 +168,7 @@ ALL_TARGETS = (
         for n in (1, 2, 5)
         for ext in ("csv", "md", "tex")
     ]
+    + SWEEP_TABLES
     + FINETUNE_TABLES
     + [
         f"results/export/{r}/verify.json"

@@ -22,6 +22,28 @@ rule table:
         "--out results/tables/table{wildcards.n} > {log} 2>&1"
 
 
+rule anchor_table:
+    input:
+        anchor_sweep_evals(),
+    output:
+        csv=report(
+            "results/tables/table_anchor.csv",
+            caption="../report/tables.rst",
+            category="Tables",
+        ),
+        md="results/tables/table_anchor.md",
+        tex="results/tables/table_anchor.tex",
+    log:
+        "logs/tables/table_anchor.log",
+    conda:
+        "../envs/tapernorm.yaml"
+    params:
+        runs=lambda w, input: dirs_of(input),
+    shell:
+        "tapernorm table anchor --runs {params.runs} "
+        "--out results/tables/table_anchor > {log} 2>&1"
+
+
 rule figure:
     input:
         lambda w: FIGURES[w.name],
@@ -49,6 +71,7 @@ rule claims:
     input:
         runs=pretrain_evals(),
         ablation=ablation_evals(),
+        sweep=evals(tp.SWEEP_FAMILY, tp.sweep_runs(config) if SWEEP else []),
         verify=expand("results/fold/{run}/verify.json", run=fold_names())
         + finetune_verify(),
         finetune=finetune_evals(),
@@ -67,7 +90,10 @@ rule claims:
         finetune=lambda w, input: (
             f"--finetune-evals {' '.join(input.finetune)}" if input.finetune else ""
         ),
+        sweep=lambda w, input: (
+            f"--sweep-runs {dirs_of(input.sweep)}" if input.sweep else ""
+        ),
         bench=lambda w, input: f"--bench {' '.join(input.bench)}" if input.bench else "",
     shell:
-        "tapernorm claims --runs {params.runs} {params.ablation} --verify {input.verify} "
-        "{params.finetune} {params.bench} --out {output} > {log} 2>&1"
+        "tapernorm claims --runs {params.runs} {params.ablation} {params.sweep} "
+        "--verify {input.verify} {params.finetune} {params.bench} --out {output} > {log} 2>&1"

@@ -23,6 +23,10 @@ def _cmd_table(args: argparse.Namespace) -> int:
         from .benchmarks import make_bench_table
 
         paths = make_bench_table(args.which, _bench_csvs(args), args.out)
+    elif args.which == "anchor":  # the scale-loss dose-response
+        from .anchor_sweep import make_anchor_table
+
+        paths = make_anchor_table(args.runs, args.out)
     elif args.which in ("4", "6"):  # the GPT-2 fine-tuning family
         from .finetune import make_finetune_table
 
@@ -39,6 +43,12 @@ def _cmd_figure(args: argparse.Namespace) -> int:
         from .benchmarks import make_fig5
 
         paths = make_fig5(_bench_csvs(args), args.out)
+    elif args.which == "fig7":
+        from .anchor_sweep import make_fig7
+
+        if not args.runs:
+            raise ValueError("figure fig7 needs --runs")
+        paths = make_fig7(args.runs, args.out)
     else:
         from .figures import make_figure
 
@@ -57,6 +67,7 @@ def _cmd_claims(args: argparse.Namespace) -> int:
         args.out,
         runs=args.runs,
         ablation_runs=args.ablation_runs,
+        sweep_runs=args.sweep_runs,
         verify_files=args.verify,
         finetune_evals=args.finetune_evals,
         bench_files=args.bench,
@@ -75,8 +86,8 @@ def add_subcommands(subparsers) -> None:
     )
     t.add_argument(
         "which",
-        choices=["1", "2", "3", "4", "5", "6", "decode"],
-        help="table number, or decode (3, decode: from --bench)",
+        choices=["1", "2", "3", "4", "5", "6", "decode", "anchor"],
+        help="table number, decode (3, decode: from --bench), or anchor (the scale-loss sweep)",
     )
     t.add_argument("--runs", type=Path, nargs="+", default=[], help=runs_help)
     t.add_argument(
@@ -93,7 +104,7 @@ def add_subcommands(subparsers) -> None:
     f = subparsers.add_parser(
         "figure", help="paper figure from run directories or benchmark CSVs -> .pdf and .png"
     )
-    f.add_argument("which", choices=["fig1", "fig2", "fig3", "fig4", "fig5", "fig6"])
+    f.add_argument("which", choices=["fig1", "fig2", "fig3", "fig4", "fig5", "fig6", "fig7"])
     f.add_argument("--runs", type=Path, nargs="+", default=[], help=runs_help)
     f.add_argument("--bench", type=Path, nargs="+", default=[], help="fig5: decode " + bench_help)
     f.add_argument("--out", type=Path, required=True, help="e.g. figures/fig3_logit_norm.pdf")
@@ -104,6 +115,13 @@ def add_subcommands(subparsers) -> None:
     c.add_argument("--runs", type=Path, nargs="+", default=[], help="pre-training " + runs_help)
     c.add_argument(
         "--ablation-runs", type=Path, nargs="+", default=[], help="scale-anchor ablation runs"
+    )
+    c.add_argument(
+        "--sweep-runs",
+        type=Path,
+        nargs="+",
+        default=[],
+        help="anchor_sweep runs: All-Taper (+aux) of the ablation at other scale-loss weights",
     )
     c.add_argument("--verify", type=Path, nargs="+", default=[], help="verify.json files of fold")
     c.add_argument("--bench", type=Path, nargs="+", default=[], help=bench_help + " (claim 7)")

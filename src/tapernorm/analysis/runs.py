@@ -20,7 +20,9 @@ from ..config import VARIANTS
 
 RUN_FILES = ("config.json", "metrics.jsonl", "eval.json")
 GRAD_COLUMNS = ("grad_attn_qkv", "grad_attn_out", "grad_mlp_in", "grad_mlp_out")
-END_COLUMNS = ("loss", "logit_norm", "grad_norm", *GRAD_COLUMNS)
+CLIPPED_COLUMNS = tuple(f"{c}_clipped" for c in GRAD_COLUMNS)  # the same after clipping
+SCALE_COLUMNS = ("prelogit_scale", "final_c_r", "saturation", "margin_pos_frac", "grad_h_cos")
+END_COLUMNS = ("loss", "logit_norm", "grad_norm", *GRAD_COLUMNS, *CLIPPED_COLUMNS, *SCALE_COLUMNS)
 END_FRACTION = 0.1  # "end of training" = the last 10% of logged steps
 # columns of the run table copied onto every training record
 RUN_KEYS = ("run", "name", "variant", "label", "width", "seed", "steps", "final_taper", "anchor")
@@ -106,6 +108,9 @@ def _run_row(run_dir: Path, cfg: dict, result: dict, records: list[dict]) -> dic
         "final_taper": m["taper"] in ("final", "all"),
         "internal_taper": m["taper"] in ("internal", "all"),
         "anchor": bool(cfg["anchor"]["enabled"]),
+        "anchor_form": cfg["anchor"].get("form", "eq5"),
+        "anchor_lam": float(cfg["anchor"].get("lam", math.nan)),
+        "s_tgt": next((r["s_tgt"] for r in records if "s_tgt" in r), math.nan),
         "val_loss": float(val) if val is not None and math.isfinite(val) else math.nan,
         "diverged": bool(result.get("diverged", False)),
         "diverged_step": result.get("diverged_step"),

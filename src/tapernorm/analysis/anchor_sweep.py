@@ -1,0 +1,147 @@
+"""The scale loss's dose-response: table_anchor and fig7 from the ablation and the anchor_sweep runs.
+
+Every All-Taper (+aux) run among the inputs is one point (form, lambda); the ablation's Baseline gives
+the logit norm that anchored training reaches, its Final-Taper and All-Taper runs the unanchored one.
+Per point: the end logit norm over the baseline's, the end pre-logit scale over the frozen target
+r(h)/s_tgt, and the dimensionless stiffness kappa of the restoring force on log r (Prop. 4.3 with
+r - s_tgt ~ s_tgt * ln(r/s_tgt)): kappa = lambda * s_tgt^2 for Eq. 5, lambda for the relative form.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import pandas as pd
+
+from ..config import VARIANTS
+from .figures import COLORS, _new_figure, save_figure
+from .runs import load_runs
+from .tables import write_table
+
+FORM_LABELS = {"eq5": "Eq. 5 (paper)", "relative": "relative (ours)"}
+HOLD_FACTOR = 1.5  # claim 4's "close to the baseline"
+
+
+def _where(points: pd.DataFrame) -> str:
+    """'d=64, L=4, 1,200 steps' of the sweep points (one run per point)."""
+    widths = "/".join(str(w) for w in sorted(points["width"].unique()))
+    layers = "/".join(str(n) for n in sorted(points["n_layer"].unique()))
+    steps = "/".join(f"{s:,}" for s in sorted(points["steps"].unique()))
+    return f"d={widths}, L={layers}, {steps} steps"
+
+
+def stiffness(form: str, lam: float, s_tgt: float) -> float:
+    """kappa: the restoring force on ln r per unit deviation, over 2 (see the module docstring)."""
+    return lam * s_tgt**2 if form == "eq5" else lam
+
+
+def sweep_points(runs: pd.DataFrame) -> tuple[pd.DataFrame, dict[str, float]]:
+    """(one row per All-Taper (+aux) run sorted by form and lambda, reference end logit norms of
+    the baseline and the unanchored variants). Raises if the baseline is missing."""
+    ok = runs[~runs["diverged"]]
+    base = ok[ok["variant"] == "baseline"]
+    if base.empty:
+        raise ValueError("the scale-loss sweep needs a non-diverged Baseline run of the ablation")
+    ref = {"baseline": float(base["logit_norm_end"].mean())}
+    for v in ("final", "all"):
+        if (ok["variant"] == v).any():
+            ref[v] = float(ok.loc[ok["variant"] == v, "logit_norm_end"].mean())
+    points = runs[runs["variant"] == "all_aux"].copy()
+    if points.empty:
+        raise ValueError("the scale-loss sweep needs All-Taper (+aux) runs")
+    points["logit_ratio"] = points["logit_norm_end"] / ref["baseline"]
+    points["scale_ratio"] = points["prelogit_scale_end"] / points["s_tgt"]
+    points["kappa"] = [
+        stiffness(f, lam, s)
+        for f, lam, s in zip(
+            points["anchor_form"], points["anchor_lam"], points["s_tgt"], strict=True
+        )
+    ]
+    return points.sort_values(["anchor_form", "anchor_lam"]), ref
+
+
+def table_anchor(runs: pd.DataFrame) -> tuple[pd.DataFrame, str]:
+    points, ref = sweep_points(runs)
+    rows = []
+    for p in points.itertuples():
+        rows.append(
+            {
+                "Scale loss": FORM_LABELS[p.anchor_form],
+                "lambda": f"{p.anchor_lam:g}",
+                "s_tgt": f"{p.s_tgt:.3g}",
+                "kappa": f"{p.kappa:.3g}",
+                "r(h)/s_tgt (end)": "diverged" if p.diverged else f"{p.scale_ratio:.2f}",
+                "Logit norm / Baseline (end)": "diverged" if p.diverged else f"{p.logit_ratio:.2f}",
+                f"Holds (<= {HOLD_FACTOR:g}x)": "—"
+                if p.diverged
+                else ("yes" if p.logit_ratio <= HOLD_FACTOR else "no"),
+                "Val loss": "—" if p.diverged else f"{p.val_loss:.4f}",
+            }
+        )
+    unanchored = ", ".join(
+        f"{VARIANTS[v]['label']} {ref[v] / ref['baseline']:.2f}x"
+        for v in ("final", "all")
+        if v in ref
+    )
+    caption = (
+        "**Scale-loss dose-response** (our experiment, beyond the paper): All-Taper (+aux) of the "
+        f"scale-anchor ablation ({_where(points)}, one run per point) at several weights lambda, "
+        "with the paper's Eq. 5 lambda * mean (r - s_tgt)^2 and our scale-invariant form "
+        "lambda * mean (r/s_tgt - 1)^2. "
+        "End = mean over the last 10% of logged steps. kappa = the stiffness of the restoring force on "
+        "ln r: lambda * s_tgt^2 for Eq. 5 (so the same lambda holds a small residual stream loosely), "
+        f"lambda for the relative form. Baseline end logit norm {ref['baseline']:.3g}"
+        + (f"; unanchored: {unanchored}." if unanchored else ".")
+    )
+    return pd.DataFrame(rows), caption
+
+
+def fig7(run_dirs: Sequence[str | Path], width: int | None = None):
+    """End logit norm over the baseline's (each point labelled with its stiffness kappa) and
+    r(h)/s_tgt against lambda, one line per form."""
+    runs, _ = load_runs(run_dirs)
+    points, ref = sweep_points(runs)
+    points = points[~points["diverged"]]
+    fig, axes = _new_figure(1, 2, (10, 4.2))
+    markers = {"eq5": "o", "relative": "s"}
+    colors = {"eq5": COLORS["all_aux"], "relative": COLORS["internal_aux"]}
+    for form, part in points.groupby("anchor_form"):
+        style = {"marker": markers[form], "color": colors[form], "label": FORM_LABELS[form]}
+        axes[0].plot(part["anchor_lam"], part["logit_ratio"], **style)
+        axes[1].plot(part["anchor_lam"], part["scale_ratio"], **style)
+        for p in part.itertuples():  # the stiffness behind each point
+            axes[0].annotate(
+                f"κ={p.kappa:.2g}",
+                (p.anchor_lam, p.logit_ratio),
+                textcoords="offset points",
+                xytext=(4, 4),
+                fontsize=7,
+                color=colors[form],
+            )
+    for v, ls in (("final", "--"), ("all", ":")):
+        if v in ref:
+            axes[0].axhline(
+                ref[v] / ref["baseline"], color=COLORS[v], ls=ls, label=f"{VARIANTS[v]['label']}"
+            )
+    axes[0].axhspan(1 / HOLD_FACTOR, HOLD_FACTOR, color="0.85", zorder=0, label="within 1.5x")
+    axes[0].set_ylabel("end logit norm / Baseline's")
+    axes[1].axhline(1.0, color="0.3", ls=":", lw=1)
+    axes[1].set_ylabel("end $r(h)$ / $s_{tgt}$")
+    for ax in axes:
+        ax.set_xscale("log")
+        ax.set_ylim(bottom=0)
+        ax.set_xlabel("scale-loss weight $\\lambda$")
+    axes[0].legend(fontsize=8)
+    fig.suptitle(f"Scale loss dose-response: All-Taper (+aux), {_where(points)}", fontsize=11)
+    return fig
+
+
+def make_anchor_table(run_dirs: Sequence[str | Path], out_stem: str | Path) -> list[Path]:
+    runs, _ = load_runs(run_dirs)
+    df, caption = table_anchor(runs)
+    return write_table(df, out_stem, caption)
+
+
+def make_fig7(run_dirs: Sequence[str | Path], out: str | Path) -> list[Path]:
+    return save_figure(fig7(run_dirs), out)
