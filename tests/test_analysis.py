@@ -255,9 +255,15 @@ def test_fig3_log_scale_dashes_and_divergence(edited, tmp_path):
 
 def test_fig6_needs_geometry(runs, tmp_path):
     fig = figures.fig6(runs["ablation"])
-    assert len([ax for ax in fig.axes if ax.get_ylabel()]) == 4  # with the pre-logit scale
-    assert fig.axes[0].get_yscale() == "log" and fig.axes[3].get_yscale() == "log"
-    assert any(np.allclose(ln.get_ydata(), 0) for ln in fig.axes[2].get_lines())
+    titles = [ax.get_title() for ax in fig.axes if ax.get_visible()]
+    assert len(titles) == 6  # logit norm, r(h), c_f r(h); margins, cos, saturation
+    assert [fig.axes[i].get_yscale() for i in range(3)] == ["log"] * 3
+    cos = fig.axes[titles.index("Props. 4.1/4.2: ~0 with a final norm, < 0 without")]
+    assert any(np.allclose(ln.get_ydata(), 0) for ln in cos.get_lines())  # Baseline: Prop. 4.1
+    c_r = fig.axes[2]  # c_f r(h) exists only for variants whose final norm tapers
+    assert {ln.get_color() for ln in c_r.get_lines()} <= {
+        figures.COLORS[v] for v in ("final", "all", "all_aux")
+    }
     _check_saved(figures.save_figure(fig, tmp_path / "fig6.png"))
     with pytest.raises(ValueError, match="geometry"):
         figures.fig6(runs["main"])

@@ -94,6 +94,8 @@ def plot_variant(ax: Axes, runs: pd.DataFrame, metrics: pd.DataFrame, variant: s
     if len(bad):
         label += f" ({len(bad)}/{len(mine)} diverged, ×)"
     rows = metrics[(metrics["variant"] == variant) & metrics[column].notna()]
+    if rows.empty:  # e.g. c_f r(h) of a variant whose final norm does not taper
+        return
     if len(ok):
         wide = rows[rows["run"].isin(ok["run"])].pivot(index="step", columns="run", values=column)
         ax.plot(wide.index, wide.mean(axis=1), label=label, lw=1.6, **style)
@@ -260,7 +262,8 @@ def fig4(run_dirs: Sequence[str | Path], width: int | None = None) -> Figure:
 
 
 def fig6(run_dirs: Sequence[str | Path], width: int | None = None) -> Figure:
-    """Logit norm (log y), fraction of tokens with positive margin, and cos(grad_h CE, h) vs step."""
+    """The ablation's pre-logit geometry vs step: logit norm, r(h) and c_f r(h) (log y); fraction of
+    tokens with a positive margin, cos(grad_h CE, h), and softmax saturation."""
     runs, metrics, width = _at_width(run_dirs, width)
     lacking = runs.loc[~runs["geometry"], "name"].tolist()
     if lacking:
@@ -270,23 +273,31 @@ def fig6(run_dirs: Sequence[str | Path], width: int | None = None) -> Figure:
         )
     panels = [
         ("logit_norm", "mean logit norm $\\|z_t\\|_2$", "logit norm"),
+        ("prelogit_scale", "mean pre-logit scale $r(h)$", "pre-logit scale (what Eq. 5 holds)"),
+        ("final_c_r", "$c_f \\cdot r(h)$", "final taper's scale over a norm's (1 = norm)"),
         ("margin_pos_frac", "fraction of tokens with margin > 0", "positive margins"),
         (
             "grad_h_cos",
             "mean cos($\\nabla_h$CE, $h$)",
             "Props. 4.1/4.2: ~0 with a final norm, < 0 without",
         ),
+        ("saturation", "mean $\\|$softmax$(z) - e_y\\|_2$", "softmax saturation (dCE/dz)"),
     ]
-    if "prelogit_scale" in metrics:  # what the scale loss anchors (runs logged since it exists)
-        panels.append(
-            ("prelogit_scale", "mean pre-logit scale $r(h)$", "pre-logit scale (anchored)")
-        )
-    fig, axes = _new_figure(1, len(panels), (4.7 * len(panels), 4.3), sharex=True)
-    for ax, (column, ylabel, title) in zip(axes, panels, strict=True):
-        _plot_variants(ax, runs, metrics, column, log=column in ("logit_norm", "prelogit_scale"))
+    panels = [p for p in panels if p[0] in metrics and metrics[p[0]].notna().any()]
+    ncols = 3 if len(panels) > 4 else len(panels)
+    nrows = -(-len(panels) // ncols)
+    fig, axes = _new_figure(nrows, ncols, (4.7 * ncols, 4.0 * nrows), sharex=True)
+    for ax, (column, ylabel, title) in zip(axes, panels, strict=False):
+        log = column in ("logit_norm", "prelogit_scale", "final_c_r")
+        _plot_variants(ax, runs, metrics, column, log=log)
         ax.set_ylabel(ylabel)
         ax.set_title(title, fontsize=10)
-    axes[2].axhline(0.0, color="0.3", ls=":", lw=1, zorder=0)
+        if column == "grad_h_cos":
+            ax.axhline(0.0, color="0.3", ls=":", lw=1, zorder=0)
+    for ax in axes[len(panels) :]:
+        ax.set_visible(False)
+    for ax in axes[: ncols * (nrows - 1)]:
+        ax.set_xlabel("")
     handles, labels = axes[0].get_legend_handles_labels()
     fig.legend(handles, labels, loc="outside right upper", fontsize=8)
     tokens = runs["train_tokens"].dropna().unique()
