@@ -620,7 +620,7 @@ def write_claims(
     )
     header = (
         "# Claims of the paper vs this reproduction\n\n"
-        f"Each row is a claim of {paper.SOURCE} (section 7 of PAPER.md) with the paper's value and "
+        f"Each row is one of the claims of {paper.SOURCE} with the paper's value and "
         "ours, computed from the inputs listed below. 'End' values are means over the last 10% of "
         "logged training steps; diverged runs are excluded from means and counted. Thresholds are "
         "fixed in tapernorm/analysis/claims.py and stated in each comment; 'not measured' means the "
