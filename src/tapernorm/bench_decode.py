@@ -2,7 +2,7 @@
 
 The prefill runs the prompt through the model, filling the cache, and picks the first token; then
 `new_tokens` decode steps each feed the last token at its position and pick the next, so decode throughput
-= B * new_tokens / decode time counts exactly the tokens the timed steps produce (PAPER.md 6.3).
+= B * new_tokens / decode time counts exactly the tokens the timed steps produce (docs/protocol.md).
 
 Two modes, reported separately:
   eager     the model's own cached path (GPT.hidden with a KVCache, as GPT.generate), under
