@@ -363,3 +363,16 @@ def test_anchor_sweep_table_figure_and_claim(runs, shards_dir, tmp_path):
     with pytest.raises(ValueError, match="Baseline"):
         args = p.parse_args(["table", "anchor", "--runs", str(point), "--out", str(tmp_path / "x")])
         args.func(args)
+
+
+def test_claims_3_to_5_are_judged_where_margins_are_positive(runs):
+    main = load_runs(runs["main"])[0]
+    main = main[main["width"] == 64]
+    positive = main.assign(margin_pos_frac_end=0.9)  # the same runs, as if margins were positive
+    inp = claims.ClaimInputs(runs=main.assign(margin_pos_frac_end=0.1), ablation=positive)
+    row3, row5 = claims.claim3(inp), claims.claim5(inp)
+    assert "main: " in row3["Ours"] and "[context]" in row3["Ours"].split(";")[0]
+    assert "ablation" in row3["Ours"] and "[context]" not in row3["Ours"].split(";")[1]
+    assert row5["Ours"].startswith("ablation, before clipping")
+    assert "after clipping" in row5["Ours"]  # both conventions
+    assert "Softmax saturation" in row5["Comment"]

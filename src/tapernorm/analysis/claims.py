@@ -368,7 +368,10 @@ def _grad_source(inp: ClaimInputs) -> tuple[str, pd.DataFrame] | None:
     for name, runs, judged in _sources(inp):
         if not set(GRAD_NEEDED) - set(runs["variant"]):
             found.append((not judged, name, runs))
-    return (found[0][1], found[0][2]) if found else None
+    if not found:
+        return None
+    _, name, runs = min(found, key=lambda f: f[0])  # judged sources first, then in source order
+    return name, runs
 
 
 def claim5(inp: ClaimInputs) -> dict:
