@@ -1,13 +1,14 @@
 """TaperNorm: gated normalization removal and scale anchoring in pre-norm transformers.
 
 from tapernorm import GPT, GPTConfig, TaperNorm, set_gate, fold_model, load_hf, export_hf
+from tapernorm import DyT   # the norm-free alternative (GPTConfig(norm="dyt")); it does not fold
 """
 
 from .anchor import ScaleAnchor
 from .export import export_hf
 from .fold import export_explicit_scaling, fold_model, verify_fold
 from .model import GPT, GPTConfig
-from .norms import LayerNorm, RMSNorm, TaperNorm, set_gate, start_taper, update_calibration
+from .norms import DyT, LayerNorm, RMSNorm, TaperNorm, set_gate, start_taper, update_calibration
 
 __version__ = "0.1.0"
 
@@ -21,6 +22,7 @@ def load_hf(model_or_path, taper: str = "none", **kwargs) -> GPT:
 
 
 __all__ = [
+    "DyT",
     "GPT",
     "GPTConfig",
     "LayerNorm",

@@ -1,7 +1,7 @@
 """Run configs: YAML validated by a JSON schema (with defaults), plus the checks a schema can't say.
 
 Table 1's variants and Sec. 6.4's fine-tuning protocols are named here: each is a `model.taper` plus the
-scale-loss switch `anchor.enabled`.
+scale-loss switch `anchor.enabled` (and `model.norm` for the norm-free ones: DyT, FakeLN).
 """
 
 from __future__ import annotations
@@ -24,6 +24,8 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "final": {"taper": "final", "anchor": False, "label": "Final-Taper"},
     "all": {"taper": "all", "anchor": False, "label": "All-Taper"},
     "all_aux": {"taper": "all", "anchor": True, "label": "All-Taper (+aux)"},
+    # not in the paper: every norm replaced by DyT (Zhu et al. 2025), trained like the baseline
+    "dyt": {"taper": "none", "anchor": False, "label": "DyT", "norm": "dyt"},
 }
 
 PROTOCOLS: dict[str, dict[str, Any]] = {
@@ -31,6 +33,8 @@ PROTOCOLS: dict[str, dict[str, Any]] = {
     "vanilla": {"taper": "none", "anchor": False, "label": "Vanilla"},
     "internal_taperln": {"taper": "internal", "anchor": True, "label": "Internal-TaperLN"},
     "all_taperln": {"taper": "all", "anchor": True, "label": "All-TaperLN"},
+    # our rerun of Baroni et al. (2025): norms removed one at a time (fakeln.py)
+    "fakeln": {"taper": "none", "anchor": False, "label": "FakeLN", "norm": "fakeln"},
 }
 
 
@@ -132,7 +136,12 @@ def resolve_run_config(config: dict) -> dict:
     variant = config.get("variant")
     if variant is not None and variant in VARIANTS:
         v = VARIANTS[variant]
-        for key, value in (("model.taper", v["taper"]), ("anchor.enabled", v["anchor"])):
+        implied = (
+            ("model.taper", v["taper"]),
+            ("anchor.enabled", v["anchor"]),
+            ("model.norm", v.get("norm", "default")),
+        )
+        for key, value in implied:
             section, field = key.split(".")
             given = (
                 config.get(section, {}).get(field)
@@ -141,7 +150,8 @@ def resolve_run_config(config: dict) -> dict:
             )
             if given is not None and given != value:
                 raise ConfigError(f"config key {key}: {given!r} contradicts variant {variant!r}")
-            set_key(config, key, value)
+            if key != "model.norm" or "norm" in v:  # (an absent model.norm is the default)
+                set_key(config, key, value)
     cfg = validate(config, load_schema("run"))
     m, t, tp = cfg["model"], cfg["train"], cfg["taper"]
     if m["n_embd"] % m["n_head"]:
@@ -167,4 +177,26 @@ def resolve_run_config(config: dict) -> dict:
         )
     if cfg["anchor"]["enabled"] and tp["start"] < 1:
         raise ConfigError("config key taper.start: the scale loss needs taper.start >= 1")
+    _resolve_norm(cfg)
     return cfg
+
+
+def _resolve_norm(cfg: dict) -> None:
+    """model.norm dyt / fakeln replaces every norm, so nothing tapers. FakeLN's removal window
+    defaults to the taper window, its EMA weight to taper.ema_mu."""
+    tp, m, norm = cfg["taper"], cfg["model"], cfg["model"].get("norm", "default")
+    if norm != "default" and m["taper"] != "none":
+        raise ConfigError(f"config key model.taper: must be none with model.norm {norm}")
+    if "fakeln" in cfg and norm != "fakeln":
+        raise ConfigError("config key fakeln: only for model.norm fakeln")
+    if norm != "fakeln":
+        return
+    f = cfg.setdefault("fakeln", {"start": None, "end": None, "ema_mu": None})
+    for key, default in (("start", tp["start"]), ("end", tp["end"]), ("ema_mu", tp["ema_mu"])):
+        if f[key] is None:
+            f[key] = default
+    if not 1 <= f["start"] < f["end"] <= cfg["train"]["steps"]:
+        raise ConfigError(
+            f"config key fakeln: need 1 <= start < end <= train.steps, got start={f['start']}, "
+            f"end={f['end']}, steps={cfg['train']['steps']}"
+        )

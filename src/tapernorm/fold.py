@@ -68,6 +68,12 @@ def _export(model: GPT, norm_mode: str) -> tuple[GPT, list[tuple[nn.Module, list
     cfg = model.config
     if cfg.norm_mode == "folded":
         raise FoldError("model is already folded")
+    if cfg.norm == "dyt":
+        raise FoldError(
+            "a DyT model does not fold: tanh(alpha * x) is not linear, so no projection absorbs it"
+        )
+    if cfg.norm != "default":
+        raise FoldError(f"only TaperNorm models fold here; this model has norm {cfg.norm!r}")
     final = cfg.taper in ("final", "all")
     new_cfg = dataclasses.replace(cfg, norm_mode=norm_mode)
     if norm_mode == "folded" and final:

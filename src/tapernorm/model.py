@@ -8,6 +8,9 @@ Both tie the output head to the token embedding unless told otherwise (a folded 
 `norm_mode` says how the tapered norms are realised: "taper" (TaperNorm modules, for training),
 "scale" (a fixed elementwise multiply: the explicit-scaling export) or "folded" (identity; the scales
 live in the next projections' weights, see fold.py).
+
+`norm` replaces every norm instead: "dyt" by DyT (norms.py; trained from scratch, never folds) or
+"fakeln" by FakeNorm (fakeln.py; a norm removed during fine-tuning). "default" is the style's norm.
 """
 
 from __future__ import annotations
@@ -19,15 +22,24 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .norms import LayerNorm, RMSNorm, TaperNorm
+from .fakeln import FakeNorm
+from .norms import DyT, LayerNorm, RMSNorm, TaperNorm
 
 STYLES = ("llama", "gpt2")
 TAPERS = ("none", "internal", "final", "all")
 NORM_MODES = ("taper", "scale", "folded")
+NORMS = ("default", "dyt", "fakeln")
 
 
 @dataclass
 class GPTConfig:
+    """Sizes and switches of a GPT. With norm="dyt", alpha0 is `dyt_alpha_attn` = 0.8 for the DyT
+    before attention and `dyt_alpha_other` = 0.2 for the others (before the MLP, the final one): the
+    values "Transformers without Normalization" (Zhu et al. 2025) uses for LLaMA 7B (d=4096), the
+    narrowest LLaMA it gives values for. It lowers alpha0 as the width grows and reports that narrower
+    models tolerate larger alpha0, so at our widths (d <= 512) these are on the safe side; not tuned
+    here."""
+
     style: str = "llama"
     n_layer: int = 8
     n_head: int = 16
@@ -45,6 +57,9 @@ class GPTConfig:
     norm_eps: float = 1e-5
     rope_theta: float = 10000.0
     hf_config: dict | None = None  # the Hugging Face config an import came from (for export_hf)
+    norm: str = "default"  # default (the style's norm) | dyt | fakeln: what every norm is
+    dyt_alpha_attn: float = 0.8  # DyT alpha0 of ln_1 (see the docstring)
+    dyt_alpha_other: float = 0.2  # DyT alpha0 of ln_2 and ln_f
 
     def __post_init__(self) -> None:
         def need(ok: bool, field: str, why: str) -> None:
@@ -54,6 +69,11 @@ class GPTConfig:
         need(self.style in STYLES, "style", f"must be one of {STYLES}")
         need(self.taper in TAPERS, "taper", f"must be one of {TAPERS}")
         need(self.norm_mode in NORM_MODES, "norm_mode", f"must be one of {NORM_MODES}")
+        need(self.norm in NORMS, "norm", f"must be one of {NORMS}")
+        if self.norm != "default":
+            need(self.taper == "none", "taper", f"must be 'none' with norm {self.norm!r}")
+        for f in ("dyt_alpha_attn", "dyt_alpha_other"):
+            need(getattr(self, f) > 0, f, "must be > 0")
         for f in ("n_layer", "n_head", "n_embd", "vocab_size", "block_size"):
             need(isinstance(getattr(self, f), int) and getattr(self, f) > 0, f, "must be > 0")
         need(self.n_embd % self.n_head == 0, "n_embd", f"must be divisible by n_head={self.n_head}")
@@ -108,8 +128,12 @@ class FixedScale(nn.Module):
         return torch.addcmul(self.shift, h - h.mean(-1, keepdim=True), self.scale)
 
 
-def make_norm(cfg: GPTConfig, tapered: bool) -> nn.Module:
+def make_norm(cfg: GPTConfig, tapered: bool, before_attn: bool = False) -> nn.Module:
     kind, d = cfg.norm_kind, cfg.n_embd
+    if cfg.norm == "dyt":
+        return DyT(d, cfg.dyt_alpha_attn if before_attn else cfg.dyt_alpha_other)
+    if cfg.norm == "fakeln":
+        return FakeNorm(d, kind, cfg.norm_eps, cfg.bias)
     if not tapered:
         return RMSNorm(d, cfg.norm_eps) if kind == "rms" else LayerNorm(d, cfg.norm_eps, cfg.bias)
     if cfg.norm_mode == "taper":
@@ -212,7 +236,7 @@ class Block(nn.Module):
     def __init__(self, cfg: GPTConfig):
         super().__init__()
         internal = cfg.taper in ("internal", "all")
-        self.ln_1, self.attn = make_norm(cfg, internal), Attention(cfg)
+        self.ln_1, self.attn = make_norm(cfg, internal, before_attn=True), Attention(cfg)
         self.ln_2, self.mlp = make_norm(cfg, internal), MLP(cfg)
 
     def forward(self, x, rope=None, cache: KVCache | None = None, pos: int = 0) -> torch.Tensor:
@@ -325,18 +349,26 @@ def _sample(logits, temperature: float, top_k: int | None, generator) -> torch.T
     return torch.multinomial(F.softmax(logits, -1), 1, generator=generator)
 
 
-def convert_norms(model: GPT, taper: str) -> GPT:
+def convert_norms(model: GPT, taper: str, norm: str = "default") -> GPT:
     """A copy of `model` whose norms are tapered as `taper` says, gate 1: the same function as before.
 
     A new TaperNorm takes gamma (and beta) from the norm it replaces and gamma_tilde = gamma; its c is
     calibrated during the steps at g = 1 as usual. This is the TaperLN conversion for fine-tuning.
+    norm="fakeln" makes every norm a live FakeNorm instead (the FakeLN protocol, fakeln.py).
     """
     cfg = model.config
     if cfg.norm_mode != "taper":
         raise ValueError(
             f"convert_norms needs an unfolded model (norm_mode 'taper'), got {cfg.norm_mode}"
         )
-    new = GPT(replace(cfg, taper=taper)).to(model.tok_emb.weight.device, model.tok_emb.weight.dtype)
+    if cfg.norm != "default" or norm == "dyt":
+        raise ValueError(
+            f"convert_norms: cannot turn norm {cfg.norm!r} into {norm!r} with the same function "
+            "(DyT is trained from scratch)"
+        )
+    new = GPT(replace(cfg, taper=taper, norm=norm)).to(
+        model.tok_emb.weight.device, model.tok_emb.weight.dtype
+    )
     old_state, new_state = model.state_dict(), new.state_dict()
     for key in new_state:
         if key in old_state and old_state[key].shape == new_state[key].shape:

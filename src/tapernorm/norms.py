@@ -1,4 +1,4 @@
-"""RMSNorm, LayerNorm and TaperNorm (paper Eqs. 1-4, 6-7).
+"""RMSNorm, LayerNorm and TaperNorm (paper Eqs. 1-4, 6-7), and DyT, a norm-free baseline.
 
 TaperNorm mixes a normalizing branch and a sample-independent linear branch under one global gate g:
 
@@ -45,6 +45,29 @@ class LayerNorm(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return F.layer_norm(x, self.weight.shape, self.weight, self.bias, self.eps)
+
+
+class DyT(nn.Module):
+    """Dynamic Tanh, weight * tanh(alpha * x) + bias: an elementwise stand-in for a norm, with a
+    learnable scalar alpha (init alpha0) and per-feature weight (ones) and bias (zeros).
+
+    From "Transformers without Normalization" (Zhu, Chen, He, LeCun, Liu 2025). alpha0 = 0.5 is that
+    paper's default for non-LLM models; GPTConfig.dyt_alpha_attn / dyt_alpha_other say what a GPT
+    uses. No per-token statistic, but tanh is not linear, so DyT does not fold into a projection.
+    """
+
+    def __init__(self, dim: int, alpha0: float = 0.5):
+        super().__init__()
+        self.dim, self.alpha0 = dim, alpha0
+        self.alpha = nn.Parameter(torch.tensor(float(alpha0)))
+        self.weight = nn.Parameter(torch.ones(dim))
+        self.bias = nn.Parameter(torch.zeros(dim))
+
+    def extra_repr(self) -> str:
+        return f"{self.dim}, alpha0={self.alpha0}"
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.addcmul(self.bias, torch.tanh(self.alpha * x), self.weight)
 
 
 class TaperNorm(nn.Module):

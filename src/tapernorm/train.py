@@ -41,6 +41,7 @@ from .checkpoint import (
     write_json,
 )
 from .data import EvalSet, TokenShards
+from .fakeln import schedule_for
 from .model import GPT, GPTConfig, convert_norms
 from .norms import Reduce, TaperNorm, set_gate, start_taper, taper_norms, update_calibration
 from .schedules import gate_at, lr_at
@@ -85,8 +86,10 @@ def build_model(cfg: dict, vocab_size: int) -> GPT:
         from .hf import load_hf
 
         model = load_hf(source[3:], taper=m["taper"])
+        if m.get("norm", "default") != "default":
+            model = convert_norms(model, m["taper"], m["norm"])
     else:
-        model = convert_norms(load_model(source), m["taper"])
+        model = convert_norms(load_model(source), m["taper"], m.get("norm", "default"))
     if model.config.vocab_size < vocab_size:
         raise ValueError(
             f"init.from model has vocab {model.config.vocab_size} < data's {vocab_size}"
@@ -375,6 +378,7 @@ def _train(
         a = cfg["anchor"]
         anchor = ScaleAnchor(mcfg.norm_kind, a["lam"], mcfg.norm_eps, a["form"]).to(device)
     opt = make_optimizer(model, t)
+    fakeln = schedule_for(cfg, model)  # None unless model.norm is fakeln
 
     ckpt, metrics_path = out / "ckpt", out / "metrics.jsonl"
     if world.main:
@@ -423,6 +427,8 @@ def _train(
             if g < 1.0 and tapered and not all(bool(m.frozen) for _, m in taper_norms(model)):
                 record["c"] = start_taper(model)
             set_gate(model, g)
+            if fakeln is not None:
+                record.update(fakeln.before_step(k))
             logging = k == 1 or k % log["every"] == 0 or k == t["steps"] or len(record) > 3
 
             ce_sum, aux_sum = 0.0, 0.0
@@ -452,6 +458,8 @@ def _train(
                 update_calibration(model, tp["ema_mu"], reduce)
             if anchor is not None:
                 anchor.update(tp["ema_mu"], reduce)
+            if fakeln is not None:
+                fakeln.after_step(reduce)
             norms = grad_norms(model) if logging else {}
             clip = t["grad_clip"] if t["grad_clip"] > 0 else float("inf")
             total_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), clip).item()
