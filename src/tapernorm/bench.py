@@ -2,9 +2,11 @@
 process. Nothing here asserts a timing; the numbers are reported, never tested.
 
 Inference (paper Table 3 and our decode protocol): `inference_variants` turns a baseline and a g = 0
-tapered model into {baseline, explicit, folded}; `bench_forward` times the v1 forward pass (last-token
-logits, no KV cache) and bench_decode.py the v2 greedy decode. Variants run round-robin, one call each
-per round, so drift hits all alike; a speedup is the median over rounds of t_baseline / t_variant.
+tapered model into {baseline, explicit, folded} (and a DyT model, if given, into a fourth column
+"dyt": the norm-free alternative, timed as it is since it cannot fold); `bench_forward` times the v1
+forward pass (last-token logits, no KV cache) and bench_decode.py the v2 greedy decode. Variants run
+round-robin, one call each per round, so drift hits all alike; a speedup is the median over rounds of
+t_baseline / t_variant.
 """
 
 from __future__ import annotations
@@ -282,11 +284,23 @@ def random_variants(cfg: GPTConfig, seed: int = 0) -> tuple[GPT, GPT]:
     return baseline, tapered
 
 
-def inference_variants(baseline: GPT, tapered: GPT) -> tuple[dict[str, GPT], GPT]:
+@torch.no_grad()
+def random_dyt(cfg: GPTConfig, seed: int = 0) -> GPT:
+    """A random-weight model of `cfg`'s sizes with every norm a DyT (GPTConfig's alpha0)."""
+    torch.manual_seed(seed)
+    return GPT(dataclasses.replace(cfg, taper="none", norm_mode="taper", norm="dyt")).eval()
+
+
+def inference_variants(
+    baseline: GPT, tapered: GPT, dyt: GPT | None = None
+) -> tuple[dict[str, GPT], GPT]:
     """The three columns of paper Table 3 and the model the exports are verified against:
-    {"baseline", "explicit": `tapered` at g = 0 with its norms as fixed multiplies, "folded"}."""
+    {"baseline", "explicit": `tapered` at g = 0 with its norms as fixed multiplies, "folded"}, and
+    "dyt" when a DyT model is given."""
     if tapered.config.taper == "none" or tapered.config.norm_mode != "taper":
         raise ValueError("inference_variants needs a tapered model in norm_mode 'taper'")
+    if dyt is not None and dyt.config.norm != "dyt":
+        raise ValueError(f"inference_variants: the dyt model has norm {dyt.config.norm!r}")
     reference = tapered.eval()
     set_gate(reference, 0.0)
     models = {
@@ -294,6 +308,8 @@ def inference_variants(baseline: GPT, tapered: GPT) -> tuple[dict[str, GPT], GPT
         "explicit": export_explicit_scaling(reference),
         "folded": fold_model(reference),
     }
+    if dyt is not None:
+        models["dyt"] = dyt.eval()
     return models, reference
 
 

@@ -184,25 +184,29 @@ def _bench_models(args: argparse.Namespace, positions: int):
     from .checkpoint import load_model
 
     if args.random is not None:
-        if args.baseline or args.tapered:
+        if args.baseline or args.tapered or args.dyt:
             raise ValueError("give either --random or --baseline and --tapered, not both")
         if not args.random.startswith("d") or not args.random[1:].isdigit():
             raise ValueError(f"--random takes a width like d512, got {args.random!r}")
         width = int(args.random[1:])
         cfg = bench.paper_config(n_embd=width, block_size=max(512, positions))
         baseline, tapered = bench.random_variants(cfg, seed=0)
+        dyt = bench.random_dyt(cfg, seed=0)
         source = f"random weights, paper config at d={width}"
     elif args.baseline and args.tapered:
         baseline, tapered = load_model(args.baseline), load_model(args.tapered)
+        dyt = load_model(args.dyt) if args.dyt else None
         source = f"trained checkpoints {args.baseline.name} and {args.tapered.name}"
+        source += f" and {args.dyt.name}" if args.dyt else ""
         trained = tapered.config.block_size
         if positions > trained:
             source += f" (RoPE tables extended from {trained} to {positions} positions)"
         baseline = bench.with_block_size(baseline, positions)
         tapered = bench.with_block_size(tapered, positions)
+        dyt = bench.with_block_size(dyt, positions) if dyt is not None else None
     else:
         raise ValueError("give --random dWIDTH, or --baseline RUN_DIR and --tapered RUN_DIR")
-    models, reference = bench.inference_variants(baseline, tapered)
+    models, reference = bench.inference_variants(baseline, tapered, dyt)
     return models, reference, source
 
 
@@ -396,6 +400,7 @@ def build_parser() -> argparse.ArgumentParser:
     models.add_argument(
         "--tapered", type=Path, help="trained tapered run directory (exported at g=0 twice)"
     )
+    models.add_argument("--dyt", type=Path, help="trained DyT run directory (timed as it is)")
     models.add_argument(
         "--random", metavar="dWIDTH", help="random weights at the paper's config, e.g. d512"
     )

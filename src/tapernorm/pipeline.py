@@ -174,6 +174,8 @@ def validate_pipeline_config(config: dict, schema_path: str) -> dict:
     missing = set(config["fold"]["variants"]) - set(config["pretrain"]["variants"])
     if missing:
         raise ConfigError(f"config key fold.variants: {sorted(missing)} not in pretrain.variants")
+    if "dyt" in config["fold"]["variants"]:
+        raise ConfigError("config key fold.variants: dyt does not fold (tanh is not linear)")
     if config.get("finetune") is not None:
         _validate_finetune(config)
     if config.get("bench") is not None:
@@ -316,6 +318,12 @@ def finetune_run_config(
         "anchor": {"enabled": proto["anchor"], "lam": spec["lam"]},
         "log": {**ft["log"]},
     }
+    if protocol == "fakeln":  # norms removed one by one, by default over the taper window
+        cfg["model"]["norm"] = "fakeln"
+        cfg["fakeln"] = {
+            "start": spec["fakeln_start"] or spec["taper_start"],
+            "end": spec["fakeln_end"] or spec["taper_end"],
+        }
     return resolve_run_config(cfg)
 
 
@@ -405,12 +413,15 @@ def _validate_finetune(config: dict) -> None:
 # ---- inference benchmarks (Table 3, the decode table, fig5, claim 7) --------------------------------
 
 BENCH_VARIANTS = ("baseline", "internal_aux")  # timed: the baseline, and the tapered run exported
+BENCH_OPTIONAL = ("dyt",)  # timed too when pretrain.variants has it
 
 
 def bench_runs(config: dict) -> dict[str, str]:
-    """The pretrain runs the benchmarks time: each of BENCH_VARIANTS at the figure width, seed 0."""
+    """The pretrain runs the benchmarks time: each of BENCH_VARIANTS, and of BENCH_OPTIONAL those
+    in pretrain.variants, at the figure width, seed 0."""
     width = figure_width(config)
-    return {variant: run_name(variant, width, 0) for variant in BENCH_VARIANTS}
+    wanted = [*BENCH_VARIANTS, *(v for v in BENCH_OPTIONAL if v in config["pretrain"]["variants"])]
+    return {variant: run_name(variant, width, 0) for variant in wanted}
 
 
 def bench_args(config: dict, which: str) -> str:

@@ -1,6 +1,7 @@
 # Inference benchmarks (paper Table 3, our decode protocol; fig5, claim 7) of the trained baseline and
-# Internal-Taper (+aux) runs at the figure width, seed 0. A benchmark takes every core, so no training
-# job runs beside it on a CPU; it needs the tapered run's fold verification to have passed.
+# Internal-Taper (+aux) runs (and DyT, when pretrained) at the figure width, seed 0. A benchmark takes
+# every core, so no training job runs beside it on a CPU; it needs the tapered run's fold
+# verification to have passed.
 
 
 rule bench_forward:
@@ -18,10 +19,12 @@ rule bench_forward:
     params:
         baseline=lambda w, input: os.path.dirname(input.baseline),
         tapered=lambda w, input: os.path.dirname(input.tapered),
+        dyt=bench_dyt_arg,
         grid=tp.bench_args(config, "forward") if config["bench"] else "",
     shell:
         "OMP_NUM_THREADS={threads} tapernorm bench forward --baseline {params.baseline} "
-        "--tapered {params.tapered} {params.grid} --threads {threads} --out {output} "
+        "--tapered {params.tapered} {params.dyt} {params.grid} --threads {threads} "
+        "--out {output} "
         "> {log} 2>&1"
 
 
@@ -40,10 +43,12 @@ rule bench_decode:
     params:
         baseline=lambda w, input: os.path.dirname(input.baseline),
         tapered=lambda w, input: os.path.dirname(input.tapered),
+        dyt=bench_dyt_arg,
         grid=tp.bench_args(config, "decode") if config["bench"] else "",
     shell:
         "OMP_NUM_THREADS={threads} tapernorm bench decode --baseline {params.baseline} "
-        "--tapered {params.tapered} {params.grid} --threads {threads} --out {output} "
+        "--tapered {params.tapered} {params.dyt} {params.grid} --threads {threads} "
+        "--out {output} "
         "> {log} 2>&1"
 
 

@@ -59,7 +59,7 @@ def dirs_of(paths):
 
 FIGURES = {
     "fig1_gate_schedule": pretrain_evals(FIG_WIDTH, ["internal_aux"])[:1],
-    "fig2_train_loss": pretrain_evals(FIG_WIDTH, ["baseline", "internal_aux"]),
+    "fig2_train_loss": pretrain_evals(FIG_WIDTH, ["baseline", "internal_aux", "dyt"]),
     "fig3_logit_norm": pretrain_evals(FIG_WIDTH),
     "fig4_grad_norms": pretrain_evals(FIG_WIDTH),
 }
@@ -141,13 +141,21 @@ BENCH_CSVS = (
 
 
 def bench_inputs(w):
-    """The benchmarked runs, and the tapered run's fold verification (a failed one stops here)."""
+    """The benchmarked runs, and the tapered run's fold verification (a failed one stops here);
+    the DyT run too when pretrain.variants has dyt."""
     runs = tp.bench_runs(config)
-    return {
+    inputs = {
         "baseline": f"{run_dir('pretrain', runs['baseline'])}/eval.json",
         "tapered": f"{run_dir('pretrain', runs['internal_aux'])}/eval.json",
         "verify": f"results/fold/{runs['internal_aux']}/verify.json",
     }
+    if "dyt" in runs:
+        inputs["dyt"] = f"{run_dir('pretrain', runs['dyt'])}/eval.json"
+    return inputs
+
+
+def bench_dyt_arg(w, input):
+    return f"--dyt {os.path.dirname(input.dyt)}" if "dyt" in input.keys() else ""
 
 
 BENCH_TARGETS = (

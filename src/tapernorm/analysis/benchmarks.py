@@ -2,8 +2,10 @@
 `tapernorm bench forward|decode` writes; the paper's numbers beside ours, labelled as such.
 
 Every speedup is the median over interleaved rounds of t_baseline / t_variant (bench.py), with the
-quartiles of those per-round ratios as its spread. Captions say where ours were measured: on the default
-CPU pipeline that is a CPU at the default model scale, not the paper's H100 at 30M parameters.
+quartiles of those per-round ratios as its spread. A DyT model, where it was timed beside them, gets
+its own columns (markers in figure 5): the norm-free alternative, which cannot fold. Captions say
+where ours were measured: on the default CPU pipeline that is a CPU at the default model scale, not
+the paper's H100 at 30M parameters.
 """
 
 from __future__ import annotations
@@ -21,8 +23,10 @@ from .figures import save_figure
 from .tables import write_table
 
 VARIANTS = ("baseline", "explicit", "folded")
-LABELS = {"baseline": "Baseline", "explicit": "Explicit scaling", "folded": "Folded"}
-COLORS = {"explicit": sns.color_palette("tab10")[1], "folded": sns.color_palette("tab10")[2]}
+OPTIONAL = ("dyt",)  # shown where the CSV has them
+LABELS = {"baseline": "Baseline", "explicit": "Explicit scaling", "folded": "Folded", "dyt": "DyT"}
+_TAB10 = sns.color_palette("tab10")
+COLORS = {"explicit": _TAB10[1], "folded": _TAB10[2], "dyt": _TAB10[9]}
 SETTING = ["device", "device_name", "dtype", "torch", "threads", "n_embd", "n_layer", "params"]
 REQUIRED = {
     "forward": ["batch", "seq_len", "tok_s", "latency_ms"],
@@ -116,6 +120,11 @@ def _cells(df: pd.DataFrame, keys: list[str]) -> dict[tuple, dict[str, object]]:
     return out
 
 
+def shown(df: pd.DataFrame) -> tuple[str, ...]:
+    """VARIANTS, then the OPTIONAL variants with rows in `df`."""
+    return VARIANTS + tuple(v for v in OPTIONAL if v in set(df["variant"]))
+
+
 # ---- table 3: forward throughput ------------------------------------------------------------------
 
 
@@ -124,13 +133,13 @@ def table3(df: pd.DataFrame) -> tuple[pd.DataFrame, str]:
     df = df[df["benchmark"] == "forward"]
     if df.empty:
         raise ValueError("table 3 needs forward benchmark rows (tapernorm bench forward)")
-    ours = _cells(df, ["batch", "seq_len"])
+    ours, variants = _cells(df, ["batch", "seq_len"]), shown(df)
     rows = []
     for B, T in sorted(set(ours) | set(paper.TABLE3)):
         row: dict[str, object] = {"B": B, "T": T}
         cell = ours.get((B, T))
-        for v in VARIANTS:
-            if cell is None:
+        for v in variants:
+            if cell is None or v not in cell:
                 row[f"{LABELS[v]} (ours)"] = "—"
             elif v == "baseline":
                 row[f"{LABELS[v]} (ours)"] = _ktok(cell[v].tok_s)
@@ -144,7 +153,13 @@ def table3(df: pd.DataFrame) -> tuple[pd.DataFrame, str]:
     caption = (
         "**Table 3.** Forward throughput in k tokens/s (one forward pass over B × T tokens returning "
         "the last token's logits, no KV cache) of the RMSNorm baseline and of Internal-Taper (+aux) at "
-        "g=0 exported as explicit scaling and folded; in parentheses the speedup over the baseline: "
+        "g=0 exported as explicit scaling and folded"
+        + (
+            ", and DyT (every norm a DyT, trained like the baseline; ours only)"
+            if "dyt" in variants
+            else ""
+        )
+        + "; in parentheses the speedup over the baseline: "
         f"the median of per-round time ratios over {s['rounds']} interleaved rounds after "
         f"{s['warmup']} "
         f"warmup rounds (latency: the median; IQR: quartiles of the per-round ratios). Ours: "
@@ -162,18 +177,20 @@ def table_decode(df: pd.DataFrame) -> tuple[pd.DataFrame, str]:
     df = df[df["benchmark"] == "decode"]
     if df.empty:
         raise ValueError("the decode table needs decode benchmark rows (tapernorm bench decode)")
-    rows = []
+    rows, variants = [], shown(df)
     for mode in [m for m in ("eager", "compiled") if m in set(df["mode"])]:
         cells = _cells(df[df["mode"] == mode], ["batch", "prompt_len"])
         for (B, P), cell in sorted(cells.items()):
             row: dict[str, object] = {"Mode": mode, "B": B, "Prompt": P}
-            row["Prefill ms (baseline / explicit / folded)"] = " / ".join(
-                f"{cell[v].prefill_ms:.3g}" for v in VARIANTS
+            row[f"Prefill ms ({' / '.join(v if v != 'dyt' else 'DyT' for v in variants)})"] = (
+                " / ".join(f"{cell[v].prefill_ms:.3g}" if v in cell else "—" for v in variants)
             )
-            for v in VARIANTS:
-                row[f"{LABELS[v]} tok/s"] = f"{cell[v].decode_tok_s:,.1f}"
-            for v in VARIANTS[1:]:
-                row[f"{LABELS[v]} speedup (IQR)"] = f"{_x(cell[v].speedup)} ({_iqr(cell[v])})"
+            for v in variants:
+                row[f"{LABELS[v]} tok/s"] = f"{cell[v].decode_tok_s:,.1f}" if v in cell else "—"
+            for v in variants[1:]:
+                row[f"{LABELS[v]} speedup (IQR)"] = (
+                    f"{_x(cell[v].speedup)} ({_iqr(cell[v])})" if v in cell else "—"
+                )
             rows.append(row)
     s = df.iloc[0].to_dict()
     headline = paper.DECODE_SPEEDUP
@@ -182,7 +199,9 @@ def table_decode(df: pd.DataFrame) -> tuple[pd.DataFrame, str]:
         f"then {s['new_tokens']} decode steps; decode tok/s = B × {s['new_tokens']} / decode time, "
         f"prefill timed apart. Medians of {s['rounds']} interleaved rounds after {s['warmup']} "
         "warmup rounds; "
-        "speedup = median of per-round decode-time ratios baseline / export (IQR: their quartiles). "
+        "speedup = median of per-round decode-time ratios baseline / export"
+        + (" (or DyT, a norm-free model timed as it is)" if "dyt" in variants else "")
+        + " (IQR: their quartiles). "
         "eager: the model's KV-cache path; compiled: a fixed-shape decode step under torch.compile "
         f"(CUDA graphs on a GPU), prefill eager. Ours: {where(df)}. {scale_note(df)} Paper "
         f"({paper.DECODE_SOURCE}, KV-cached decoding, headline only): up to "
@@ -201,18 +220,19 @@ def fig5(df: pd.DataFrame) -> Figure:
     df = df[df["benchmark"] == "decode"]
     if df.empty:
         raise ValueError("fig5 needs decode benchmark rows (tapernorm bench decode)")
-    modes = [m for m in ("eager", "compiled") if m in set(df["mode"])]
+    modes, variants = [m for m in ("eager", "compiled") if m in set(df["mode"])], shown(df)[1:]
     with sns.axes_style("whitegrid"):
         fig = Figure(figsize=(4.2 * len(modes) + 1.5, 4.2), layout="constrained")
         axes = fig.subplots(1, len(modes), squeeze=False, sharey=True)[0]
     for ax, mode in zip(axes, modes, strict=True):
         cells = sorted(_cells(df[df["mode"] == mode], ["batch", "prompt_len"]).items())
-        for j, v in enumerate(VARIANTS[1:]):
-            xs = [i + (j - 0.5) * 0.25 for i in range(len(cells))]
-            mid = [c[v].speedup for _, c in cells]
+        for j, v in enumerate(variants):
+            mine = [(i, c[v]) for i, (_, c) in enumerate(cells) if v in c]
+            xs = [i + (j - (len(variants) - 1) / 2) * 0.25 for i, _ in mine]
+            mid = [r.speedup for _, r in mine]
             err = [
-                [c[v].speedup - c[v].speedup_q1 for _, c in cells],
-                [c[v].speedup_q3 - c[v].speedup for _, c in cells],
+                [r.speedup - r.speedup_q1 for _, r in mine],
+                [r.speedup_q3 - r.speedup for _, r in mine],
             ]
             ax.errorbar(
                 xs, mid, yerr=err, fmt="o", ms=6, capsize=3, color=COLORS[v], label=LABELS[v]
@@ -246,9 +266,9 @@ def speedup_summary(df: pd.DataFrame) -> list[dict]:
     out = []
     for (benchmark, mode), part in df.groupby(["benchmark", "mode"], sort=False):
         entry = {"benchmark": benchmark, "mode": mode, "cells": 0}
-        for v in VARIANTS[1:]:
+        for v in shown(part)[1:]:
             mine = part[part["variant"] == v]
-            entry["cells"] = len(mine)
+            entry["cells"] = max(entry["cells"], len(mine))
             entry[v] = {
                 "best": float(mine["speedup"].max()),
                 "median": float(mine["speedup"].median()),

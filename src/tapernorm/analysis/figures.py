@@ -27,9 +27,9 @@ from ..config import VARIANTS
 from . import paper
 from .runs import GRAD_COLUMNS, final_tapered, load_runs, pick_width, variant_order
 
-# tab10 blue, green, orange, purple, red, brown: anchored variants solid, final-tapered dashed
+# tab10 blue, green, orange, purple, red, brown, cyan (DyT): final-tapered dashed, the others solid
 _TAB10 = sns.color_palette("tab10").as_hex()
-COLORS = dict(zip(VARIANTS, [_TAB10[i] for i in (0, 2, 1, 4, 3, 5)], strict=True))
+COLORS = dict(zip(VARIANTS, [_TAB10[i] for i in (0, 2, 1, 4, 3, 5, 9)], strict=True))
 GRAD_TITLES = {
     "grad_attn_qkv": "attention QKV",
     "grad_attn_out": "attention $W_o$",
@@ -195,9 +195,9 @@ def fig1(run_dirs: Sequence[str | Path], width: int | None = None) -> Figure:
 
 
 def fig2(run_dirs: Sequence[str | Path], width: int | None = None) -> Figure:
-    """Training loss vs step: Baseline vs Internal-Taper (+aux) at one width."""
+    """Training loss vs step: Baseline vs Internal-Taper (+aux) (and DyT, if given) at one width."""
     runs, metrics, width = _at_width(run_dirs, width)
-    runs = runs[runs["variant"].isin(["baseline", "internal_aux"])]
+    runs = runs[runs["variant"].isin(["baseline", "internal_aux", "dyt"])]
     missing = {"baseline", "internal_aux"} - set(runs["variant"])
     if missing:
         raise ValueError(

@@ -97,10 +97,13 @@ def _join(values) -> str:
 
 
 def table1(runs: pd.DataFrame) -> tuple[pd.DataFrame, str]:
-    """Table 1: the six variants (internal taper / final taper / scale loss), with our run counts."""
+    """Table 1: the six variants (internal taper / final taper / scale loss), with our run counts;
+    our norm-free variant (DyT) too where it has runs."""
     rows = []
     for name, v in VARIANTS.items():
         mine = runs[runs["variant"] == name]
+        if "norm" in v and mine.empty:
+            continue
         rows.append(
             {
                 "Variant": v["label"],
@@ -116,6 +119,11 @@ def table1(runs: pd.DataFrame) -> tuple[pd.DataFrame, str]:
         "**Table 1.** Variants (paper's Table 1) and the number of runs of each in this run set "
         "(Diverged: runs that stopped at a non-finite loss)."
     )
+    if any(r["Name"] == "dyt" for r in rows):
+        caption += (
+            " DyT (ours, not in the paper): every norm replaced by DyT (Zhu et al. 2025), "
+            "trained like the baseline."
+        )
     return pd.DataFrame(rows), caption
 
 
