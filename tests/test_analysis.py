@@ -101,7 +101,7 @@ def edited(runs, tmp_path_factory):
 
 def test_load_runs(runs):
     table, metrics = load_runs(runs["main"])
-    assert len(table) == 14 and set(table["width"]) == {32, 64}
+    assert len(table) == 16 and set(table["width"]) == {32, 64}  # 7 variants x 2 seeds, 2 at d=32
     row = table.set_index("name").loc["all_aux-d64-s1"]
     assert (row["variant"], row["seed"], row["steps"], row["label"]) == (
         "all_aux",
@@ -113,7 +113,7 @@ def test_load_runs(runs):
     assert np.isfinite(row["val_loss"]) and row["logit_norm_end"] > 0
     assert set(table.loc[table["final_taper"], "variant"]) == FINAL_TAPERED
     assert set(table.loc[table["anchor"], "variant"]) == {"internal_aux", "all_aux"}
-    assert len(metrics) == 14 * 6
+    assert len(metrics) == 16 * 6
     assert {"step", "gate", "loss", "logit_norm", "grad_mlp_out", "variant", "seed"} <= set(metrics)
     assert not table["geometry"].any() and load_runs(runs["ablation"])[0]["geometry"].all()
 
@@ -170,7 +170,7 @@ def test_outlier_rule_on_controlled_inputs():
 def test_tables_1_and_5(runs, tmp_path):
     t1, _ = tables.table1(load_runs(runs["main"])[0])
     assert list(t1["Name"]) == list(VARIANTS)
-    assert list(t1["Runs"]) == [4, 2, 2, 2, 2, 2]  # baseline: 2 at d=64 + 2 at d=32
+    assert list(t1["Runs"]) == [4, 2, 2, 2, 2, 2, 2]  # baseline: 2 at d=64 + 2 at d=32; DyT
     row = t1.set_index("Name").loc["all_aux"]
     assert (row["Internal taper"], row["Final taper"], row["Scale loss"]) == ("yes", "yes", "yes")
     paths = tables.make_table("5", runs["main"], tmp_path / "table5")
@@ -185,8 +185,9 @@ def test_table2_files_and_paper_column(runs, tmp_path):
     paths = tables.make_table("2", runs["main"], tmp_path / "t" / "table2")
     df = pd.read_csv(paths[0])
     assert list(df.columns) == ["Size (paper)", "Width", "Variant", "Seeds used", "Ours", "Paper"]
-    assert len(df) == 7  # 6 variants at d=64, the baseline at d=32
+    assert len(df) == 8  # 6 variants and DyT at d=64, the baseline at d=32
     cell = df.set_index(["Width", "Variant"])
+    assert cell.loc[(64, "DyT"), "Paper"] == "—" and "%)" in cell.loc[(64, "DyT"), "Ours"]
     assert cell.loc[(64, "Internal-Taper (+aux)"), "Paper"] == "2.1852 ± 0.0040 (+1.46%)"
     assert cell.loc[(64, "Final-Taper"), "Paper"] == "—"
     assert (

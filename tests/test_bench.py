@@ -22,6 +22,7 @@ from tapernorm.bench import (
     paired_rounds,
     paired_speedup,
     paper_config,
+    random_dyt,
     random_variants,
     with_block_size,
 )
@@ -233,7 +234,7 @@ def test_cli_bench_forward_random(tmp_path, capsys):
     args += ["--repeats", "2", "--warmup", "0", "--device", "cpu", "--out", str(out)]
     assert main(args) == 0
     df = pd.read_csv(out)
-    assert list(df["variant"]) == ["baseline", "explicit", "folded"]
+    assert list(df["variant"]) == ["baseline", "explicit", "folded", "dyt"]  # random DyT too
     assert (df["n_embd"] == 32).all() and (df["vocab_size"] == 10000).all()
     assert df["source"].str.contains("random").all()
 
@@ -242,11 +243,15 @@ def test_cli_bench_decode_checkpoints_extend_the_context(tmp_path):
     baseline, tapered = random_variants(tiny_config(block_size=16), seed=2)
     save_model(baseline, tmp_path / "base")
     save_model(tapered, tmp_path / "taper")
+    save_model(random_dyt(tiny_config(block_size=16), seed=2), tmp_path / "dyt")
     out = tmp_path / "decode.csv"
     args = ["bench", "decode", "--baseline", str(tmp_path / "base"), "--tapered"]
     args += [str(tmp_path / "taper"), "--batch-sizes", "1", "--prompt-lens", "12"]
     args += ["--new-tokens", "8", "--repeats", "2", "--warmup", "0", "--out", str(out)]
-    assert main(args) == 0
+    assert main([*args, "--dyt", str(tmp_path / "dyt")]) == 0
+    df = pd.read_csv(out)
+    assert list(df["variant"]) == ["baseline", "explicit", "folded", "dyt"]
+    assert main(args) == 0  # without --dyt: the three columns as before
     df = pd.read_csv(out)
     assert len(df) == 3 and (df["mode"] == "eager").all()
     assert df["source"].str.contains("extended from 16 to 20").all()
@@ -339,6 +344,7 @@ def test_pipeline_bench_section():
     assert bench_runs(cfg) == {
         "baseline": f"baseline-d{width}-s0",
         "internal_aux": f"internal_aux-d{width}-s0",
+        "dyt": f"dyt-d{width}-s0",  # ci.yaml pre-trains dyt
     }
     args = bench_args({**cfg, "bench": {**cfg["bench"], "device": "cpu"}}, "decode").split()
     assert args[:2] == ["--device", "cpu"] and "--prompt-lens" in args and "--modes" in args

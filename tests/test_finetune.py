@@ -121,7 +121,7 @@ def _with_finetune(mutate):
         (lambda f: f["models"].append(dict(f["models"][0])), "finetune.models"),
         (lambda f: f["models"][0].update(init="gpt2"), "finetune.models.0.init"),
         (lambda f: f["models"][0].update(name="GPT 2"), "finetune.models.0.name"),
-        (lambda f: f.update(protocols=["fakeln"]), "finetune.protocols.0"),
+        (lambda f: f.update(protocols=["fake_ln"]), "finetune.protocols.0"),
         (lambda f: f["eval"].update(sets=["wikitext"]), "finetune.eval.sets.0"),
     ],
 )

@@ -131,12 +131,12 @@ def test_one_figure_builds_only_the_runs_it_needs(workdir, tmp_path):
     counts = job_counts(out.stdout)
     assert counts == {
         "prepare_data": 1,
-        "train": 4,
+        "train": 6,
         "figure": 1,
-    }  # baseline, internal_aux x 2 seeds
+    }  # baseline, internal_aux, dyt x 2 seeds
 
 
-def test_benchmarks_need_the_two_runs_and_the_fold_check(workdir, tmp_path):
+def test_benchmarks_need_the_three_runs_and_the_fold_check(workdir, tmp_path):
     clean = tmp_path / "clean"
     shutil.copytree(
         workdir,
@@ -147,8 +147,9 @@ def test_benchmarks_need_the_two_runs_and_the_fold_check(workdir, tmp_path):
         clean, "-n", "figures/fig5_decode_speedup.pdf", "--configfile", "config/ci.yaml"
     )
     counts = job_counts(out.stdout)
-    assert counts == {"prepare_data": 1, "train": 2, "fold": 1, "bench_decode": 1, "fig5": 1}
+    assert counts == {"prepare_data": 1, "train": 3, "fold": 1, "bench_decode": 1, "fig5": 1}
     assert "results/fold/internal_aux-d32-s0/verify.json" in out.stdout
+    assert "results/runs/pretrain/dyt-d32-s0/eval.json" in out.stdout  # ci.yaml pre-trains dyt
 
 
 def test_lint_is_clean(workdir):

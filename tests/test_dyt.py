@@ -1,0 +1,180 @@
+"""DyT (Zhu et al. 2025) as a norm-free baseline: the layer, the model, its pre-training variant, the
+inference benchmarks' DyT rows and the claims row "TaperNorm vs DyT"."""
+
+import json
+import math
+
+import pandas as pd
+import pytest
+import torch
+from conftest import tiny_run
+
+from tapernorm import GPT, DyT, GPTConfig, fold_model
+from tapernorm import pipeline as tp
+from tapernorm.analysis import benchmarks, claims, dyt
+from tapernorm.analysis.claims import ClaimInputs
+from tapernorm.bench import bench_forward, inference_variants, random_dyt, random_variants
+from tapernorm.bench_decode import bench_decode
+from tapernorm.checkpoint import load_model, save_model
+from tapernorm.config import ConfigError
+from tapernorm.fold import FoldError, export_explicit_scaling
+from tapernorm.norms import LayerNorm, RMSNorm, TaperNorm
+from tapernorm.train import train
+
+TINY = dict(n_layer=2, n_head=2, n_embd=16, vocab_size=50, block_size=32)
+
+
+def test_dyt_is_weight_tanh_alpha_x_plus_bias():
+    layer = DyT(3, alpha0=0.7)
+    with torch.no_grad():
+        layer.weight.copy_(torch.tensor([1.0, 2.0, -0.5]))
+        layer.bias.copy_(torch.tensor([0.0, 0.1, 1.0]))
+    x = torch.tensor([[0.5, -2.0, 3.0]])
+    by_hand = [1.0 * math.tanh(0.35), 2.0 * math.tanh(-1.4) + 0.1, -0.5 * math.tanh(2.1) + 1.0]
+    assert torch.allclose(layer(x), torch.tensor([by_hand]), atol=1e-6)
+    assert layer.alpha.item() == pytest.approx(0.7) and layer.alpha.requires_grad
+    fresh = DyT(3)
+    assert fresh.alpha.item() == 0.5 and fresh.weight.eq(1).all() and fresh.bias.eq(0).all()
+
+
+@pytest.mark.parametrize("style", ["llama", "gpt2"])
+def test_a_dyt_model_has_no_norm_left(style):
+    model = GPT(GPTConfig(style=style, norm="dyt", **TINY))
+    kinds = {type(m) for m in model.modules()}
+    assert not kinds & {RMSNorm, LayerNorm, TaperNorm, torch.nn.LayerNorm}
+    assert sum(isinstance(m, DyT) for m in model.modules()) == 2 * TINY["n_layer"] + 1
+    cfg = model.config
+    assert model.blocks[0].ln_1.alpha.item() == pytest.approx(cfg.dyt_alpha_attn)
+    assert model.blocks[0].ln_2.alpha.item() == pytest.approx(cfg.dyt_alpha_other)
+    assert model.ln_f.alpha.item() == pytest.approx(cfg.dyt_alpha_other)
+    assert (cfg.dyt_alpha_attn, cfg.dyt_alpha_other) == (0.8, 0.2)  # DyT paper, LLaMA 7B
+    assert GPTConfig(**TINY).norm == "default"  # the default keeps today's model
+    with pytest.raises(ValueError, match="GPTConfig.taper"):
+        GPTConfig(norm="dyt", taper="internal", **TINY)
+
+
+def test_dyt_generate_equals_uncached_greedy_and_checkpoints_round_trip(tmp_path):
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(norm="dyt", dyt_alpha_attn=1.1, **TINY)).eval()
+    prompt = torch.randint(0, TINY["vocab_size"], (2, 5))
+    out = model.generate(prompt, 6)
+    seq = prompt
+    with torch.no_grad():
+        for _ in range(6):
+            seq = torch.cat([seq, model(seq)[:, -1].argmax(-1, keepdim=True)], dim=1)
+    assert torch.equal(out, seq)
+    save_model(model, tmp_path / "m")
+    back = load_model(tmp_path / "m").eval()
+    assert back.config == model.config and back.config.dyt_alpha_attn == 1.1
+    assert torch.equal(back(prompt), model(prompt))
+
+
+def test_fold_refuses_a_dyt_model():
+    model = GPT(GPTConfig(norm="dyt", **TINY))
+    for export in (fold_model, export_explicit_scaling):
+        with pytest.raises(FoldError, match="DyT"):
+            export(model)
+
+
+def test_the_dyt_variant_sets_the_norm_and_trains(shards_dir, tmp_path):
+    cfg = tiny_run(shards_dir, variant="dyt", train={"steps": 12, "warmup_steps": 2})
+    assert cfg["model"]["norm"] == "dyt" and cfg["model"]["taper"] == "none"
+    assert not cfg["anchor"]["enabled"]
+    result = train(cfg, tmp_path / "dyt")
+    records = [json.loads(x) for x in (tmp_path / "dyt/metrics.jsonl").read_text().splitlines()]
+    losses = [r["loss"] for r in records if "loss" in r]
+    assert not result["diverged"] and math.isfinite(result["val_loss"])
+    # the loss falls (slowly: at init tanh sees embedding-scale inputs, docs/norm-free.md)
+    assert sum(losses[-3:]) < sum(losses[:3]) and losses[-1] < losses[0] - 0.005
+    model = load_model(tmp_path / "dyt")
+    assert model.config.norm == "dyt" and isinstance(model.ln_f, DyT)
+    with pytest.raises(ConfigError, match="model.norm"):
+        tiny_run(shards_dir, variant="dyt", model={"norm": "default"})
+    with pytest.raises(ConfigError, match="model.taper"):
+        tiny_run(shards_dir, model={"norm": "dyt", "taper": "all"})
+    baseline = tiny_run(shards_dir, variant="baseline")
+    assert "norm" not in baseline["model"]  # other runs' configs are as before
+
+
+def test_pipeline_benchmarks_time_the_dyt_run_when_pretrained():
+    from pathlib import Path
+
+    import yaml
+
+    root = Path(__file__).resolve().parents[1]
+    schema = root / "workflow/schemas/config.schema.yaml"
+    raw = yaml.safe_load((root / "config/ci.yaml").read_text())
+    cfg = tp.validate_pipeline_config(raw, schema)
+    assert "dyt" in cfg["pretrain"]["variants"] and tp.bench_runs(cfg)["dyt"] == "dyt-d32-s0"
+    without = {**raw, "pretrain": {**raw["pretrain"], "variants": ["baseline", "internal_aux"]}}
+    without["fold"] = {"variants": ["internal_aux"]}
+    assert "dyt" not in tp.bench_runs(tp.validate_pipeline_config(without, schema))
+    bad = {**raw, "fold": {"variants": ["internal_aux", "dyt"]}}
+    with pytest.raises(ConfigError, match="fold.variants"):
+        tp.validate_pipeline_config(bad, schema)
+
+
+@pytest.fixture(scope="module")
+def bench_rows():
+    cfg = GPTConfig(style="llama", **{**TINY, "n_embd": 32, "block_size": 64})
+    baseline, tapered = random_variants(cfg)
+    models, reference = inference_variants(baseline, tapered, random_dyt(cfg))
+    assert list(models) == ["baseline", "explicit", "folded", "dyt"]
+    forward = bench_forward(models, [1], [8], warmup=0, iters=2, reference=reference)
+    decode = bench_decode(models, [1], [4], 3, repeats=2, warmup=0, reference=reference)
+    return pd.DataFrame(forward + decode).assign(source="test")
+
+
+def test_the_benchmarks_have_dyt_rows_and_tables_show_them(bench_rows):
+    df = bench_rows
+    for kind in ("forward", "decode"):
+        rows = df[(df["benchmark"] == kind) & (df["variant"] == "dyt")]
+        assert len(rows) == 1 and rows["speedup"].iloc[0] > 0
+    t3, caption = benchmarks.table3(df)
+    assert "DyT (ours)" in t3.columns and "DyT" in caption
+    mine = t3[(t3["B"] == 1) & (t3["T"] == 8)]["DyT (ours)"].iloc[0]
+    assert "×" in mine
+    dec, _ = benchmarks.table_decode(df)
+    assert "DyT speedup (IQR)" in dec.columns and "DyT tok/s" in dec.columns
+    fig = benchmarks.fig5(df)
+    assert "DyT" in fig.axes[0].get_legend_handles_labels()[1]
+    old, _ = benchmarks.table3(df[df["variant"] != "dyt"])
+    assert not any("DyT" in c for c in old.columns)  # without DyT rows: the table as before
+
+
+def _runs(dyt_gap: float, n: int = 2) -> pd.DataFrame:
+    rows = []
+    for variant, loss in (("baseline", 2.0), ("internal_aux", 2.02), ("dyt", 2.0 + dyt_gap)):
+        for s in range(n):
+            rows.append(
+                {
+                    "name": f"{variant}-d64-s{s}",
+                    "variant": variant,
+                    "width": 64,
+                    "seed": s,
+                    "steps": 100,
+                    "val_loss": loss + 0.001 * s,
+                    "diverged": False,
+                    "corpus": "data/pretrain",
+                    "train_tokens": None,
+                }
+            )
+    return pd.DataFrame(rows)
+
+
+def test_claims_row_tapernorm_vs_dyt(bench_rows):
+    row = dyt.claim_dyt(ClaimInputs(runs=_runs(0.10), bench=bench_rows))
+    assert row["Holds?"] in ("yes", "partly", "no")
+    assert "gap Taper +1.00%, DyT +5.00%" in row["Ours"] and "folded" in row["Ours"]
+    assert "Criterion" in row["Comment"] and "DyT" in row["Claim"]
+    no_bench = dyt.claim_dyt(ClaimInputs(runs=_runs(0.10)))
+    assert no_bench["Holds?"] == "partly" and "at most partly" in no_bench["Comment"]
+    worse = dyt.claim_dyt(ClaimInputs(runs=_runs(0.0)))
+    assert worse["Holds?"] == "no"
+    none = dyt.claim_dyt(ClaimInputs(runs=_runs(0.1)[lambda d: d["variant"] != "dyt"]))
+    assert none["Holds?"] == "not measured"
+    fast = bench_rows.copy()
+    fast.loc[fast["variant"] == "folded", "speedup"] = 9.0
+    assert dyt.claim_dyt(ClaimInputs(runs=_runs(0.10), bench=fast))["Holds?"] == "yes"
+    assert dyt.speedups(fast)["forward"][0] == 9.0
+    assert claims.CLAIMS[-1] is dyt.claim_dyt
