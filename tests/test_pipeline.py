@@ -140,3 +140,50 @@ def test_anchor_sweep_runs_retrain_the_ablations_all_aux_at_other_weights():
     bad["anchor_sweep"] = {"eq5": [1.0], "log": [1.0]}
     with pytest.raises(ConfigError, match="anchor_sweep"):
         tp.validate_pipeline_config(bad, SCHEMA)
+
+
+@pytest.mark.parametrize(
+    "mutate, message",
+    [
+        (  # an unknown key: its full name and the keys allowed there
+            lambda c: c["ablation"].update(widht=[64]),
+            "config key ablation.widht: unknown key; allowed: variants, widths, seeds,",
+        ),
+        (
+            lambda c: c["ablation"]["train"].update(lrate=1.0),
+            "config key ablation.train.lrate: unknown key; allowed: batch_size, grad_accum, lr,",
+        ),
+        (  # a bad enum value: the values allowed
+            lambda c: c["ablation"]["model"].update(style="bert"),
+            "config key ablation.model.style: 'bert' is not one of ['llama', 'gpt2']",
+        ),
+        (  # a number out of bounds: the bound
+            lambda c: c["ablation"]["train"].update(warmup_frac=2),
+            "config key ablation.train.warmup_frac: 2 is greater than the maximum of 1",
+        ),
+        (
+            lambda c: c["ablation"].update(steps=0),
+            "config key ablation.steps: 0 is less than the minimum of 1",
+        ),
+        (
+            lambda c: c["pretrain"].update(steps={"64": 0}),
+            "config key pretrain.steps.64: 0 is less than the minimum of 1",
+        ),
+        (
+            lambda c: c["pretrain"].update(steps={"d64": 5}),
+            "config key pretrain.steps.d64: unknown key; keys must match ^[0-9]+$",
+        ),
+        (lambda c: c.update(ablation=3), "config key ablation: 3 is not of type 'object', 'null'"),
+    ],
+)
+def test_workflow_config_errors_name_the_leaf_key_and_what_is_allowed(mutate, message):
+    with pytest.raises(ConfigError) as e:
+        tp.validate_pipeline_config(_bad(mutate), SCHEMA)
+    assert str(e.value).startswith(message)
+
+
+def test_ablation_may_be_null():
+    cfg = tp.validate_pipeline_config(
+        _bad(lambda c: c.update(ablation=None, anchor_sweep=None)), SCHEMA
+    )
+    assert cfg["ablation"] is None

@@ -167,6 +167,21 @@ def test_snakefmt_clean():
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
+def test_config_errors_stop_the_workflow_naming_the_key(workdir, tmp_path):
+    dup = tmp_path / "dup.yaml"  # Snakemake's own loader would keep the last `pretrain`
+    dup.write_text("pretrain: {widht: [32]}\nfold: {rtol: 1.0e-5}\npretrain: {seeds: 1}\n")
+    proc = snakemake(workdir, "-n", "--configfile", str(dup), check=False)
+    assert proc.returncode != 0
+    assert f"config file {dup}: invalid YAML at line 3, column 1: duplicate key 'pretrain'" in (
+        proc.stdout + proc.stderr
+    )
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("ablation: {widht: [32]}\n")
+    proc = snakemake(workdir, "-n", "--configfile", "config/ci.yaml", str(bad), check=False)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0 and "config key ablation.widht: unknown key" in out
+
+
 def test_paper_config_plans_full_grid_with_gpus(workdir):
     out = snakemake(workdir, "-n", "--configfile", "config/paper.yaml").stdout
     counts = job_counts(out)

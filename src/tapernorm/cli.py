@@ -8,6 +8,10 @@ import os
 import sys
 from pathlib import Path
 
+from . import __version__
+
+EXTRAS = {"transformers": "hf", "datasets": "hf", "huggingface_hub": "hf"}  # module -> extra
+
 
 def _cmd_prepare_data(args: argparse.Namespace) -> int:
     from .data import prepare_shards
@@ -33,12 +37,22 @@ def _cmd_train(args: argparse.Namespace) -> int:
     if args.config_json is not None:
         from .config import resolve_run_config
 
-        cfg = resolve_run_config(json.loads(args.config_json))
-        if args.set:
-            raise ValueError("--set cannot be combined with --config-json")
+        if args.config is not None or args.set:
+            raise ValueError("--config-json is the whole config: give no --config or --set with it")
+        try:
+            cfg = resolve_run_config(json.loads(args.config_json))
+        except json.JSONDecodeError as e:
+            raise ValueError(f"--config-json is not valid JSON: {e}") from None
     else:
         cfg = load_run_config(args.config, args.set)
-    result = train(cfg, args.out)
+    try:
+        result = train(cfg, args.out)
+    except KeyboardInterrupt:
+        from .train import resume_step
+
+        step = resume_step(cfg, args.out)
+        where = f"from step {step} (its last checkpoint)" if step else "from the start"
+        raise KeyboardInterrupt(f"the same command resumes the run {where}") from None
     if int(os.environ.get("RANK", "0")) == 0:  # under torchrun, rank 0 speaks for all
         print(json.dumps(result, indent=2))
     return 0
@@ -140,17 +154,21 @@ def _cmd_fold(args: argparse.Namespace) -> int:
 
 def _cmd_export_hf(args: argparse.Namespace) -> int:
     from .export import export_run
+    from .train import pick_device
 
-    report = export_run(args.model, args.out, args.data, args.windows, args.rtol, args.device)
+    device = pick_device(args.device).type
+    report = export_run(args.model, args.out, args.data, args.windows, args.rtol, device)
     print(json.dumps(report, indent=2))
     return 0
 
 
 def _cmd_taper_hf(args: argparse.Namespace) -> int:
     from .export import taper_hf
+    from .train import pick_device
 
+    device = pick_device(args.device).type
     result = taper_hf(
-        args.model, args.data, args.out, args.steps, args.lr, args.batch_size, args.lam, args.device
+        args.model, args.data, args.out, args.steps, args.lr, args.batch_size, args.lam, device
     )
     print(json.dumps(result, indent=2))
     return 0
@@ -262,8 +280,50 @@ def _cmd_bench_inference(args: argparse.Namespace) -> int:
     return 0
 
 
+# ---- the parser -----------------------------------------------------------------------------------
+
+
+class _Parser(argparse.ArgumentParser):
+    """Usage errors as one line (and exit status 2), pointing at --help instead of the usage."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Appends '(default: X)' to each option's help, unless there is no default to show."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        if action.default is None or action.default is False or action.default == []:
+            return action.help
+        return super()._get_help_string(action)
+
+
+def _number(kind: type, low: float, inclusive: bool = True):
+    """An argparse type: a `kind` (int or float) >= low (> low when not inclusive)."""
+    bound = f"{'>=' if inclusive else '>'} {low:g}"
+
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            value = None
+        if value is None or not (value > low or (inclusive and value == low)):  # NaN fails too
+            raise argparse.ArgumentTypeError(f"expected {kind.__name__} {bound}, got {text!r}")
+        return value
+
+    return parse
+
+
+POSITIVE, NON_NEGATIVE = _number(int, 1), _number(int, 0)
+POSITIVE_FLOAT, NON_NEGATIVE_FLOAT = _number(float, 0, inclusive=False), _number(float, 0)
+DEVICES = ["auto", "cpu", "cuda"]
+DEVICE_HELP = "auto: cuda when available, else cpu"
+
+
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="tapernorm", description=__doc__)
+    p = _Parser(prog="tapernorm", description=__doc__, formatter_class=_HelpFormatter)
+    p.add_argument("--version", action="version", version=f"tapernorm {__version__}")
     sub = p.add_subparsers(dest="command", required=True)
 
     d = sub.add_parser(
@@ -273,14 +333,19 @@ def build_parser() -> argparse.ArgumentParser:
         "--corpus", required=True, help="shakespeare (embedded) | tinystories | openwebtext"
     )
     d.add_argument("--out", type=Path, required=True, help="shards directory")
-    d.add_argument("--tokenizer", default="sentencepiece", choices=["sentencepiece", "gpt2"])
-    d.add_argument("--vocab-size", type=int, default=512, help="SentencePiece vocabulary size")
+    d.add_argument(
+        "--tokenizer",
+        default="sentencepiece",
+        choices=["sentencepiece", "gpt2"],
+        help="sentencepiece: trained on the corpus; gpt2: GPT-2's BPE",
+    )
+    d.add_argument("--vocab-size", type=POSITIVE, default=512, help="SentencePiece vocabulary size")
     d.add_argument(
         "--local-path", help="local copy of a Hugging Face corpus (save_to_disk, jsonl, ...)"
     )
-    d.add_argument("--max-docs", type=int, help="keep only the first N training documents")
+    d.add_argument("--max-docs", type=POSITIVE, help="keep only the first N training documents")
     d.add_argument(
-        "--tokenizer-chars", type=int, help="train SentencePiece on at most N characters"
+        "--tokenizer-chars", type=POSITIVE, help="train SentencePiece on at most N characters"
     )
     d.add_argument(
         "--no-byte-fallback",
@@ -293,7 +358,10 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument(
         "--config", type=Path, help="run config YAML (see tapernorm/schemas/run.schema.yaml)"
     )
-    t.add_argument("--config-json", help="the run config as a JSON string (used by the workflow)")
+    t.add_argument(
+        "--config-json",
+        help="the run config as a JSON string, instead of --config (the workflow's)",
+    )
     t.add_argument("--out", type=Path, required=True, help="run directory")
     t.add_argument(
         "--set",
@@ -311,8 +379,8 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--out", type=Path, required=True, help="evaluation set directory")
     v.add_argument("--shards", help="heldout: the token shards whose val split is held out")
     v.add_argument("--local-path", help="pile sets: a local copy (save_to_disk, jsonl, parquet)")
-    v.add_argument("--row-len", type=int, default=1024, help="tokens per row")
-    v.add_argument("--max-rows", type=int, help="keep the first N rows")
+    v.add_argument("--row-len", type=_number(int, 2), default=1024, help="tokens per row")
+    v.add_argument("--max-rows", type=POSITIVE, help="keep the first N rows")
     v.set_defaults(func=_cmd_prepare_eval)
 
     e = sub.add_parser("eval", help="validation loss of a model at g=0")
@@ -323,14 +391,14 @@ def build_parser() -> argparse.ArgumentParser:
         required=True,
         help="token shards (val windows) or an evaluation set of prepare-eval (its rows)",
     )
-    e.add_argument("--windows", type=int, default=64, help="token shards: validation windows")
-    e.add_argument("--batch-size", type=int, default=16)
-    e.add_argument("--max-rows", type=int, help="evaluation set: score the first N rows only")
+    e.add_argument("--windows", type=POSITIVE, default=64, help="token shards: validation windows")
+    e.add_argument("--batch-size", type=POSITIVE, default=16, help="sequences per forward pass")
+    e.add_argument("--max-rows", type=POSITIVE, help="evaluation set: score the first N rows only")
     e.add_argument(
         "--dtype", default="float32", choices=["auto", "float32", "bfloat16"], help="evaluation set"
     )
     e.add_argument("--folded", type=Path, help="evaluation set: also score this folded export")
-    e.add_argument("--device", default="cpu", choices=["auto", "cpu", "cuda"])
+    e.add_argument("--device", default="auto", choices=DEVICES, help=DEVICE_HELP)
     e.add_argument("--out", type=Path, help="write the result as JSON here")
     e.set_defaults(func=_cmd_eval)
 
@@ -338,10 +406,12 @@ def build_parser() -> argparse.ArgumentParser:
     f.add_argument("--model", type=Path, required=True, help="run or model directory")
     f.add_argument("--data", type=Path, required=True, help="token shards (verification windows)")
     f.add_argument("--out", type=Path, required=True, help="writes folded/, scaled/, verify.json")
-    f.add_argument("--windows", type=int, default=8, help="windows for the logit comparison")
-    f.add_argument("--eval-windows", type=int, default=64, help="windows for the loss comparison")
-    f.add_argument("--rtol", type=float, default=1e-5, help="max |dz| / max |z| allowed")
-    f.add_argument("--device", default="cpu", choices=["auto", "cpu", "cuda"])
+    f.add_argument("--windows", type=POSITIVE, default=8, help="windows for the logit comparison")
+    f.add_argument(
+        "--eval-windows", type=POSITIVE, default=64, help="windows for the loss comparison"
+    )
+    f.add_argument("--rtol", type=POSITIVE_FLOAT, default=1e-5, help="max |dz| / max |z| allowed")
+    f.add_argument("--device", default="auto", choices=DEVICES, help=DEVICE_HELP)
     f.set_defaults(func=_cmd_fold)
 
     x = sub.add_parser(
@@ -351,9 +421,9 @@ def build_parser() -> argparse.ArgumentParser:
     x.add_argument("--model", type=Path, required=True, help="run or model directory")
     x.add_argument("--out", type=Path, required=True, help="save_pretrained dir + verify.json")
     x.add_argument("--data", type=Path, help="token shards to verify on (default: the run's)")
-    x.add_argument("--windows", type=int, default=4, help="validation windows to verify on")
-    x.add_argument("--rtol", type=float, default=1e-4, help="max |dz| / max |z| allowed")
-    x.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    x.add_argument("--windows", type=POSITIVE, default=4, help="validation windows to verify on")
+    x.add_argument("--rtol", type=POSITIVE_FLOAT, default=1e-4, help="max |dz| / max |z| allowed")
+    x.add_argument("--device", default="auto", choices=DEVICES, help=DEVICE_HELP)
     x.set_defaults(func=_cmd_export_hf)
 
     h = sub.add_parser(
@@ -363,11 +433,13 @@ def build_parser() -> argparse.ArgumentParser:
     h.add_argument("--model", required=True, help="save_pretrained directory (or hub id)")
     h.add_argument("--data", type=Path, required=True, help="token shards in the model's tokens")
     h.add_argument("--out", type=Path, required=True, help="writes run/, fold_verify.json, hf/")
-    h.add_argument("--steps", type=int, default=200, help="fine-tuning steps (taper: 1/4 to 3/4)")
-    h.add_argument("--lr", type=float, default=1e-4)
-    h.add_argument("--batch-size", type=int, default=8)
-    h.add_argument("--lam", type=float, default=0.1, help="scale loss weight")
-    h.add_argument("--device", default="cpu", choices=["auto", "cpu", "cuda"])
+    h.add_argument(
+        "--steps", type=POSITIVE, default=200, help="fine-tuning steps (taper: 1/4 to 3/4)"
+    )
+    h.add_argument("--lr", type=POSITIVE_FLOAT, default=1e-4, help="peak learning rate")
+    h.add_argument("--batch-size", type=POSITIVE, default=8, help="sequences per step")
+    h.add_argument("--lam", type=NON_NEGATIVE_FLOAT, default=0.1, help="scale loss weight")
+    h.add_argument("--device", default="auto", choices=DEVICES, help=DEVICE_HELP)
     h.set_defaults(func=_cmd_taper_hf)
     from .analysis.cli import add_subcommands  # table, figure, claims
 
@@ -383,15 +455,15 @@ def build_parser() -> argparse.ArgumentParser:
         "are verified against the g=0 model first.",
     )
     b.add_argument("which", choices=["train-step", "forward", "decode"])
-    b.add_argument("--n-layer", type=int, default=8, help="train-step")
-    b.add_argument("--n-head", type=int, default=16, help="train-step")
-    b.add_argument("--n-embd", type=int, default=128, help="train-step")
-    b.add_argument("--vocab", type=int, default=4096, help="train-step")
-    b.add_argument("--block-size", type=int, default=256, help="train-step")
-    b.add_argument("--batch-size", type=int, default=16, help="train-step")
+    b.add_argument("--n-layer", type=POSITIVE, default=8, help="train-step")
+    b.add_argument("--n-head", type=POSITIVE, default=16, help="train-step")
+    b.add_argument("--n-embd", type=POSITIVE, default=128, help="train-step")
+    b.add_argument("--vocab", type=POSITIVE, default=4096, help="train-step")
+    b.add_argument("--block-size", type=POSITIVE, default=256, help="train-step")
+    b.add_argument("--batch-size", type=POSITIVE, default=16, help="train-step")
     b.add_argument(
         "--repeats",
-        type=int,
+        type=POSITIVE,
         help="timed rounds (default: train-step 7, forward 50, decode 10)",
     )
     b.add_argument("--no-hf", action="store_true", help="train-step: skip transformers")
@@ -406,30 +478,76 @@ def build_parser() -> argparse.ArgumentParser:
     )
     grid = b.add_argument_group("forward / decode grid")
     grid.add_argument(
-        "--batch-sizes", type=int, nargs="+", help="default: forward 1 4, decode 1 4 16"
+        "--batch-sizes", type=POSITIVE, nargs="+", help="default: forward 1 4, decode 1 4 16"
     )
-    grid.add_argument("--seq-lens", type=int, nargs="+", help="forward (default 128 256 512)")
-    grid.add_argument("--prompt-lens", type=int, nargs="+", help="decode (default 128 512)")
-    grid.add_argument("--new-tokens", type=int, default=256, help="decode steps after the prefill")
-    grid.add_argument("--warmup", type=int, help="untimed rounds (default: forward 10, decode 2)")
-    grid.add_argument("--modes", nargs="+", choices=["eager", "compiled"], default=["eager"])
-    grid.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
-    grid.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32")
-    grid.add_argument("--threads", type=int, help="torch CPU threads (default: torch's choice)")
+    grid.add_argument("--seq-lens", type=POSITIVE, nargs="+", help="forward (default 128 256 512)")
+    grid.add_argument("--prompt-lens", type=POSITIVE, nargs="+", help="decode (default 128 512)")
+    grid.add_argument(
+        "--new-tokens", type=POSITIVE, default=256, help="decode steps after the prefill"
+    )
+    grid.add_argument(
+        "--warmup", type=NON_NEGATIVE, help="untimed rounds (default: forward 10, decode 2)"
+    )
+    grid.add_argument(
+        "--modes",
+        nargs="+",
+        choices=["eager", "compiled"],
+        default=["eager"],
+        help="decode: eager and/or compiled (torch.compile)",
+    )
+    grid.add_argument("--device", choices=DEVICES, default="auto", help=DEVICE_HELP)
+    grid.add_argument(
+        "--dtype", choices=["float32", "bfloat16"], default="float32", help="model weights"
+    )
+    grid.add_argument(
+        "--threads", type=POSITIVE, help="torch CPU threads (default: torch's choice)"
+    )
     b.add_argument("--out", type=Path, help="train-step: JSON; forward / decode: CSV")
     b.set_defaults(func=_cmd_bench)
+    for command in sub.choices.values():  # subcommands added elsewhere get the formatter too
+        command.formatter_class = _HelpFormatter
     return p
 
 
+def _missing_extra(e: ImportError) -> str | None:
+    """'error: <module> is not installed: pip install ...' if `e` is an optional dependency's absence."""
+    while e is not None and not getattr(e, "name", None):
+        e = e.__cause__ if isinstance(e.__cause__, ImportError) else None
+    module = (e.name or "").split(".")[0] if e is not None else ""
+    if module not in EXTRAS:
+        return None
+    return (
+        f"error: {module} is not installed: pip install -e '.[{EXTRAS[module]}]' (in this checkout)"
+    )
+
+
+def _one_line(e: BaseException) -> tuple[str, int] | None:
+    """The message and exit status of an error the user can act on; None for a bug (a traceback)."""
+    if isinstance(e, KeyboardInterrupt):
+        return f"interrupted{'; ' + str(e) if str(e) else ''}", 130
+    if isinstance(e, ImportError):
+        missing = _missing_extra(e)
+        return None if missing is None else (missing, 2)
+    if isinstance(e, (ValueError, RuntimeError, OSError)):
+        return f"error: {e}", 2
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
+    """Run one command; errors (bad input, missing files, Ctrl-C) end in one line, never a traceback
+    (set TAPERNORM_TRACEBACK=1 to see it)."""
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
-    except (ValueError, RuntimeError, FileNotFoundError) as e:
-        if os.environ.get("TAPERNORM_TRACEBACK"):
+    except (Exception, KeyboardInterrupt) as e:
+        reported = _one_line(e)
+        if reported is None or os.environ.get("TAPERNORM_TRACEBACK"):
             raise
-        print(f"tapernorm {args.command}: error: {e}", file=sys.stderr)
-        return 2
+    message, status = reported
+    if int(os.environ.get("RANK", "0")) == 0:  # under torchrun, rank 0 speaks for all
+        below_bar = "\n" if status == 130 and sys.stderr.isatty() else ""  # (and the ^C)
+        print(f"{below_bar}tapernorm {args.command}: {message}", file=sys.stderr)
+    return status
 
 
 if __name__ == "__main__":

@@ -43,7 +43,25 @@ class ConfigError(ValueError):
 
 
 class _Loader(yaml.SafeLoader):
-    """YAML 1.1 reads 3e-4 (no dot) as a string; read it as the float everyone means."""
+    """YAML 1.1 reads 3e-4 (no dot) as a string; read it as the float everyone means. A key given
+    twice in one mapping is an error (plain YAML keeps the last and drops the first silently)."""
+
+    def construct_mapping(self, node, deep=False):
+        if isinstance(node, yaml.MappingNode):
+            seen: dict = {}
+            for key_node, _ in node.value:
+                if not isinstance(key_node, yaml.ScalarNode) or key_node.tag.endswith(":merge"):
+                    continue  # merge keys (<<) may be overridden; complex keys are not ours
+                key = self.construct_object(key_node)
+                if key in seen:
+                    raise yaml.constructor.ConstructorError(
+                        None,
+                        None,
+                        f"duplicate key {key!r} (first at line {seen[key] + 1})",
+                        key_node.start_mark,
+                    )
+                seen[key] = key_node.start_mark.line
+        return super().construct_mapping(node, deep=deep)
 
 
 _Loader.add_implicit_resolver(
@@ -53,8 +71,28 @@ _Loader.add_implicit_resolver(
 )
 
 
-def yaml_load(text: str):
-    return yaml.load(text, Loader=_Loader)
+def yaml_load(text: str, source: str = "YAML"):
+    """Parse YAML text with `_Loader`; a syntax error or a duplicate key is a one-line ConfigError
+    naming `source` (e.g. the file), the line and the column."""
+    try:
+        return yaml.load(text, Loader=_Loader)
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{source}: {_yaml_problem(e)}") from None
+
+
+def _yaml_problem(e: yaml.YAMLError) -> str:
+    mark = getattr(e, "problem_mark", None)
+    problem = getattr(e, "problem", None) or str(e).splitlines()[0]
+    if mark is None:
+        return f"invalid YAML: {problem}"
+    return f"invalid YAML at line {mark.line + 1}, column {mark.column + 1}: {problem}"
+
+
+def check_yaml_files(paths: list[str | Path]) -> None:
+    """Raise ConfigError if a YAML file has a syntax error or a duplicate key (for config files that
+    other tools, e.g. Snakemake, load themselves)."""
+    for path in paths:
+        yaml_load(Path(path).read_text(), f"config file {path}")
 
 
 def _with_defaults(validator_class):
@@ -88,10 +126,26 @@ def validate(config: dict, schema: dict) -> dict:
     config = copy.deepcopy(config)
     errors = sorted(_Validator(schema).iter_errors(config), key=lambda e: list(e.absolute_path))
     if errors:
-        e = errors[0]
-        where = ".".join(str(p) for p in e.absolute_path) or "<top level>"
-        raise ConfigError(f"config key {where}: {e.message}")
+        raise ConfigError(_describe(errors[0]))
     return config
+
+
+def _describe(e: jsonschema.ValidationError) -> str:
+    """'config key a.b: <problem>', naming the leaf key of an unknown key and what is allowed."""
+    path = [str(p) for p in e.absolute_path]
+    if e.validator == "additionalProperties" and isinstance(e.instance, dict):
+        allowed = e.schema.get("properties", {})
+        patterns = e.schema.get("patternProperties", {})
+        unknown = [
+            str(k)
+            for k in e.instance
+            if k not in allowed and not any(re.search(p, str(k)) for p in patterns)
+        ]
+        if unknown:
+            hint = f"; allowed: {', '.join(allowed)}" if allowed else ""
+            hint += f"; keys must match {' or '.join(patterns)}" if patterns else ""
+            return f"config key {'.'.join([*path, unknown[0]])}: unknown key{hint}"
+    return f"config key {'.'.join(path) or '<top level>'}: {e.message}"
 
 
 def set_key(config: dict, dotted: str, value: Any) -> None:
@@ -112,7 +166,7 @@ def parse_overrides(pairs: list[str]) -> list[tuple[str, Any]]:
         if "=" not in pair:
             raise ConfigError(f"override {pair!r} must look like key.sub=value")
         key, raw = pair.split("=", 1)
-        out.append((key.strip(), yaml_load(raw)))
+        out.append((key.strip(), yaml_load(raw, f"override {pair!r}")))
     return out
 
 
@@ -123,7 +177,7 @@ def load_run_config(path: str | Path | None, overrides: list[str] = ()) -> dict:
         path = Path(path)
         if not path.is_file():
             raise ConfigError(f"config file {path} does not exist")
-        config = yaml_load(path.read_text()) or {}
+        config = yaml_load(path.read_text(), f"config file {path}") or {}
         if not isinstance(config, dict):
             raise ConfigError(f"config file {path}: top level must be a mapping")
     for key, value in parse_overrides(list(overrides)):

@@ -136,7 +136,8 @@ def validate_pipeline_config(config: dict, schema_path: str) -> dict:
         schema = yaml.safe_load(f)
     config = copy.deepcopy(config)
     for family in ("pretrain", "ablation"):  # YAML gives int keys for {64: 500000}; JSON wants str
-        steps = (config.get(family) or {}).get("steps")
+        fam = config.get(family)
+        steps = fam.get("steps") if isinstance(fam, dict) else None
         if isinstance(steps, dict):
             config[family]["steps"] = {str(k): v for k, v in steps.items()}
     config = validate(config, schema)

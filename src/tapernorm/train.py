@@ -273,6 +273,27 @@ def stale_checkpoint(ckpt: Path, cfg: dict) -> bool:
     return False
 
 
+def resume_step(cfg: dict, out_dir: str | Path) -> int:
+    """The step a rerun of run `cfg` in `out_dir` resumes from: its checkpoint's, or 0 if none."""
+    ckpt = Path(out_dir) / "ckpt"
+    if stale_checkpoint(ckpt, cfg):
+        return 0
+    for path in (ckpt, ckpt.with_name(ckpt.name + ".old")):  # load_training_state's order
+        if path.is_dir():
+            try:
+                return int(read_json(path / "state.json")["step"])
+            except (CheckpointError, KeyError, ValueError):
+                return 0
+    return 0
+
+
+def clock(seconds: float) -> str:
+    """A duration as m:ss, or h:mm:ss from an hour on."""
+    minutes, secs = divmod(round(seconds), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"
+
+
 def truncate_metrics(path: Path, step: int) -> None:
     """Drop metrics logged after `step` (they belong to the part of a killed run being redone)."""
     if path.exists():
@@ -412,6 +433,7 @@ def _train(
     )
     diverged_step, last_good_step = None, step
     t_last, tokens_since = time.perf_counter(), 0
+    t_start, first_step = t_last, step  # for the elapsed time and ETA of off-TTY progress lines
     model.train()
     metrics_file = metrics_path.open("a") if world.main else open(os.devnull, "w")
     with metrics_file:
@@ -485,9 +507,12 @@ def _train(
                 metrics_file.write(json.dumps(record) + "\n")
                 metrics_file.flush()
                 if not on_tty and world.main:
+                    elapsed = now - t_start
+                    eta = elapsed / (k - first_step) * (t["steps"] - k)
                     print(
                         f"[{cfg['name']}] step {k}/{t['steps']} loss {loss:.4f} g {g:.3f} "
-                        f"lr {lr:.2e}",
+                        f"lr {lr:.2e} | {record['tokens_per_s']:.0f} tok/s, "
+                        f"elapsed {clock(elapsed)}, ETA {clock(eta)}",
                         file=sys.stderr,
                     )
                 else:

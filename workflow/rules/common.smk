@@ -2,7 +2,10 @@ import json
 import os
 
 from tapernorm import pipeline as tp
+from tapernorm.config import check_yaml_files
 
+# Snakemake's YAML loader keeps the last of two equal keys: reject them (and name the line).
+check_yaml_files(workflow.configfiles)
 # Validate (and complete with defaults) before any job runs; errors name the offending key.
 config.update(
     tp.validate_pipeline_config(

@@ -23,4 +23,4 @@ rule export_hf_finetune:
         out=lambda w, output: os.path.dirname(output.verify),
     shell:
         "OMP_NUM_THREADS={threads} tapernorm export-hf --model {params.model} "
-        "--data {params.data} --out {params.out} > {log} 2>&1"
+        "--data {params.data} --out {params.out} --device cpu > {log} 2>&1"

@@ -15,4 +15,4 @@ rule fold:
     shell:
         "OMP_NUM_THREADS={threads} tapernorm fold --model results/runs/pretrain/{wildcards.run} "
         "--data {params.data} --out results/fold/{wildcards.run} --rtol {params.rtol} "
-        "> {log} 2>&1"
+        "--device cpu > {log} 2>&1"
