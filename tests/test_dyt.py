@@ -174,7 +174,8 @@ def test_claims_row_tapernorm_vs_dyt(bench_rows):
     none = dyt.claim_dyt(ClaimInputs(runs=_runs(0.1)[lambda d: d["variant"] != "dyt"]))
     assert none["Holds?"] == "not measured"
     fast = bench_rows.copy()
-    fast.loc[fast["variant"] == "folded", "speedup"] = 9.0
+    fast.loc[fast["variant"] == "folded", "speedup"] = 9.0  # timings of 2 rounds are noise:
+    fast.loc[fast["variant"] == "dyt", "speedup"] = 1.0  # fix both sides
     assert dyt.claim_dyt(ClaimInputs(runs=_runs(0.10), bench=fast))["Holds?"] == "yes"
     assert dyt.speedups(fast)["forward"][0] == 9.0
     assert claims.CLAIMS[-1] is dyt.claim_dyt
