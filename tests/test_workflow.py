@@ -185,7 +185,7 @@ def test_config_errors_stop_the_workflow_naming_the_key(workdir, tmp_path):
 def test_paper_config_plans_full_grid_with_gpus(workdir):
     out = snakemake(workdir, "-n", "--configfile", "config/paper.yaml").stdout
     counts = job_counts(out)
-    assert counts["train"] == 6 * 4 * 6 + 4 * 3  # pre-training grid + our ablation
+    assert counts["train"] == 6 * 4 * 6 + 6 * 3 + 4  # pre-training grid, our ablation, lambda sweep
     assert "results/runs/pretrain/all_aux-d512-s5/eval.json" in out
     train_jobs = [b for b in out.split("\n\n") if "rule train:" in b]
     assert train_jobs and all("gpu=1" in b for b in train_jobs)
