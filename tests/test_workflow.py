@@ -230,5 +230,5 @@ def test_slurm_profile_is_accepted(workdir):
     out = snakemake(
         workdir, "-n", "--profile", "workflow/profiles/slurm", "--configfile", "config/paper.yaml"
     ).stdout
-    # the paper grid (144), our ablation (18) and its lambda sweep (4)
-    assert job_counts(out)["train"] == 166
+    # the paper grid (144) with DyT (24), our ablation (18) and its lambda sweep (4)
+    assert job_counts(out)["train"] == 190
