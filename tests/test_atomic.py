@@ -4,11 +4,13 @@ checkpoint.replace_dir."""
 import os
 import stat
 
+import numpy as np
 import pytest
 import torch
 
 from tapernorm.atomic import atomic_open, atomic_path, atomic_write_bytes
 from tapernorm.checkpoint import load_tensors, replace_dir, save_tensors, write_json
+from tapernorm.data import gpt2_tokenizer, write_eval_set, write_shards
 
 
 @pytest.fixture
@@ -31,7 +33,10 @@ def test_mode_follows_umask(tmp_path, umask, mask, mode):
         f.write(b"y")
     save_tensors(tmp_path / "c.safetensors", {"w": torch.ones(2)})
     write_json(tmp_path / "d.json", {"k": 1})
-    written = ["a.bin", "b.bin", "c.safetensors", "d.json"]
+    write_eval_set(np.ones((2, 3)), 10, str(tmp_path / "ev"), {})
+    write_shards(["a b"], ["c"], gpt2_tokenizer(), str(tmp_path / "sh"))
+    written = ["a.bin", "b.bin", "c.safetensors", "d.json", "ev/rows.bin", "ev/meta.json"]
+    written += ["sh/train.bin", "sh/val.bin", "sh/meta.json"]
     assert {p: _mode(tmp_path / p) for p in written} == dict.fromkeys(written, mode)
     with open(tmp_path / "plain", "w"):
         pass

@@ -17,6 +17,7 @@ import yaml
 from conftest import tiny_hf_gpt2
 
 from tapernorm import data as D
+from tapernorm import hub
 from tapernorm import pipeline as tp
 from tapernorm.analysis import claims, paper
 from tapernorm.analysis import finetune as ft
@@ -251,7 +252,7 @@ def test_pile_offline_error_says_how_to_supply_a_local_copy(hf_cache, monkeypatc
         raise ConnectionError("Couldn't reach the Hub")
 
     monkeypatch.setattr(hf_cache, "load_dataset", offline)
-    monkeypatch.setattr(D, "_hub_reachable", lambda timeout=3.0: False)
+    monkeypatch.setattr(hub, "reachable", lambda timeout=3.0: False)
     with pytest.raises(D.DataUnavailableError) as info:
         D.prepare_eval_set("pile", str(tmp_path / "p"), max_rows=10000)
     msg = str(info.value)
