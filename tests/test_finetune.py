@@ -247,6 +247,20 @@ def test_eval_set_errors(tmp_path):
         D.write_eval_set(np.full((1, 4), 100), 100, str(tmp_path / "bad"), {})
 
 
+def test_every_list_of_eval_sets_is_eval_sets():
+    from tapernorm.cli import build_parser
+
+    names = list(D.EVAL_SETS)
+    ev = yaml.safe_load(Path(SCHEMA).read_text())["definitions"]["finetune"]["properties"]["eval"]
+    sets = ev["properties"]["sets"]
+    assert sets["items"]["enum"] == names and sets["default"] == names
+    hub_sets = [name for name, source in D.EVAL_SETS.items() if source is not None]
+    assert list(ev["properties"]["local_paths"]["properties"]) == hub_sets
+    sub = next(a for a in build_parser()._actions if a.dest == "command")
+    choices = next(a for a in sub.choices["prepare-eval"]._actions if a.dest == "set").choices
+    assert choices == names
+
+
 def test_pile_offline_error_says_how_to_supply_a_local_copy(hf_cache, monkeypatch, tmp_path):
     def offline(*args, **kwargs):
         raise ConnectionError("Couldn't reach the Hub")
