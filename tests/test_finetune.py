@@ -17,6 +17,7 @@ import yaml
 from conftest import tiny_hf_gpt2
 
 from tapernorm import data as D
+from tapernorm import hub
 from tapernorm import pipeline as tp
 from tapernorm.analysis import claims, paper
 from tapernorm.analysis import finetune as ft
@@ -246,12 +247,26 @@ def test_eval_set_errors(tmp_path):
         D.write_eval_set(np.full((1, 4), 100), 100, str(tmp_path / "bad"), {})
 
 
+def test_every_list_of_eval_sets_is_eval_sets():
+    from tapernorm.cli import build_parser
+
+    names = list(D.EVAL_SETS)
+    ev = yaml.safe_load(Path(SCHEMA).read_text())["definitions"]["finetune"]["properties"]["eval"]
+    sets = ev["properties"]["sets"]
+    assert sets["items"]["enum"] == names and sets["default"] == names
+    hub_sets = [name for name, source in D.EVAL_SETS.items() if source is not None]
+    assert list(ev["properties"]["local_paths"]["properties"]) == hub_sets
+    sub = next(a for a in build_parser()._actions if a.dest == "command")
+    choices = next(a for a in sub.choices["prepare-eval"]._actions if a.dest == "set").choices
+    assert choices == names
+
+
 def test_pile_offline_error_says_how_to_supply_a_local_copy(hf_cache, monkeypatch, tmp_path):
     def offline(*args, **kwargs):
         raise ConnectionError("Couldn't reach the Hub")
 
     monkeypatch.setattr(hf_cache, "load_dataset", offline)
-    monkeypatch.setattr(D, "_hub_reachable", lambda timeout=3.0: False)
+    monkeypatch.setattr(hub, "reachable", lambda timeout=3.0: False)
     with pytest.raises(D.DataUnavailableError) as info:
         D.prepare_eval_set("pile", str(tmp_path / "p"), max_rows=10000)
     msg = str(info.value)

@@ -1,35 +1,22 @@
-"""Atomic file writes, and models / training state as safetensors + JSON (no pickles)."""
+"""Models and training state as safetensors + JSON (no pickles), written atomically."""
 
 from __future__ import annotations
 
 import json
 import os
 import shutil
-import tempfile
 from pathlib import Path
 
 import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
+from .atomic import atomic_path, atomic_write_bytes  # atomic_write_bytes: callers import it here
 from .model import GPT, GPTConfig
 
 
 class CheckpointError(RuntimeError):
     """A missing, truncated or inconsistent checkpoint."""
-
-
-def atomic_write_bytes(path: str | Path, data: bytes) -> None:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def write_json(path: str | Path, obj) -> None:
@@ -47,16 +34,8 @@ def read_json(path: str | Path) -> dict:
 
 
 def save_tensors(path: str | Path, tensors: dict[str, torch.Tensor]) -> None:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(fd)
-    try:
+    with atomic_path(path) as tmp:
         save_file({k: v.detach().contiguous().cpu() for k, v in tensors.items()}, tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def load_tensors(path: str | Path) -> dict[str, torch.Tensor]:
@@ -111,10 +90,20 @@ def load_model(model_dir: str | Path, device: str | torch.device = "cpu") -> GPT
 
 
 def replace_dir(tmp_dir: Path, final_dir: Path) -> None:
-    """Move a fully written tmp_dir to final_dir, keeping the old one until the new one is in place."""
+    """Move a fully written tmp_dir to final_dir, keeping the old one until the new one is in place.
+
+    Two renames: a process killed between them leaves only final_dir.old (resume looks there); a
+    failed second rename puts the old directory back.
+    """
     old = final_dir.with_name(final_dir.name + ".old")
-    if final_dir.exists():
+    moved = final_dir.exists()
+    if moved:
         shutil.rmtree(old, ignore_errors=True)
         os.replace(final_dir, old)
-    os.replace(tmp_dir, final_dir)
+    try:
+        os.replace(tmp_dir, final_dir)
+    except BaseException:
+        if moved:
+            os.replace(old, final_dir)
+        raise
     shutil.rmtree(old, ignore_errors=True)

@@ -372,10 +372,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     t.set_defaults(func=_cmd_train)
 
+    from .data import EVAL_SETS
+
     v = sub.add_parser(
         "prepare-eval", help="an evaluation set (Table 4) -> rows of GPT-2 token ids + meta.json"
     )
-    v.add_argument("--set", required=True, choices=["heldout", "pile", "pile_filtered"])
+    v.add_argument("--set", required=True, choices=list(EVAL_SETS))
     v.add_argument("--out", type=Path, required=True, help="evaluation set directory")
     v.add_argument("--shards", help="heldout: the token shards whose val split is held out")
     v.add_argument("--local-path", help="pile sets: a local copy (save_to_disk, jsonl, parquet)")

@@ -348,7 +348,7 @@ def model_card(report: dict, card: dict) -> str:
 
 def _tokenizer(data_dir: Path) -> tuple[object | None, Path | None, str]:
     """(HF tokenizer or None, SentencePiece model file or None, description) of a shards dir."""
-    from .data import _gpt2_files, load_tokenizer
+    from .data.tokenizers import _gpt2_files, load_tokenizer
 
     meta = read_json(data_dir / "meta.json")
     kind = meta.get("tokenizer", {}).get("kind")

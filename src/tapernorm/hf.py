@@ -26,13 +26,12 @@ from __future__ import annotations
 import json
 import os
 import re
-import socket
 from typing import Any
-from urllib.parse import urlparse
 
 import torch
 from torch import nn
 
+from . import hub
 from .model import GPT, GPTConfig
 
 SUPPORTED = ("gpt2", "llama", "mistral", "qwen2")  # HF model_type values we import
@@ -42,7 +41,6 @@ LLAMA_FAMILY = {  # model_type: HF class name (Llama's block, with the differenc
     "qwen2": "Qwen2ForCausalLM",
 }
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.\-]*(/[\w.\-]+)?$")
-_TRUE = {"1", "on", "yes", "true"}
 
 
 class HFUnavailableError(RuntimeError):
@@ -96,7 +94,8 @@ def _resolve(src: str | os.PathLike) -> nn.Module:
             f"load_hf: local directory {src!r} does not exist (and it is not a hub id like "
             "'gpt2' or 'owner/name')"
         )
-    offline = _offline() or not _hub_reachable()
+    asked_offline = hub.offline("TRANSFORMERS_OFFLINE")
+    offline = asked_offline or not hub.reachable()
     try:
         return _load_pretrained(src, local_files_only=offline)
     except OSError as e:  # transformers reports hub and cache failures as OSError
@@ -104,7 +103,7 @@ def _resolve(src: str | os.PathLike) -> nn.Module:
             raise
         raise HFUnavailableError(
             f"load_hf: could not load {src!r}: the Hugging Face hub is unreachable "
-            f"({'offline mode' if _offline() else 'no network'}) and no cached copy was found. "
+            f"({'offline mode' if asked_offline else 'no network'}) and no cached copy was found. "
             "If you meant a local directory, it does not exist. To supply a local copy, run on a "
             'machine with internet: python -c "from transformers import '
             f"AutoModelForCausalLM as M; M.from_pretrained('{src}').save_pretrained('PATH')\", "
@@ -124,29 +123,6 @@ def _load_pretrained(src: str, local_files_only: bool) -> nn.Module:
         )
     cls = classes[config.model_type]
     return cls.from_pretrained(src, config=config, local_files_only=local_files_only)
-
-
-def _offline() -> bool:
-    from huggingface_hub import constants
-
-    env = (os.environ.get(k, "").lower() for k in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"))
-    return bool(constants.HF_HUB_OFFLINE) or any(v in _TRUE for v in env)
-
-
-def _hub_reachable(timeout: float = 3.0) -> bool:
-    """A quick TCP probe of the hub endpoint, so that an offline machine fails in seconds rather
-    than after huggingface_hub's retries. Behind a proxy we cannot probe directly: assume yes."""
-    if any(os.environ.get(k) for k in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy")):
-        return True
-    from huggingface_hub import constants
-
-    url = urlparse(constants.ENDPOINT)
-    port = url.port or (443 if url.scheme == "https" else 80)
-    try:
-        with socket.create_connection((url.hostname, port), timeout=timeout):
-            return True
-    except OSError:
-        return False
 
 
 def _is_connection_error(e: BaseException) -> bool:

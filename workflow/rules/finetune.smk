@@ -2,11 +2,13 @@
 # model (pre-trained here, or a hub model), one run per protocol x model, the All-TaperLN fold
 # check, scores on each evaluation set, Tables 4 and 6. Run names: <protocol>-<model>.
 
+from tapernorm.data import EVAL_SETS
+
 
 wildcard_constraints:
     ftrun=r"[a-z_]+-[a-z0-9][a-z0-9.\-]*",
     ftmodel=r"[a-z0-9][a-z0-9.\-]*",
-    evalset="heldout|pile|pile_filtered",
+    evalset="|".join(EVAL_SETS),
 
 
 rule prepare_finetune_data:
