@@ -10,9 +10,10 @@ from conftest import tiny_run
 
 from tapernorm.checkpoint import CheckpointError, load_model, load_tensors
 from tapernorm.data import TokenShards
+from tapernorm.evaluation import evaluate
 from tapernorm.model import GPT, GPTConfig
 from tapernorm.schedules import gate_at, lr_at
-from tapernorm.train import evaluate, train
+from tapernorm.train import train
 
 
 def read_metrics(run_dir):

@@ -18,7 +18,6 @@ import os
 import shutil
 import sys
 import time
-from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -40,7 +39,9 @@ from .checkpoint import (
     save_tensors,
     write_json,
 )
-from .data import EvalSet, TokenShards
+from .data import TokenShards
+from .device import autocast_for, resolve_device
+from .evaluation import evaluate
 from .fakeln import schedule_for
 from .model import GPT, GPTConfig, convert_norms
 from .norms import Reduce, TaperNorm, set_gate, start_taper, taper_norms, update_calibration
@@ -52,22 +53,6 @@ GRAD_GROUPS = {  # metric name -> the weights of each block that form it (W_1 = 
     "grad_mlp_in": ("mlp.w_in.weight", "mlp.w_gate.weight"),
     "grad_mlp_out": ("mlp.w_out.weight",),
 }
-
-
-def pick_device(name: str, local_rank: int = 0) -> torch.device:
-    """The device train.device names: auto, cpu or cuda (under torchrun, GPU `local_rank`)."""
-    if name == "auto":
-        name = "cuda" if torch.cuda.is_available() else "cpu"
-    if name == "cuda" and not torch.cuda.is_available():
-        raise RuntimeError("train.device is 'cuda' but no CUDA device is available")
-    return torch.device("cuda", local_rank) if name == "cuda" else torch.device(name)
-
-
-def autocast_for(device: torch.device, dtype: str):
-    use_bf16 = dtype == "bfloat16" or (dtype == "auto" and device.type == "cuda")
-    if use_bf16:
-        return torch.autocast(device_type=device.type, dtype=torch.bfloat16)
-    return nullcontext()
 
 
 def batch_generator(seed: int, step: int, micro: int) -> torch.Generator:
@@ -95,65 +80,6 @@ def build_model(cfg: dict, vocab_size: int) -> GPT:
             f"init.from model has vocab {model.config.vocab_size} < data's {vocab_size}"
         )
     return model
-
-
-@torch.no_grad()
-def mean_ce(
-    model: GPT,
-    x_all: torch.Tensor,
-    y_all: torch.Tensor,
-    batch_size: int,
-    autocast: AbstractContextManager | None = None,
-) -> float:
-    """Mean next-token CE of targets y given inputs x, with every TaperNorm at g = 0 (the gates
-    are restored afterwards). `autocast`: a context for the forward passes (default: none)."""
-    gates = [float(m.gate) for _, m in taper_norms(model)]
-    was_training = model.training
-    model.eval()
-    set_gate(model, 0.0)
-    device = model.tok_emb.weight.device
-    total, count = 0.0, 0
-    for i in range(0, len(x_all), batch_size):
-        x, y = x_all[i : i + batch_size].to(device), y_all[i : i + batch_size].to(device)
-        with autocast or nullcontext():
-            logits = model(x)
-        total += F.cross_entropy(logits.float().flatten(0, 1), y.flatten(), reduction="sum").item()
-        count += y.numel()
-    for (_, m), g in zip(taper_norms(model), gates, strict=True):
-        m.gate.fill_(g)
-    model.train(was_training)
-    return total / count
-
-
-def evaluate(model: GPT, shards: TokenShards, n_windows: int, batch_size: int) -> float:
-    """Mean CE over the fixed validation windows, with every TaperNorm at g = 0."""
-    x_all, y_all = shards.val_windows(n_windows, model.config.block_size)
-    return mean_ce(model, x_all, y_all, batch_size)
-
-
-def evaluate_rows(
-    model: GPT,
-    eval_set: EvalSet,
-    batch_size: int,
-    max_rows: int | None = None,
-    dtype: str = "float32",
-) -> dict:
-    """Mean CE of an evaluation set at g = 0: each row scored on its own (row[:-1] predicts
-    row[1:]); `dtype` as train.dtype ("auto": bf16 autocast on CUDA, CE always in float32)."""
-    rows = eval_set.rows(max_rows)
-    if rows.shape[1] - 1 > model.config.block_size:
-        raise ValueError(
-            f"evaluation rows of {rows.shape[1]} tokens need block_size >= {rows.shape[1] - 1}, "
-            f"the model has {model.config.block_size}"
-        )
-    if int(rows.max()) >= model.config.vocab_size:
-        raise ValueError(
-            f"evaluation set {eval_set.data_dir} has token ids up to {int(rows.max())}, beyond the "
-            f"model's vocabulary of {model.config.vocab_size}"
-        )
-    autocast = autocast_for(model.tok_emb.weight.device, dtype)
-    loss = mean_ce(model, rows[:, :-1], rows[:, 1:], batch_size, autocast)
-    return {"loss": loss, "rows": len(rows), "tokens": len(rows) * (rows.shape[1] - 1)}
 
 
 def make_optimizer(model: GPT, t: dict) -> torch.optim.AdamW:
@@ -368,7 +294,7 @@ def train(cfg: dict, out_dir: str | Path, stop_after: int | None = None) -> dict
     ranks other than 0 return {"rank": r, "step": k} and write nothing.
     """
     world = World.from_env()
-    device = pick_device(cfg["train"]["device"], world.local_rank)
+    device = resolve_device(cfg["train"]["device"], world.local_rank, "train.device")
     if world.size == 1 or dist.is_initialized():
         return _train(cfg, Path(out_dir), stop_after, world, device)
     if device.type == "cuda":
