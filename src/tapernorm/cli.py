@@ -48,7 +48,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
     try:
         result = train(cfg, args.out)
     except KeyboardInterrupt:
-        from .train import resume_step
+        from .training_state import resume_step
 
         step = resume_step(cfg, args.out)
         where = f"from step {step} (its last checkpoint)" if step else "from the start"
