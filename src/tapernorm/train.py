@@ -8,6 +8,9 @@ draws exactly the batches an uninterrupted run would.
 Data parallel: launched by `torchrun --nproc_per_node W` (WORLD_SIZE > 1), rank r computes micro-batches
 r, r + W, ... of every step, gradients, losses and calibration statistics are summed over ranks, so the
 W processes take the very steps one process would (same global batch), and only rank 0 writes files.
+
+train() = set_up (data, model, optimizer) -> resume (from out/ckpt) -> train_steps (the loop) -> finish
+(final weights, rolled back if the run diverged; final evaluation; eval.json).
 """
 
 from __future__ import annotations
@@ -31,14 +34,7 @@ from .checkpoint import load_model, save_model, write_json
 from .data import TokenShards
 from .device import autocast_for, resolve_device
 from .diagnostics import clipped, grad_norms, output_stats, prelogit_geometry
-from .distributed import (
-    World,
-    barrier,
-    make_reduce,
-    process_group,
-    rank_micro_batches,
-    sum_grads,
-)
+from .distributed import World, barrier, make_reduce, process_group, rank_micro_batches, sum_grads
 from .evaluation import evaluate
 from .fakeln import FakeLNSchedule, schedule_for
 from .model import GPT, GPTConfig, convert_norms
