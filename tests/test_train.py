@@ -160,18 +160,18 @@ def test_checkpoint_of_another_config_is_not_resumed(shards_dir, tmp_path):
 
 @contextmanager
 def logging_to_stderr(level: int):
-    """The `tapernorm` logger as the command line sets it up: a handler on (pytest's current)
-    stderr, format %(message)s, at `level`."""
+    """The `tapernorm` logger as the command line sets it up: one handler, on (pytest's current)
+    stderr, format %(message)s, at `level` (any handler an earlier test left is set aside)."""
     logger = logging.getLogger("tapernorm")
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter("%(message)s"))
-    old_level = logger.level
-    logger.addHandler(handler)
-    logger.setLevel(level)
+    old_handlers, old_level = logger.handlers, logger.level
+    logger.handlers = [handler]
+    logger.setLevel(level)  # (setLevel, not .level =: it clears the loggers' cached levels)
     try:
         yield
     finally:
-        logger.removeHandler(handler)
+        logger.handlers = old_handlers
         logger.setLevel(old_level)
 
 
