@@ -24,11 +24,13 @@ from tapernorm.analysis import finetune as ft
 from tapernorm.checkpoint import load_model
 from tapernorm.cli import main as cli_main
 from tapernorm.config import ConfigError, resolve_run_config
+from tapernorm.distributed import rank_micro_batches
+from tapernorm.evaluation import evaluate_rows
 from tapernorm.fold import fold_model, verify_fold
 from tapernorm.model import LayerNorm
 from tapernorm.norms import TaperNorm, set_gate, update_calibration
 from tapernorm.schedules import gate_at
-from tapernorm.train import evaluate_rows, rank_micro_batches, train
+from tapernorm.train import train
 
 ROOT = Path(__file__).resolve().parents[1]
 SCHEMA = str(ROOT / "workflow/schemas/config.schema.yaml")

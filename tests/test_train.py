@@ -1,8 +1,10 @@
 """The training loop: learning, schedules, determinism, resume, divergence, errors."""
 
 import json
+import logging
 import subprocess
 import sys
+from contextlib import contextmanager
 
 import pytest
 import torch
@@ -10,9 +12,10 @@ from conftest import tiny_run
 
 from tapernorm.checkpoint import CheckpointError, load_model, load_tensors
 from tapernorm.data import TokenShards
+from tapernorm.evaluation import evaluate
 from tapernorm.model import GPT, GPTConfig
 from tapernorm.schedules import gate_at, lr_at
-from tapernorm.train import evaluate, train
+from tapernorm.train import train
 
 
 def read_metrics(run_dir):
@@ -153,3 +156,57 @@ def test_checkpoint_of_another_config_is_not_resumed(shards_dir, tmp_path):
     train(changed, tmp_path / "fresh")
     a, b = load_model(tmp_path / "run"), load_model(tmp_path / "fresh")
     assert torch.equal(a.tok_emb.weight, b.tok_emb.weight)
+
+
+@contextmanager
+def logging_to_stderr(level: int):
+    """The `tapernorm` logger as the command line sets it up: one handler, on (pytest's current)
+    stderr, format %(message)s, at `level` (any handler an earlier test left is set aside)."""
+    logger = logging.getLogger("tapernorm")
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(message)s"))
+    old_handlers, old_level = logger.handlers, logger.level
+    logger.handlers = [handler]
+    logger.setLevel(level)  # (setLevel, not .level =: it clears the loggers' cached levels)
+    try:
+        yield
+    finally:
+        logger.handlers = old_handlers
+        logger.setLevel(old_level)
+
+
+def test_progress_and_resume_are_logged_lines(shards_dir, tmp_path, capfd):
+    cfg = tiny_run(shards_dir, train={"steps": 12}, log={"every": 4, "ckpt_every": 5})
+    with logging_to_stderr(logging.INFO):
+        train(cfg, tmp_path / "run", stop_after=7)
+        train(cfg, tmp_path / "run")  # resumes from the step-5 checkpoint
+    lines = capfd.readouterr().err.splitlines()
+    assert lines[2] == "[tiny] resumed from step 5"
+    logged = [r for r in read_metrics(tmp_path / "run") if "loss" in r]
+    assert [r["step"] for r in logged] == [1, 4, 8, 12]
+    progress = lines[:2] + lines[3:]  # steps 1 and 4 before the kill; 8 and 12 after the resume
+    assert len(progress) == 4
+    for line, r in zip(progress, logged, strict=True):
+        start = (
+            f"[tiny] step {r['step']}/12 loss {r['loss']:.4f} g {r['gate']:.3f} lr {r['lr']:.2e} | "
+        )
+        assert line.startswith(start) and " tok/s, elapsed " in line and ", ETA " in line, line
+    assert progress[-1].endswith("ETA 0:00")
+
+    changed = tiny_run(shards_dir, train={"steps": 12, "lr": 1e-3}, log={"every": 4})
+    with logging_to_stderr(logging.INFO):
+        train(changed, tmp_path / "run", stop_after=1)
+    assert capfd.readouterr().err.splitlines()[0] == (
+        f"[tiny] checkpoint in {tmp_path / 'run'} is from another config: starting over"
+    )
+
+
+def test_a_library_call_at_level_warning_writes_nothing(shards_dir, tmp_path, capfd):
+    cfg = tiny_run(shards_dir, train={"steps": 6}, log={"every": 2, "ckpt_every": 3})
+    with logging_to_stderr(logging.WARNING):
+        train(cfg, tmp_path / "run", stop_after=4)
+        train(cfg, tmp_path / "run")  # resumed
+    assert capfd.readouterr().err == ""
+    with logging_to_stderr(logging.INFO):
+        train(cfg, tmp_path / "again")
+    assert "[tiny] step 6/6 loss " in capfd.readouterr().err

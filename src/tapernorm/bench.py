@@ -23,6 +23,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from .device import resolve_device
 from .fold import export_explicit_scaling, fold_model, verify_fold
 from .model import GPT, GPTConfig
 from .norms import set_gate, taper_norms
@@ -158,16 +159,6 @@ def bench_train_step(
 
 
 # ---- inference: devices, clocks and rounds -----------------------------------------------------------
-
-
-def resolve_device(device: str | torch.device) -> torch.device:
-    """The device to benchmark on: auto is cuda when torch sees a GPU, else cpu."""
-    if str(device) == "auto":
-        device = "cuda" if torch.cuda.is_available() else "cpu"
-    device = torch.device(device)
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise RuntimeError("device cuda was asked for, but torch sees no CUDA GPU")
-    return device
 
 
 def resolve_dtype(dtype: str | torch.dtype) -> torch.dtype:

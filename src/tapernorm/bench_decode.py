@@ -34,11 +34,11 @@ from .bench import (
     paired_rounds,
     paired_speedup,
     prepare_models,
-    resolve_device,
     resolve_dtype,
     speedup_columns,
     timing_precision,
 )
+from .device import resolve_device
 from .model import GPT, Attention
 
 # max |cached - uncached logit| allowed, relative to max |logit|: float32 sums in another order;

@@ -48,7 +48,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
     try:
         result = train(cfg, args.out)
     except KeyboardInterrupt:
-        from .train import resume_step
+        from .training_state import resume_step
 
         step = resume_step(cfg, args.out)
         where = f"from step {step} (its last checkpoint)" if step else "from the start"
@@ -76,9 +76,10 @@ def _cmd_prepare_eval(args: argparse.Namespace) -> int:
 def _cmd_eval(args: argparse.Namespace) -> int:
     from .checkpoint import load_model, write_json
     from .data import EvalSet, TokenShards
-    from .train import evaluate, evaluate_rows, pick_device
+    from .device import resolve_device
+    from .evaluation import evaluate, evaluate_rows
 
-    device = pick_device(args.device)
+    device = resolve_device(args.device, setting="--device")
     model = load_model(args.model, device)
     result = {"model": str(args.model), "data": str(args.data), "eval": "g=0"}
     if not (args.data / "rows.bin").exists():  # token shards: the fixed validation windows
@@ -125,11 +126,12 @@ def _run_summary(model_dir: Path) -> dict:
 def _cmd_fold(args: argparse.Namespace) -> int:
     from .checkpoint import load_model, save_model, write_json
     from .data import TokenShards
+    from .device import resolve_device
+    from .evaluation import evaluate
     from .fold import export_explicit_scaling, fold_model, verify_fold
     from .norms import set_gate
-    from .train import evaluate, pick_device
 
-    device = pick_device(args.device)
+    device = resolve_device(args.device, setting="--device")
     model = load_model(args.model, device).eval()
     set_gate(model, 0.0)
     folded, scaled = fold_model(model), export_explicit_scaling(model)
@@ -153,20 +155,20 @@ def _cmd_fold(args: argparse.Namespace) -> int:
 
 
 def _cmd_export_hf(args: argparse.Namespace) -> int:
+    from .device import resolve_device
     from .export import export_run
-    from .train import pick_device
 
-    device = pick_device(args.device).type
+    device = resolve_device(args.device, setting="--device").type
     report = export_run(args.model, args.out, args.data, args.windows, args.rtol, device)
     print(json.dumps(report, indent=2))
     return 0
 
 
 def _cmd_taper_hf(args: argparse.Namespace) -> int:
+    from .device import resolve_device
     from .export import taper_hf
-    from .train import pick_device
 
-    device = pick_device(args.device).type
+    device = resolve_device(args.device, setting="--device").type
     result = taper_hf(
         args.model, args.data, args.out, args.steps, args.lr, args.batch_size, args.lam, device
     )

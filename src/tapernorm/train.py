@@ -8,66 +8,47 @@ draws exactly the batches an uninterrupted run would.
 Data parallel: launched by `torchrun --nproc_per_node W` (WORLD_SIZE > 1), rank r computes micro-batches
 r, r + W, ... of every step, gradients, losses and calibration statistics are summed over ranks, so the
 W processes take the very steps one process would (same global batch), and only rank 0 writes files.
+
+train() = set_up (data, model, optimizer) -> resume (from out/ckpt) -> train_steps (the loop) -> finish
+(final weights, rolled back if the run diverged; final evaluation; eval.json).
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 import shutil
 import sys
 import time
-from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-import torch.distributed as dist
 import torch.nn.functional as F
 from tqdm import tqdm
 
-from .anchor import ScaleAnchor, token_scale
-from .checkpoint import (
-    CheckpointError,
-    load_model,
-    load_model_tensors,
-    load_tensors,
-    model_tensors,
-    read_json,
-    replace_dir,
-    save_model,
-    save_tensors,
-    write_json,
-)
-from .data import EvalSet, TokenShards
-from .fakeln import schedule_for
+from .anchor import ScaleAnchor
+from .checkpoint import load_model, save_model, write_json
+from .data import TokenShards
+from .device import autocast_for, resolve_device
+from .diagnostics import clipped, grad_norms, output_stats, prelogit_geometry
+from .distributed import World, barrier, make_reduce, process_group, rank_micro_batches, sum_grads
+from .evaluation import evaluate
+from .fakeln import FakeLNSchedule, schedule_for
 from .model import GPT, GPTConfig, convert_norms
-from .norms import Reduce, TaperNorm, set_gate, start_taper, taper_norms, update_calibration
+from .norms import Reduce, set_gate, start_taper, taper_norms, update_calibration
 from .schedules import gate_at, lr_at
+from .training_state import (
+    has_checkpoint,
+    load_training_state,
+    save_training_state,
+    stale_checkpoint,
+    truncate_metrics,
+)
 
-GRAD_GROUPS = {  # metric name -> the weights of each block that form it (W_1 = both SwiGLU inputs)
-    "grad_attn_qkv": ("attn.qkv.weight",),
-    "grad_attn_out": ("attn.proj.weight",),
-    "grad_mlp_in": ("mlp.w_in.weight", "mlp.w_gate.weight"),
-    "grad_mlp_out": ("mlp.w_out.weight",),
-}
-
-
-def pick_device(name: str, local_rank: int = 0) -> torch.device:
-    """The device train.device names: auto, cpu or cuda (under torchrun, GPU `local_rank`)."""
-    if name == "auto":
-        name = "cuda" if torch.cuda.is_available() else "cpu"
-    if name == "cuda" and not torch.cuda.is_available():
-        raise RuntimeError("train.device is 'cuda' but no CUDA device is available")
-    return torch.device("cuda", local_rank) if name == "cuda" else torch.device(name)
-
-
-def autocast_for(device: torch.device, dtype: str):
-    use_bf16 = dtype == "bfloat16" or (dtype == "auto" and device.type == "cuda")
-    if use_bf16:
-        return torch.autocast(device_type=device.type, dtype=torch.bfloat16)
-    return nullcontext()
+log = logging.getLogger(__name__)
 
 
 def batch_generator(seed: int, step: int, micro: int) -> torch.Generator:
@@ -77,19 +58,20 @@ def batch_generator(seed: int, step: int, micro: int) -> torch.Generator:
 
 def build_model(cfg: dict, vocab_size: int) -> GPT:
     """A fresh GPT, or the one `init.from` names, with the config's taper."""
-    m = cfg["model"]
+    model_cfg = cfg["model"]
     source = cfg["init"]["from"]
     if source is None:
-        fields = {k: v for k, v in m.items() if k != "vocab_size"}
-        return GPT(GPTConfig(vocab_size=m["vocab_size"] or vocab_size, **fields))
+        fields = {k: v for k, v in model_cfg.items() if k != "vocab_size"}
+        return GPT(GPTConfig(vocab_size=model_cfg["vocab_size"] or vocab_size, **fields))
+    taper, norm = model_cfg["taper"], model_cfg.get("norm", "default")
     if source.startswith("hf:"):
         from .hf import load_hf
 
-        model = load_hf(source[3:], taper=m["taper"])
-        if m.get("norm", "default") != "default":
-            model = convert_norms(model, m["taper"], m["norm"])
+        model = load_hf(source[3:], taper=taper)
+        if norm != "default":
+            model = convert_norms(model, taper, norm)
     else:
-        model = convert_norms(load_model(source), m["taper"], m.get("norm", "default"))
+        model = convert_norms(load_model(source), taper, norm)
     if model.config.vocab_size < vocab_size:
         raise ValueError(
             f"init.from model has vocab {model.config.vocab_size} < data's {vocab_size}"
@@ -97,194 +79,17 @@ def build_model(cfg: dict, vocab_size: int) -> GPT:
     return model
 
 
-@torch.no_grad()
-def mean_ce(
-    model: GPT,
-    x_all: torch.Tensor,
-    y_all: torch.Tensor,
-    batch_size: int,
-    autocast: AbstractContextManager | None = None,
-) -> float:
-    """Mean next-token CE of targets y given inputs x, with every TaperNorm at g = 0 (the gates
-    are restored afterwards). `autocast`: a context for the forward passes (default: none)."""
-    gates = [float(m.gate) for _, m in taper_norms(model)]
-    was_training = model.training
-    model.eval()
-    set_gate(model, 0.0)
-    device = model.tok_emb.weight.device
-    total, count = 0.0, 0
-    for i in range(0, len(x_all), batch_size):
-        x, y = x_all[i : i + batch_size].to(device), y_all[i : i + batch_size].to(device)
-        with autocast or nullcontext():
-            logits = model(x)
-        total += F.cross_entropy(logits.float().flatten(0, 1), y.flatten(), reduction="sum").item()
-        count += y.numel()
-    for (_, m), g in zip(taper_norms(model), gates, strict=True):
-        m.gate.fill_(g)
-    model.train(was_training)
-    return total / count
-
-
-def evaluate(model: GPT, shards: TokenShards, n_windows: int, batch_size: int) -> float:
-    """Mean CE over the fixed validation windows, with every TaperNorm at g = 0."""
-    x_all, y_all = shards.val_windows(n_windows, model.config.block_size)
-    return mean_ce(model, x_all, y_all, batch_size)
-
-
-def evaluate_rows(
-    model: GPT,
-    eval_set: EvalSet,
-    batch_size: int,
-    max_rows: int | None = None,
-    dtype: str = "float32",
-) -> dict:
-    """Mean CE of an evaluation set at g = 0: each row scored on its own (row[:-1] predicts
-    row[1:]); `dtype` as train.dtype ("auto": bf16 autocast on CUDA, CE always in float32)."""
-    rows = eval_set.rows(max_rows)
-    if rows.shape[1] - 1 > model.config.block_size:
-        raise ValueError(
-            f"evaluation rows of {rows.shape[1]} tokens need block_size >= {rows.shape[1] - 1}, "
-            f"the model has {model.config.block_size}"
-        )
-    if int(rows.max()) >= model.config.vocab_size:
-        raise ValueError(
-            f"evaluation set {eval_set.data_dir} has token ids up to {int(rows.max())}, beyond the "
-            f"model's vocabulary of {model.config.vocab_size}"
-        )
-    autocast = autocast_for(model.tok_emb.weight.device, dtype)
-    loss = mean_ce(model, rows[:, :-1], rows[:, 1:], batch_size, autocast)
-    return {"loss": loss, "rows": len(rows), "tokens": len(rows) * (rows.shape[1] - 1)}
-
-
-def make_optimizer(model: GPT, t: dict) -> torch.optim.AdamW:
+def make_optimizer(model: GPT, train_cfg: dict) -> torch.optim.AdamW:
+    """AdamW with weight decay on the matrices only (not on gains, biases or norm parameters)."""
     decay = [p for p in model.parameters() if p.dim() >= 2]
     no_decay = [p for p in model.parameters() if p.dim() < 2]
     groups = [
-        {"params": decay, "weight_decay": t["weight_decay"]},
+        {"params": decay, "weight_decay": train_cfg["weight_decay"]},
         {"params": no_decay, "weight_decay": 0.0},
     ]
-    return torch.optim.AdamW(groups, lr=t["lr"], betas=tuple(t["betas"]), foreach=True)
-
-
-def grad_norms(model: GPT) -> dict[str, float]:
-    """Frobenius norm of each weight type's gradient, averaged over blocks (before clipping).
-
-    After clipping each is times the common factor min(1, clip / total norm), logged as `*_clipped`.
-    """
-    out = {}
-    for name, suffixes in GRAD_GROUPS.items():
-        norms = []
-        for block in model.blocks:
-            grads = [p.grad for n, p in block.named_parameters() if n in suffixes]
-            grads = [g for g in grads if g is not None]
-            if grads:
-                norms.append(torch.sqrt(sum(g.pow(2).sum() for g in grads)).item())
-        out[name] = sum(norms) / len(norms) if norms else 0.0
-    return out
-
-
-def clipped(norms: dict[str, float], total_norm: float, clip: float) -> dict[str, float]:
-    """The gradient norms after clip_grad_norm_ scaled every gradient by min(1, clip / total)."""
-    factor = min(1.0, clip / (total_norm + 1e-6))  # torch's clip coefficient
-    return {f"{name}_clipped": value * factor for name, value in norms.items()}
-
-
-def output_stats(model: GPT, logits: torch.Tensor, h: torch.Tensor, y: torch.Tensor) -> dict:
-    """What the pre-logit scale does to the output: the logit norm, r(h) (what the scale loss
-    holds), the softmax saturation mean ||softmax(z) - onehot(y)||_2 (the CE gradient w.r.t. z), and
-    once the final norm tapers, c_f * r(h): how much larger than the normalizing branch (for which it
-    is 1) the fixed scale makes the output."""
-    mcfg = model.config
-    z, h = logits.detach().float(), h.detach().float()
-    scale = token_scale(h, mcfg.norm_kind, mcfg.norm_eps)
-    residual = torch.softmax(z, dim=-1)
-    residual.scatter_add_(-1, y.unsqueeze(-1), torch.full_like(residual[..., :1], -1.0))
-    out = {
-        "logit_norm": z.norm(dim=-1).mean().item(),
-        "prelogit_scale": scale.mean().item(),
-        "saturation": residual.norm(dim=-1).mean().item(),
-    }
-    final = model.ln_f
-    if isinstance(final, TaperNorm) and bool(final.frozen):
-        out["final_c_r"] = float(final.c) * out["prelogit_scale"]
-    return out
-
-
-def prelogit_geometry(logits: torch.Tensor, h: torch.Tensor, y: torch.Tensor, ce) -> dict:
-    """Fraction of tokens with a positive margin z_y - max_{j!=y} z_j, and mean cos(dCE/dh, h)."""
-    (grad_h,) = torch.autograd.grad(ce, h, retain_graph=True)
-    z = logits.detach().float()
-    z_y = z.gather(-1, y.unsqueeze(-1)).squeeze(-1)
-    z_other = z.scatter(-1, y.unsqueeze(-1), float("-inf")).amax(-1)
-    cos = F.cosine_similarity(grad_h.float(), h.detach().float(), dim=-1)
-    return {
-        "margin_pos_frac": (z_y > z_other).float().mean().item(),
-        "grad_h_cos": cos.mean().item(),
-    }
-
-
-# ---- checkpoint and resume ------------------------------------------------------------------------
-
-
-def save_training_state(
-    ckpt: Path, model: GPT, opt, anchor: ScaleAnchor | None, step: int, cfg: dict
-) -> None:
-    tmp = ckpt.with_name(ckpt.name + ".tmp")
-    tensors = {f"model.{k}": v for k, v in model_tensors(model).items()}
-    opt_state = opt.state_dict()
-    for idx, state in opt_state["state"].items():
-        for k, v in state.items():
-            tensors[f"optim.{idx}.{k}"] = v if torch.is_tensor(v) else torch.tensor(v)
-    if anchor is not None:
-        tensors.update({f"anchor.{k}": v for k, v in anchor.state_dict().items()})
-    save_tensors(tmp / "state.safetensors", tensors)
-    meta = {"step": step, "param_groups": opt_state["param_groups"], "run_config": cfg}
-    write_json(tmp / "state.json", meta)
-    replace_dir(tmp, ckpt)
-
-
-def load_training_state(ckpt: Path, model: GPT, opt, anchor: ScaleAnchor | None) -> int:
-    if not ckpt.is_dir() and ckpt.with_name(ckpt.name + ".old").is_dir():
-        ckpt = ckpt.with_name(ckpt.name + ".old")  # killed between the two renames of replace_dir
-    meta = read_json(ckpt / "state.json")
-    tensors = load_tensors(ckpt / "state.safetensors")
-    load_model_tensors(
-        model, {k[6:]: v for k, v in tensors.items() if k.startswith("model.")}, str(ckpt)
+    return torch.optim.AdamW(
+        groups, lr=train_cfg["lr"], betas=tuple(train_cfg["betas"]), foreach=True
     )
-    state: dict = {}
-    for k, v in tensors.items():
-        if k.startswith("optim."):
-            _, idx, name = k.split(".", 2)
-            state.setdefault(int(idx), {})[name] = v
-    opt.load_state_dict({"state": state, "param_groups": meta["param_groups"]})
-    if anchor is not None:
-        anchor.load_state_dict({k[7:]: v for k, v in tensors.items() if k.startswith("anchor.")})
-    return int(meta["step"])
-
-
-def stale_checkpoint(ckpt: Path, cfg: dict) -> bool:
-    """True if a checkpoint exists but was written under a different run config."""
-    for path in (ckpt, ckpt.with_name(ckpt.name + ".old")):
-        if (path / "state.json").is_file():
-            try:
-                return read_json(path / "state.json").get("run_config") != cfg
-            except CheckpointError:
-                return True
-    return False
-
-
-def resume_step(cfg: dict, out_dir: str | Path) -> int:
-    """The step a rerun of run `cfg` in `out_dir` resumes from: its checkpoint's, or 0 if none."""
-    ckpt = Path(out_dir) / "ckpt"
-    if stale_checkpoint(ckpt, cfg):
-        return 0
-    for path in (ckpt, ckpt.with_name(ckpt.name + ".old")):  # load_training_state's order
-        if path.is_dir():
-            try:
-                return int(read_json(path / "state.json")["step"])
-            except (CheckpointError, KeyError, ValueError):
-                return 0
-    return 0
 
 
 def clock(seconds: float) -> str:
@@ -294,69 +99,288 @@ def clock(seconds: float) -> str:
     return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"
 
 
-def truncate_metrics(path: Path, step: int) -> None:
-    """Drop metrics logged after `step` (they belong to the part of a killed run being redone)."""
-    if path.exists():
-        keep = [ln for ln in path.read_text().splitlines() if ln and json.loads(ln)["step"] <= step]
-        path.write_text("".join(ln + "\n" for ln in keep))
+# ---- set-up and resume ----------------------------------------------------------------------------
 
 
-# ---- data parallelism (torchrun) -------------------------------------------------------------------
+@dataclass
+class Run:
+    """One training run, set up: its config, data, model, optimizer and where it writes."""
 
-
-@dataclass(frozen=True)
-class World:
-    """This process among torchrun's data-parallel processes (rank 0 of 1 without torchrun)."""
-
-    rank: int = 0
-    size: int = 1
-    local_rank: int = 0
+    cfg: dict
+    out: Path
+    world: World
+    device: torch.device
+    shards: TokenShards
+    model: GPT
+    opt: torch.optim.AdamW
+    anchor: ScaleAnchor | None
+    fakeln: FakeLNSchedule | None  # None unless model.norm is fakeln
+    micro_batches: list[int]  # this process's share of each step's grad_accum micro-batches
+    reduce: Reduce | None  # sums statistics over the processes (None for one process)
 
     @property
-    def main(self) -> bool:
-        return self.rank == 0
+    def tapered(self) -> bool:
+        return self.model.config.taper != "none"
 
-    @classmethod
-    def from_env(cls) -> World:
-        size = int(os.environ.get("WORLD_SIZE", "1"))
-        if size <= 1:
-            return cls()
-        return cls(int(os.environ["RANK"]), size, int(os.environ.get("LOCAL_RANK", "0")))
+    @property
+    def taper_started(self) -> bool:
+        """Whether every TaperNorm's c is frozen (the taper began, in this run or before a resume)."""
+        return all(bool(norm.frozen) for _, norm in taper_norms(self.model))
+
+    @property
+    def ckpt(self) -> Path:
+        return self.out / "ckpt"
+
+    @property
+    def metrics_path(self) -> Path:
+        return self.out / "metrics.jsonl"
 
 
-def rank_micro_batches(accum: int, rank: int, world_size: int) -> list[int]:
-    """The micro-batches of each step that `rank` computes: rank, rank + W, ..., so that the W
-    ranks together compute exactly the `accum` micro-batches a single process would."""
-    if accum < world_size:
-        raise ValueError(
-            f"train.grad_accum={accum} is smaller than the {world_size} processes: every process "
-            "needs at least one micro-batch per step (raise grad_accum, lower batch_size)"
+def set_up(cfg: dict, out: Path, world: World, device: torch.device) -> Run:
+    """Data, model (the same init in every process), scale anchor, optimizer, FakeLN schedule."""
+    torch.manual_seed(cfg["seed"])
+    shards = TokenShards(cfg["data"]["dir"], cfg["data"]["train_tokens"])
+    model = build_model(cfg, shards.vocab_size).to(device)
+    mcfg = model.config
+    if shards.vocab_size > mcfg.vocab_size:
+        raise ValueError(f"data vocab {shards.vocab_size} exceeds model vocab {mcfg.vocab_size}")
+    micro_batches = rank_micro_batches(cfg["train"]["grad_accum"], world.rank, world.size)
+    reduce = make_reduce(world, device)
+    anchor = None
+    if cfg["anchor"]["enabled"]:
+        anchor_cfg = cfg["anchor"]
+        anchor = ScaleAnchor(
+            mcfg.norm_kind, anchor_cfg["lam"], mcfg.norm_eps, anchor_cfg["form"]
+        ).to(device)
+    opt = make_optimizer(model, cfg["train"])
+    fakeln = schedule_for(cfg, model)
+    return Run(cfg, out, world, device, shards, model, opt, anchor, fakeln, micro_batches, reduce)
+
+
+def resume(run: Run) -> int:
+    """The step the run continues from: its checkpoint's (loaded, with the metrics logged after it
+    dropped) or 0. A checkpoint of another config is deleted. Rank 0 writes config.json."""
+    cfg, out, world = run.cfg, run.out, run.world
+    if world.main:
+        out.mkdir(parents=True, exist_ok=True)
+        n_params = run.model.num_params()
+        write_json(
+            out / "config.json", {**cfg, "model": run.model.config.to_dict(), "n_params": n_params}
         )
-    return list(range(rank, accum, world_size))
-
-
-def make_reduce(world: World, device: torch.device) -> Reduce | None:
-    """A sum over all processes of a small CPU tensor (None for a single process)."""
-    if world.size == 1:
-        return None
-
-    def reduce(t: torch.Tensor) -> torch.Tensor:
-        t = t.to(device)  # NCCL reduces GPU tensors only
-        dist.all_reduce(t)
-        return t.cpu()
-
-    return reduce
-
-
-def sum_grads(model: GPT, world: World) -> None:
-    """Sum every gradient over the processes: each holds its micro-batches' share of the mean."""
-    if world.size > 1:
-        for p in model.parameters():
-            if p.grad is not None:
-                dist.all_reduce(p.grad)
+        if stale_checkpoint(run.ckpt, cfg):
+            log.warning(
+                "[%s] checkpoint in %s is from another config: starting over", cfg["name"], out
+            )
+            for path in (run.ckpt, run.ckpt.with_name("ckpt.old")):
+                shutil.rmtree(path, ignore_errors=True)
+    barrier(world)  # every rank sees the checkpoint rank 0 kept
+    if has_checkpoint(run.ckpt):
+        step = load_training_state(run.ckpt, run.model, run.opt, run.anchor)
+        if world.main:
+            truncate_metrics(run.metrics_path, step)
+            log.info("[%s] resumed from step %d", cfg["name"], step)
+        return step
+    if world.main and run.metrics_path.exists():
+        run.metrics_path.unlink()
+    return 0
 
 
 # ---- the loop -------------------------------------------------------------------------------------
+
+
+class Progress:
+    """A tqdm bar on a terminal; elsewhere a log line per logged step with tok/s, elapsed and ETA."""
+
+    def __init__(self, name: str, first_step: int, steps: int, main: bool):
+        self.name, self.first_step, self.steps, self.main = name, first_step, steps, main
+        self.on_tty = sys.stderr.isatty() and main
+        self.bar = tqdm(
+            total=steps, initial=first_step, desc=name, disable=not self.on_tty, file=sys.stderr
+        )
+        self.start = self.last_report = time.perf_counter()
+        self.tokens = 0  # since the last report
+
+    def step_done(self, tokens: int) -> None:
+        self.tokens += tokens
+        self.bar.update(1)
+
+    def tokens_per_s(self) -> float:
+        """Tokens a second since the last call (or the start); starts the next interval."""
+        now = time.perf_counter()
+        rate = self.tokens / max(now - self.last_report, 1e-9)
+        self.last_report, self.tokens = now, 0
+        return rate
+
+    def report(self, step: int, loss: float, gate: float, lr: float, tokens_per_s: float) -> None:
+        if self.on_tty:
+            self.bar.set_postfix(loss=f"{loss:.4f}", g=f"{gate:.3f}")
+        elif self.main:
+            elapsed = self.last_report - self.start
+            eta = elapsed / (step - self.first_step) * (self.steps - step)
+            log.info(
+                "[%s] step %d/%d loss %.4f g %.3f lr %.2e | %.0f tok/s, elapsed %s, ETA %s",
+                self.name,
+                step,
+                self.steps,
+                loss,
+                gate,
+                lr,
+                tokens_per_s,
+                clock(elapsed),
+                clock(eta),
+            )
+
+    def close(self) -> None:
+        self.bar.close()
+
+
+@dataclass
+class Outcome:
+    """How the loop ended."""
+
+    step: int  # the last step taken
+    checkpoint_step: int  # the step of the last checkpoint written (or resumed from)
+    diverged_step: int | None = None  # the step whose loss or gradient norm was not finite
+    stopped: bool = False  # ended early by stop_after
+
+
+def train_steps(run: Run, first_step: int, stop_after: int | None) -> Outcome:
+    """Optimizer steps first_step + 1 ... train.steps, logged, evaluated and checkpointed as the
+    config's `log` says. Stops at a non-finite loss or gradient norm, or after step `stop_after`."""
+    cfg, model, opt, anchor, fakeln = run.cfg, run.model, run.opt, run.anchor, run.fakeln
+    train_cfg, taper_cfg, log_cfg = cfg["train"], cfg["taper"], cfg["log"]
+    steps, accum = train_cfg["steps"], train_cfg["grad_accum"]
+    B, T = train_cfg["batch_size"], model.config.block_size
+    clip = train_cfg["grad_clip"] if train_cfg["grad_clip"] > 0 else float("inf")
+    autocast = autocast_for(run.device, train_cfg["dtype"])
+    progress = Progress(cfg["name"], first_step, steps, run.world.main)
+    outcome = Outcome(step=first_step, checkpoint_step=first_step)
+    model.train()
+    metrics_file = run.metrics_path.open("a") if run.world.main else open(os.devnull, "w")
+    with metrics_file:
+        for step in range(first_step + 1, steps + 1):
+            # learning rate and gate; at the first g < 1 the anchor's target and every c freeze
+            lr = lr_at(step, train_cfg["lr"], train_cfg["warmup_steps"], steps, train_cfg["min_lr"])
+            for group in opt.param_groups:
+                group["lr"] = lr
+            gate = gate_at(step, taper_cfg["start"], taper_cfg["end"]) if run.tapered else 1.0
+            record: dict = {"step": step, "lr": lr, "gate": gate}
+            if gate < 1.0 and anchor is not None and not anchor.active:
+                record["s_tgt"] = anchor.freeze()
+            if gate < 1.0 and run.tapered and not run.taper_started:
+                record["c"] = start_taper(model)
+            set_gate(model, gate)
+            if fakeln is not None:
+                record.update(fakeln.before_step(step))
+            logged = step == 1 or step % log_cfg["every"] == 0 or step == steps or len(record) > 3
+
+            # forward and backward over this process's micro-batches
+            ce_sum, aux_sum = 0.0, 0.0
+            for micro in run.micro_batches:
+                x, y = run.shards.batch("train", B, T, batch_generator(cfg["seed"], step, micro))
+                x, y = x.to(run.device), y.to(run.device)
+                with autocast:
+                    logits, h = model(x, return_hidden=True)
+                ce = F.cross_entropy(logits.float().flatten(0, 1), y.flatten())
+                aux = anchor.loss(h) if anchor is not None else torch.zeros((), device=run.device)
+                if logged and micro == 0:
+                    record.update(output_stats(model, logits, h, y))
+                    if log_cfg["geometry"]:
+                        record.update(prelogit_geometry(logits, h, y, ce))
+                ((ce + aux) / accum).backward()
+                ce_sum += ce.item()
+                aux_sum += aux.item()
+            sums = torch.tensor([ce_sum, aux_sum], dtype=torch.float64)
+            loss, aux_loss = (run.reduce(sums) if run.reduce else sums).div(accum).tolist()
+            if not math.isfinite(loss + aux_loss):
+                outcome.diverged_step = step
+                log.warning("[%s] non-finite loss at step %d: stopping", cfg["name"], step)
+                break
+
+            # gradients and statistics summed over processes; calibration only while g = 1
+            sum_grads(model, run.world)
+            if gate == 1.0 and run.tapered:
+                update_calibration(model, taper_cfg["ema_mu"], run.reduce)
+            if anchor is not None:
+                anchor.update(taper_cfg["ema_mu"], run.reduce)
+            if fakeln is not None:
+                fakeln.after_step(run.reduce)
+
+            # clip and step
+            norms = grad_norms(model) if logged else {}
+            grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), clip).item()
+            record.update(norms, **clipped(norms, grad_norm, clip))
+            if not math.isfinite(grad_norm):
+                outcome.diverged_step = step
+                log.warning("[%s] non-finite gradient at step %d: stopping", cfg["name"], step)
+                break
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            outcome.step = step
+            progress.step_done(B * T * accum)
+
+            # metrics, evaluation, checkpoint
+            if logged:
+                tokens_per_s = progress.tokens_per_s()
+                record.update(
+                    loss=loss, aux_loss=aux_loss, grad_norm=grad_norm, tokens_per_s=tokens_per_s
+                )
+                metrics_file.write(json.dumps(record) + "\n")
+                metrics_file.flush()
+                progress.report(step, loss, gate, lr, tokens_per_s)
+            eval_due = log_cfg["eval_every"] and step % log_cfg["eval_every"] == 0 and step < steps
+            if eval_due and run.world.main:
+                val = evaluate(
+                    model, run.shards, log_cfg["eval_windows"], log_cfg["eval_batch_size"]
+                )
+                metrics_file.write(json.dumps({"step": step, "val_loss": val}) + "\n")
+            if (step % log_cfg["ckpt_every"] == 0 or step == steps) and run.world.main:
+                metrics_file.flush()
+                save_training_state(run.ckpt, model, opt, anchor, step, cfg)
+                outcome.checkpoint_step = step
+            if stop_after is not None and step >= stop_after:
+                outcome.stopped = True
+                break
+    progress.close()
+    return outcome
+
+
+# ---- the end: weights, final evaluation, eval.json ------------------------------------------------
+
+
+def finish(run: Run, outcome: Outcome) -> dict:
+    """Rank 0 saves the weights (rolled back to the last checkpoint if the run diverged), evaluates
+    them at g = 0 and writes eval.json last; returns its dict. Other ranks wait for it."""
+    cfg, model, log_cfg, world = run.cfg, run.model, run.cfg["log"], run.world
+    if not world.main:
+        barrier(world)  # wait for rank 0's final evaluation
+        return {"rank": world.rank, "step": outcome.step}
+    weights_step = outcome.step
+    if outcome.diverged_step is not None:  # roll back to the last good checkpoint, or keep the init
+        weights_step = outcome.checkpoint_step
+        if run.ckpt.is_dir():
+            weights_step = load_training_state(run.ckpt, model, run.opt, run.anchor)
+    save_model(
+        model, run.out, {**cfg, "n_params": model.num_params(), "weights_step": weights_step}
+    )
+    val = evaluate(model, run.shards, log_cfg["eval_windows"], log_cfg["eval_batch_size"])
+    result = {
+        "name": cfg["name"],
+        "variant": cfg.get("variant"),
+        "val_loss": val if math.isfinite(val) else None,
+        "eval": "g=0" if run.tapered else "no taper",
+        "steps": cfg["train"]["steps"],
+        "weights_step": weights_step,
+        "diverged": outcome.diverged_step is not None,
+        "diverged_step": outcome.diverged_step,
+        "n_params": model.num_params(),
+        "eval_windows": log_cfg["eval_windows"],
+        "block_size": model.config.block_size,
+        "processes": world.size,
+    }
+    write_json(run.out / "eval.json", result)
+    barrier(world)
+    return result
 
 
 def train(cfg: dict, out_dir: str | Path, stop_after: int | None = None) -> dict:
@@ -368,193 +392,10 @@ def train(cfg: dict, out_dir: str | Path, stop_after: int | None = None) -> dict
     ranks other than 0 return {"rank": r, "step": k} and write nothing.
     """
     world = World.from_env()
-    device = pick_device(cfg["train"]["device"], world.local_rank)
-    if world.size == 1 or dist.is_initialized():
-        return _train(cfg, Path(out_dir), stop_after, world, device)
-    if device.type == "cuda":
-        torch.cuda.set_device(device)
-    dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
-    try:
-        return _train(cfg, Path(out_dir), stop_after, world, device)
-    finally:
-        dist.destroy_process_group()
-
-
-def _train(
-    cfg: dict, out: Path, stop_after: int | None, world: World, device: torch.device
-) -> dict:
-    t, tp, log = cfg["train"], cfg["taper"], cfg["log"]
-    seed = cfg["seed"]
-    torch.manual_seed(seed)  # the same init in every process
-    shards = TokenShards(cfg["data"]["dir"], cfg["data"]["train_tokens"])
-    model = build_model(cfg, shards.vocab_size).to(device)
-    mcfg = model.config
-    if shards.vocab_size > mcfg.vocab_size:
-        raise ValueError(f"data vocab {shards.vocab_size} exceeds model vocab {mcfg.vocab_size}")
-    my_micros = rank_micro_batches(t["grad_accum"], world.rank, world.size)
-    reduce = make_reduce(world, device)
-    tapered = mcfg.taper != "none"
-    anchor = None
-    if cfg["anchor"]["enabled"]:
-        a = cfg["anchor"]
-        anchor = ScaleAnchor(mcfg.norm_kind, a["lam"], mcfg.norm_eps, a["form"]).to(device)
-    opt = make_optimizer(model, t)
-    fakeln = schedule_for(cfg, model)  # None unless model.norm is fakeln
-
-    ckpt, metrics_path = out / "ckpt", out / "metrics.jsonl"
-    if world.main:
-        out.mkdir(parents=True, exist_ok=True)
-        write_json(
-            out / "config.json", {**cfg, "model": mcfg.to_dict(), "n_params": model.num_params()}
-        )
-        if stale_checkpoint(ckpt, cfg):
-            print(
-                f"[{cfg['name']}] checkpoint in {out} is from another config: starting over",
-                file=sys.stderr,
-            )
-            for path in (ckpt, ckpt.with_name("ckpt.old")):
-                shutil.rmtree(path, ignore_errors=True)
-    if world.size > 1:
-        dist.barrier()  # every rank sees the checkpoint rank 0 kept
-    step = 0
-    if ckpt.is_dir() or ckpt.with_name("ckpt.old").is_dir():
-        step = load_training_state(ckpt, model, opt, anchor)
-        if world.main:
-            truncate_metrics(metrics_path, step)
-            print(f"[{cfg['name']}] resumed from step {step}", file=sys.stderr)
-    elif world.main and metrics_path.exists():
-        metrics_path.unlink()
-
-    B, T, accum = t["batch_size"], mcfg.block_size, t["grad_accum"]
-    autocast = autocast_for(device, t["dtype"])
-    on_tty = sys.stderr.isatty() and world.main
-    bar = tqdm(
-        total=t["steps"], initial=step, desc=cfg["name"], disable=not on_tty, file=sys.stderr
-    )
-    diverged_step, last_good_step = None, step
-    t_last, tokens_since = time.perf_counter(), 0
-    t_start, first_step = t_last, step  # for the elapsed time and ETA of off-TTY progress lines
-    model.train()
-    metrics_file = metrics_path.open("a") if world.main else open(os.devnull, "w")
-    with metrics_file:
-        while step < t["steps"]:
-            k = step + 1
-            lr = lr_at(k, t["lr"], t["warmup_steps"], t["steps"], t["min_lr"])
-            for group in opt.param_groups:
-                group["lr"] = lr
-            g = gate_at(k, tp["start"], tp["end"]) if tapered else 1.0
-            record: dict = {"step": k, "lr": lr, "gate": g}
-            if g < 1.0 and anchor is not None and not anchor.active:
-                record["s_tgt"] = anchor.freeze()
-            if g < 1.0 and tapered and not all(bool(m.frozen) for _, m in taper_norms(model)):
-                record["c"] = start_taper(model)
-            set_gate(model, g)
-            if fakeln is not None:
-                record.update(fakeln.before_step(k))
-            logging = k == 1 or k % log["every"] == 0 or k == t["steps"] or len(record) > 3
-
-            ce_sum, aux_sum = 0.0, 0.0
-            for micro in my_micros:
-                x, y = shards.batch("train", B, T, batch_generator(seed, k, micro))
-                x, y = x.to(device), y.to(device)
-                with autocast:
-                    logits, h = model(x, return_hidden=True)
-                ce = F.cross_entropy(logits.float().flatten(0, 1), y.flatten())
-                aux = anchor.loss(h) if anchor is not None else torch.zeros((), device=device)
-                if logging and micro == 0:
-                    record.update(output_stats(model, logits, h, y))
-                    if log["geometry"]:
-                        record.update(prelogit_geometry(logits, h, y, ce))
-                ((ce + aux) / accum).backward()
-                ce_sum += ce.item()
-                aux_sum += aux.item()
-            sums = torch.tensor([ce_sum, aux_sum], dtype=torch.float64)
-            loss, aux_loss = (reduce(sums) if reduce else sums).div(accum).tolist()
-
-            if not math.isfinite(loss + aux_loss):
-                diverged_step = k
-                print(f"[{cfg['name']}] non-finite loss at step {k}: stopping", file=sys.stderr)
-                break
-            sum_grads(model, world)
-            if g == 1.0 and tapered:
-                update_calibration(model, tp["ema_mu"], reduce)
-            if anchor is not None:
-                anchor.update(tp["ema_mu"], reduce)
-            if fakeln is not None:
-                fakeln.after_step(reduce)
-            norms = grad_norms(model) if logging else {}
-            clip = t["grad_clip"] if t["grad_clip"] > 0 else float("inf")
-            total_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), clip).item()
-            record.update(norms, **clipped(norms, total_norm, clip))
-            if not math.isfinite(total_norm):
-                diverged_step = k
-                print(f"[{cfg['name']}] non-finite gradient at step {k}: stopping", file=sys.stderr)
-                break
-            opt.step()
-            opt.zero_grad(set_to_none=True)
-            step, tokens_since = k, tokens_since + B * T * accum
-            bar.update(1)
-
-            if logging:
-                now = time.perf_counter()
-                record.update(
-                    loss=loss,
-                    aux_loss=aux_loss,
-                    grad_norm=total_norm,
-                    tokens_per_s=tokens_since / max(now - t_last, 1e-9),
-                )
-                t_last, tokens_since = now, 0
-                metrics_file.write(json.dumps(record) + "\n")
-                metrics_file.flush()
-                if not on_tty and world.main:
-                    elapsed = now - t_start
-                    eta = elapsed / (k - first_step) * (t["steps"] - k)
-                    print(
-                        f"[{cfg['name']}] step {k}/{t['steps']} loss {loss:.4f} g {g:.3f} "
-                        f"lr {lr:.2e} | {record['tokens_per_s']:.0f} tok/s, "
-                        f"elapsed {clock(elapsed)}, ETA {clock(eta)}",
-                        file=sys.stderr,
-                    )
-                else:
-                    bar.set_postfix(loss=f"{loss:.4f}", g=f"{g:.3f}")
-            if log["eval_every"] and k % log["eval_every"] == 0 and k < t["steps"] and world.main:
-                val = evaluate(model, shards, log["eval_windows"], log["eval_batch_size"])
-                metrics_file.write(json.dumps({"step": k, "val_loss": val}) + "\n")
-            if (k % log["ckpt_every"] == 0 or k == t["steps"]) and world.main:
-                metrics_file.flush()
-                save_training_state(ckpt, model, opt, anchor, k, cfg)
-                last_good_step = k
-            if stop_after is not None and k >= stop_after:
-                bar.close()
-                return {"stopped_at": k}
-    bar.close()
-    if not world.main:
-        dist.barrier()  # wait for rank 0's final evaluation
-        return {"rank": world.rank, "step": step}
-
-    if diverged_step is not None:  # roll back to the last good checkpoint, or keep the init
-        if ckpt.is_dir():
-            last_good_step = load_training_state(ckpt, model, opt, anchor)
-    weights_step = step if diverged_step is None else last_good_step
-    save_model(model, out, {**cfg, "n_params": model.num_params(), "weights_step": weights_step})
-    val = evaluate(model, shards, log["eval_windows"], log["eval_batch_size"])
-    if not math.isfinite(val):
-        val = None
-    result = {
-        "name": cfg["name"],
-        "variant": cfg.get("variant"),
-        "val_loss": val,
-        "eval": "g=0" if tapered else "no taper",
-        "steps": t["steps"],
-        "weights_step": weights_step,
-        "diverged": diverged_step is not None,
-        "diverged_step": diverged_step,
-        "n_params": model.num_params(),
-        "eval_windows": log["eval_windows"],
-        "block_size": T,
-        "processes": world.size,
-    }
-    write_json(out / "eval.json", result)
-    if world.size > 1:
-        dist.barrier()
-    return result
+    device = resolve_device(cfg["train"]["device"], world.local_rank, "train.device")
+    with process_group(world, device):
+        run = set_up(cfg, Path(out_dir), world, device)
+        outcome = train_steps(run, resume(run), stop_after)
+        if outcome.stopped:
+            return {"stopped_at": outcome.step}
+        return finish(run, outcome)

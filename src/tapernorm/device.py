@@ -1,0 +1,30 @@
+"""The torch device a `device` setting names (auto | cpu | cuda | cuda:N), and its autocast."""
+
+from __future__ import annotations
+
+from contextlib import AbstractContextManager, nullcontext
+
+import torch
+
+
+def resolve_device(
+    name: str | torch.device, local_rank: int = 0, setting: str = "device"
+) -> torch.device:
+    """auto is cuda when torch sees a GPU, else cpu; a bare cuda is GPU `local_rank` (torchrun's
+    LOCAL_RANK). `setting` names the option in the error raised when CUDA is asked for but absent."""
+    if str(name) == "auto":
+        name = "cuda" if torch.cuda.is_available() else "cpu"
+    device = torch.device(name)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise RuntimeError(f"{setting} is '{name}' but no CUDA device is available")
+    if device.type == "cuda" and device.index is None:
+        device = torch.device("cuda", local_rank)
+    return device
+
+
+def autocast_for(device: torch.device, dtype: str) -> AbstractContextManager:
+    """bf16 autocast when train.dtype is bfloat16, or auto on a GPU; otherwise no autocast."""
+    use_bf16 = dtype == "bfloat16" or (dtype == "auto" and device.type == "cuda")
+    if use_bf16:
+        return torch.autocast(device_type=device.type, dtype=torch.bfloat16)
+    return nullcontext()

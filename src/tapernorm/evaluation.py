@@ -1,0 +1,72 @@
+"""Validation loss at g = 0: the fixed validation windows of token shards, and evaluation sets."""
+
+from __future__ import annotations
+
+from contextlib import AbstractContextManager, nullcontext
+
+import torch
+import torch.nn.functional as F
+
+from .data import EvalSet, TokenShards
+from .device import autocast_for
+from .model import GPT
+from .norms import set_gate, taper_norms
+
+
+@torch.no_grad()
+def mean_ce(
+    model: GPT,
+    x_all: torch.Tensor,
+    y_all: torch.Tensor,
+    batch_size: int,
+    autocast: AbstractContextManager | None = None,
+) -> float:
+    """Mean next-token CE of targets y given inputs x, with every TaperNorm at g = 0 (the gates
+    are restored afterwards). `autocast`: a context for the forward passes (default: none)."""
+    gates = [float(m.gate) for _, m in taper_norms(model)]
+    was_training = model.training
+    model.eval()
+    set_gate(model, 0.0)
+    device = model.tok_emb.weight.device
+    total, count = 0.0, 0
+    for i in range(0, len(x_all), batch_size):
+        x, y = x_all[i : i + batch_size].to(device), y_all[i : i + batch_size].to(device)
+        with autocast or nullcontext():
+            logits = model(x)
+        total += F.cross_entropy(logits.float().flatten(0, 1), y.flatten(), reduction="sum").item()
+        count += y.numel()
+    for (_, m), g in zip(taper_norms(model), gates, strict=True):
+        m.gate.fill_(g)
+    model.train(was_training)
+    return total / count
+
+
+def evaluate(model: GPT, shards: TokenShards, n_windows: int, batch_size: int) -> float:
+    """Mean CE over the fixed validation windows, with every TaperNorm at g = 0."""
+    x_all, y_all = shards.val_windows(n_windows, model.config.block_size)
+    return mean_ce(model, x_all, y_all, batch_size)
+
+
+def evaluate_rows(
+    model: GPT,
+    eval_set: EvalSet,
+    batch_size: int,
+    max_rows: int | None = None,
+    dtype: str = "float32",
+) -> dict:
+    """Mean CE of an evaluation set at g = 0: each row scored on its own (row[:-1] predicts
+    row[1:]); `dtype` as train.dtype ("auto": bf16 autocast on CUDA, CE always in float32)."""
+    rows = eval_set.rows(max_rows)
+    if rows.shape[1] - 1 > model.config.block_size:
+        raise ValueError(
+            f"evaluation rows of {rows.shape[1]} tokens need block_size >= {rows.shape[1] - 1}, "
+            f"the model has {model.config.block_size}"
+        )
+    if int(rows.max()) >= model.config.vocab_size:
+        raise ValueError(
+            f"evaluation set {eval_set.data_dir} has token ids up to {int(rows.max())}, beyond the "
+            f"model's vocabulary of {model.config.vocab_size}"
+        )
+    autocast = autocast_for(model.tok_emb.weight.device, dtype)
+    loss = mean_ce(model, rows[:, :-1], rows[:, 1:], batch_size, autocast)
+    return {"loss": loss, "rows": len(rows), "tokens": len(rows) * (rows.shape[1] - 1)}
