@@ -2,6 +2,12 @@
 # `--configfile config/paper.yaml` (paper scale, GPUs), `--profile workflow/profiles/slurm` (cluster).
 # Wiring only: every step is a `tapernorm` command; logic lives in src/tapernorm.
 
+from snakemake.utils import min_version
+
+# 8.0 brings the executor plugins of workflow/profiles/slurm*; 8.15 is the first to plan a dry run
+# (-n without --cores) of rules whose threads are workflow.cores (bench.smk)
+min_version("8.15")
+
 
 configfile: "config/config.yaml"
 

@@ -1,6 +1,7 @@
 """The command line: eval and fold on a trained run, clear errors on bad input."""
 
 import json
+import logging
 
 import torch
 from conftest import tiny_run
@@ -72,3 +73,30 @@ def test_missing_shards_is_a_clear_error(tmp_path, capsys):
     assert main(["train", "--config", str(cfg), "--out", str(tmp_path / "o")]) == 2
     assert "prepare-data" in capsys.readouterr().err
     assert not (tmp_path / "o").exists()
+
+
+def test_commands_print_library_logs_and_the_logger_can_be_silenced(monkeypatch, capsys):
+    """A command shows the library's log records as bare lines on stderr (its result stays on
+    stdout), once per call however often main runs; a level set on `tapernorm` silences them."""
+    from tapernorm import fold
+
+    def fold_run(*args, **kwargs):
+        logging.getLogger("tapernorm.fold").info("folding %s", "the run")
+        logging.getLogger("tapernorm.fold").debug("below INFO")
+        return {"ok": True}
+
+    monkeypatch.setattr(fold, "fold_run", fold_run)
+    argv = ["fold", "--model", "run", "--data", "shards", "--out", "out"]
+    logger = logging.getLogger("tapernorm")
+    for _ in range(2):
+        assert main(argv) == 0
+        out, err = capsys.readouterr()
+        assert err == "folding the run\n" and json.loads(out) == {"ok": True}
+        assert not logger.handlers and logger.propagate  # as it was before the command
+    logger.setLevel(logging.WARNING)
+    try:
+        assert main(argv) == 0
+    finally:
+        logger.setLevel(logging.NOTSET)
+    out, err = capsys.readouterr()
+    assert err == "" and json.loads(out) == {"ok": True}

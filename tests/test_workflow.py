@@ -92,12 +92,28 @@ def test_ci_pipeline_builds_every_target(ci_run):
     run = ci_run / "results/runs/pretrain/internal_aux-d32-s1"
     for f in ("config.json", "model.safetensors", "metrics.jsonl", "eval.json"):
         assert (run / f).exists()
+    records = ci_run / "results/benchmarks"  # Snakemake's benchmark: records, summed
+    assert (records / "train/pretrain/internal_aux-d32-s1.tsv").read_text().startswith("s\t")
+    times = (ci_run / "results/tables/job_times.md").read_text()
+    for row in (
+        "train | pretrain | 14",
+        "train | ablation | 6",
+        "train | anchor_sweep | 2",
+        "pretrain_finetune_base |  | 1",
+        "finetune |  | 4",
+        "bench_forward |  | 1",
+        "bench_decode |  | 1",
+    ):
+        assert f"| {row} | " in times
+    assert "without a record" not in times
 
 
 def test_html_report_holds_every_figure_and_table(ci_run):
     snakemake(ci_run, "--cores", "2", "--report", "report.html", "--configfile", "config/ci.yaml")
     html = (ci_run / "report.html").read_text(errors="replace")
     assert len(html) > 100_000 and "fig3_logit_norm.png" in html and "table2.csv" in html
+    for caption in ("Figure 1: the TaperNorm layer", "Figure 3: mean logit", "Table 2</strong>"):
+        assert html.count(caption) == 1, caption  # each figure and table its own caption
 
 
 def test_nothing_to_do_after_a_complete_run(ci_run):
@@ -112,7 +128,9 @@ def test_deleting_one_run_rebuilds_only_it_and_its_dependants(ci_run):
     force = ("--forcerun", "results/runs/pretrain/final-d32-s1/eval.json")
     counts = job_counts(snakemake(ci_run, "-n", *force, "--configfile", "config/ci.yaml").stdout)
     assert counts.get("train") == 1 and "prepare_data" not in counts and "fold" not in counts
-    assert counts.get("claims") == 1 and counts.get("figure") == 2  # fig3, fig4: every variant
+    figures = {rule for rule in counts if rule.startswith("fig")}  # one rule per figure
+    assert counts.get("claims") == 1 and figures == {"fig3_logit_norm", "fig4_grad_norms"}
+    assert counts.get("job_times") == 1  # the retrained run's time
     assert counts.get("table") == 3  # tables 1, 2, 5 (not the fine-tuning or benchmark tables)
     assert not {"bench_forward", "bench_decode", "finetune"} & set(counts)
     snakemake(ci_run, "--cores", "2", *force, "--configfile", "config/ci.yaml")
@@ -132,7 +150,7 @@ def test_one_figure_builds_only_the_runs_it_needs(workdir, tmp_path):
     assert counts == {
         "prepare_data": 1,
         "train": 6,
-        "figure": 1,
+        "fig2_train_loss": 1,
     }  # baseline, internal_aux, dyt x 2 seeds
 
 

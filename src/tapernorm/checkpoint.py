@@ -33,6 +33,17 @@ def read_json(path: str | Path) -> dict:
         raise CheckpointError(f"{path} is not valid JSON (truncated?): {e}") from e
 
 
+def run_summary(model_dir: str | Path) -> dict:
+    """Name, labels and outcome of the run a model directory holds (from config.json, eval.json)."""
+    model_dir = Path(model_dir)
+    cfg = read_json(model_dir / "config.json")
+    summary = {"name": cfg.get("name"), "meta": cfg.get("meta", {}), "taper": cfg["model"]["taper"]}
+    if (model_dir / "eval.json").is_file():
+        outcome = read_json(model_dir / "eval.json")
+        summary.update({k: outcome.get(k) for k in ("steps", "weights_step", "diverged")})
+    return summary
+
+
 def save_tensors(path: str | Path, tensors: dict[str, torch.Tensor]) -> None:
     with atomic_path(path) as tmp:
         save_file({k: v.detach().contiguous().cpu() for k, v in tensors.items()}, tmp)

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import logging
 import os
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 from . import __version__
@@ -74,7 +77,7 @@ def _cmd_prepare_eval(args: argparse.Namespace) -> int:
 
 
 def _cmd_eval(args: argparse.Namespace) -> int:
-    from .checkpoint import load_model, write_json
+    from .checkpoint import load_model, run_summary, write_json
     from .data import EvalSet, TokenShards
     from .device import resolve_device
     from .evaluation import evaluate, evaluate_rows
@@ -94,7 +97,7 @@ def _cmd_eval(args: argparse.Namespace) -> int:
             tokens=scores["tokens"],
             dtype=args.dtype,
             set_meta=eval_set.meta,
-            run=_run_summary(args.model),
+            run=run_summary(args.model),
         )
         if args.folded is not None:  # the folded export, on the same rows
             del model
@@ -111,45 +114,12 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     return 0
 
 
-def _run_summary(model_dir: Path) -> dict:
-    """Name, labels and outcome of the run a model directory holds (from config.json, eval.json)."""
-    from .checkpoint import read_json
-
-    cfg = read_json(model_dir / "config.json")
-    summary = {"name": cfg.get("name"), "meta": cfg.get("meta", {}), "taper": cfg["model"]["taper"]}
-    if (model_dir / "eval.json").is_file():
-        outcome = read_json(model_dir / "eval.json")
-        summary.update({k: outcome.get(k) for k in ("steps", "weights_step", "diverged")})
-    return summary
-
-
 def _cmd_fold(args: argparse.Namespace) -> int:
-    from .checkpoint import load_model, save_model, write_json
-    from .data import TokenShards
-    from .device import resolve_device
-    from .evaluation import evaluate
-    from .fold import export_explicit_scaling, fold_model, verify_fold
-    from .norms import set_gate
+    from .fold import fold_run
 
-    device = resolve_device(args.device, setting="--device")
-    model = load_model(args.model, device).eval()
-    set_gate(model, 0.0)
-    folded, scaled = fold_model(model), export_explicit_scaling(model)
-    shards = TokenShards(args.data)
-    x, y = shards.val_windows(args.windows, model.config.block_size)
-    x, y = x.to(device), y.to(device)
-    report = {"model": str(args.model), "rtol": args.rtol}
-    for name, exported in (("folded", folded), ("scaled", scaled)):
-        check = verify_fold(model, exported, x, y, rtol=args.rtol)  # raises beyond tolerance
-        report[name] = check
-    val_ref = evaluate(model, shards, args.eval_windows, 16)
-    val_folded = evaluate(folded, shards, args.eval_windows, 16)
-    report["val_loss_reference"], report["val_loss_folded"] = val_ref, val_folded
-    report["val_loss_diff"] = val_folded - val_ref
-    out = Path(args.out)
-    save_model(folded, out / "folded", {"source": str(args.model), "export": "folded"})
-    save_model(scaled, out / "scaled", {"source": str(args.model), "export": "explicit scaling"})
-    write_json(out / "verify.json", report)  # written last: its presence means success
+    report = fold_run(
+        args.model, args.data, args.out, args.windows, args.eval_windows, args.rtol, args.device
+    )
     print(json.dumps(report, indent=2))
     return 0
 
@@ -198,87 +168,27 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     return 0
 
 
-def _bench_models(args: argparse.Namespace, positions: int):
-    """(models, reference, source) for `bench forward|decode`: baseline, explicit, folded."""
-    from . import bench
-    from .checkpoint import load_model
-
-    if args.random is not None:
-        if args.baseline or args.tapered or args.dyt:
-            raise ValueError("give either --random or --baseline and --tapered, not both")
-        if not args.random.startswith("d") or not args.random[1:].isdigit():
-            raise ValueError(f"--random takes a width like d512, got {args.random!r}")
-        width = int(args.random[1:])
-        cfg = bench.paper_config(n_embd=width, block_size=max(512, positions))
-        baseline, tapered = bench.random_variants(cfg, seed=0)
-        dyt = bench.random_dyt(cfg, seed=0)
-        source = f"random weights, paper config at d={width}"
-    elif args.baseline and args.tapered:
-        baseline, tapered = load_model(args.baseline), load_model(args.tapered)
-        dyt = load_model(args.dyt) if args.dyt else None
-        source = f"trained checkpoints {args.baseline.name} and {args.tapered.name}"
-        source += f" and {args.dyt.name}" if args.dyt else ""
-        trained = tapered.config.block_size
-        if positions > trained:
-            source += f" (RoPE tables extended from {trained} to {positions} positions)"
-        baseline = bench.with_block_size(baseline, positions)
-        tapered = bench.with_block_size(tapered, positions)
-        dyt = bench.with_block_size(dyt, positions) if dyt is not None else None
-    else:
-        raise ValueError("give --random dWIDTH, or --baseline RUN_DIR and --tapered RUN_DIR")
-    models, reference = bench.inference_variants(baseline, tapered, dyt)
-    return models, reference, source
-
-
 def _cmd_bench_inference(args: argparse.Namespace) -> int:
-    import pandas as pd
-    import torch
+    from .bench_inference import run_inference_bench, summary_table
 
-    from .bench import bench_forward
-    from .bench_decode import bench_decode
-    from .checkpoint import atomic_write_bytes
-
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    torch.manual_seed(0)
-    batch_sizes = args.batch_sizes or ([1, 4] if args.which == "forward" else [1, 4, 16])
-    if args.which == "forward":
-        seq_lens = args.seq_lens or [128, 256, 512]
-        models, reference, source = _bench_models(args, max(seq_lens))
-        rows = bench_forward(
-            models,
-            batch_sizes,
-            seq_lens,
-            warmup=10 if args.warmup is None else args.warmup,
-            iters=args.repeats or 50,
-            device=args.device,
-            dtype=args.dtype,
-            reference=reference,
-        )
-    else:
-        prompt_lens = args.prompt_lens or [128, 512]
-        models, reference, source = _bench_models(args, max(prompt_lens) + args.new_tokens)
-        rows = []
-        for mode in args.modes:
-            rows += bench_decode(
-                models,
-                batch_sizes,
-                prompt_lens,
-                args.new_tokens,
-                repeats=args.repeats or 10,
-                device=args.device,
-                dtype=args.dtype,
-                compile=mode == "compiled",
-                warmup=2 if args.warmup is None else args.warmup,
-                reference=reference,
-            )
-    df = pd.DataFrame(rows).assign(source=source)
-    if args.out:
-        atomic_write_bytes(args.out, df.to_csv(index=False).encode())
-    shown = ["mode", "variant", "batch", "seq_len" if args.which == "forward" else "prompt_len"]
-    shown += ["tok_s", "speedup"] if args.which == "forward" else ["decode_tok_s", "speedup"]
-    print(f"{source}; {rows[0]['device_name']}, {rows[0]['dtype']}, torch {rows[0]['torch']}")
-    print(df[shown].to_string(index=False, float_format=lambda v: f"{v:.3f}"))
+    df = run_inference_bench(
+        args.which,
+        random=args.random,
+        baseline=args.baseline,
+        tapered=args.tapered,
+        dyt=args.dyt,
+        batch_sizes=args.batch_sizes,
+        lengths=args.seq_lens if args.which == "forward" else args.prompt_lens,
+        new_tokens=args.new_tokens,
+        modes=args.modes,
+        warmup=args.warmup,
+        repeats=args.repeats,
+        device=args.device,
+        dtype=args.dtype,
+        threads=args.threads,
+        out=args.out,
+    )
+    print(summary_table(df))
     return 0
 
 
@@ -537,12 +447,52 @@ def _one_line(e: BaseException) -> tuple[str, int] | None:
     return None
 
 
+class _StderrHandler(logging.StreamHandler):
+    """A StreamHandler writing to sys.stderr as it is when a record comes (tests swap it)."""
+
+    def __init__(self):
+        super().__init__(sys.stderr)
+
+    @property
+    def stream(self):
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value):
+        pass
+
+
+@contextlib.contextmanager
+def _library_logs_to_stderr() -> Iterator[None]:
+    """For one command: the library's log records (logger `tapernorm`) as bare lines on stderr, at
+    INFO unless a level was set, not passed on to the root logger (no duplicates). Nothing is
+    changed where the logger already has a handler (an embedding program configured it), and
+    everything is put back afterwards, so calling main again adds nothing twice."""
+    logger = logging.getLogger("tapernorm")
+    if logger.handlers:
+        yield
+        return
+    handler = _StderrHandler()
+    handler.setFormatter(logging.Formatter("%(message)s"))
+    level, propagate = logger.level, logger.propagate
+    logger.addHandler(handler)
+    logger.setLevel(level or logging.INFO)
+    logger.propagate = False
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+        logger.propagate = propagate
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run one command; errors (bad input, missing files, Ctrl-C) end in one line, never a traceback
     (set TAPERNORM_TRACEBACK=1 to see it)."""
     args = build_parser().parse_args(argv)
     try:
-        return args.func(args)
+        with _library_logs_to_stderr():
+            return args.func(args)
     except (Exception, KeyboardInterrupt) as e:
         reported = _one_line(e)
         if reported is None or os.environ.get("TAPERNORM_TRACEBACK"):

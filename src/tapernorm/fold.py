@@ -13,6 +13,7 @@ A folded final norm under tied embeddings unties the head (the embedding must st
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
@@ -167,4 +168,44 @@ def verify_fold(
     report["ok"] = bool(report["rel_logit_diff"] <= rtol) and report.pop("finite")
     if not report["ok"]:
         raise FoldVerificationError(f"folded model disagrees with the reference: {report}")
+    return report
+
+
+def fold_run(
+    model_dir: str | Path,
+    data: str | Path,
+    out: str | Path,
+    windows: int = 8,
+    eval_windows: int = 64,
+    rtol: float = 1e-5,
+    device: str = "auto",
+) -> dict:
+    """Export the g = 0 model of a run (or model) directory as explicit scaling and folded, verify
+    both against it on `windows` validation windows of token shards `data` (raises beyond `rtol`),
+    compare validation losses on `eval_windows`, and write OUT/folded, OUT/scaled and
+    OUT/verify.json (last: its presence means success). Returns the verify report."""
+    from .checkpoint import load_model, save_model, write_json
+    from .data import TokenShards
+    from .device import resolve_device
+    from .evaluation import evaluate
+    from .norms import set_gate
+
+    dev = resolve_device(device)
+    model = load_model(model_dir, dev).eval()
+    set_gate(model, 0.0)
+    folded, scaled = fold_model(model), export_explicit_scaling(model)
+    shards = TokenShards(data)
+    x, y = shards.val_windows(windows, model.config.block_size)
+    x, y = x.to(dev), y.to(dev)
+    report = {"model": str(model_dir), "rtol": rtol}
+    for name, exported in (("folded", folded), ("scaled", scaled)):
+        report[name] = verify_fold(model, exported, x, y, rtol=rtol)  # raises beyond tolerance
+    val_ref = evaluate(model, shards, eval_windows, 16)
+    val_folded = evaluate(folded, shards, eval_windows, 16)
+    report["val_loss_reference"], report["val_loss_folded"] = val_ref, val_folded
+    report["val_loss_diff"] = val_folded - val_ref
+    out = Path(out)
+    save_model(folded, out / "folded", {"source": str(model_dir), "export": "folded"})
+    save_model(scaled, out / "scaled", {"source": str(model_dir), "export": "explicit scaling"})
+    write_json(out / "verify.json", report)
     return report

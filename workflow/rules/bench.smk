@@ -11,6 +11,8 @@ rule bench_forward:
         "results/bench/forward.csv",
     log:
         "logs/bench/forward.log",
+    benchmark:
+        f"{BENCHMARKS}/bench_forward.tsv"
     conda:
         "../envs/tapernorm.yaml"
     threads: workflow.cores
@@ -35,6 +37,8 @@ rule bench_decode:
         "results/bench/decode.csv",
     log:
         "logs/bench/decode.log",
+    benchmark:
+        f"{BENCHMARKS}/bench_decode.tsv"
     conda:
         "../envs/tapernorm.yaml"
     threads: workflow.cores

@@ -14,6 +14,8 @@ config.update(
 )
 
 PRETRAIN_DATA = "data/pretrain"
+# Snakemake's records (benchmark:) of the long jobs, <rule>/<wildcards>.tsv; results/tables/job_times
+BENCHMARKS = "results/benchmarks"
 FIG_WIDTH = tp.figure_width(config)
 SWEEP = bool(config["ablation"] and config["anchor_sweep"])
 FAMILIES = (
@@ -172,6 +174,25 @@ BENCH_TARGETS = (
     else []
 )
 
+
+def timed_jobs():
+    """{benchmark record, relative to BENCHMARKS: an output of its job} of this
+    config's jobs that keep one: training, fine-tuning, inference benchmarks."""
+    jobs = {}
+    for family in FAMILIES:
+        sweep = family == tp.SWEEP_FAMILY
+        for n in tp.sweep_runs(config) if sweep else tp.family_runs(config, family):
+            jobs[f"train/{family}/{n}.tsv"] = f"{run_dir(family, n)}/eval.json"
+    for model in tp.finetune_base_models(config) if config["finetune"] else []:
+        record = f"pretrain_finetune_base/{model}.tsv"
+        jobs[record] = f"{tp.FINETUNE_BASE_ROOT}/{model}/eval.json"
+    for run in FINETUNE_RUNS:
+        jobs[f"finetune/{run}.tsv"] = f"results/runs/finetune/{run}/eval.json"
+    for csv in BENCH_CSVS:  # results/bench/forward.csv: rule bench_forward
+        jobs[f"bench_{os.path.basename(csv).removesuffix('.csv')}.tsv"] = csv
+    return jobs
+
+
 ALL_TARGETS = (
     [f"figures/{name}.{ext}" for name in FIGURES for ext in ("pdf", "png")]
     + [
@@ -188,4 +209,5 @@ ALL_TARGETS = (
     ]
     + BENCH_TARGETS
     + ["results/claims.md"]
+    + [f"results/tables/job_times.{ext}" for ext in ("csv", "md", "tex")]
 )

@@ -35,6 +35,8 @@ rule pretrain_finetune_base:
         model=f"{tp.FINETUNE_BASE_ROOT}/{{ftmodel}}/model.safetensors",
     log:
         "logs/runs/finetune_base/{ftmodel}.log",
+    benchmark:
+        f"{BENCHMARKS}/pretrain_finetune_base/{{ftmodel}}.tsv"
     conda:
         "../envs/tapernorm.yaml"
     threads: 1
@@ -59,6 +61,8 @@ rule finetune:
         metrics="results/runs/finetune/{ftrun}/metrics.jsonl",
     log:
         "logs/runs/finetune/{ftrun}.log",
+    benchmark:
+        f"{BENCHMARKS}/finetune/{{ftrun}}.tsv"
     conda:
         "../envs/tapernorm.yaml"
     threads: 1

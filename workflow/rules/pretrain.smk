@@ -7,6 +7,8 @@ rule train:
         metrics="results/runs/{family}/{run}/metrics.jsonl",
     log:
         "logs/runs/{family}/{run}.log",
+    benchmark:
+        f"{BENCHMARKS}/train/{{family}}/{{run}}.tsv"
     conda:
         "../envs/tapernorm.yaml"
     threads: 1

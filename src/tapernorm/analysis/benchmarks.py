@@ -22,11 +22,11 @@ from . import paper
 from .figures import save_figure
 from .tables import write_table
 
-VARIANTS = ("baseline", "explicit", "folded")
-OPTIONAL = ("dyt",)  # shown where the CSV has them
+CELL_VARIANTS = ("baseline", "explicit", "folded")  # timed in every cell (bench.inference_variants)
+OPTIONAL_VARIANTS = ("dyt",)  # shown where the CSV has them
 LABELS = {"baseline": "Baseline", "explicit": "Explicit scaling", "folded": "Folded", "dyt": "DyT"}
 _TAB10 = sns.color_palette("tab10")
-COLORS = {"explicit": _TAB10[1], "folded": _TAB10[2], "dyt": _TAB10[9]}
+SPEEDUP_COLORS = {"explicit": _TAB10[1], "folded": _TAB10[2], "dyt": _TAB10[9]}
 SETTING = ["device", "device_name", "dtype", "torch", "threads", "n_embd", "n_layer", "params"]
 REQUIRED = {
     "forward": ["batch", "seq_len", "tok_s", "latency_ms"],
@@ -114,15 +114,15 @@ def _cells(df: pd.DataFrame, keys: list[str]) -> dict[tuple, dict[str, object]]:
     for row in df.itertuples(index=False):
         out.setdefault(tuple(int(getattr(row, k)) for k in keys), {})[row.variant] = row
     for cell, variants in out.items():
-        missing = [v for v in VARIANTS if v not in variants]
+        missing = [v for v in CELL_VARIANTS if v not in variants]
         if missing:
             raise ValueError(f"benchmark cell {dict(zip(keys, cell, strict=True))} lacks {missing}")
     return out
 
 
 def shown(df: pd.DataFrame) -> tuple[str, ...]:
-    """VARIANTS, then the OPTIONAL variants with rows in `df`."""
-    return VARIANTS + tuple(v for v in OPTIONAL if v in set(df["variant"]))
+    """CELL_VARIANTS, then the OPTIONAL_VARIANTS with rows in `df`."""
+    return CELL_VARIANTS + tuple(v for v in OPTIONAL_VARIANTS if v in set(df["variant"]))
 
 
 # ---- table 3: forward throughput ------------------------------------------------------------------
@@ -146,7 +146,7 @@ def table3(df: pd.DataFrame) -> tuple[pd.DataFrame, str]:
             else:
                 row[f"{LABELS[v]} (ours)"] = f"{_ktok(cell[v].tok_s)} ({_x(cell[v].speedup)})"
         row["Folded speedup IQR (ours)"] = _iqr(cell["folded"]) if cell else "—"
-        for v in VARIANTS:
+        for v in CELL_VARIANTS:
             row[f"{LABELS[v]} (paper)"] = paper.table3_text(B, T, v)
         rows.append(row)
     s = df.iloc[0].to_dict()
@@ -235,7 +235,14 @@ def fig5(df: pd.DataFrame) -> Figure:
                 [r.speedup_q3 - r.speedup for _, r in mine],
             ]
             ax.errorbar(
-                xs, mid, yerr=err, fmt="o", ms=6, capsize=3, color=COLORS[v], label=LABELS[v]
+                xs,
+                mid,
+                yerr=err,
+                fmt="o",
+                ms=6,
+                capsize=3,
+                color=SPEEDUP_COLORS[v],
+                label=LABELS[v],
             )
         ax.set_xticks(range(len(cells)), [f"B={B}\nP={P}" for (B, P), _ in cells], fontsize=8)
         ax.set_xlim(-0.6, len(cells) - 0.4)
@@ -243,7 +250,7 @@ def fig5(df: pd.DataFrame) -> Figure:
         for v, ls in (("explicit", "--"), ("folded", ":")):
             ref = paper.DECODE_SPEEDUP[v]
             label = f"paper: {LABELS[v]} up to {ref}×"
-            ax.axhline(ref, color=COLORS[v], ls=ls, lw=1.3, label=label)
+            ax.axhline(ref, color=SPEEDUP_COLORS[v], ls=ls, lw=1.3, label=label)
         ax.set_title(f"decode speedup, {mode}", fontsize=10)
         ax.set_xlabel("batch B, prompt length P")
     axes[0].set_ylabel("decode speedup over the RMSNorm baseline (×)")
@@ -280,14 +287,14 @@ def speedup_summary(df: pd.DataFrame) -> list[dict]:
 
 # ---- entry points ---------------------------------------------------------------------------------
 
-BENCH_TABLES = {"3": table3, "decode": table_decode}
+TABLES = {"3": table3, "decode": table_decode}
 
 
 def make_bench_table(which: str, bench_csvs: Sequence[str | Path], out_stem: str | Path):
     """Build table "3" (forward) or "decode" from benchmark CSVs and write its csv/md/tex."""
-    if which not in BENCH_TABLES:
-        raise ValueError(f"unknown benchmark table {which!r}; choose from {sorted(BENCH_TABLES)}")
-    df, caption = BENCH_TABLES[which](load_bench(bench_csvs))
+    if which not in TABLES:
+        raise ValueError(f"unknown benchmark table {which!r}; choose from {sorted(TABLES)}")
+    df, caption = TABLES[which](load_bench(bench_csvs))
     return write_table(df, out_stem, caption)
 
 

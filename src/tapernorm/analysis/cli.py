@@ -1,4 +1,4 @@
-"""`tapernorm table | figure | claims`: the analysis subcommands, added to the main parser."""
+"""`tapernorm table | figure | claims | job-times`: the analysis subcommands, added to the main parser."""
 
 from __future__ import annotations
 
@@ -76,8 +76,20 @@ def _cmd_claims(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_job_times(args: argparse.Namespace) -> int:
+    from .job_times import job_times_table, load_job_times, write_job_times
+    from .tables import to_markdown
+
+    if args.out is None:
+        print(to_markdown(*job_times_table(*load_job_times(args.records, args.jobs))), end="")
+        return 0
+    for path in write_job_times(args.records, args.out, args.jobs):
+        print(path)
+    return 0
+
+
 def add_subcommands(subparsers) -> None:
-    """Add `table`, `figure` and `claims` to the `tapernorm` parser's subparsers."""
+    """Add `table`, `figure`, `claims` and `job-times` to the `tapernorm` parser's subparsers."""
     runs_help = "run directories (each with config.json, metrics.jsonl, eval.json)"
     bench_help = "CSVs written by `tapernorm bench forward|decode`"
 
@@ -134,3 +146,19 @@ def add_subcommands(subparsers) -> None:
     )
     c.add_argument("--out", type=Path, required=True, help="markdown file, e.g. results/claims.md")
     c.set_defaults(func=_cmd_claims)
+
+    j = subparsers.add_parser(
+        "job-times",
+        help="wall time per rule and family from Snakemake's benchmark records -> .csv/.md/.tex",
+    )
+    j.add_argument(
+        "records", type=Path, help="benchmark records directory (<rule>/<wildcards>.tsv inside)"
+    )
+    j.add_argument(
+        "--jobs",
+        type=Path,
+        nargs="+",
+        help="only these records (relative to the directory); absent ones are counted, not an error",
+    )
+    j.add_argument("--out", type=Path, help="output stem (default: the markdown on stdout)")
+    j.set_defaults(func=_cmd_job_times)

@@ -14,16 +14,13 @@ import dataclasses
 import functools
 import math
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 import pandas as pd
 
-from . import benchmarks as bench
+from . import benchmarks
+from .claim_rows import ClaimInputs, claim_row, not_measured
 from .runs import describe_scale
 from .stats import gap_pct, stats_by_cell
-
-if TYPE_CHECKING:
-    from .claims import ClaimInputs
 
 TAPER = "internal_aux"  # the TaperNorm variant compared: internal norms folded, final norm kept
 CLAIM = "TaperNorm vs DyT: Internal-Taper (+aux) as close to the baseline's loss, and faster folded"
@@ -63,7 +60,7 @@ def speedups(df: pd.DataFrame) -> dict[str, tuple[float, float]]:
     """Per benchmark with DyT rows (forward; decode per mode): the median over cells of the folded
     model's and of DyT's speedup over the baseline."""
     out = {}
-    for s in bench.speedup_summary(df):
+    for s in benchmarks.speedup_summary(df):
         if "dyt" in s:
             name = "forward" if s["benchmark"] == "forward" else f"decode {s['mode']}"
             out[name] = (s["folded"]["median"], s["dyt"]["median"])
@@ -71,14 +68,12 @@ def speedups(df: pd.DataFrame) -> dict[str, tuple[float, float]]:
 
 
 def claim_dyt(inp: ClaimInputs) -> dict:
-    from .claims import _not_measured, _row  # (claims imports this module)
-
     runs = inp.runs
     if runs.empty or "dyt" not in set(runs["variant"].dropna()):
-        return _not_measured(CLAIM, PAPER, "no DyT pre-training runs given")
+        return not_measured(CLAIM, PAPER, "no DyT pre-training runs given")
     gaps = loss_gaps(runs)
     if not gaps:
-        return _not_measured(CLAIM, PAPER, f"no width has baseline, {TAPER} and dyt runs")
+        return not_measured(CLAIM, PAPER, f"no width has baseline, {TAPER} and dyt runs")
     loss_ok = [taper <= dyt for taper, dyt in gaps.values()]
     ours = [f"d={w}: gap Taper {t:+.2f}%, DyT {d:+.2f}%" for w, (t, d) in gaps.items()]
     speed = speedups(inp.bench) if not inp.bench.empty else {}
@@ -102,6 +97,6 @@ def claim_dyt(inp: ClaimInputs) -> dict:
     shown = runs[runs["variant"].isin(["baseline", TAPER, "dyt"])]
     scale = describe_scale(shown[shown["width"].isin(list(gaps))])
     if speed_ok:
-        places = {bench.where(part) for _, part in inp.bench.groupby("benchmark")}
+        places = {benchmarks.where(part) for _, part in inp.bench.groupby("benchmark")}
         scale += " | benchmarks: " + "; ".join(sorted(places))
-    return _row(CLAIM, PAPER, "; ".join(ours), scale, holds, comment)
+    return claim_row(CLAIM, PAPER, "; ".join(ours), scale, holds, comment)

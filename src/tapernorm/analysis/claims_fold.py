@@ -1,0 +1,110 @@
+"""Claims 6 and 7: folding is exact (verify.json of `tapernorm fold`) and speeds inference
+(benchmark CSVs of `tapernorm bench forward|decode`); criteria in claims.py."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from . import benchmarks, paper
+from .claim_rows import ClaimInputs, claim_row, not_measured
+
+# ---- claim 6: folding is exact ----------------------------------------------------------------------
+
+
+def read_verify(path: str | Path) -> dict:
+    """A verify.json from `tapernorm fold`, checked for the keys claim 6 uses."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"verify file {path} does not exist")
+    try:
+        report = json.loads(path.read_text())
+    except json.JSONDecodeError as e:
+        raise ValueError(f"verify file {path} is not valid JSON: {e}") from e
+    for export in ("folded", "scaled"):
+        check = report.get(export)
+        keys = ("rel_logit_diff", "loss_diff", "ok", "rtol")
+        if not isinstance(check, dict) or any(k not in check for k in keys):
+            raise ValueError(f"verify file {path}: '{export}' lacks one of {keys}")
+    return report
+
+
+def claim6(inp: ClaimInputs) -> dict:
+    claim = "6. Folding is exact: folded and unfolded models give the same logits and loss"
+    paper_value = f"same logits; max |dz| ~{paper.FOLD_RTOL:.0e} of the logit scale (float32)"
+    if not inp.verify:
+        return not_measured(claim, paper_value, "no verify.json files given")
+    checks = [(p, r, e, r[e]) for p, r in inp.verify for e in ("folded", "scaled")]
+    rel = {
+        e: max(c["rel_logit_diff"] for _, _, ex, c in checks if ex == e)
+        for e in ("folded", "scaled")
+    }
+    loss = max(abs(c["loss_diff"]) for *_, c in checks)
+    val = [abs(r["val_loss_diff"]) for _, r in inp.verify if r.get("val_loss_diff") is not None]
+    failed = [f"{Path(r.get('model', p)).name}/{e}" for p, r, e, c in checks if not c["ok"]]
+    worst = max(rel.values())
+    if failed:
+        holds = "no"
+    else:
+        holds = "yes" if worst <= paper.FOLD_RTOL else "partly"
+    ours = (
+        f"max rel. logit diff {rel['folded']:.1e} (folded), {rel['scaled']:.1e} (explicit scaling); "
+        f"max |loss diff| {loss:.1e}" + (f"; max |val loss diff| {max(val):.1e}" if val else "")
+    )
+    rtols = sorted({c["rtol"] for *_, c in checks})
+    comment = (
+        f"{len(inp.verify)} model(s), checks at rtol {', '.join(f'{t:g}' for t in rtols)}: "
+        f"{len(checks) - len(failed)}/{len(checks)} passed"
+        + (f" (failed: {', '.join(failed)})" if failed else "")
+        + f"; criterion: all pass and max relative logit difference <= {paper.FOLD_RTOL:g} (yes), "
+        "all pass at a looser rtol (partly), else no."
+    )
+    models = ", ".join(Path(r.get("model", p)).name for p, r in inp.verify)
+    return claim_row(claim, paper_value, ours, f"models: {models}", holds, comment)
+
+
+# ---- claim 7: folding speeds inference -------------------------------------------------------------
+
+FOLD_SPEEDUP_YES = 1.05
+
+
+def claim7(inp: ClaimInputs) -> dict:
+    claim = "7. Folding speeds inference (explicit scaling and folded vs the RMSNorm baseline)"
+    best, decode = paper.table3_best(), paper.DECODE_SPEEDUP
+    paper_value = (
+        f"v1 forward up to {best['folded']:.2f}× folded / {best['explicit']:.2f}× explicit "
+        f"({paper.TABLE3_SETUP}); v2 decode up to {decode['folded']:.2f}× / "
+        f"{decode['explicit']:.2f}×"
+    )
+    if inp.bench.empty:
+        return not_measured(claim, paper_value, "no benchmark CSVs given")
+    ours, consistent, medians = [], [], []
+    for s in benchmarks.speedup_summary(inp.bench):
+        name = "forward" if s["benchmark"] == "forward" else f"decode {s['mode']}"
+        f, e = s["folded"], s["explicit"]
+        ours.append(
+            f"{name}: folded best {f['best']:.2f}×, median {f['median']:.2f}×; explicit best "
+            f"{e['best']:.2f}×, median {e['median']:.2f}×"
+        )
+        consistent.append(f"{name} {f['consistent']}/{s['cells']}")
+        medians.append(f["median"])
+    if all(m >= FOLD_SPEEDUP_YES for m in medians):
+        holds = "yes"
+    elif all(m <= 1.0 for m in medians):
+        holds = "no"
+    else:
+        holds = "partly"
+    scales = {
+        kind: benchmarks.where(part) for kind, part in inp.bench.groupby("benchmark", sort=False)
+    }
+    if len(set(scales.values())) == 1:
+        scales = {"both": next(iter(scales.values()))}
+    comment = (
+        "Speedup per cell = median over interleaved rounds of t_baseline / t_export; best and median "
+        f"over the cells of each benchmark. Criterion: the folded model's median speedup >= "
+        f"{FOLD_SPEEDUP_YES:g}× in every benchmark measured (yes), <= 1.00× in every one (no), else "
+        "partly. Cells where folded was faster in at least 3 of 4 rounds (lower quartile > 1): "
+        f"{', '.join(consistent)}. {benchmarks.scale_note(inp.bench)}"
+    )
+    scale = " | ".join(v if k == "both" else f"{k}: {v}" for k, v in scales.items())
+    return claim_row(claim, paper_value, "; ".join(ours), scale, holds, comment)

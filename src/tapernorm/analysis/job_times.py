@@ -1,0 +1,88 @@
+"""Measured job times: the wall time of each pipeline job from Snakemake's benchmark records
+(`benchmark:` files, results/benchmarks/<rule>/<wildcards>.tsv), summed per rule and family (the
+directories between the rule and the record, e.g. train/pretrain). The README and config/README.md
+quote job times from this table.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import pandas as pd
+
+from .tables import write_table
+
+COLUMNS = ["Rule", "Family", "Jobs", "Total s", "Max s", "Slowest job"]
+
+
+def read_record(path: str | Path) -> float:
+    """Seconds of one benchmark record (the mean over its rows, if the job was repeated)."""
+    try:
+        record = pd.read_csv(path, sep="\t")
+    except (pd.errors.ParserError, pd.errors.EmptyDataError) as e:
+        raise ValueError(f"benchmark record {path} is not a Snakemake benchmark TSV: {e}") from e
+    if "s" not in record.columns or record.empty:
+        raise ValueError(f"benchmark record {path} has no 's' column with a time in it")
+    return float(record["s"].mean())
+
+
+def load_job_times(
+    root: str | Path, jobs: Sequence[str | Path] | None = None
+) -> tuple[pd.DataFrame, list[str]]:
+    """(one row per record: rule, family, job, seconds; the expected records not found).
+
+    `jobs`: the records to read, relative to `root` (default: every .tsv under it); those absent
+    are returned, not an error (their jobs ran before records were kept, or have not run)."""
+    root = Path(root)
+    if jobs is None:
+        if not root.is_dir():
+            raise FileNotFoundError(f"benchmark records directory {root} does not exist")
+        paths = sorted(p.relative_to(root) for p in root.rglob("*.tsv"))
+    else:
+        paths = [Path(p) for p in jobs]
+        paths = [p.relative_to(root) if p.is_relative_to(root) else p for p in paths]
+    rows, missing = [], []
+    for rel in paths:
+        if not (root / rel).is_file():
+            missing.append(str(rel))
+            continue
+        parts = rel.with_suffix("").parts
+        rule, family = parts[0], "/".join(parts[1:-1])
+        job = parts[-1] if len(parts) > 1 else ""
+        rows.append((rule, family, job, read_record(root / rel)))
+    return pd.DataFrame(rows, columns=["rule", "family", "job", "seconds"]), missing
+
+
+def job_times_table(records: pd.DataFrame, missing: Sequence[str] = ()) -> tuple[pd.DataFrame, str]:
+    """Per rule and family: jobs, total and maximum seconds, the slowest job; then all of them."""
+    rows = []
+    for (rule, family), part in records.groupby(["rule", "family"], sort=True):
+        slowest = part.loc[part["seconds"].idxmax()]
+        rows.append(
+            [rule, family, len(part), part["seconds"].sum(), slowest["seconds"], slowest["job"]]
+        )
+    if len(records):
+        slowest = records.loc[records["seconds"].idxmax()]
+        name = "/".join(x for x in (slowest["rule"], slowest["family"], slowest["job"]) if x)
+        rows.append(["all", "", len(records), records["seconds"].sum(), slowest["seconds"], name])
+    table = pd.DataFrame(rows, columns=COLUMNS).round({"Total s": 1, "Max s": 1})
+    caption = (
+        "**Job times.** Wall time of each pipeline job from Snakemake's benchmark records "
+        "(results/benchmarks/<rule>/<wildcards>.tsv), per rule and family: number of jobs, their "
+        "total and the longest. Totals add up jobs, some of which ran side by side: they are not "
+        "the pipeline's elapsed time."
+    )
+    if missing:
+        caption += (
+            f" {len(missing)} job(s) without a record (run before records were kept, or not run)."
+        )
+    return table, caption
+
+
+def write_job_times(
+    root: str | Path, out_stem: str | Path, jobs: Sequence[str | Path] | None = None
+) -> list[Path]:
+    """The job-times table of the records under `root` (or only `jobs`) as <out_stem>.csv/.md/.tex."""
+    table, caption = job_times_table(*load_job_times(root, jobs))
+    return write_table(table, out_stem, caption)

@@ -1,0 +1,136 @@
+"""`tapernorm bench forward|decode` as a library call: the models to time (random weights at the
+paper's config, or trained checkpoints), the grid (defaults per benchmark), and the rows as a table.
+
+The timing itself is bench.bench_forward (paper Table 3) and bench_decode.bench_decode (our decode
+protocol); this module only chooses what they time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import pandas as pd
+import torch
+
+from . import bench
+from .checkpoint import atomic_write_bytes, load_model
+from .model import GPT
+
+# per benchmark: (batch sizes, sequence or prompt lengths, warmup rounds, timed rounds)
+DEFAULT_GRID = {
+    "forward": ([1, 4], [128, 256, 512], 10, 50),
+    "decode": ([1, 4, 16], [128, 512], 2, 10),
+}
+
+
+def inference_models(
+    positions: int,
+    random: str | None = None,
+    baseline: Path | None = None,
+    tapered: Path | None = None,
+    dyt: Path | None = None,
+) -> tuple[dict[str, GPT], GPT, str]:
+    """(models, reference, source): baseline, explicit, folded (and dyt) models with at least
+    `positions` RoPE positions, either random weights at the paper's config of width `random`
+    ("d512") or trained checkpoints; `reference` is the g=0 model the exports are verified against."""
+    if random is not None:
+        if baseline or tapered or dyt:
+            raise ValueError("give either --random or --baseline and --tapered, not both")
+        if not random.startswith("d") or not random[1:].isdigit():
+            raise ValueError(f"--random takes a width like d512, got {random!r}")
+        width = int(random[1:])
+        cfg = bench.paper_config(n_embd=width, block_size=max(512, positions))
+        base_model, tapered_model = bench.random_variants(cfg, seed=0)
+        dyt_model = bench.random_dyt(cfg, seed=0)
+        source = f"random weights, paper config at d={width}"
+    elif baseline and tapered:
+        base_model, tapered_model = load_model(baseline), load_model(tapered)
+        dyt_model = load_model(dyt) if dyt else None
+        source = f"trained checkpoints {baseline.name} and {tapered.name}"
+        source += f" and {dyt.name}" if dyt else ""
+        trained = tapered_model.config.block_size
+        if positions > trained:
+            source += f" (RoPE tables extended from {trained} to {positions} positions)"
+        base_model = bench.with_block_size(base_model, positions)
+        tapered_model = bench.with_block_size(tapered_model, positions)
+        if dyt_model is not None:
+            dyt_model = bench.with_block_size(dyt_model, positions)
+    else:
+        raise ValueError("give --random dWIDTH, or --baseline RUN_DIR and --tapered RUN_DIR")
+    models, reference = bench.inference_variants(base_model, tapered_model, dyt_model)
+    return models, reference, source
+
+
+def run_inference_bench(
+    which: str,
+    random: str | None = None,
+    baseline: Path | None = None,
+    tapered: Path | None = None,
+    dyt: Path | None = None,
+    batch_sizes: Sequence[int] | None = None,
+    lengths: Sequence[int] | None = None,
+    new_tokens: int = 256,
+    modes: Sequence[str] = ("eager",),
+    warmup: int | None = None,
+    repeats: int | None = None,
+    device: str = "auto",
+    dtype: str = "float32",
+    threads: int | None = None,
+    out: str | Path | None = None,
+) -> pd.DataFrame:
+    """Time the models of `inference_models` on the `which` ("forward" or "decode") grid: batch
+    sizes x `lengths` (sequence lengths, or prompt lengths followed by `new_tokens` decode steps in
+    each of `modes`); None takes DEFAULT_GRID's. One row per cell and model, with a `source`
+    column; written as CSV to `out` if given."""
+    from .bench_decode import bench_decode
+
+    if threads:
+        torch.set_num_threads(threads)
+    torch.manual_seed(0)
+    default_batches, default_lengths, default_warmup, default_repeats = DEFAULT_GRID[which]
+    batch_sizes, lengths = batch_sizes or default_batches, lengths or default_lengths
+    warmup = default_warmup if warmup is None else warmup
+    positions = max(lengths) + (new_tokens if which == "decode" else 0)
+    models, reference, source = inference_models(positions, random, baseline, tapered, dyt)
+    if which == "forward":
+        rows = bench.bench_forward(
+            models,
+            batch_sizes,
+            lengths,
+            warmup=warmup,
+            iters=repeats or default_repeats,
+            device=device,
+            dtype=dtype,
+            reference=reference,
+        )
+    else:
+        rows = []
+        for mode in modes:
+            rows += bench_decode(
+                models,
+                batch_sizes,
+                lengths,
+                new_tokens,
+                repeats=repeats or default_repeats,
+                device=device,
+                dtype=dtype,
+                compile=mode == "compiled",
+                warmup=warmup,
+                reference=reference,
+            )
+    df = pd.DataFrame(rows).assign(source=source)
+    if out:
+        atomic_write_bytes(out, df.to_csv(index=False).encode())
+    return df
+
+
+def summary_table(df: pd.DataFrame) -> str:
+    """What `tapernorm bench forward|decode` prints: where it ran, then throughput and speedup per
+    cell and model."""
+    first = df.iloc[0]
+    forward = first["benchmark"] == "forward"
+    shown = ["mode", "variant", "batch", "seq_len" if forward else "prompt_len"]
+    shown += ["tok_s", "speedup"] if forward else ["decode_tok_s", "speedup"]
+    head = f"{first['source']}; {first['device_name']}, {first['dtype']}, torch {first['torch']}"
+    return head + "\n" + df[shown].to_string(index=False, float_format=lambda v: f"{v:.3f}")
