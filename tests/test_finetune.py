@@ -81,7 +81,7 @@ def test_paper_run_configs_follow_table6(model):
 
 def test_paper_config_plans_gpus_and_torchrun():
     cfg = paper_config()
-    assert len(tp.finetune_runs(cfg)) == 12
+    assert len(tp.finetune_runs(cfg)) == 16  # 4 models x (3 paper protocols + FakeLN)
     assert tp.finetune_runs(cfg, ["all_taperln"]) == [f"all_taperln-{m}" for m in paper.TABLE6]
     gpus = {m: tp.finetune_gpus(cfg, m) for m in tp.finetune_models(cfg)}
     assert gpus == {"gpt2": 1, "gpt2-medium": 1, "gpt2-large": 2, "gpt2-xl": 4}

@@ -27,7 +27,9 @@ def test_shipped_configs_validate(name):
 def test_paper_config_plans_the_full_grid():
     cfg = tp.validate_pipeline_config(load("paper.yaml"), SCHEMA)
     runs = tp.family_runs(cfg, "pretrain")
-    assert len(runs) == 6 * 4 * 6
+    assert len(runs) == 7 * 4 * 6  # Table 1's six variants and DyT, 4 widths, 6 seeds
+    dyt = tp.run_config(cfg, "pretrain", "dyt-d512-s0", "data/pretrain")
+    assert dyt["model"]["norm"] == "dyt" and dyt["train"]["steps"] == 1_000_000
     rc = tp.run_config(cfg, "pretrain", "internal_aux-d512-s5", "data/pretrain")
     assert rc["train"]["steps"] == 1_000_000 and rc["train"]["warmup_steps"] == 50_000
     assert rc["taper"]["start"] == 50_000 and rc["taper"]["end"] == 1_000_000
