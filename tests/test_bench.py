@@ -28,7 +28,6 @@ from tapernorm.bench import (
 )
 from tapernorm.bench_decode import (
     DecodeCheckError,
-    _compile_kwargs,
     bench_decode,
     check_decode,
     eager_decoder,
@@ -38,6 +37,7 @@ from tapernorm.bench_decode import (
 from tapernorm.checkpoint import save_model
 from tapernorm.cli import main
 from tapernorm.config import ConfigError
+from tapernorm.decode import compile_kwargs
 from tapernorm.fold import FoldVerificationError
 from tapernorm.model import GPT
 from tapernorm.pipeline import bench_args, bench_runs, validate_pipeline_config
@@ -181,9 +181,9 @@ def test_compiled_decoder_traces_as_one_graph(variants):
 
 def test_compile_options_per_device():
     """CUDA graphs on a GPU, inductor's C++ wrapper on a CPU; the tests' trace-only backend: none."""
-    assert _compile_kwargs(torch.device("cuda"), "inductor") == {"mode": "reduce-overhead"}
-    assert _compile_kwargs(CPU, "inductor") == {"options": {"cpp_wrapper": True}}
-    assert _compile_kwargs(CPU, "eager") == {}
+    assert compile_kwargs(torch.device("cuda"), "inductor") == {"mode": "reduce-overhead"}
+    assert compile_kwargs(CPU, "inductor") == {"options": {"cpp_wrapper": True}}
+    assert compile_kwargs(CPU, "eager") == {}
 
 
 @pytest.mark.slow
