@@ -213,6 +213,22 @@ def test_gpu_script_runs_its_steps_on_the_cpu(tmp_path):
         assert (tmp_path / name).stat().st_size > 0, name
 
 
+def test_generate_speed_script_writes_its_table(tmp_path):
+    """benchmarks/generate_speed.py on a tiny model, eager only: the rows, the CSV and the markdown."""
+    script = Path(__file__).resolve().parents[1] / "benchmarks/generate_speed.py"
+    args = ["--tiny", "--no-compiled", "--repeats", "2", "--warmup", "0", "--out", str(tmp_path)]
+    proc = subprocess.run(
+        [sys.executable, str(script), *args], capture_output=True, text=True, timeout=600
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    df = pd.read_csv(tmp_path / "generate_speed.csv")
+    assert list(df["impl"]) == ["transformers", "eager"] and df["same_tokens"].all()
+    assert (df["tok_s"] > 0).all() and (df["floor_ratio"] > 0).all() and (df["rounds"] == 2).all()
+    assert df["speedup_vs_transformers"].iloc[0] == 1.0 and df["n_embd"].iloc[0] == 32
+    md = (tmp_path / "generate_speed.md").read_text()
+    assert "| GPT.generate |" in md and "load average" in md and "GB/s" in md
+
+
 def test_with_block_size_keeps_the_function():
     torch.manual_seed(1)
     model = GPT(tiny_config(block_size=16)).eval()
