@@ -13,7 +13,13 @@ from torch import nn
 
 from tapernorm import decode
 from tapernorm.bench import paper_config, random_variants
-from tapernorm.decode import DecoderCache, sample, static_decoder
+from tapernorm.decode import (
+    DecoderCache,
+    StaticDecoder,
+    linears_as_reductions,
+    sample,
+    static_decoder,
+)
 from tapernorm.fold import export_explicit_scaling, fold_model
 from tapernorm.model import GPT
 from tapernorm.norms import set_gate
@@ -34,7 +40,7 @@ def builds(monkeypatch):
     """generate(compile=True) with trace-only compiled decoders; lists the (batch, length) built."""
     built = []
 
-    def trace_only(m, batch, length, fullgraph=True):
+    def trace_only(m, batch, length, fullgraph=True, gemv=False):
         built.append((batch, length))
         return static_decoder(m, batch, length, backend="eager", fullgraph=fullgraph)
 
@@ -120,6 +126,10 @@ def test_generate_returns_ordinary_tensors_and_handles_edges():
     assert m.generate(prompt(1, 40), 9).shape == (1, 49)  # feeds 48 positions: the whole block
     with pytest.raises(ValueError, match="block_size"):
         m.generate(prompt(1, 40), 10)
+    with pytest.raises(ValueError, match="temperature"):
+        m.generate(x, 2, temperature=-1.0)
+    with pytest.raises(ValueError, match="top_k"):
+        m.generate(x, 2, temperature=1.0, top_k=0)
 
 
 @pytest.mark.parametrize("style", ["llama", "gpt2"])
@@ -164,6 +174,29 @@ def test_copies_and_exports_start_without_decoders(builds):
     assert torch.equal(folded.generate(x, 8, compile=True), folded.generate(x, 8))
     assert "_decoder_cache" not in str(tapered.state_dict().keys())
     assert not any(isinstance(v, nn.Module) for v in vars(tapered).values())
+
+
+@pytest.mark.parametrize("batch", [2, 5])
+def test_small_batch_linears_become_reductions(batch):
+    """The compiled CPU decoder's rewrite: every linear of a step at batch <= 4 (2 layers x 5, and
+    the head), none above; the step's logits stay those of the unrewritten graph up to rounding."""
+    m = model(n_kv_head=1)
+    counts = []
+
+    def rewrite_then_run(gm, example_inputs):
+        counts.append(linears_as_reductions(gm))
+        return gm.forward
+
+    torch._dynamo.reset()
+    decoder = StaticDecoder(m, batch, 12)
+    step = torch.compile(decoder, backend=rewrite_then_run, fullgraph=True)
+    with torch.inference_mode():
+        decoder.prefill(prompt(batch))
+        tok, pos = prompt(batch, 1, seed=2), torch.tensor([5])
+        z = step(tok, pos)
+        decoder.prefill(prompt(batch))  # the same cache again for the plain step
+        assert torch.allclose(z, decoder(tok, pos), rtol=0, atol=1e-5)
+    assert counts == [11 if batch <= decode.GEMV_ROWS else 0]
 
 
 @pytest.mark.slow
