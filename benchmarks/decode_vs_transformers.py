@@ -45,32 +45,8 @@ from tapernorm.bench import (
     random_variants,
 )
 from tapernorm.bench_decode import bench_decode, compiled_decoder, eager_decoder, greedy
+from tapernorm.bench_generate import memory_bandwidth, weight_bytes
 from tapernorm.checkpoint import write_json
-
-
-def memory_bandwidth(megabytes: int = 512, repeats: int = 9) -> dict:
-    """GB/s streaming a float32 tensor of `megabytes`: its sum (read), a copy (read + write) and a
-    matrix-vector product (read, like a decode step's); medians over `repeats`."""
-    n = megabytes * 2**20 // 4
-    x, y = torch.ones(n), torch.empty(n)
-    w, v = x.view(-1, 8192), torch.ones(8192)
-    ops = {"sum": (x.sum, 1), "copy": (lambda: y.copy_(x), 2), "gemv": (lambda: w @ v, 1)}
-    out = {"tensor_mb": megabytes}
-    for name, (fn, passes) in ops.items():
-        times = []
-        for _ in range(repeats + 1):  # the first call warms up (page faults)
-            t0 = time.perf_counter()
-            fn()
-            times.append(time.perf_counter() - t0)
-        out[f"{name}_gb_s"] = passes * 4 * n / statistics.median(times[1:]) / 1e9
-    out["best_gb_s"] = max(out[f"{name}_gb_s"] for name in ops)
-    return out
-
-
-def weight_bytes(model: nn.Module) -> int:
-    """Bytes of the distinct parameters (a tied embedding and head count once)."""
-    seen = {p.data_ptr(): p.numel() * p.element_size() for p in model.parameters()}
-    return sum(seen.values())
 
 
 def vs_transformers(

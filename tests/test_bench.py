@@ -28,7 +28,6 @@ from tapernorm.bench import (
 )
 from tapernorm.bench_decode import (
     DecodeCheckError,
-    _compile_kwargs,
     bench_decode,
     check_decode,
     eager_decoder,
@@ -38,6 +37,7 @@ from tapernorm.bench_decode import (
 from tapernorm.checkpoint import save_model
 from tapernorm.cli import main
 from tapernorm.config import ConfigError
+from tapernorm.decode import compile_kwargs
 from tapernorm.fold import FoldVerificationError
 from tapernorm.model import GPT
 from tapernorm.pipeline import bench_args, bench_runs, validate_pipeline_config
@@ -181,9 +181,9 @@ def test_compiled_decoder_traces_as_one_graph(variants):
 
 def test_compile_options_per_device():
     """CUDA graphs on a GPU, inductor's C++ wrapper on a CPU; the tests' trace-only backend: none."""
-    assert _compile_kwargs(torch.device("cuda"), "inductor") == {"mode": "reduce-overhead"}
-    assert _compile_kwargs(CPU, "inductor") == {"options": {"cpp_wrapper": True}}
-    assert _compile_kwargs(CPU, "eager") == {}
+    assert compile_kwargs(torch.device("cuda"), "inductor") == {"mode": "reduce-overhead"}
+    assert compile_kwargs(CPU, "inductor") == {"options": {"cpp_wrapper": True}}
+    assert compile_kwargs(CPU, "eager") == {}
 
 
 @pytest.mark.slow
@@ -211,6 +211,22 @@ def test_gpu_script_runs_its_steps_on_the_cpu(tmp_path):
     assert len(pd.read_csv(tmp_path / "forward.csv")) == 4  # baseline, explicit, folded, DyT
     for name in ["env.json", "table3.md", "table_decode.md", "fig5_decode_speedup.png"]:
         assert (tmp_path / name).stat().st_size > 0, name
+
+
+def test_generate_speed_script_writes_its_table(tmp_path):
+    """benchmarks/generate_speed.py on a tiny model, eager only: the rows, the CSV and the markdown."""
+    script = Path(__file__).resolve().parents[1] / "benchmarks/generate_speed.py"
+    args = ["--tiny", "--no-compiled", "--repeats", "2", "--warmup", "0", "--out", str(tmp_path)]
+    proc = subprocess.run(
+        [sys.executable, str(script), *args], capture_output=True, text=True, timeout=600
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    df = pd.read_csv(tmp_path / "generate_speed.csv")
+    assert list(df["impl"]) == ["transformers", "eager"] and df["same_tokens"].all()
+    assert (df["tok_s"] > 0).all() and (df["floor_ratio"] > 0).all() and (df["rounds"] == 2).all()
+    assert df["speedup_vs_transformers"].iloc[0] == 1.0 and df["n_embd"].iloc[0] == 32
+    md = (tmp_path / "generate_speed.md").read_text()
+    assert "| GPT.generate |" in md and "load average" in md and "GB/s" in md
 
 
 def test_with_block_size_keeps_the_function():

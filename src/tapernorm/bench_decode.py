@@ -4,7 +4,7 @@ The prefill runs the prompt through the model, filling the cache, and picks the 
 `new_tokens` decode steps each feed the last token at its position and pick the next, so decode throughput
 = B * new_tokens / decode time counts exactly the tokens the timed steps produce (docs/protocol.md).
 
-Two modes, reported separately:
+The decoders are the library's (decode.py, the engine of GPT.generate). Two modes, reported apart:
   eager     the model's own cached path (GPT.hidden with a KVCache, as GPT.generate), under
             torch.inference_mode, with the cache and the output buffer allocated once per cell.
   compiled  StaticDecoder: one decode step with fixed shapes (a full-length cache written at a position
@@ -25,8 +25,6 @@ import time
 from collections.abc import Callable, Sequence
 
 import torch
-import torch.nn.functional as F
-from torch import nn
 
 from .bench import (
     Clock,
@@ -38,119 +36,26 @@ from .bench import (
     speedup_columns,
     timing_precision,
 )
+from .decode import (  # noqa: F401  (StaticDecoder, compile_kwargs: re-exported, their old home)
+    Prefill,
+    StaticDecoder,
+    Step,
+    compile_kwargs,
+    compiled_decoder,
+    eager_decoder,
+    run,
+    static_decoder,
+)
 from .device import resolve_device
-from .model import GPT, Attention
+from .model import GPT
 
 # max |cached - uncached logit| allowed, relative to max |logit|: float32 sums in another order;
 # 16-bit types also round every intermediate activation differently.
 CHECK_RTOL = {torch.float32: 1e-4, torch.bfloat16: 5e-2, torch.float16: 1e-2}
 
-Prefill = Callable[[torch.Tensor], torch.Tensor]  # prompt (B, P) -> last logits (B, V)
-Step = Callable[[torch.Tensor, int], torch.Tensor]  # (token (B, 1), its position) -> logits (B, V)
-
 
 class DecodeCheckError(RuntimeError):
     """Cached decode logits differ from an uncached forward beyond tolerance."""
-
-
-class StaticDecoder(nn.Module):
-    """One decode step of a GPT with fixed shapes, for torch.compile and CUDA graphs.
-
-    The cache (the model's KVCache tensors, registered as buffers so compiled graphs treat them as
-    static) is written at `pos`, a 1-element tensor, with index_copy_; attention covers all `max_len`
-    slots with a mask keeping positions <= pos. Same computation as Attention.forward with a cache.
-    """
-
-    def __init__(self, model: GPT, batch: int, max_len: int):
-        super().__init__()
-        self.model = model
-        self.caches = model.new_cache(batch, max_len)
-        for i, cache in enumerate(self.caches):
-            self.register_buffer(f"k{i}", cache.k, persistent=False)
-            self.register_buffer(f"v{i}", cache.v, persistent=False)
-        device = model.tok_emb.weight.device
-        self.register_buffer("positions", torch.arange(max_len, device=device), persistent=False)
-
-    def prefill(self, idx: torch.Tensor) -> torch.Tensor:
-        return self.model.head(self.model.hidden(idx, self.caches, 0)[:, -1])
-
-    def forward(self, tok: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
-        """tok (B, 1) at position pos (1,) -> logits (B, V)."""
-        m = self.model
-        x, rope = m.tok_emb(tok), None
-        if m.pos_emb is not None:
-            x = x + m.pos_emb(pos)
-        else:
-            rope = (m.rope_cos[pos].to(x.dtype), m.rope_sin[pos].to(x.dtype))
-        mask = (self.positions <= pos).view(1, 1, 1, -1)
-        for i, block in enumerate(m.blocks):
-            k_cache, v_cache = getattr(self, f"k{i}"), getattr(self, f"v{i}")
-            x = x + self._attend(block.attn, block.ln_1(x), rope, k_cache, v_cache, pos, mask)
-            x = x + block.mlp(block.ln_2(x))
-        return m.head(x)[:, 0]
-
-    @staticmethod
-    def _attend(attn: Attention, x, rope, k_cache, v_cache, pos, mask) -> torch.Tensor:
-        B, T, C = x.shape
-        q, k, v = attn.heads(x, rope)
-        k_cache.index_copy_(2, pos, k)
-        v_cache.index_copy_(2, pos, v)
-        y = F.scaled_dot_product_attention(
-            q, k_cache, v_cache, attn_mask=mask, enable_gqa=attn.n_kv_head != attn.n_head
-        )
-        return attn.proj(y.transpose(1, 2).reshape(B, T, C))
-
-
-def eager_decoder(model: GPT, batch: int, max_len: int) -> tuple[Prefill, Step]:
-    """The model's own KV-cache path, with a cache allocated once (reused by every call)."""
-    cache = model.new_cache(batch, max_len)
-
-    def prefill(idx: torch.Tensor) -> torch.Tensor:
-        return model.head(model.hidden(idx, cache, 0)[:, -1])
-
-    def step(tok: torch.Tensor, pos: int) -> torch.Tensor:
-        return model.head(model.hidden(tok, cache, pos))[:, 0]
-
-    return prefill, step
-
-
-def static_decoder(
-    model: GPT, batch: int, max_len: int, backend: str | None = None
-) -> tuple[Prefill, Step]:
-    """StaticDecoder as it is (backend None), or compiled as one graph by torch.compile with
-    `backend` ("inductor": see _compile_kwargs). backend="eager" only traces, the tests' quick check
-    of the graph capture."""
-    decoder = StaticDecoder(model, batch, max_len)
-    device = model.tok_emb.weight.device
-    run, options = decoder, {}
-    if backend is not None:
-        options = _compile_kwargs(device, backend)
-        run = torch.compile(decoder, backend=backend, fullgraph=True, **options)
-    cuda_graphs = options.get("mode") == "reduce-overhead"
-    positions = [torch.tensor([i], device=device) for i in range(max_len)]  # one tensor per step
-
-    def step(tok: torch.Tensor, pos: int) -> torch.Tensor:
-        if cuda_graphs:
-            torch.compiler.cudagraph_mark_step_begin()  # each step overwrites the last one's outputs
-        return run(tok, positions[pos])
-
-    return decoder.prefill, step
-
-
-def _compile_kwargs(device: torch.device, backend: str) -> dict:
-    """GPU: CUDA graphs (mode "reduce-overhead"). CPU: inductor's C++ wrapper, which calls the step's
-    ~100 kernels from C++ instead of Python; measured here on the 30M model at batch 1, it cuts a decode
-    step from ~6.7 to ~5.8 ms (2 threads) for ~10 s more compile time."""
-    if backend != "inductor":
-        return {}
-    if device.type == "cuda":
-        return {"mode": "reduce-overhead"}
-    return {"options": {"cpp_wrapper": True}}
-
-
-def compiled_decoder(model: GPT, batch: int, max_len: int) -> tuple[Prefill, Step]:
-    """The compiled mode's decoder: StaticDecoder under torch.compile (inductor)."""
-    return static_decoder(model, batch, max_len, backend="inductor")
 
 
 def greedy(
@@ -161,30 +66,15 @@ def greedy(
     clock: Clock,
     keep_logits: bool = False,
 ) -> tuple[torch.Tensor, tuple[float, float], list[torch.Tensor]]:
-    """Greedy decoding of `new_tokens` tokens after `prompt` (B, P).
+    """Greedy decoding of `new_tokens` tokens after `prompt` (B, P) (decode.run), timed by `clock`.
 
     Returns the tokens (B, P + new_tokens), (prefill seconds, decode seconds) and, with keep_logits,
     the logits that chose each new token.
     """
-    B, P = prompt.shape
-    out = torch.empty(B, P + new_tokens, dtype=torch.long, device=prompt.device)
-    out[:, :P] = prompt
-    kept = []
     clock.sync()
-    t0 = clock.stamp()
-    logits = prefill(prompt)
-    tok = logits.argmax(-1, keepdim=True)  # (B, 1), its own tensor: the same strides every step
-    out[:, P] = tok[:, 0]
-    t1 = clock.stamp()
-    for i in range(1, new_tokens):
-        if keep_logits:
-            kept.append(logits.clone())
-        logits = step(tok, P + i - 1)
-        tok = logits.argmax(-1, keepdim=True)
-        out[:, P + i] = tok[:, 0]
-    t2 = clock.stamp()
-    if keep_logits:
-        kept.append(logits.clone())
+    out, kept, (t0, t1, t2) = run(
+        prefill, step, prompt, new_tokens, keep_logits=keep_logits, stamp=clock.stamp
+    )
     return out, (clock.seconds(t0, t1), clock.seconds(t1, t2)), kept
 
 

@@ -1,4 +1,4 @@
-"""A pre-norm GPT in two block styles, with TaperNorm where `taper` says and a KV-cache decoder.
+"""A pre-norm GPT in two block styles, with TaperNorm where `taper` says and KV-cache decoding (decode.py).
 
     h1 = h0 + Attn(ln_1(h0));  h2 = h1 + MLP(ln_2(h1));  logits = ln_f(h_L) @ W_out      (paper Sec. 1)
 
@@ -310,7 +310,6 @@ class GPT(nn.Module):
         p = self.tok_emb.weight
         return [KVCache(self.config, batch, max_len, p.device, p.dtype) for _ in self.blocks]
 
-    @torch.no_grad()
     def generate(
         self,
         idx: torch.Tensor,
@@ -319,34 +318,21 @@ class GPT(nn.Module):
         top_k: int | None = None,
         generator: torch.Generator | None = None,
         return_logits: bool = False,
+        compile: bool = False,
     ):
-        """Decode with a preallocated KV cache (temperature 0.0 = greedy).
+        """Decode with a preallocated KV cache (decode.py): temperature 0.0 is greedy, else sampling
+        from softmax(logits / temperature), over the top_k logits if given, drawing from `generator`.
 
+        compile=True runs each step as one torch.compile'd graph (CUDA graphs on a GPU); the first
+        call for a batch size and length compiles (seconds to a minute), later ones reuse it.
         Returns (B, T + max_new_tokens) tokens; with return_logits also the logits that chose each new
         token, (B, max_new_tokens, vocab).
         """
-        B, T = idx.shape
-        cache = self.new_cache(B, T + max_new_tokens)
-        logits = self.head(self.hidden(idx, cache, 0)[:, -1:])[:, 0]
-        tokens, chosen = [idx], []
-        for i in range(max_new_tokens):
-            chosen.append(logits)
-            nxt = _sample(logits, temperature, top_k, generator)
-            tokens.append(nxt)
-            if i + 1 < max_new_tokens:
-                logits = self.head(self.hidden(nxt, cache, T + i))[:, 0]
-        out = torch.cat(tokens, dim=1)
-        return (out, torch.stack(chosen, dim=1)) if return_logits else out
+        from .decode import generate  # decode.py builds on this module
 
-
-def _sample(logits, temperature: float, top_k: int | None, generator) -> torch.Tensor:
-    if temperature == 0.0:
-        return logits.argmax(-1, keepdim=True)
-    logits = logits.float() / temperature
-    if top_k is not None:
-        kth = torch.topk(logits, min(top_k, logits.shape[-1])).values[:, -1:]
-        logits = logits.masked_fill(logits < kth, float("-inf"))
-    return torch.multinomial(F.softmax(logits, -1), 1, generator=generator)
+        return generate(
+            self, idx, max_new_tokens, temperature, top_k, generator, return_logits, compile
+        )
 
 
 def convert_norms(model: GPT, taper: str, norm: str = "default") -> GPT:
