@@ -215,6 +215,7 @@ def test_gpu_script_runs_its_steps_on_the_cpu(tmp_path):
 
 def test_generate_speed_script_writes_its_table(tmp_path):
     """benchmarks/generate_speed.py on a tiny model, eager only: the rows, the CSV and the markdown."""
+    pytest.importorskip("transformers")
     script = Path(__file__).resolve().parents[1] / "benchmarks/generate_speed.py"
     args = ["--tiny", "--no-compiled", "--repeats", "2", "--warmup", "0", "--out", str(tmp_path)]
     proc = subprocess.run(

@@ -36,11 +36,10 @@ from .bench import (
     speedup_columns,
     timing_precision,
 )
-from .decode import (  # noqa: F401  (StaticDecoder, compile_kwargs: re-exported, their old home)
+from .decode import (  # noqa: F401  (StaticDecoder: re-exported from its old home)
     Prefill,
     StaticDecoder,
     Step,
-    compile_kwargs,
     compiled_decoder,
     eager_decoder,
     run,

@@ -71,9 +71,10 @@ def bench_generate(
     compile: bool = True,
     seed: int = 0,
 ) -> list[dict]:
-    """One row per implementation (IMPLS): median seconds of a whole generate call, tokens/s, the
-    median per-round speedup over transformers (quartiles beside it) and the floor ratio. `cfg`: a
-    llama-style model, by default the paper's 30M one (bench.paper_config); float32 on the CPU."""
+    """One row per implementation (IMPLS): median seconds of a whole generate call, tokens/s, ms
+    per new token (per step of the batch), the median per-round speedup over transformers
+    (quartiles beside it) and the floor ratio. `cfg`: a llama-style model, by default the paper's
+    30M one (bench.paper_config); float32 on the CPU."""
     from transformers import __version__ as transformers_version
 
     from .hf import load_hf
@@ -104,7 +105,7 @@ def bench_generate(
     }
     if compile:
         runs["compiled"] = timed(lambda: ours.generate(prompt, new_tokens, compile=True))
-    with torch.inference_mode():  # as transformers' generate runs (no_grad); ours sets its own
+    with torch.inference_mode():  # for transformers' generate too (ours enters it by itself)
         first = {name: run()["s"] for name, run in runs.items()}  # compiles, if so, untimed
         for name in runs:
             if not torch.equal(runs[name].tokens, runs["transformers"].tokens):
