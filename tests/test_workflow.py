@@ -203,7 +203,8 @@ def test_config_errors_stop_the_workflow_naming_the_key(workdir, tmp_path):
 def test_paper_config_plans_full_grid_with_gpus(workdir):
     out = snakemake(workdir, "-n", "--configfile", "config/paper.yaml").stdout
     counts = job_counts(out)
-    assert counts["train"] == 6 * 4 * 6 + 6 * 3 + 4  # pre-training grid, our ablation, lambda sweep
+    # pre-training grid (six variants and DyT), our ablation, lambda sweep
+    assert counts["train"] == 7 * 4 * 6 + 6 * 3 + 4
     assert "results/runs/pretrain/all_aux-d512-s5/eval.json" in out
     train_jobs = [b for b in out.split("\n\n") if "rule train:" in b]
     assert train_jobs and all("gpu=1" in b for b in train_jobs)
@@ -219,12 +220,13 @@ def test_paper_config_plans_gpt2_finetuning_with_table6_and_gpus(workdir):
 
     out = snakemake(workdir, "-n", "-p", "--configfile", "config/paper.yaml").stdout
     counts = job_counts(out)
-    assert counts["finetune"] == 4 * 3 and counts["fold_finetune"] == 4
-    assert counts["eval_finetune"] == 4 * 3 * 3 and counts["prepare_eval"] == 3
+    # 4 models x (the paper's 3 protocols and FakeLN), each scored on 3 sets
+    assert counts["finetune"] == 4 * 4 and counts["fold_finetune"] == 4
+    assert counts["eval_finetune"] == 4 * 4 * 3 and counts["prepare_eval"] == 3
     assert "pretrain_finetune_base" not in counts  # the hub's GPT-2 models
     blocks = re.split(r"\n(?=\[[A-Z][a-z]{2} )", out)  # a job's block starts with its date
     jobs = [b for b in blocks if "rule finetune:" in b]
-    assert len(jobs) == 12
+    assert len(jobs) == 16
     gpus = {"gpt2": 1, "gpt2-medium": 1, "gpt2-large": 2, "gpt2-xl": 4}
     seen = set()
     for job in jobs:
