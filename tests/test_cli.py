@@ -61,6 +61,11 @@ def test_fold_and_eval_commands(shards_dir, tmp_path, capsys):
     ev = json.loads((tmp_path / "e.json").read_text())
     assert abs(ev["val_loss"] - verify["val_loss_folded"]) < 1e-5
 
+    # --folded compares on an evaluation set's rows; token shards have none to compare on
+    args = ["eval", "--model", str(tmp_path / "run"), "--data", str(shards_dir)]
+    assert main([*args, "--folded", str(out / "folded")]) == 2
+    assert "--folded needs an evaluation set of prepare-eval" in capsys.readouterr().err
+
 
 def test_missing_model_is_a_clear_error(shards_dir, tmp_path, capsys):
     assert main(["eval", "--model", str(tmp_path / "nope"), "--data", str(shards_dir)]) == 2

@@ -77,37 +77,19 @@ def _cmd_prepare_eval(args: argparse.Namespace) -> int:
 
 
 def _cmd_eval(args: argparse.Namespace) -> int:
-    from .checkpoint import load_model, run_summary, write_json
-    from .data import EvalSet, TokenShards
-    from .device import resolve_device
-    from .evaluation import evaluate, evaluate_rows
+    from .checkpoint import write_json
+    from .evaluation import evaluate_model
 
-    device = resolve_device(args.device, setting="--device")
-    model = load_model(args.model, device)
-    result = {"model": str(args.model), "data": str(args.data), "eval": "g=0"}
-    if not (args.data / "rows.bin").exists():  # token shards: the fixed validation windows
-        result["val_loss"] = evaluate(model, TokenShards(args.data), args.windows, args.batch_size)
-    else:  # an evaluation set of `prepare-eval`: every row scored on its own
-        eval_set = EvalSet(args.data)
-        scores = evaluate_rows(model, eval_set, args.batch_size, args.max_rows, args.dtype)
-        result.update(
-            set=eval_set.meta["set"],
-            val_loss=scores["loss"],
-            rows=scores["rows"],
-            tokens=scores["tokens"],
-            dtype=args.dtype,
-            set_meta=eval_set.meta,
-            run=run_summary(args.model),
-        )
-        if args.folded is not None:  # the folded export, on the same rows
-            del model
-            folded = load_model(args.folded, device)
-            loss = evaluate_rows(folded, eval_set, args.batch_size, args.max_rows, args.dtype)
-            result["folded"] = {
-                "model": str(args.folded),
-                "val_loss": loss["loss"],
-                "loss_diff": loss["loss"] - scores["loss"],
-            }
+    result = evaluate_model(
+        args.model,
+        args.data,
+        args.windows,
+        args.batch_size,
+        args.max_rows,
+        args.dtype,
+        args.folded,
+        args.device,
+    )
     if args.out:
         write_json(args.out, result)
     print(json.dumps(result, indent=2))

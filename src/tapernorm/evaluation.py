@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from contextlib import AbstractContextManager, nullcontext
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
 from .data import EvalSet, TokenShards
-from .device import autocast_for
+from .device import autocast_for, resolve_device
 from .model import GPT
 from .norms import set_gate, taper_norms
 
@@ -70,3 +71,51 @@ def evaluate_rows(
     autocast = autocast_for(model.tok_emb.weight.device, dtype)
     loss = mean_ce(model, rows[:, :-1], rows[:, 1:], batch_size, autocast)
     return {"loss": loss, "rows": len(rows), "tokens": len(rows) * (rows.shape[1] - 1)}
+
+
+def evaluate_model(
+    model_dir: str | Path,
+    data: str | Path,
+    windows: int = 64,
+    batch_size: int = 16,
+    max_rows: int | None = None,
+    dtype: str = "float32",
+    folded: str | Path | None = None,
+    device: str = "auto",
+) -> dict:
+    """`tapernorm eval`: the validation loss at g = 0 of a run (or model) directory on `data`.
+
+    Token shards: the first `windows` fixed validation windows. An evaluation set of `prepare-eval`
+    (it has rows.bin): every row (the first `max_rows`) scored on its own under `dtype`, and, when
+    `folded` names a folded export, that export on the same rows. Returns the result as a dict.
+    """
+    from .checkpoint import load_model, run_summary
+
+    dev = resolve_device(device)
+    model = load_model(model_dir, dev)
+    result = {"model": str(model_dir), "data": str(data), "eval": "g=0"}
+    if not (Path(data) / "rows.bin").exists():  # token shards: the fixed validation windows
+        if folded is not None:
+            raise ValueError(f"--folded needs an evaluation set of prepare-eval; {data} has none")
+        result["val_loss"] = evaluate(model, TokenShards(data), windows, batch_size)
+        return result
+    eval_set = EvalSet(data)
+    scores = evaluate_rows(model, eval_set, batch_size, max_rows, dtype)
+    result.update(
+        set=eval_set.meta["set"],
+        val_loss=scores["loss"],
+        rows=scores["rows"],
+        tokens=scores["tokens"],
+        dtype=dtype,
+        set_meta=eval_set.meta,
+        run=run_summary(model_dir),
+    )
+    if folded is not None:  # the folded export, on the same rows
+        del model
+        loss = evaluate_rows(load_model(folded, dev), eval_set, batch_size, max_rows, dtype)["loss"]
+        result["folded"] = {
+            "model": str(folded),
+            "val_loss": loss,
+            "loss_diff": loss - scores["loss"],
+        }
+    return result
