@@ -230,6 +230,21 @@ def test_generate_speed_script_writes_its_table(tmp_path):
     assert "| GPT.generate |" in md and "load average" in md and "GB/s" in md
 
 
+def test_step_linear_script_writes_its_table(tmp_path):
+    """benchmarks/step_linear.py at one small width: a row per width, the CSV and the markdown."""
+    script = Path(__file__).resolve().parents[1] / "benchmarks/step_linear.py"
+    args = ["--widths", "32", "--repeats", "2", "--batch", "2", "--out", str(tmp_path)]
+    proc = subprocess.run(
+        [sys.executable, str(script), *args], capture_output=True, text=True, timeout=600
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    df = pd.read_csv(tmp_path / "step_linear_b2.csv")
+    assert list(df["n_embd"]) == [32] and (df["batch"] == 2).all()
+    assert (df["layer_ms"] > 0).all() and (df["step_linear_ms"] > 0).all()
+    assert df["speedup_q1"].iloc[0] <= df["speedup"].iloc[0] <= df["speedup_q3"].iloc[0]
+    assert "| 32 |" in (tmp_path / "step_linear_b2.md").read_text()
+
+
 def test_with_block_size_keeps_the_function():
     torch.manual_seed(1)
     model = GPT(tiny_config(block_size=16)).eval()

@@ -75,22 +75,61 @@ NORMS = {
 }
 
 
-@pytest.mark.parametrize("kind", [*NORMS, "taper-g0.5", "explicit", "folded"])
-@pytest.mark.parametrize("batch", [1, 3])
-def test_eager_step_is_the_models_path_bit_for_bit(kind, batch):
-    """generate's eager step against GPT.hidden with a cache: the same tokens and logits, exactly,
-    for every style, norm and export (so the decode benchmark's checks are unchanged too)."""
+def variant(kind, seed):
     if kind in NORMS:
-        m = model(seed=batch, **NORMS[kind])
+        m = model(seed=seed, **NORMS[kind])
         for p in m.parameters():  # biases and norm gains away from their init
             p.data.add_(0.05 * torch.randn_like(p))
-    else:
-        tapered = random_variants(tiny(), seed=batch)[1]
-        m = {"explicit": export_explicit_scaling, "folded": fold_model}.get(kind, set_half)(tapered)
-    x = prompt(batch)
+        return m
+    tapered = random_variants(tiny(), seed=seed)[1]
+    return {"explicit": export_explicit_scaling, "folded": fold_model}.get(kind, set_half)(tapered)
+
+
+KINDS = [*NORMS, "taper-g0.5", "explicit", "folded"]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("batch", [1, 3])
+def test_eager_step_is_the_models_path(kind, batch, monkeypatch):
+    """generate's eager step against GPT.hidden with a cache, for every style, norm and export: the
+    same tokens, and the same logits up to the rounding of step_linear's kernel (here on every
+    layer of the tiny models, where torch has it)."""
+    monkeypatch.setattr(decode, "ONEDNN_WEIGHTS", 0)
+    m, x = variant(kind, batch), prompt(batch)
+    tokens, logits = m.generate(x, 12, return_logits=True)
+    expected = hidden_path(m, x, 12)
+    assert torch.equal(tokens, expected[0])
+    torch.testing.assert_close(logits, expected[1], rtol=1e-5, atol=1e-5 * logits.abs().max())
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_eager_step_with_the_layers_own_kernel_is_bit_for_bit(kind, monkeypatch):
+    """With the layers computing themselves, the step is GPT.hidden's computation exactly: only
+    the kernel of the linear layers may differ from the model's path."""
+    monkeypatch.setattr(decode, "step_linear", lambda *args: lambda layer, x: layer(x))
+    m, x = variant(kind, 2), prompt(2)
     tokens, logits = m.generate(x, 12, return_logits=True)
     expected = hidden_path(m, x, 12)
     assert torch.equal(tokens, expected[0]) and torch.equal(logits, expected[1])
+
+
+@pytest.mark.parametrize("bias", [False, True])
+def test_step_linear_is_the_layer_up_to_rounding(bias):
+    """oneDNN's kernel for a CPU step's large float32 layers over few rows (where torch has it),
+    the layer itself otherwise."""
+    d = int(decode.ONEDNN_WEIGHTS**0.5)
+    large, small = nn.Linear(d, d, bias=bias), nn.Linear(d, d - 1, bias=bias)
+    cpu, f32 = torch.device("cpu"), torch.float32
+    with torch.inference_mode():
+        for rows in (1, decode.GEMV_ROWS):
+            x = torch.randn(rows, d)
+            torch.testing.assert_close(decode.step_linear(cpu, f32, rows)(large, x), large(x))
+            assert torch.equal(decode.step_linear(cpu, f32, rows)(small, x), small(x))
+        x = torch.randn(decode.GEMV_ROWS + 1, d)
+        assert torch.equal(decode.step_linear(cpu, f32, len(x))(large, x), large(x))
+        half = large.to(torch.bfloat16)
+        x = torch.randn(1, d, dtype=torch.bfloat16)
+        assert torch.equal(decode.step_linear(cpu, torch.bfloat16, 1)(half, x), half(x))
 
 
 def set_half(m):

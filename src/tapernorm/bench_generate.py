@@ -23,7 +23,7 @@ import torch
 from torch import nn
 
 from .bench import environment, hf_llama_like, paired_rounds, paired_speedup, paper_config
-from .model import GPTConfig
+from .model import GPT, GPTConfig
 
 IMPLS = {
     "transformers": "transformers generate(do_sample=False)",
@@ -185,3 +185,56 @@ def markdown(rows: list[dict]) -> str:
             f"Compile warm-up (first compile=True call, untimed): {compiled[0]['compile_s']:.1f} s."
         )
     return "\n".join(lines) + "\n"
+
+
+def bench_step_linear(
+    widths: tuple[int, ...] = (64, 128, 256, 384, 512),
+    batch: int = 1,
+    steps: int = 64,
+    repeats: int = 15,
+    warmup: int = 2,
+    seed: int = 0,
+) -> list[dict]:
+    """The eager decode step with decode.step_linear's kernels against every linear layer on its own
+    kernel (MKL's GEMM on a CPU), per model width (the paper's model otherwise, head_dim 32, random
+    weights, float32, this CPU): median ms a step of `steps` steps after a 64-token prompt, and the
+    median per-round speedup over interleaved rounds."""
+    from . import decode
+
+    rows = []
+    for d in widths:
+        torch.manual_seed(seed)
+        model = GPT(paper_config(n_embd=d, n_head=max(1, d // 32), block_size=64 + steps)).eval()
+        prompt = torch.randint(0, model.config.vocab_size, (batch, 64))
+        kernels = {"layer": lambda *_: lambda layer, x: layer(x), "step_linear": decode.step_linear}
+        runs = {}
+        with torch.inference_mode():
+            for name, kernel in kernels.items():
+                lin = kernel(torch.device("cpu"), torch.float32, batch)
+                prefill, step = decode.eager_decoder(model, batch, 64 + steps, lin)
+                runs[name] = _timed_steps(step, prefill(prompt).argmax(-1, keepdim=True), steps)
+            times = paired_rounds(runs, repeats, warmup)
+        median, q1, q3 = paired_speedup(times["layer"]["s"], times["step_linear"]["s"])
+        rows.append(
+            {
+                "n_embd": d,
+                "batch": batch,
+                "layer_ms": 1e3 * statistics.median(times["layer"]["s"]) / steps,
+                "step_linear_ms": 1e3 * statistics.median(times["step_linear"]["s"]) / steps,
+                "speedup": median,
+                "speedup_q1": q1,
+                "speedup_q3": q3,
+                "threads": torch.get_num_threads(),
+            }
+        )
+    return rows
+
+
+def _timed_steps(step, tok: torch.Tensor, steps: int) -> Callable[[], dict[str, float]]:
+    def call() -> dict[str, float]:
+        t0 = time.perf_counter()
+        for pos in range(64, 64 + steps):
+            step(tok, pos)
+        return {"s": time.perf_counter() - t0}
+
+    return call
