@@ -213,15 +213,20 @@ def test_gpu_script_runs_its_steps_on_the_cpu(tmp_path):
         assert (tmp_path / name).stat().st_size > 0, name
 
 
-def test_generate_speed_script_writes_its_table(tmp_path):
-    """benchmarks/generate_speed.py on a tiny model, eager only: the rows, the CSV and the markdown."""
-    pytest.importorskip("transformers")
-    script = Path(__file__).resolve().parents[1] / "benchmarks/generate_speed.py"
-    args = ["--tiny", "--no-compiled", "--repeats", "2", "--warmup", "0", "--out", str(tmp_path)]
+def run_script(name: str, args: list[str]) -> None:
+    """Run benchmarks/NAME with `args` in a fresh interpreter; it must exit 0."""
+    script = Path(__file__).resolve().parents[1] / "benchmarks" / name
     proc = subprocess.run(
         [sys.executable, str(script), *args], capture_output=True, text=True, timeout=600
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
+
+
+def test_generate_speed_script_writes_its_table(tmp_path):
+    """benchmarks/generate_speed.py on a tiny model, eager only: the rows, the CSV and the markdown."""
+    pytest.importorskip("transformers")
+    args = ["--tiny", "--no-compiled", "--repeats", "2", "--warmup", "0", "--out", str(tmp_path)]
+    run_script("generate_speed.py", args)
     df = pd.read_csv(tmp_path / "generate_speed.csv")
     assert list(df["impl"]) == ["transformers", "eager"] and df["same_tokens"].all()
     assert (df["tok_s"] > 0).all() and (df["floor_ratio"] > 0).all() and (df["rounds"] == 2).all()
@@ -232,12 +237,10 @@ def test_generate_speed_script_writes_its_table(tmp_path):
 
 def test_step_linear_script_writes_its_table(tmp_path):
     """benchmarks/step_linear.py at one small width: a row per width, the CSV and the markdown."""
-    script = Path(__file__).resolve().parents[1] / "benchmarks/step_linear.py"
-    args = ["--widths", "32", "--repeats", "2", "--batch", "2", "--out", str(tmp_path)]
-    proc = subprocess.run(
-        [sys.executable, str(script), *args], capture_output=True, text=True, timeout=600
+    run_script(
+        "step_linear.py",
+        ["--widths", "32", "--repeats", "2", "--batch", "2", "--out", str(tmp_path)],
     )
-    assert proc.returncode == 0, proc.stderr[-3000:]
     df = pd.read_csv(tmp_path / "step_linear_b2.csv")
     assert list(df["n_embd"]) == [32] and (df["batch"] == 2).all()
     assert (df["layer_ms"] > 0).all() and (df["step_linear_ms"] > 0).all()
