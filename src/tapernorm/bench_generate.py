@@ -206,11 +206,13 @@ def bench_step_linear(
         torch.manual_seed(seed)
         model = GPT(paper_config(n_embd=d, n_head=max(1, d // 32), block_size=64 + steps)).eval()
         prompt = torch.randint(0, model.config.vocab_size, (batch, 64))
-        kernels = {"layer": lambda *_: lambda layer, x: layer(x), "step_linear": decode.step_linear}
+        kernels = {
+            "layer": decode.layer_linear,
+            "step_linear": decode.step_linear(torch.device("cpu"), torch.float32, batch),
+        }
         runs = {}
         with torch.inference_mode():
-            for name, kernel in kernels.items():
-                lin = kernel(torch.device("cpu"), torch.float32, batch)
+            for name, lin in kernels.items():
                 prefill, step = decode.eager_decoder(model, batch, 64 + steps, lin)
                 runs[name] = _timed_steps(step, prefill(prompt).argmax(-1, keepdim=True), steps)
             times = paired_rounds(runs, repeats, warmup)

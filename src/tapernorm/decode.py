@@ -137,7 +137,7 @@ def step_linear(device: torch.device, dtype: torch.dtype, rows: int) -> Linear:
     onednn = getattr(torch.ops.mkldnn, "_linear_pointwise", None)
     fast = onednn is not None and torch.backends.mkldnn.is_available()
     if not (fast and device.type == "cpu" and dtype == torch.float32 and rows <= GEMV_ROWS):
-        return lambda layer, x: layer(x)
+        return layer_linear
 
     def linear(layer: nn.Linear, x: torch.Tensor) -> torch.Tensor:
         if layer.weight.numel() < ONEDNN_WEIGHTS:
@@ -145,6 +145,11 @@ def step_linear(device: torch.device, dtype: torch.dtype, rows: int) -> Linear:
         return onednn(x, layer.weight, layer.bias, "none", [], "")
 
     return linear
+
+
+def layer_linear(layer: nn.Linear, x: torch.Tensor) -> torch.Tensor:
+    """The layer computing itself: the model's own kernel."""
+    return layer(x)
 
 
 def _attend_one(

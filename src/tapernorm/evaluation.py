@@ -8,6 +8,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from .checkpoint import load_model, run_summary
 from .data import EvalSet, TokenShards
 from .device import autocast_for, resolve_device
 from .model import GPT
@@ -89,8 +90,6 @@ def evaluate_model(
     (it has rows.bin): every row (the first `max_rows`) scored on its own under `dtype`, and, when
     `folded` names a folded export, that export on the same rows. Returns the result as a dict.
     """
-    from .checkpoint import load_model, run_summary
-
     dev = resolve_device(device)
     model = load_model(model_dir, dev)
     result = {"model": str(model_dir), "data": str(data), "eval": "g=0"}

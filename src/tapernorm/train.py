@@ -41,6 +41,7 @@ from .model import GPT, GPTConfig, convert_norms
 from .norms import Reduce, set_gate, start_taper, taper_norms, update_calibration
 from .schedules import gate_at, lr_at
 from .training_state import (
+    checkpoint_dirs,
     has_checkpoint,
     load_training_state,
     save_training_state,
@@ -171,7 +172,7 @@ def resume(run: Run) -> int:
             log.warning(
                 "[%s] checkpoint in %s is from another config: starting over", cfg["name"], out
             )
-            for path in (run.ckpt, run.ckpt.with_name("ckpt.old")):
+            for path in checkpoint_dirs(run.ckpt):
                 shutil.rmtree(path, ignore_errors=True)
     barrier(world)  # every rank sees the checkpoint rank 0 kept
     if has_checkpoint(run.ckpt):

@@ -22,6 +22,12 @@ from .checkpoint import (
 from .model import GPT
 
 
+def checkpoint_dirs(ckpt: Path) -> tuple[Path, Path]:
+    """`ckpt` and the ckpt.old that a kill between replace_dir's two renames leaves, in the order
+    a resume reads them."""
+    return ckpt, ckpt.with_name(ckpt.name + ".old")
+
+
 def save_training_state(
     ckpt: Path,
     model: GPT,
@@ -49,8 +55,9 @@ def load_training_state(
     ckpt: Path, model: GPT, opt: torch.optim.Optimizer, anchor: ScaleAnchor | None
 ) -> int:
     """Load the state in `ckpt` (or ckpt.old) into model, optimizer and anchor; returns its step."""
-    if not ckpt.is_dir() and ckpt.with_name(ckpt.name + ".old").is_dir():
-        ckpt = ckpt.with_name(ckpt.name + ".old")  # killed between the two renames of replace_dir
+    current, old = checkpoint_dirs(ckpt)
+    if not current.is_dir() and old.is_dir():
+        ckpt = old  # killed between the two renames of replace_dir
     meta = read_json(ckpt / "state.json")
     tensors = load_tensors(ckpt / "state.safetensors")
     load_model_tensors(
@@ -69,12 +76,12 @@ def load_training_state(
 
 def has_checkpoint(ckpt: Path) -> bool:
     """Whether `ckpt` or the ckpt.old a kill mid-replacement leaves holds a checkpoint."""
-    return ckpt.is_dir() or ckpt.with_name(ckpt.name + ".old").is_dir()
+    return any(path.is_dir() for path in checkpoint_dirs(ckpt))
 
 
 def stale_checkpoint(ckpt: Path, cfg: dict) -> bool:
     """True if a checkpoint exists but was written under a different run config."""
-    for path in (ckpt, ckpt.with_name(ckpt.name + ".old")):
+    for path in checkpoint_dirs(ckpt):
         if (path / "state.json").is_file():
             try:
                 return read_json(path / "state.json").get("run_config") != cfg
@@ -88,7 +95,7 @@ def resume_step(cfg: dict, out_dir: str | Path) -> int:
     ckpt = Path(out_dir) / "ckpt"
     if stale_checkpoint(ckpt, cfg):
         return 0
-    for path in (ckpt, ckpt.with_name(ckpt.name + ".old")):  # load_training_state's order
+    for path in checkpoint_dirs(ckpt):
         if path.is_dir():
             try:
                 return int(read_json(path / "state.json")["step"])
