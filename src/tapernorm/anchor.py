@@ -14,9 +14,8 @@ s_tgt are scaled together: one lambda means the same stiffness at every width an
 from __future__ import annotations
 
 import torch
-from torch import nn
 
-from .norms import Reduce
+from .norms import HostState, Reduce, bias_correction, ema_update_
 
 
 def token_scale(h: torch.Tensor, kind: str, eps: float = 1e-5) -> torch.Tensor:
@@ -29,8 +28,10 @@ def token_scale(h: torch.Tensor, kind: str, eps: float = 1e-5) -> torch.Tensor:
 ANCHOR_FORMS = ("eq5", "relative")
 
 
-class ScaleAnchor(nn.Module):
+class ScaleAnchor(HostState):
     """Tracks s_tgt while g = 1 and gives the scale loss of `form` (eq5 or relative) once frozen."""
+
+    HOST_BUFFERS = {"frozen": bool, "ema_count": int}
 
     def __init__(self, kind: str = "rms", lam: float = 0.1, eps: float = 1e-5, form: str = "eq5"):
         super().__init__()
@@ -41,48 +42,49 @@ class ScaleAnchor(nn.Module):
         self.register_buffer("ema_count", torch.tensor(0, dtype=torch.long))
         self.register_buffer("target", torch.tensor(float("nan")))
         self.register_buffer("frozen", torch.tensor(False))
-        self._pending: list[float] = []
+        self._pending: list[torch.Tensor] = []  # batch means of s, not yet in the EMA
+        self._init_host(frozen=False, ema_count=0)
 
     @property
     def active(self) -> bool:
-        return bool(self.frozen)
+        return self.host("frozen")
 
     def loss(self, h: torch.Tensor) -> torch.Tensor:
         """The scale loss of the pre-logit states h (B, T, d); records s for the EMA until frozen."""
         s = token_scale(h.float(), self.kind, self.eps)
         if not self.active:
-            self._pending.append(float(s.detach().mean()))
-            return torch.zeros((), device=h.device)
+            self._pending.append(s.detach().mean())
+            return h.new_zeros((), dtype=torch.float32)
         if self.form == "relative":
             return self.lam * (s / self.target - 1.0).pow(2).mean()
         return self.lam * (s - self.target).pow(2).mean()
 
     @torch.no_grad()
     def update(self, mu: float, reduce: Reduce | None = None) -> None:
-        """Once per optimizer step at g = 1: s <- (1 - mu) s + mu * mean(batch s).
+        """Once per optimizer step at g = 1: s <- (1 - mu) s + mu * mean(batch s), on the device.
 
         `reduce` (a sum over data-parallel processes) takes the mean over every process's batches.
         """
-        if self.active:
-            self._pending.clear()
+        pending, self._pending = self._pending, []
+        if self.active or not pending:
             return
-        total = torch.tensor([sum(self._pending), len(self._pending)], dtype=torch.float64)
-        self._pending.clear()
+        total = pending[0].double()
+        for s in pending[1:]:  # in order, as a Python sum of the batch means would add them
+            total = total + s.double()
+        total = torch.stack([total, total.new_full((), float(len(pending)))])
         if reduce is not None:
             total = reduce(total)
-        if total[1] == 0:
-            return
-        x = float(total[0] / total[1])
-        self.ema.mul_(1 - mu).add_(mu * x)
-        self.ema_count += 1
-        self.target.fill_(self.ema / (1.0 - (1.0 - mu) ** int(self.ema_count)))
+        ema_update_(self.ema, total[0] / total[1], mu)
+        count = self.host("ema_count") + 1
+        self.set_host("ema_count", count)
+        self.target.copy_(self.ema / bias_correction(mu, count))
 
     @torch.no_grad()
-    def freeze(self) -> float:
-        """Freeze s_tgt at taper start; returns it."""
-        if int(self.ema_count) == 0:
+    def freeze(self) -> torch.Tensor:
+        """Freeze s_tgt at taper start; returns it (a 0-dim tensor on the anchor's device)."""
+        if self.host("ema_count") == 0:
             raise RuntimeError(
                 "ScaleAnchor.freeze: no step at g=1 was recorded, s_tgt is undefined"
             )
-        self.frozen.fill_(True)
-        return float(self.target)
+        self.set_host("frozen", True)
+        return self.target.detach().clone()

@@ -128,6 +128,13 @@ def _cmd_taper_hf(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_selftest(args: argparse.Namespace) -> int:
+    from .selftest import run_selftest
+
+    results = run_selftest(args.device, args.dtype, args.compile, args.only)
+    return 1 if any(r.status == "fail" for r in results) else 0
+
+
 def _cmd_bench(args: argparse.Namespace) -> int:
     from . import bench
     from .checkpoint import write_json
@@ -337,6 +344,32 @@ def build_parser() -> argparse.ArgumentParser:
     h.add_argument("--lam", type=NON_NEGATIVE_FLOAT, default=0.1, help="scale loss weight")
     h.add_argument("--device", default="auto", choices=DEVICES, help=DEVICE_HELP)
     h.set_defaults(func=_cmd_taper_hf)
+
+    st = sub.add_parser(
+        "selftest",
+        help="a few training steps of every model family, fold, decode: run first on a new machine",
+        description="Before spending GPU-hours: a few optimizer steps of every model family and "
+        "training feature the paper config uses, the training loop with a resume, fold and verify, "
+        "KV-cache decoding. One line per check; exit status 1 if any fails. On --device meta it "
+        "checks device placement and that a training step reads nothing back from the device.",
+    )
+    st.add_argument(
+        "--device", default="auto", choices=[*DEVICES, "meta"], help=DEVICE_HELP + "; meta: shapes"
+    )
+    st.add_argument(
+        "--dtype",
+        default="auto",
+        choices=["auto", "float32", "bfloat16"],
+        help="training dtype (auto: bf16 autocast on CUDA, float32 elsewhere)",
+    )
+    st.add_argument(
+        "--compile",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="include compiled decoding (default: on CUDA only; on a CPU it compiles a minute)",
+    )
+    st.add_argument("--only", metavar="TEXT", help="run only the checks whose name contains TEXT")
+    st.set_defaults(func=_cmd_selftest)
     from .analysis.cli import add_subcommands  # table, figure, claims
 
     add_subcommands(sub)

@@ -57,7 +57,7 @@ def output_stats(model: GPT, logits: torch.Tensor, h: torch.Tensor, y: torch.Ten
         "saturation": residual.norm(dim=-1).mean().item(),
     }
     final = model.ln_f
-    if isinstance(final, TaperNorm) and bool(final.frozen):
+    if isinstance(final, TaperNorm) and final.is_frozen:
         out["final_c_r"] = float(final.c) * out["prelogit_scale"]
     return out
 

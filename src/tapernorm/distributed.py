@@ -63,14 +63,15 @@ def rank_micro_batches(accum: int, rank: int, world_size: int) -> list[int]:
 
 
 def make_reduce(world: World, device: torch.device) -> Reduce | None:
-    """A sum over all processes of a small CPU tensor (None for a single process)."""
+    """A sum over all processes of a small tensor on this process's device, returned on that
+    device (None for a single process): statistics never leave the device to be summed."""
     if world.size == 1:
         return None
 
     def reduce(stats: torch.Tensor) -> torch.Tensor:
-        stats = stats.to(device)  # NCCL reduces GPU tensors only
+        stats = stats.to(device)  # a no-op for the model's own statistics; NCCL wants GPU tensors
         dist.all_reduce(stats)
-        return stats.cpu()
+        return stats
 
     return reduce
 

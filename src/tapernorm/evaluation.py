@@ -25,7 +25,7 @@ def mean_ce(
 ) -> float:
     """Mean next-token CE of targets y given inputs x, with every TaperNorm at g = 0 (the gates
     are restored afterwards). `autocast`: a context for the forward passes (default: none)."""
-    gates = [float(m.gate) for _, m in taper_norms(model)]
+    gates = [m.gate_value for _, m in taper_norms(model)]
     was_training = model.training
     model.eval()
     set_gate(model, 0.0)
@@ -38,7 +38,7 @@ def mean_ce(
         total += F.cross_entropy(logits.float().flatten(0, 1), y.flatten(), reduction="sum").item()
         count += y.numel()
     for (_, m), g in zip(taper_norms(model), gates, strict=True):
-        m.gate.fill_(g)
+        m.set_gate(g)
     model.train(was_training)
     return total / count
 

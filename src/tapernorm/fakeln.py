@@ -25,15 +25,17 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .norms import Reduce
+from .norms import HostState, Reduce, bias_correction, ema_update_
 
 if TYPE_CHECKING:
     from .model import GPT
 
 
-class FakeNorm(nn.Module):
+class FakeNorm(HostState):
     """LayerNorm (kind "layer") or RMSNorm ("rms") whose per-token scale becomes a fixed scalar once
     `remove()` is called."""
+
+    HOST_BUFFERS = {"removed": bool, "ema_count": int}
 
     def __init__(self, dim: int, kind: str = "layer", eps: float = 1e-5, bias: bool = True):
         super().__init__()
@@ -45,12 +47,17 @@ class FakeNorm(nn.Module):
         self.register_buffer("ema", torch.tensor(0.0))
         self.register_buffer("ema_count", torch.tensor(0, dtype=torch.long))
         self._pending: list[torch.Tensor] = []  # batch means of sigma(h), not yet in the EMA
+        self._init_host(removed=False, ema_count=0)
+
+    @property
+    def is_removed(self) -> bool:
+        return self.host("removed")
 
     def extra_repr(self) -> str:
-        return f"{self.dim}, kind={self.kind}, removed={bool(self.removed)}"
+        return f"{self.dim}, kind={self.kind}, removed={self.is_removed}"
 
     def forward(self, h: torch.Tensor) -> torch.Tensor:
-        if not bool(self.removed):
+        if not self.is_removed:
             if self.training:
                 self._record(h)
             if self.kind == "rms":
@@ -71,29 +78,29 @@ class FakeNorm(nn.Module):
     @torch.no_grad()
     def update(self, mu: float, reduce: Reduce | None = None) -> None:
         """Fold this step's recorded batch means into the EMA (mean over micro-batches, and over
-        data-parallel processes with `reduce`, a sum over them)."""
-        stats = torch.stack(self._pending).double() if self._pending else torch.zeros(0).double()
-        self._pending.clear()
-        if bool(self.removed):
+        data-parallel processes with `reduce`, a sum over them), on the model's device."""
+        pending, self._pending = self._pending, []
+        if self.is_removed or not pending:
             return
-        total = torch.stack([stats.sum(), torch.tensor(float(len(stats)), dtype=torch.float64)])
+        stats = torch.stack(pending).double()
+        total = torch.stack([stats.sum(), stats.new_full((), float(len(pending)))])
         if reduce is not None:
             total = reduce(total)
-        if total[1] == 0:
-            return
-        self.ema.mul_(1 - mu).add_(mu * float(total[0] / total[1]))
-        self.ema_count += 1
+        ema_update_(self.ema, total[0] / total[1], mu)
+        self.set_host("ema_count", self.host("ema_count") + 1)
 
     @torch.no_grad()
-    def remove(self, mu: float) -> float:
-        """Fix s to the EMA (weight `mu`), bias-corrected, and stop normalizing per token; returns s."""
-        if not bool(self.removed):
-            if int(self.ema_count) == 0:
+    def remove(self, mu: float) -> torch.Tensor:
+        """Fix s to the EMA (weight `mu`), bias-corrected, and stop normalizing per token; returns s
+        (a 0-dim tensor on the norm's device)."""
+        if not self.is_removed:
+            count = self.host("ema_count")
+            if count == 0:
                 raise RuntimeError("FakeNorm.remove: no step recorded its average scale yet")
-            self.scale.fill_(float(self.ema) / (1.0 - (1.0 - mu) ** int(self.ema_count)))
-            self.removed.fill_(True)
+            self.scale.copy_(self.ema.double() / bias_correction(mu, count))
+            self.set_host("removed", True)
         self._pending.clear()
-        return float(self.scale)
+        return self.scale.detach().clone()
 
 
 def removal_order(n_layer: int) -> list[str]:
@@ -128,9 +135,14 @@ class FakeLNSchedule:
         self.mu = mu
 
     def before_step(self, k: int) -> dict:
-        """Remove every live norm due at or before step k; {"fakeln_removed": {name: s}} or {}."""
-        due = [n for n, step in self.steps.items() if step <= k and not bool(self.norms[n].removed)]
+        """Remove every live norm due at or before step k; {"fakeln_removed": {name: s}} or {}
+        (s a 0-dim device tensor, read when the step's record is written)."""
+        due = [n for n, step in self.steps.items() if step <= k and not self.norms[n].is_removed]
         return {"fakeln_removed": {n: self.norms[n].remove(self.mu) for n in due}} if due else {}
+
+    def due(self, k: int) -> bool:
+        """Whether step k removes a norm (a step whose record is always logged)."""
+        return any(step <= k and not self.norms[n].is_removed for n, step in self.steps.items())
 
     def after_step(self, reduce: Reduce | None = None) -> None:
         for norm in self.norms.values():

@@ -19,7 +19,53 @@ import torch.nn.functional as F
 from torch import nn
 
 NORM_KINDS = ("rms", "layer")
-Reduce = Callable[[torch.Tensor], torch.Tensor]  # sums a CPU tensor over data-parallel processes
+Reduce = Callable[[torch.Tensor], torch.Tensor]  # sums a tensor over data-parallel processes
+
+
+class HostState(nn.Module):
+    """Host copies of a module's small state buffers (a gate, a flag, a count), so that a training
+    step branches on Python values and never reads the device. The buffers stay what checkpoints
+    hold. A buffer written other than through `set_host` (fill_, load_state_dict) is re-read once:
+    in-place writes bump a tensor's version counter, which lives on the host."""
+
+    HOST_BUFFERS: dict[str, type] = {}  # buffer name -> the Python type of its host copy
+
+    def _init_host(self, **values) -> None:
+        """At construction: the buffers' initial values (never read: they may be on `meta`)."""
+        self._host = dict(values)
+        self._versions = self._buffer_versions()
+
+    def _reload_host(self) -> None:
+        self._host = {name: kind(self._buffers[name]) for name, kind in self.HOST_BUFFERS.items()}
+        self._versions = self._buffer_versions()
+
+    def _buffer_versions(self) -> tuple[int, ...] | None:
+        try:
+            return tuple(self._buffers[name]._version for name in self.HOST_BUFFERS)
+        except RuntimeError:  # inference tensors keep no version counter
+            return None
+
+    def host(self, name: str):
+        """The buffer `name` as a Python value, read from the device only if written elsewhere."""
+        if not torch.compiler.is_compiling():
+            versions = self._buffer_versions()
+            if versions is not None and versions != self._versions:
+                self._reload_host()  # written directly or loaded: read it once
+        return self._host[name]
+
+    def set_host(self, name: str, value) -> None:
+        """Write buffer `name` (on its device) and its host copy, rounded as the buffer holds it."""
+        buffer = self._buffers[name]
+        self.host(name)  # take in any write made elsewhere first
+        buffer.fill_(value)
+        self._host[name] = self.HOST_BUFFERS[name](torch.tensor(value, dtype=buffer.dtype))
+        self._versions = self._buffer_versions()
+
+    def _apply(self, fn, recurse=True):
+        self.host(next(iter(self.HOST_BUFFERS)))  # take in writes made before the move
+        out = super()._apply(fn, recurse)  # .to(), .cuda(): new tensors, same values
+        self._versions = self._buffer_versions()
+        return out
 
 
 class RMSNorm(nn.Module):
@@ -70,8 +116,10 @@ class DyT(nn.Module):
         return torch.addcmul(self.bias, torch.tanh(self.alpha * x), self.weight)
 
 
-class TaperNorm(nn.Module):
+class TaperNorm(HostState):
     """A norm that tapers into a learned sample-independent scale as the gate goes from 1 to 0."""
+
+    HOST_BUFFERS = {"gate": float, "frozen": bool, "ema_count": int}
 
     def __init__(self, dim: int, kind: str = "rms", eps: float = 1e-5, delta: float = 1e-8):
         super().__init__()
@@ -89,6 +137,20 @@ class TaperNorm(nn.Module):
         self.register_buffer("ema_count", torch.tensor(0, dtype=torch.long))
         self.register_buffer("frozen", torch.tensor(False))
         self._pending: list[torch.Tensor] = []  # per-forward (num, den) batch means, not yet in EMA
+        self._init_host(gate=1.0, frozen=False, ema_count=0)
+
+    @property
+    def gate_value(self) -> float:
+        """The gate g as a Python float (the buffer's float32 value), without a device read."""
+        return self.host("gate")
+
+    @property
+    def is_frozen(self) -> bool:
+        """Whether c is frozen (the taper has started), without a device read."""
+        return self.host("frozen")
+
+    def set_gate(self, g: float) -> None:
+        self.set_host("gate", g)
 
     def extra_repr(self) -> str:
         return f"{self.dim}, kind={self.kind}, eps={self.eps}"
@@ -100,17 +162,18 @@ class TaperNorm(nn.Module):
         return F.layer_norm(h, (self.dim,), gain, None, self.eps)
 
     def forward(self, h: torch.Tensor) -> torch.Tensor:
-        g = float(self.gate)
-        if self.training and g == 1.0 and not bool(self.frozen):
-            self._record_calibration_stats(h)
+        # Branches on the host copy of g, computes with the buffer: no device read.
+        g = self.host("gate")
         if g == 1.0:  # exactly the ordinary norm
+            if self.training and not self.host("frozen"):
+                self._record_calibration_stats(h)
             out = self.normalize(h, self.weight)
             return out if self.bias is None else out + self.bias
         if self.kind == "layer":
             h = h - h.mean(-1, keepdim=True)  # both branches see the centred input (Eq. 6)
-        out = h * ((1.0 - g) * self.c * self.weight_tilde)  # linear branch
-        if g > 0.0:  # normalizing branch, g folded into the gain so it stays one fused kernel
-            out = out + self.normalize(h, gain=g * self.weight)
+        out = h * ((1.0 - self.gate) * self.c * self.weight_tilde)  # linear branch
+        if g > 0.0:  # normalizing branch, g folded into the gain: one fused kernel
+            out = out + self.normalize(h, gain=self.gate * self.weight)
         return out if self.bias is None else out + self.bias
 
     # ---- calibration of c (Eq. 4 / Eq. 7) ----------------------------------------------------
@@ -130,38 +193,51 @@ class TaperNorm(nn.Module):
 
         s <- (1 - mu) s + mu x;  s_hat = s / (1 - (1 - mu)^n);  c = s_hat_num / (s_hat_den + delta).
         x is the mean over the step's micro-batches; `reduce` (a sum over data-parallel processes)
-        makes it the mean over every process's micro-batches, so all hold the same c.
+        makes it the mean over every process's micro-batches, so all hold the same c. Everything
+        stays on the model's device (every process records the same number of forwards).
         """
-        if bool(self.frozen):
-            self._pending.clear()
+        pending, self._pending = self._pending, []
+        if self.host("frozen") or not pending:
             return
-        stats = torch.stack(self._pending).double() if self._pending else torch.zeros(0, 2).double()
-        total = torch.cat([stats.sum(0), torch.tensor([len(stats)], dtype=torch.float64)])
-        self._pending.clear()
+        stats = torch.stack(pending).double()
+        total = torch.cat([stats.sum(0), stats.new_full((1,), float(len(pending)))])
         if reduce is not None:
             total = reduce(total)
-        if total[2] == 0:
-            return
-        num, den = (total[:2] / total[2]).tolist()
-        self.ema_num.mul_(1 - mu).add_(mu * num)
-        self.ema_den.mul_(1 - mu).add_(mu * den)
-        self.ema_count += 1
-        correction = 1.0 - (1.0 - mu) ** int(self.ema_count)
-        self.c.fill_((self.ema_num / correction) / (self.ema_den / correction + self.delta))
+        mean = total[:2] / total[2]
+        ema_update_(self.ema_num, mean[0], mu)
+        ema_update_(self.ema_den, mean[1], mu)
+        count = self.host("ema_count") + 1
+        self.set_host("ema_count", count)
+        correction = bias_correction(mu, count)
+        self.c.copy_((self.ema_num / correction) / (self.ema_den / correction + self.delta))
 
     @torch.no_grad()
     def start_taper(self) -> None:
         """Freeze c and copy gamma into gamma_tilde (done once, when g first drops below 1)."""
-        if bool(self.frozen):
+        if self.host("frozen"):
             return
-        if int(self.ema_count) == 0:
+        if self.host("ema_count") == 0:
             raise RuntimeError(
                 "TaperNorm.start_taper: c was never calibrated (no training step ran at g=1); "
                 "the taper must start after at least one optimizer step"
             )
         self.weight_tilde.copy_(self.weight)
-        self.frozen.fill_(True)
+        self.set_host("frozen", True)
         self._pending.clear()
+
+
+# ---- the bias-corrected EMA shared by TaperNorm's c, FakeLN's scale and the anchor's target -------
+
+
+def ema_update_(ema: torch.Tensor, x: torch.Tensor, mu: float) -> None:
+    """ema <- (1 - mu) ema + mu x, in place on ema's device; x a float64 0-dim tensor (mu x is
+    rounded to ema's dtype before the add, as a Python scalar would be)."""
+    ema.mul_(1 - mu).add_((mu * x).to(ema.dtype))
+
+
+def bias_correction(mu: float, n: int) -> float:
+    """1 - (1 - mu)^n: divides an EMA started at 0 after n updates into an unbiased mean."""
+    return 1.0 - (1.0 - mu) ** n
 
 
 def taper_norms(model: nn.Module) -> Iterator[tuple[str, TaperNorm]]:
@@ -176,7 +252,7 @@ def set_gate(model: nn.Module, g: float) -> None:
     if not 0.0 <= g <= 1.0:
         raise ValueError(f"gate must be in [0, 1], got {g}")
     for _, m in taper_norms(model):
-        m.gate.fill_(g)
+        m.set_gate(g)
 
 
 def update_calibration(model: nn.Module, mu: float, reduce: Reduce | None = None) -> None:
@@ -186,10 +262,11 @@ def update_calibration(model: nn.Module, mu: float, reduce: Reduce | None = None
         m.update_calibration(mu, reduce)
 
 
-def start_taper(model: nn.Module) -> dict[str, float]:
-    """Freeze every TaperNorm's c and set gamma_tilde := gamma; returns the calibrated c per layer."""
+def start_taper(model: nn.Module) -> dict[str, torch.Tensor]:
+    """Freeze every TaperNorm's c and set gamma_tilde := gamma; returns the calibrated c per layer
+    (0-dim tensors on the model's device)."""
     out = {}
     for name, m in taper_norms(model):
         m.start_taper()
-        out[name] = float(m.c)
+        out[name] = m.c.detach().clone()  # a device tensor: read when the step's record is logged
     return out

@@ -22,6 +22,8 @@ import os
 import shutil
 import sys
 import time
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -88,9 +90,9 @@ def make_optimizer(model: GPT, train_cfg: dict) -> torch.optim.AdamW:
         {"params": decay, "weight_decay": train_cfg["weight_decay"]},
         {"params": no_decay, "weight_decay": 0.0},
     ]
-    return torch.optim.AdamW(
-        groups, lr=train_cfg["lr"], betas=tuple(train_cfg["betas"]), foreach=True
-    )
+    # fused on CUDA (one kernel for all parameters, no host reads); foreach elsewhere
+    fused = {"fused": True} if next(model.parameters()).device.type == "cuda" else {"foreach": True}
+    return torch.optim.AdamW(groups, lr=train_cfg["lr"], betas=tuple(train_cfg["betas"]), **fused)
 
 
 def clock(seconds: float) -> str:
@@ -118,6 +120,7 @@ class Run:
     fakeln: FakeLNSchedule | None  # None unless model.norm is fakeln
     micro_batches: list[int]  # this process's share of each step's grad_accum micro-batches
     reduce: Reduce | None  # sums statistics over the processes (None for one process)
+    forward: Callable | None = None  # the training forward: the model, or torch.compile of it
 
     @property
     def tapered(self) -> bool:
@@ -126,7 +129,17 @@ class Run:
     @property
     def taper_started(self) -> bool:
         """Whether every TaperNorm's c is frozen (the taper began, in this run or before a resume)."""
-        return all(bool(norm.frozen) for _, norm in taper_norms(self.model))
+        return all(norm.is_frozen for _, norm in taper_norms(self.model))
+
+    @property
+    def clip(self) -> float:
+        """The gradient-norm clip (train.grad_clip; 0 turns clipping off)."""
+        clip = self.cfg["train"]["grad_clip"]
+        return clip if clip > 0 else float("inf")
+
+    @property
+    def autocast(self) -> AbstractContextManager:
+        return autocast_for(self.device, self.cfg["train"]["dtype"])
 
     @property
     def ckpt(self) -> Path:
@@ -155,7 +168,12 @@ def set_up(cfg: dict, out: Path, world: World, device: torch.device) -> Run:
         ).to(device)
     opt = make_optimizer(model, cfg["train"])
     fakeln = schedule_for(cfg, model)
-    return Run(cfg, out, world, device, shards, model, opt, anchor, fakeln, micro_batches, reduce)
+    # train.compile: one graph per gate phase (g = 1, 0 < g < 1, g = 0): TaperNorm branches on the
+    # phase and computes with the gate buffer, so a changing g does not recompile
+    forward = torch.compile(model) if cfg["train"].get("compile") else model
+    return Run(
+        cfg, out, world, device, shards, model, opt, anchor, fakeln, micro_batches, reduce, forward
+    )
 
 
 def resume(run: Run) -> int:
@@ -245,105 +263,176 @@ class Outcome:
     stopped: bool = False  # ended early by stop_after
 
 
-def train_steps(run: Run, first_step: int, stop_after: int | None) -> Outcome:
-    """Optimizer steps first_step + 1 ... train.steps, logged, evaluated and checkpointed as the
-    config's `log` says. Stops at a non-finite loss or gradient norm, or after step `stop_after`."""
+@dataclass
+class Step:
+    """One optimizer step's results, on the device: nothing is read back until a boundary."""
+
+    record: dict  # step, lr, gate and what changed at this step (values may be device tensors)
+    losses: torch.Tensor  # (CE, scale loss), float64, the mean over the step's micro-batches
+    grad_norm: torch.Tensor  # the total gradient norm before clipping
+    norms: dict  # gradient norms per weight type (only on logged steps)
+
+
+def train_step(run: Run, step: int, logged: bool) -> Step:
+    """Optimizer step `step`: lr(k) and g(k) (at the first g < 1 the anchor's target and every c
+    freeze), this process's micro-batches forward and backward, gradients and statistics summed
+    over processes, calibration while g = 1, clip, AdamW. Reads nothing back from the device unless
+    `logged` (the logged step's output and gradient statistics)."""
     cfg, model, opt, anchor, fakeln = run.cfg, run.model, run.opt, run.anchor, run.fakeln
-    train_cfg, taper_cfg, log_cfg = cfg["train"], cfg["taper"], cfg["log"]
+    train_cfg, taper_cfg = cfg["train"], cfg["taper"]
     steps, accum = train_cfg["steps"], train_cfg["grad_accum"]
     B, T = train_cfg["batch_size"], model.config.block_size
-    clip = train_cfg["grad_clip"] if train_cfg["grad_clip"] > 0 else float("inf")
-    autocast = autocast_for(run.device, train_cfg["dtype"])
+    lr = lr_at(step, train_cfg["lr"], train_cfg["warmup_steps"], steps, train_cfg["min_lr"])
+    for group in opt.param_groups:
+        group["lr"] = lr
+    gate = gate_at(step, taper_cfg["start"], taper_cfg["end"]) if run.tapered else 1.0
+    record: dict = {"step": step, "lr": lr, "gate": gate}
+    if gate < 1.0 and anchor is not None and not anchor.active:
+        record["s_tgt"] = anchor.freeze()
+    if gate < 1.0 and run.tapered and not run.taper_started:
+        record["c"] = start_taper(model)
+    set_gate(model, gate)
+    if fakeln is not None:
+        record.update(fakeln.before_step(step))
+
+    losses = torch.zeros(2, dtype=torch.float64, device=run.device)  # summed CE, scale loss
+    for micro in run.micro_batches:
+        x, y = run.shards.batch("train", B, T, batch_generator(cfg["seed"], step, micro))
+        x, y = to_device(x, run.device), to_device(y, run.device)
+        with run.autocast:
+            logits, h = run.forward(x, return_hidden=True)
+        ce = F.cross_entropy(logits.float().flatten(0, 1), y.flatten())
+        aux = anchor.loss(h) if anchor is not None else ce.new_zeros(())
+        if logged and micro == 0:
+            record.update(output_stats(model, logits, h, y))
+            if cfg["log"]["geometry"]:
+                record.update(prelogit_geometry(logits, h, y, ce))
+        ((ce + aux) / accum).backward()
+        losses += torch.stack([ce.detach(), aux.detach()]).double()
+    losses = (run.reduce(losses) if run.reduce else losses).div(accum)
+
+    sum_grads(model, run.world)
+    if gate == 1.0 and run.tapered:
+        update_calibration(model, taper_cfg["ema_mu"], run.reduce)
+    if anchor is not None:
+        anchor.update(taper_cfg["ema_mu"], run.reduce)
+    if fakeln is not None:
+        fakeln.after_step(run.reduce)
+    norms = grad_norms(model) if logged else {}
+    grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), run.clip)
+    opt.step()
+    opt.zero_grad(set_to_none=True)
+    return Step(record, losses, grad_norm, norms)
+
+
+def to_device(x: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """A CPU batch on `device`: through pinned memory, without waiting, on CUDA."""
+    if device.type == "cuda":
+        return x.pin_memory().to(device, non_blocking=True)
+    return x.to(device)
+
+
+class Divergence:
+    """The first step whose loss or gradient norm was not finite, tracked on the device (so a step
+    needs no read-back) and read at the loop's boundaries. Kind 1: the loss, 2: the gradient."""
+
+    def __init__(self, device: torch.device):
+        self.first = torch.zeros(2, dtype=torch.long, device=device)  # (step, kind); step 0: none
+
+    def track(self, step: Step) -> None:
+        loss_bad = ~torch.isfinite(step.losses.sum())
+        kind = torch.where(loss_bad, 1, torch.where(torch.isfinite(step.grad_norm), 0, 2))
+        here = torch.stack([self.first.new_full((), step.record["step"]), kind])
+        self.first = torch.where((self.first[0] == 0) & (kind > 0), here, self.first)
+
+    def read(self) -> tuple[int, str] | None:
+        step, kind = self.first.tolist()
+        return (step, "loss" if kind == 1 else "gradient") if step else None
+
+
+def host_values(record: dict) -> dict:
+    """A record with its device tensors read back as Python numbers (one read per boundary)."""
+    out = {}
+    for key, value in record.items():
+        if isinstance(value, dict):
+            value = host_values(value)
+        elif torch.is_tensor(value):
+            value = value.item()
+        out[key] = value
+    return out
+
+
+def train_steps(run: Run, first_step: int, stop_after: int | None) -> Outcome:
+    """Optimizer steps first_step + 1 ... train.steps, logged, evaluated and checkpointed as the
+    config's `log` says. Stops at a non-finite loss or gradient norm (noticed at the next boundary:
+    a logged, evaluated or checkpointed step, which is where anything is read from the device; the
+    weights are rolled back in `finish`), or after step `stop_after`."""
+    cfg, log_cfg = run.cfg, run.cfg["log"]
+    steps, accum = cfg["train"]["steps"], cfg["train"]["grad_accum"]
+    tokens = cfg["train"]["batch_size"] * run.model.config.block_size * accum
     progress = Progress(cfg["name"], first_step, steps, run.world.main)
     outcome = Outcome(step=first_step, checkpoint_step=first_step)
-    model.train()
+    divergence = Divergence(run.device)
+    run.model.train()
     metrics_file = run.metrics_path.open("a") if run.world.main else open(os.devnull, "w")
     with metrics_file:
         for step in range(first_step + 1, steps + 1):
-            # learning rate and gate; at the first g < 1 the anchor's target and every c freeze
-            lr = lr_at(step, train_cfg["lr"], train_cfg["warmup_steps"], steps, train_cfg["min_lr"])
-            for group in opt.param_groups:
-                group["lr"] = lr
-            gate = gate_at(step, taper_cfg["start"], taper_cfg["end"]) if run.tapered else 1.0
-            record: dict = {"step": step, "lr": lr, "gate": gate}
-            if gate < 1.0 and anchor is not None and not anchor.active:
-                record["s_tgt"] = anchor.freeze()
-            if gate < 1.0 and run.tapered and not run.taper_started:
-                record["c"] = start_taper(model)
-            set_gate(model, gate)
-            if fakeln is not None:
-                record.update(fakeln.before_step(step))
-            logged = step == 1 or step % log_cfg["every"] == 0 or step == steps or len(record) > 3
+            logged = step == 1 or step % log_cfg["every"] == 0 or step == steps
+            logged = logged or gate_changes_state(run, step)
+            result = train_step(run, step, logged)
+            divergence.track(result)
+            progress.step_done(tokens)
+            eval_due = log_cfg["eval_every"] and step % log_cfg["eval_every"] == 0 and step < steps
+            ckpt_due = step % log_cfg["ckpt_every"] == 0 or step == steps
+            stop = stop_after is not None and step >= stop_after
+            if not (logged or eval_due or ckpt_due or stop):
+                continue
 
-            # forward and backward over this process's micro-batches
-            ce_sum, aux_sum = 0.0, 0.0
-            for micro in run.micro_batches:
-                x, y = run.shards.batch("train", B, T, batch_generator(cfg["seed"], step, micro))
-                x, y = x.to(run.device), y.to(run.device)
-                with autocast:
-                    logits, h = model(x, return_hidden=True)
-                ce = F.cross_entropy(logits.float().flatten(0, 1), y.flatten())
-                aux = anchor.loss(h) if anchor is not None else torch.zeros((), device=run.device)
-                if logged and micro == 0:
-                    record.update(output_stats(model, logits, h, y))
-                    if log_cfg["geometry"]:
-                        record.update(prelogit_geometry(logits, h, y, ce))
-                ((ce + aux) / accum).backward()
-                ce_sum += ce.item()
-                aux_sum += aux.item()
-            sums = torch.tensor([ce_sum, aux_sum], dtype=torch.float64)
-            loss, aux_loss = (run.reduce(sums) if run.reduce else sums).div(accum).tolist()
-            if not math.isfinite(loss + aux_loss):
-                outcome.diverged_step = step
-                log.warning("[%s] non-finite loss at step %d: stopping", cfg["name"], step)
+            # a boundary: read what the steps since the last one left on the device
+            bad = divergence.read()
+            if bad is not None:
+                outcome.diverged_step, outcome.step = bad[0], bad[0] - 1
+                log.warning("[%s] non-finite %s at step %d: stopping", cfg["name"], bad[1], bad[0])
                 break
-
-            # gradients and statistics summed over processes; calibration only while g = 1
-            sum_grads(model, run.world)
-            if gate == 1.0 and run.tapered:
-                update_calibration(model, taper_cfg["ema_mu"], run.reduce)
-            if anchor is not None:
-                anchor.update(taper_cfg["ema_mu"], run.reduce)
-            if fakeln is not None:
-                fakeln.after_step(run.reduce)
-
-            # clip and step
-            norms = grad_norms(model) if logged else {}
-            grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), clip).item()
-            record.update(norms, **clipped(norms, grad_norm, clip))
-            if not math.isfinite(grad_norm):
-                outcome.diverged_step = step
-                log.warning("[%s] non-finite gradient at step %d: stopping", cfg["name"], step)
-                break
-            opt.step()
-            opt.zero_grad(set_to_none=True)
             outcome.step = step
-            progress.step_done(B * T * accum)
-
-            # metrics, evaluation, checkpoint
             if logged:
+                loss, aux_loss = result.losses.tolist()
+                grad_norm = result.grad_norm.item()
+                record = host_values(result.record)
+                record.update(result.norms, **clipped(result.norms, grad_norm, run.clip))
                 tokens_per_s = progress.tokens_per_s()
                 record.update(
                     loss=loss, aux_loss=aux_loss, grad_norm=grad_norm, tokens_per_s=tokens_per_s
                 )
                 metrics_file.write(json.dumps(record) + "\n")
                 metrics_file.flush()
-                progress.report(step, loss, gate, lr, tokens_per_s)
-            eval_due = log_cfg["eval_every"] and step % log_cfg["eval_every"] == 0 and step < steps
+                progress.report(step, loss, record["gate"], record["lr"], tokens_per_s)
             if eval_due and run.world.main:
                 val = evaluate(
-                    model, run.shards, log_cfg["eval_windows"], log_cfg["eval_batch_size"]
+                    run.model, run.shards, log_cfg["eval_windows"], log_cfg["eval_batch_size"]
                 )
                 metrics_file.write(json.dumps({"step": step, "val_loss": val}) + "\n")
-            if (step % log_cfg["ckpt_every"] == 0 or step == steps) and run.world.main:
+            if ckpt_due and run.world.main:
                 metrics_file.flush()
-                save_training_state(run.ckpt, model, opt, anchor, step, cfg)
+                save_training_state(run.ckpt, run.model, run.opt, run.anchor, step, cfg)
                 outcome.checkpoint_step = step
-            if stop_after is not None and step >= stop_after:
+            if stop:
                 outcome.stopped = True
                 break
     progress.close()
     return outcome
+
+
+def gate_changes_state(run: Run, step: int) -> bool:
+    """Whether step `step` freezes the calibration or removes a FakeLN norm: such a step is always
+    logged (its record holds the frozen c, s_tgt or removed scales)."""
+    taper = run.cfg["taper"]
+    gate = gate_at(step, taper["start"], taper["end"]) if run.tapered else 1.0
+    freezes = gate < 1.0 and (
+        (run.anchor is not None and not run.anchor.active)
+        or (run.tapered and not run.taper_started)
+    )
+    return freezes or (run.fakeln is not None and run.fakeln.due(step))
 
 
 # ---- the end: weights, final evaluation, eval.json ------------------------------------------------
@@ -357,10 +446,13 @@ def finish(run: Run, outcome: Outcome) -> dict:
         barrier(world)  # wait for rank 0's final evaluation
         return {"rank": world.rank, "step": outcome.step}
     weights_step = outcome.step
-    if outcome.diverged_step is not None:  # roll back to the last good checkpoint, or keep the init
+    if outcome.diverged_step is not None:  # roll back to the last good checkpoint, or the init
         weights_step = outcome.checkpoint_step
-        if run.ckpt.is_dir():
+        if has_checkpoint(run.ckpt):
             weights_step = load_training_state(run.ckpt, model, run.opt, run.anchor)
+        else:
+            torch.manual_seed(cfg["seed"])  # the very init set_up built
+            model.load_state_dict(build_model(cfg, run.shards.vocab_size).state_dict())
     save_model(
         model, run.out, {**cfg, "n_params": model.num_params(), "weights_step": weights_step}
     )
