@@ -10,6 +10,7 @@ fine-tuning run `results/runs/finetune/<protocol>-<model>/` (its base, when pre-
 from __future__ import annotations
 
 import copy
+import math
 import re
 import shlex
 
@@ -137,9 +138,10 @@ def validate_pipeline_config(config: dict, schema_path: str) -> dict:
     config = copy.deepcopy(config)
     for family in ("pretrain", "ablation"):  # YAML gives int keys for {64: 500000}; JSON wants str
         fam = config.get(family)
-        steps = fam.get("steps") if isinstance(fam, dict) else None
-        if isinstance(steps, dict):
-            config[family]["steps"] = {str(k): v for k, v in steps.items()}
+        for key in ("steps", "gpu_step_ms"):
+            by_width = fam.get(key) if isinstance(fam, dict) else None
+            if isinstance(by_width, dict):
+                config[family][key] = {str(k): v for k, v in by_width.items()}
     config = validate(config, schema)
     for family in ("pretrain", "ablation"):
         fam = config.get(family)
@@ -190,6 +192,31 @@ def wants_gpu(config: dict, family: str) -> bool:
         "ablation" if family == SWEEP_FAMILY else family
     )  # the sweep retrains ablation runs
     return device_is_gpu(config[trains_like]["train"]["device"])
+
+
+def train_runtime(config: dict, family: str, name: str, default: int = 30) -> int:
+    """Minutes a training job asks a cluster for: 1.5x its steps at its family's `gpu_step_ms`
+    for its width, plus 15 minutes of set-up and evaluation; `default` without an estimate."""
+    fam = config["ablation" if family == SWEEP_FAMILY else family]
+    run = run_config(config, family, name, "")
+    estimates, width = fam.get("gpu_step_ms") or {}, run["model"]["n_embd"]
+    step_ms = estimates.get(width, estimates.get(str(width)))
+    if step_ms is None:
+        return default
+    return math.ceil(1.5 * run["train"]["steps"] * step_ms / 60_000) + 15
+
+
+def gpu_rules_env(config: dict) -> str:
+    """The conda environment file (relative to workflow/rules/) of the rules that may hold a GPU
+    (training, fine-tuning, their evaluation and folding, benchmarks): the CUDA build of torch when
+    the config trains, fine-tunes or benchmarks on a GPU, else the CPU build."""
+    devices = [config[f]["train"]["device"] for f in ("pretrain", "ablation") if config.get(f)]
+    if config.get("finetune"):
+        devices.append(config["finetune"]["train"]["device"])
+    if config.get("bench"):
+        devices.append(config["bench"]["device"])
+    gpu = any(device_is_gpu(d) for d in devices)
+    return "../envs/tapernorm-cuda.yaml" if gpu else "../envs/tapernorm.yaml"
 
 
 def device_is_gpu(device: str) -> bool:

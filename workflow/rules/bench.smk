@@ -14,7 +14,7 @@ rule bench_forward:
     benchmark:
         f"{BENCHMARKS}/bench_forward.tsv"
     conda:
-        "../envs/tapernorm.yaml"
+        GPU_ENV
     threads: workflow.cores
     resources:
         gpu=BENCH_GPU,
@@ -40,7 +40,7 @@ rule bench_decode:
     benchmark:
         f"{BENCHMARKS}/bench_decode.tsv"
     conda:
-        "../envs/tapernorm.yaml"
+        GPU_ENV
     threads: workflow.cores
     resources:
         gpu=BENCH_GPU,
@@ -69,6 +69,7 @@ rule table3:
         tex="results/tables/table3.tex",
     log:
         "logs/tables/table3.log",
+    localrule: True
     conda:
         "../envs/tapernorm.yaml"
     shell:
@@ -88,6 +89,7 @@ rule table_decode:
         tex="results/tables/table_decode.tex",
     log:
         "logs/tables/table_decode.log",
+    localrule: True
     conda:
         "../envs/tapernorm.yaml"
     shell:
@@ -106,6 +108,7 @@ rule fig5:
         ),
     log:
         "logs/figures/fig5_decode_speedup.log",
+    localrule: True
     conda:
         "../envs/tapernorm.yaml"
     shell:

@@ -14,6 +14,8 @@ config.update(
 )
 
 PRETRAIN_DATA = "data/pretrain"
+# the conda env (--sdm conda) of the rules that may hold a GPU: CUDA torch when the config uses one
+GPU_ENV = tp.gpu_rules_env(config)
 # Snakemake's records (benchmark:) of the long jobs, <rule>/<wildcards>.tsv; results/tables/job_times
 BENCHMARKS = "results/benchmarks"
 FIG_WIDTH = tp.figure_width(config)

@@ -38,7 +38,7 @@ rule pretrain_finetune_base:
     benchmark:
         f"{BENCHMARKS}/pretrain_finetune_base/{{ftmodel}}.tsv"
     conda:
-        "../envs/tapernorm.yaml"
+        GPU_ENV
     threads: 1
     resources:
         gpu=lambda w: tp.finetune_base_gpus(config),
@@ -64,7 +64,7 @@ rule finetune:
     benchmark:
         f"{BENCHMARKS}/finetune/{{ftrun}}.tsv"
     conda:
-        "../envs/tapernorm.yaml"
+        GPU_ENV
     threads: 1
     resources:
         gpu=lambda w: tp.finetune_gpus(config, ft_model(w)),
@@ -91,7 +91,7 @@ rule fold_finetune:
     wildcard_constraints:
         ftrun=r"all_taperln-[a-z0-9][a-z0-9.\-]*",
     conda:
-        "../envs/tapernorm.yaml"
+        GPU_ENV
     threads: 1
     resources:
         gpu=lambda w: min(1, tp.finetune_gpus(config, ft_model(w))),
@@ -132,7 +132,7 @@ rule eval_finetune:
     log:
         "logs/finetune/eval/{ftrun}/{evalset}.log",
     conda:
-        "../envs/tapernorm.yaml"
+        GPU_ENV
     threads: 1
     resources:
         gpu=lambda w: min(1, tp.finetune_gpus(config, ft_model(w))),
@@ -170,6 +170,7 @@ rule finetune_table:
         "logs/tables/table{n}.log",
     wildcard_constraints:
         n="[46]",
+    localrule: True
     conda:
         "../envs/tapernorm.yaml"
     params:

@@ -10,10 +10,11 @@ rule train:
     benchmark:
         f"{BENCHMARKS}/train/{{family}}/{{run}}.tsv"
     conda:
-        "../envs/tapernorm.yaml"
+        GPU_ENV
     threads: 1
     resources:
         gpu=lambda w: int(tp.wants_gpu(config, w.family)),
+        runtime=lambda w: tp.train_runtime(config, w.family, w.run),
     params:
         run=lambda w: json.dumps(tp.run_config(config, w.family, w.run, PRETRAIN_DATA)),
     shell:

@@ -13,6 +13,7 @@ rule table:
         "logs/tables/table{n}.log",
     wildcard_constraints:
         n="[125]",
+    localrule: True
     conda:
         "../envs/tapernorm.yaml"
     params:
@@ -35,6 +36,7 @@ rule anchor_table:
         tex="results/tables/table_anchor.tex",
     log:
         "logs/tables/table_anchor.log",
+    localrule: True
     conda:
         "../envs/tapernorm.yaml"
     params:
@@ -44,7 +46,9 @@ rule anchor_table:
         "--out results/tables/table_anchor > {log} 2>&1"
 
 
-# One rule per figure, named after it, so that each gets its own caption in the report
+# One rule per figure, named after it, so that each gets its own caption in the report.
+# Tables, figures, claims and job times are local rules: on a cluster they run on the submitting
+# host (a few seconds of CPU each) instead of waiting in the GPU partition's queue.
 for fig_name, fig_runs in FIGURES.items():
 
     rule:
@@ -61,6 +65,7 @@ for fig_name, fig_runs in FIGURES.items():
             ),
         log:
             f"logs/figures/{fig_name}.log",
+        localrule: True
         conda:
             "../envs/tapernorm.yaml"
         params:
@@ -85,6 +90,7 @@ rule claims:
         report("results/claims.md", caption="../report/claims.rst", category="Claims"),
     log:
         "logs/claims.log",
+    localrule: True
     conda:
         "../envs/tapernorm.yaml"
     params:
@@ -117,6 +123,7 @@ rule job_times:
         tex="results/tables/job_times.tex",
     log:
         "logs/tables/job_times.log",
+    localrule: True
     conda:
         "../envs/tapernorm.yaml"
     params:
