@@ -18,10 +18,11 @@ def test_selftest_on_meta_passes(capsys):
     assert main(["selftest", "--device", "meta"]) == 0
     out = capsys.readouterr().out.splitlines()
     assert out[-1].startswith(
-        f"selftest on meta: {len(selftest.TRAIN_CHECKS) - 2} passed, 0 failed"
+        f"selftest on meta: {len(selftest.TRAIN_CHECKS) - 1} passed, 0 failed"
     )
     for check in selftest.TRAIN_CHECKS[:-2]:  # bf16 and compile have no meta kernels to run
         assert any(line.startswith(f"PASS  {check.name}") for line in out), check.name
+    assert any(line.startswith("PASS  decode, KV cache, eager") for line in out)
 
 
 def test_selftest_configs_are_resolved_run_configs(tmp_path):

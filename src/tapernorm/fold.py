@@ -56,9 +56,9 @@ def _fold_into(linear: nn.Linear, scale: torch.Tensor, shift: torch.Tensor | Non
 
 def _check_gates(model: GPT) -> None:
     for name, m in taper_norms(model):
-        if float(m.gate) != 0.0:
+        if m.gate_value != 0.0:
             raise FoldError(
-                f"fold_model: TaperNorm {name} has gate {float(m.gate)}; only g=0 folds "
+                f"fold_model: TaperNorm {name} has gate {m.gate_value}; only g=0 folds "
                 "(call tapernorm.set_gate(model, 0.0) after the taper has ended)"
             )
 

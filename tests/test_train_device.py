@@ -1,0 +1,87 @@
+"""The training step on an accelerator's terms: nothing read back between boundaries (divergence is
+noticed at the next one, with the same outcome), and train.compile's one graph per gate phase."""
+
+import json
+
+import pytest
+import torch
+from conftest import tiny_run
+
+from tapernorm.checkpoint import load_model
+from tapernorm.model import GPT
+from tapernorm.train import train
+
+
+def _blow_up_at(monkeypatch, step: int) -> None:
+    """The training forward's logits turn infinite from optimizer step `step` on."""
+    calls = {"n": 0}
+    forward = GPT.forward
+
+    def forward_then_inf(self, idx, return_hidden=False):
+        out = forward(self, idx, return_hidden)
+        if self.training:
+            calls["n"] += 1
+            if calls["n"] >= step:
+                logits, h = out
+                return logits * float("inf"), h
+        return out
+
+    monkeypatch.setattr(GPT, "forward", forward_then_inf)
+
+
+def _steps(run_dir):
+    return [json.loads(ln)["step"] for ln in (run_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+def test_divergence_between_boundaries_is_noticed_at_the_next_one(
+    shards_dir, tmp_path, monkeypatch
+):
+    """Step 7 diverges; steps 8-9 run on a non-finite model without a read; step 10 (logged and
+    checkpointed) notices: the outcome is that of a loop that stopped at step 7."""
+    _blow_up_at(monkeypatch, 7)
+    cfg = tiny_run(shards_dir, train={"steps": 30}, log={"every": 5, "ckpt_every": 5})
+    result = train(cfg, tmp_path / "run")
+    assert result["diverged"] and result["diverged_step"] == 7
+    assert result["weights_step"] == 5 and result["val_loss"] is not None
+    assert _steps(tmp_path / "run") == [1, 5]  # nothing logged at or after the divergence
+    saved = load_model(tmp_path / "run")
+    assert all(torch.isfinite(p).all() for p in saved.parameters())
+
+
+def test_divergence_before_any_checkpoint_keeps_the_init(shards_dir, tmp_path, monkeypatch):
+    _blow_up_at(monkeypatch, 3)
+    cfg = tiny_run(shards_dir, train={"steps": 30}, log={"every": 10, "ckpt_every": 20})
+    result = train(cfg, tmp_path / "run")
+    assert result["diverged_step"] == 3 and result["weights_step"] == 0
+    saved = load_model(tmp_path / "run")
+    torch.manual_seed(cfg["seed"])
+    init = GPT(saved.config)  # the run's init: the same seed, the same config
+    for (name, p), q in zip(saved.state_dict().items(), init.state_dict().values(), strict=True):
+        assert torch.equal(p, q), name
+
+
+@pytest.mark.slow
+def test_compiled_training_takes_one_graph_per_gate_phase(shards_dir, tmp_path):
+    """train.compile: 12 steps through g = 1, 0 < g < 1 and g = 0 compile three graphs (a changing
+    g does not recompile) and end where eager training ends, to float rounding."""
+    from torch._dynamo.utils import counters
+
+    cfg = tiny_run(
+        shards_dir,
+        variant="all_aux",
+        train={"steps": 12, "warmup_steps": 3},
+        taper={"start": 3, "end": 9},
+        log={"every": 1},
+    )
+    train(cfg, tmp_path / "eager")
+    torch._dynamo.reset()
+    counters.clear()
+    train({**cfg, "train": {**cfg["train"], "compile": True}}, tmp_path / "compiled")
+    assert counters["stats"]["unique_graphs"] == 3
+    eager = [json.loads(ln) for ln in (tmp_path / "eager/metrics.jsonl").read_text().splitlines()]
+    compiled = [
+        json.loads(ln) for ln in (tmp_path / "compiled/metrics.jsonl").read_text().splitlines()
+    ]
+    assert [r["gate"] for r in compiled] == [r["gate"] for r in eager]
+    for a, b in zip(eager, compiled, strict=True):
+        assert b["loss"] == pytest.approx(a["loss"], rel=1e-4), a["step"]
