@@ -30,13 +30,16 @@ def mean_ce(
     model.eval()
     set_gate(model, 0.0)
     device = model.tok_emb.weight.device
-    total, count = 0.0, 0
+    total, count = torch.zeros((), dtype=torch.float64, device=device), 0  # read once, at the end
     for i in range(0, len(x_all), batch_size):
         x, y = x_all[i : i + batch_size].to(device), y_all[i : i + batch_size].to(device)
         with autocast or nullcontext():
             logits = model(x)
-        total += F.cross_entropy(logits.float().flatten(0, 1), y.flatten(), reduction="sum").item()
+        total += F.cross_entropy(
+            logits.float().flatten(0, 1), y.flatten(), reduction="sum"
+        ).double()
         count += y.numel()
+    total = total.item()
     for (_, m), g in zip(taper_norms(model), gates, strict=True):
         m.set_gate(g)
     model.train(was_training)
