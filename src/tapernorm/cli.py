@@ -149,7 +149,7 @@ def _cmd_bench(args: argparse.Namespace) -> int:
         batch_size=args.batch_size,
         repeats=args.repeats or 7,
         with_hf=not args.no_hf,
-        device=args.device or "cpu",
+        device=args.device,
         dtype=args.dtype,
         with_dyt=args.with_dyt,
         warmup=2 if args.warmup is None else args.warmup,
@@ -176,7 +176,7 @@ def _cmd_bench_inference(args: argparse.Namespace) -> int:
         modes=args.modes,
         warmup=args.warmup,
         repeats=args.repeats,
-        device=args.device or "auto",
+        device=args.device,
         dtype=args.dtype,
         threads=args.threads,
         out=args.out,
@@ -443,11 +443,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=["eager"],
         help="decode: eager and/or compiled (torch.compile)",
     )
-    grid.add_argument(
-        "--device",
-        choices=DEVICES,
-        help=f"default: train-step cpu, forward / decode auto ({DEVICE_HELP})",
-    )
+    grid.add_argument("--device", choices=DEVICES, default="auto", help=DEVICE_HELP)
     grid.add_argument(
         "--dtype",
         choices=["float32", "bfloat16"],
