@@ -170,7 +170,8 @@ def bench_decode(
                 f"+{r['cudagraph_skips']}, graph launches {r['graph_launches']})"
                 for r in skipped
             )
-            + ": those rows time plain inductor (rerun with TORCH_LOGS=perf_hints for the reason)"
+            + ": those rows time plain inductor (TORCH_LOGS=perf_hints or =cudagraphs, whichever this "
+            "torch knows, logs the reason)"
         )
     return rows
 
@@ -284,7 +285,7 @@ def _decode_cell(
 
 
 def _skips() -> int:
-    """CUDA graphs inductor decided not to use (its log says why, under TORCH_LOGS=perf_hints)."""
+    """CUDA graphs inductor decided not to use (its counter, in torch releases before 2.11 and 2.13)."""
     return _counter("inductor", "cudagraph_skips")
 
 
