@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import csv
 import dataclasses
+import os
 import platform
 import statistics
 import time
@@ -23,7 +25,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from .device import resolve_device
+from .device import autocast_for, resolve_device
 from .fold import export_explicit_scaling, fold_model, verify_fold
 from .model import GPT, GPTConfig
 from .norms import set_gate, taper_norms
@@ -54,17 +56,23 @@ def environment(device: str | torch.device | None = None) -> dict:
 
 
 def interleaved_medians(
-    fns: dict[str, Callable[[], None]], repeats: int, warmup: int = 2
+    fns: dict[str, Callable[[], None]],
+    repeats: int,
+    warmup: int = 2,
+    sync: Callable[[], None] = lambda: None,
 ) -> dict[str, dict]:
-    """Time each fn `repeats` times, interleaved (paired_rounds), so drift hits all alike.
+    """Time each fn `repeats` times, interleaved (paired_rounds), so drift hits all alike; `sync`
+    (torch.cuda.synchronize on a GPU) runs before and after each call, so a time is the device's.
 
     Returns per name: median seconds, and the median of the per-round ratios to the first fn.
     """
 
     def timed(fn: Callable[[], None]) -> Callable[[], dict[str, float]]:
         def run() -> dict[str, float]:
+            sync()
             t0 = time.perf_counter()
             fn()
+            sync()
             return {"s": time.perf_counter() - t0}
 
         return run
@@ -83,13 +91,44 @@ def interleaved_medians(
     }
 
 
-def _train_step_fn(model: torch.nn.Module, batch: tuple[torch.Tensor, torch.Tensor], hf: bool):
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, betas=(0.9, 0.95), foreach=True)
+class CsvRows:
+    """Rows appended to a CSV file as they come, each call's flushed to disk before it returns, so
+    a benchmark stopped at a time limit keeps the cells it finished. The file is emptied first; the
+    columns are the first row's (later rows may leave some out, not add any)."""
+
+    def __init__(self, path: str | Path):
+        self.path, self.columns = Path(path), None
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.path.write_text("")
+
+    def __call__(self, rows: list[dict]) -> None:
+        if not rows:
+            return
+        with self.path.open("a", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=self.columns or list(rows[0]))
+            if self.columns is None:
+                writer.writeheader()
+                self.columns = list(rows[0])
+            writer.writerows(rows)
+            f.flush()
+            os.fsync(f.fileno())
+
+
+def _train_step_fn(
+    model: torch.nn.Module,
+    batch: tuple[torch.Tensor, torch.Tensor],
+    hf: bool,
+    autocast: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext,
+):
+    cuda = batch[0].device.type == "cuda"  # fused AdamW on a GPU, as training uses there
+    kernel = {"fused": True} if cuda else {"foreach": True}
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, betas=(0.9, 0.95), **kernel)
     x, y = batch
 
     def step() -> None:
-        logits = model(x).logits if hf else model(x)
-        loss = F.cross_entropy(logits.flatten(0, 1).float(), y.flatten())
+        with autocast():
+            logits = model(x).logits if hf else model(x)
+            loss = F.cross_entropy(logits.flatten(0, 1).float(), y.flatten())
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
@@ -116,6 +155,9 @@ def hf_llama_like(cfg: GPTConfig):
     return LlamaForCausalLM._from_config(hf_cfg, attn_implementation="sdpa")
 
 
+TRAIN_DTYPES = ("float32", "bfloat16")  # bfloat16: float32 weights under bf16 autocast (training's)
+
+
 def bench_train_step(
     n_layer: int = 8,
     n_head: int = 16,
@@ -125,9 +167,18 @@ def bench_train_step(
     batch_size: int = 16,
     repeats: int = 7,
     with_hf: bool = True,
+    device: str | torch.device = "cpu",
+    dtype: str = "float32",
+    with_dyt: bool = False,
+    warmup: int = 2,
 ) -> dict:
     """Seconds per training step (forward, backward, clip, AdamW): our baseline, our model mid-taper
-    (0 < g < 1, both branches computed) and transformers' LlamaForCausalLM on the same sizes."""
+    (0 < g < 1, both branches computed), with_dyt a DyT model, and transformers' LlamaForCausalLM on
+    the same sizes. On `device`; dtype bfloat16 runs the step under bf16 autocast as training does
+    (device.autocast_for); on a GPU each timed step is synchronized before and after."""
+    if dtype not in TRAIN_DTYPES:
+        raise ValueError(f"train-step dtype must be one of {list(TRAIN_DTYPES)}, got {dtype!r}")
+    device = resolve_device(device, setting="--device")
     torch.manual_seed(0)
     base_cfg = GPTConfig(
         style="llama",
@@ -138,24 +189,85 @@ def bench_train_step(
         block_size=block_size,
     )
     x = torch.randint(0, vocab_size, (batch_size, block_size))
-    batch = (x, torch.roll(x, -1, dims=1))
+    batch = (x.to(device), torch.roll(x, -1, dims=1).to(device))
     ours = GPT(base_cfg).train()
     tapered = GPT(GPTConfig(**{**base_cfg.to_dict(), "taper": "all"})).train()
     for _, m in taper_norms(tapered):  # as if calibrated: frozen c, mid-taper
         m.frozen.fill_(True)
     set_gate(tapered, 0.5)
-    fns = {
-        "ours_rmsnorm": _train_step_fn(ours, batch, hf=False),
-        "ours_taper_g0.5": _train_step_fn(tapered, batch, hf=False),
-    }
+    models = {"ours_rmsnorm": ours, "ours_taper_g0.5": tapered}
+    if with_dyt:
+        models["ours_dyt"] = GPT(GPTConfig(**{**base_cfg.to_dict(), "norm": "dyt"})).train()
     if with_hf:
-        fns["transformers_llama"] = _train_step_fn(hf_llama_like(base_cfg).train(), batch, hf=True)
+        models["transformers_llama"] = hf_llama_like(base_cfg).train()
+    fns = {
+        name: _train_step_fn(
+            model.to(device),
+            batch,
+            hf=name == "transformers_llama",
+            autocast=lambda: autocast_for(device, dtype),
+        )
+        for name, model in models.items()
+    }
+    clock = Clock(device)
     return {
         "benchmark": "train_step",
-        "config": {**base_cfg.to_dict(), "batch_size": batch_size, "dtype": "float32"},
-        "env": environment(),
-        "results": interleaved_medians(fns, repeats),
+        "config": {
+            **base_cfg.to_dict(),
+            "batch_size": batch_size,
+            "dtype": dtype,
+            "device": device.type,
+            "params": ours.num_params(),
+        },
+        "env": environment(device),
+        "results": interleaved_medians(fns, repeats, warmup, sync=clock.sync),
     }
+
+
+def bench_train_steps(
+    widths: Sequence[int], out_csv: str | Path | None = None, **kwargs
+) -> list[dict]:
+    """bench_train_step at each width in turn (the other settings `kwargs`); with `out_csv`, each
+    width's rows (train_step_rows) are appended there as soon as it is timed."""
+    write = CsvRows(out_csv) if out_csv else None
+    results = []
+    for width in widths:
+        results.append(bench_train_step(n_embd=width, **kwargs))
+        if write is not None:
+            write(train_step_rows(results[-1]))
+    return results
+
+
+def train_step_rows(result: dict) -> list[dict]:
+    """bench_train_step's result as CSV rows, one per model: ms per step and tokens per second."""
+    cfg, env = result["config"], result["env"]
+    tokens = cfg["batch_size"] * cfg["block_size"]
+    rows = []
+    for name, r in result["results"].items():
+        ratio = next(v for k, v in r.items() if k.startswith("ratio_to_"))
+        rows.append(
+            {
+                "benchmark": "train_step",
+                "device": cfg.get("device", "cpu"),
+                "device_name": env["device"],
+                "torch": env["torch"],
+                "dtype": cfg["dtype"],
+                "threads": env["threads"],
+                "variant": name,
+                "n_embd": cfg["n_embd"],
+                "n_layer": cfg["n_layer"],
+                "n_head": cfg["n_head"],
+                "vocab_size": cfg["vocab_size"],
+                "block_size": cfg["block_size"],
+                "batch_size": cfg["batch_size"],
+                "params": cfg["params"],
+                "ms_per_step": 1e3 * r["median_s"],
+                "tokens_per_s": tokens / r["median_s"],
+                "ratio_to_baseline": ratio,
+                "repeats": r["repeats"],
+            }
+        )
+    return rows
 
 
 # ---- inference: devices, clocks and rounds -----------------------------------------------------------
@@ -399,10 +511,12 @@ def bench_forward(
     device: str | torch.device = "cpu",
     dtype: str | torch.dtype = torch.float32,
     reference: GPT | None = None,
+    on_rows: Callable[[list[dict]], None] = lambda rows: None,
 ) -> list[dict]:
     """Paper Table 3: one forward pass over B x T tokens returning the last token's logits, no KV
     cache. Per cell and variant: median latency over `iters` interleaved rounds, throughput
-    B * T / latency, and the speedup over the first model (median of per-round ratios)."""
+    B * T / latency, and the speedup over the first model (median of per-round ratios). Each
+    cell's rows go to `on_rows` as soon as it is timed (e.g. a CsvRows)."""
     device, dtype = resolve_device(device), resolve_dtype(dtype)
     models = prepare_models(models, reference, device, dtype)
     clock, names, base = Clock(device), list(models), next(iter(models))
@@ -423,9 +537,10 @@ def bench_forward(
                     return call
 
                 times = paired_rounds({n: run(models[n]) for n in names}, iters, warmup)
+                cell = []
                 for name in names:
                     latency = statistics.median(times[name]["latency"])
-                    rows.append(
+                    cell.append(
                         {
                             **common,
                             "variant": name,
@@ -438,4 +553,6 @@ def bench_forward(
                             **speedup_columns(times[base]["latency"], times[name]["latency"]),
                         }
                     )
+                on_rows(cell)
+                rows += cell
     return rows

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import logging
 import statistics
 import time
 from collections.abc import Callable, Sequence
@@ -55,6 +56,10 @@ CHECK_RTOL = {torch.float32: 1e-4, torch.bfloat16: 5e-2, torch.float16: 1e-2}
 
 class DecodeCheckError(RuntimeError):
     """Cached decode logits differ from an uncached forward beyond tolerance."""
+
+
+class CudaGraphsSkipped(RuntimeError):
+    """A compiled decode row on a GPU did not run as a CUDA graph (it timed plain inductor)."""
 
 
 def greedy(
@@ -108,10 +113,18 @@ def bench_decode(
     warmup: int = 2,
     reference: GPT | None = None,
     check_steps: int = 4,
+    on_rows: Callable[[list[dict]], None] = lambda rows: None,
 ) -> list[dict]:
     """Greedy decode per (batch, prompt length) cell and variant: median prefill and decode times over
     `repeats` interleaved rounds, throughputs, and speedups over the first model (medians of per-round
-    ratios). Exports are verified against `reference` first (see bench.prepare_models)."""
+    ratios). Exports are verified against `reference` first (see bench.prepare_models). Each cell's
+    rows go to `on_rows` as soon as it is timed.
+
+    Compiled, each (variant, cell) is compiled once (`graphs_compiled`: the graphs dynamo made while
+    building and checking it). On a GPU every compiled row says whether its step ran as a CUDA graph
+    (`cuda_graphs`: no skip counted by inductor, `cudagraph_skips`, and graph launches seen by the
+    profiler over two steps, `graph_launches`, -1 where the profiler could not run); after all cells,
+    CudaGraphsSkipped names the rows that did not."""
     if new_tokens < 1:
         raise ValueError("new_tokens must be >= 1 (decode steps after the prefill)")
     device, dtype = resolve_device(device), resolve_dtype(dtype)
@@ -131,6 +144,7 @@ def bench_decode(
         make=compiled_decoder if compile else eager_decoder,
         clock=clock,
         check_steps=min(check_steps, new_tokens + 1),
+        compiled=compile,
     )
     rows = []
     with contextlib.ExitStack() as stack:
@@ -144,8 +158,44 @@ def bench_decode(
             stack.enter_context(torch._dynamo.config.patch(limit or "cache_size_limit", 64))
         for B in batch_sizes:
             for P in prompt_lens:
-                rows += [{**common, **row} for row in cell(B, P)]
+                rows_of_cell = [{**common, **row} for row in cell(B, P)]
+                on_rows(rows_of_cell)
+                rows += rows_of_cell
+    skipped = [r for r in rows if r["cuda_graphs"] is False]
+    if skipped:
+        raise CudaGraphsSkipped(
+            "compiled decode did not run as CUDA graphs in "
+            + "; ".join(
+                f"{r['variant']} B={r['batch']} P={r['prompt_len']} (inductor cudagraph skips "
+                f"+{r['cudagraph_skips']}, graph launches {r['graph_launches']})"
+                for r in skipped
+            )
+            + ": those rows time plain inductor (TORCH_LOGS=perf_hints or =cudagraphs, whichever this "
+            "torch knows, logs the reason)"
+        )
     return rows
+
+
+def _counter(group: str, name: str) -> int:
+    """One of dynamo's and inductor's event counters (0 where never bumped)."""
+    from torch._dynamo.utils import counters
+
+    return int(counters[group][name])
+
+
+def graph_launches(fn: Callable[[], object]) -> int:
+    """CUDA graph launches the CUDA runtime saw while `fn` ran (torch.profiler), -1 if the profiler
+    could not run here."""
+    from torch.profiler import ProfilerActivity, profile
+
+    try:
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+            fn()
+            torch.cuda.synchronize()
+        return sum("GraphLaunch" in event.name for event in prof.events())
+    except RuntimeError as e:
+        logging.getLogger(__name__).warning("graph_launches: the profiler failed (%s)", e)
+        return -1
 
 
 def _check_logic(model: GPT, make: Callable, clock: Clock, steps: int = 6) -> float:
@@ -165,6 +215,7 @@ def _decode_cell(
     make: Callable[[GPT, int, int], tuple[Prefill, Step]],
     clock: Clock,
     check_steps: int,
+    compiled: bool,
 ) -> list[dict]:
     """One (batch, prompt length) cell: build and check each variant's decoder, then time them."""
     max_len = P + new_tokens  # positions fed: the prompt, then one per decode step
@@ -177,19 +228,28 @@ def _decode_cell(
     base = next(iter(models))
     device = models[base].tok_emb.weight.device
     prompt = torch.randint(0, models[base].config.vocab_size, (B, P), device=device)
-    runs, setup, check = {}, {}, {}
+    runs, setup, check, graphs, skips = {}, {}, {}, {}, {}
     for name, model in models.items():
-        t0 = time.perf_counter()
+        t0, g0, s0 = time.perf_counter(), _counter("stats", "unique_graphs"), _skips()
         prefill, step = make(model, B, max_len)
         check[name] = check_decode(model, prefill, step, prompt, check_steps, clock)
         setup[name] = time.perf_counter() - t0  # building, compiling (if so) and checking
+        graphs[name] = _counter("stats", "unique_graphs") - g0
+        skips[name] = _skips() - s0
 
-        def run(prefill=prefill, step=step) -> dict[str, float]:
-            _, (pre, dec), _ = greedy(prefill, step, prompt, new_tokens + 1, clock)
+        def run(prefill=prefill, step=step, steps=new_tokens) -> dict[str, float]:
+            _, (pre, dec), _ = greedy(prefill, step, prompt, steps + 1, clock)
             return {"prefill": pre, "decode": dec}
 
         runs[name] = run
+    s0 = _skips()
     times = paired_rounds(runs, repeats, warmup)
+    late_skips = _skips() - s0  # counted while timing: not attributable, so every row gets them
+    graphed = compiled and clock.cuda
+    launches = {}
+    if graphed:
+        for name, run in runs.items():
+            launches[name] = graph_launches(lambda run=run: run(steps=2))
     rows = []
     for name in models:
         pre = statistics.median(times[name]["prefill"])
@@ -213,9 +273,20 @@ def _decode_cell(
                 ],
                 "check_rel_diff": check[name],
                 "setup_s": setup[name],
+                "graphs_compiled": graphs[name] if compiled else None,
+                "cudagraph_skips": skips[name] + late_skips if graphed else None,
+                "graph_launches": launches[name] if graphed else None,
+                "cuda_graphs": (
+                    skips[name] + late_skips == 0 and launches[name] != 0 if graphed else None
+                ),
             }
         )
     return rows
+
+
+def _skips() -> int:
+    """CUDA graphs inductor decided not to use (its counter, in torch releases before 2.11 and 2.13)."""
+    return _counter("inductor", "cudagraph_skips")
 
 
 def _compile_mode(device: torch.device) -> str:

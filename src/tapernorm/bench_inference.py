@@ -14,7 +14,7 @@ import pandas as pd
 import torch
 
 from . import bench
-from .checkpoint import atomic_write_bytes, load_model
+from .checkpoint import load_model
 from .model import GPT
 
 # per benchmark: (batch sizes, sequence or prompt lengths, warmup rounds, timed rounds)
@@ -30,20 +30,25 @@ def inference_models(
     baseline: Path | None = None,
     tapered: Path | None = None,
     dyt: Path | None = None,
+    random_dyt: bool = True,
+    sizes: dict | None = None,
 ) -> tuple[dict[str, GPT], GPT, str]:
     """(models, reference, source): baseline, explicit, folded (and dyt) models with at least
     `positions` RoPE positions, either random weights at the paper's config of width `random`
-    ("d512") or trained checkpoints; `reference` is the g=0 model the exports are verified against."""
+    ("d512"; `sizes` overrides other GPTConfig fields, `random_dyt` adds a DyT model) or trained
+    checkpoints; `reference` is the g=0 model the exports are verified against."""
     if random is not None:
         if baseline or tapered or dyt:
             raise ValueError("give either --random or --baseline and --tapered, not both")
         if not random.startswith("d") or not random[1:].isdigit():
             raise ValueError(f"--random takes a width like d512, got {random!r}")
         width = int(random[1:])
-        cfg = bench.paper_config(n_embd=width, block_size=max(512, positions))
+        cfg = bench.paper_config(**(sizes or {}), n_embd=width, block_size=max(512, positions))
         base_model, tapered_model = bench.random_variants(cfg, seed=0)
-        dyt_model = bench.random_dyt(cfg, seed=0)
+        dyt_model = bench.random_dyt(cfg, seed=0) if random_dyt else None
         source = f"random weights, paper config at d={width}"
+        if sizes:
+            source += " with " + ", ".join(f"{k}={v}" for k, v in sizes.items())
     elif baseline and tapered:
         base_model, tapered_model = load_model(baseline), load_model(tapered)
         dyt_model = load_model(dyt) if dyt else None
@@ -78,11 +83,13 @@ def run_inference_bench(
     dtype: str = "float32",
     threads: int | None = None,
     out: str | Path | None = None,
+    random_dyt: bool = True,
+    sizes: dict | None = None,
 ) -> pd.DataFrame:
     """Time the models of `inference_models` on the `which` ("forward" or "decode") grid: batch
     sizes x `lengths` (sequence lengths, or prompt lengths followed by `new_tokens` decode steps in
     each of `modes`); None takes DEFAULT_GRID's. One row per cell and model, with a `source`
-    column; written as CSV to `out` if given."""
+    column; written as CSV to `out` if given, each cell's rows as soon as it is timed."""
     from .bench_decode import bench_decode
 
     if threads:
@@ -92,7 +99,14 @@ def run_inference_bench(
     batch_sizes, lengths = batch_sizes or default_batches, lengths or default_lengths
     warmup = default_warmup if warmup is None else warmup
     positions = max(lengths) + (new_tokens if which == "decode" else 0)
-    models, reference, source = inference_models(positions, random, baseline, tapered, dyt)
+    models, reference, source = inference_models(
+        positions, random, baseline, tapered, dyt, random_dyt, sizes
+    )
+    write = bench.CsvRows(out) if out else lambda rows: None
+
+    def on_rows(rows: list[dict]) -> None:
+        write([{**row, "source": source} for row in rows])
+
     if which == "forward":
         rows = bench.bench_forward(
             models,
@@ -103,6 +117,7 @@ def run_inference_bench(
             device=device,
             dtype=dtype,
             reference=reference,
+            on_rows=on_rows,
         )
     else:
         rows = []
@@ -118,11 +133,9 @@ def run_inference_bench(
                 compile=mode == "compiled",
                 warmup=warmup,
                 reference=reference,
+                on_rows=on_rows,
             )
-    df = pd.DataFrame(rows).assign(source=source)
-    if out:
-        atomic_write_bytes(out, df.to_csv(index=False).encode())
-    return df
+    return pd.DataFrame(rows).assign(source=source)
 
 
 def summary_table(df: pd.DataFrame) -> str:

@@ -135,23 +135,34 @@ def _cmd_selftest(args: argparse.Namespace) -> int:
     return 1 if any(r.status == "fail" for r in results) else 0
 
 
+TRAIN_STEP_SIZES = {"n_layer": 8, "n_head": 16, "vocab": 4096}  # bench train-step's defaults
+
+
 def _cmd_bench(args: argparse.Namespace) -> int:
     from . import bench
     from .checkpoint import write_json
 
     if args.which in ("forward", "decode"):
         return _cmd_bench_inference(args)
-    result = bench.bench_train_step(
-        n_embd=args.n_embd,
-        n_head=args.n_head,
-        n_layer=args.n_layer,
-        vocab_size=args.vocab,
+    sizes = {k: getattr(args, k) or v for k, v in TRAIN_STEP_SIZES.items()}
+    csv_out = args.out is not None and args.out.suffix == ".csv"
+    results = bench.bench_train_steps(
+        args.n_embd,
+        args.out if csv_out else None,
+        n_head=sizes["n_head"],
+        n_layer=sizes["n_layer"],
+        vocab_size=sizes["vocab"],
         block_size=args.block_size,
         batch_size=args.batch_size,
         repeats=args.repeats or 7,
         with_hf=not args.no_hf,
+        device=args.device,
+        dtype=args.dtype,
+        with_dyt=args.with_dyt,
+        warmup=2 if args.warmup is None else args.warmup,
     )
-    if args.out:
+    result = results[0] if len(results) == 1 else results
+    if args.out and not csv_out:
         write_json(args.out, result)
     print(json.dumps(result, indent=2))
     return 0
@@ -176,8 +187,37 @@ def _cmd_bench_inference(args: argparse.Namespace) -> int:
         dtype=args.dtype,
         threads=args.threads,
         out=args.out,
+        random_dyt=not args.no_dyt,
+        sizes={
+            field: getattr(args, arg)
+            for field, arg in (
+                ("n_layer", "n_layer"),
+                ("n_head", "n_head"),
+                ("vocab_size", "vocab"),
+            )
+            if getattr(args, arg) is not None
+        },
     )
     print(summary_table(df))
+    return 0
+
+
+def _cmd_env(args: argparse.Namespace) -> int:
+    from .checkpoint import write_json
+    from .gpu_check import environment_report
+
+    report = environment_report(args.device)
+    if args.out:
+        write_json(args.out, report)
+    print(json.dumps(report, indent=2))
+    return 0
+
+
+def _cmd_gpu_report(args: argparse.Namespace) -> int:
+    from .gpu_check import gpu_report
+
+    for line in gpu_report(args.dir, args.config):
+        print(line)
     return 0
 
 
@@ -377,17 +417,21 @@ def build_parser() -> argparse.ArgumentParser:
     b = sub.add_parser(
         "bench",
         help="benchmarks (medians of interleaved repeats, ratios)",
-        description="train-step: seconds per training step (JSON). forward: paper Table 3, one "
+        description="train-step: seconds per training step (JSON; CSV rows per width with --out "
+        "FILE.csv). forward: paper Table 3, one "
         "forward pass over B x T tokens, last-token logits (CSV). decode: greedy decoding with a "
         "KV cache, prefill and decode timed apart, eager and/or compiled (CSV). forward and decode "
         "time the baseline and the tapered model exported as explicit scaling and folded; the exports "
         "are verified against the g=0 model first.",
     )
     b.add_argument("which", choices=["train-step", "forward", "decode"])
-    b.add_argument("--n-layer", type=POSITIVE, default=8, help="train-step")
-    b.add_argument("--n-head", type=POSITIVE, default=16, help="train-step")
-    b.add_argument("--n-embd", type=POSITIVE, default=128, help="train-step")
-    b.add_argument("--vocab", type=POSITIVE, default=4096, help="train-step")
+    sizes_help = "train-step (default {}); with --random: instead of the paper config's"
+    b.add_argument("--n-layer", type=POSITIVE, help=sizes_help.format(8))
+    b.add_argument("--n-head", type=POSITIVE, help=sizes_help.format(16))
+    b.add_argument(
+        "--n-embd", type=POSITIVE, nargs="+", default=[128], help="train-step: width(s), in turn"
+    )
+    b.add_argument("--vocab", type=POSITIVE, help=sizes_help.format(4096))
     b.add_argument("--block-size", type=POSITIVE, default=256, help="train-step")
     b.add_argument("--batch-size", type=POSITIVE, default=16, help="train-step")
     b.add_argument(
@@ -396,6 +440,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="timed rounds (default: train-step 7, forward 50, decode 10)",
     )
     b.add_argument("--no-hf", action="store_true", help="train-step: skip transformers")
+    b.add_argument(
+        "--with-dyt", action="store_true", help="train-step: also time a DyT model (every norm)"
+    )
     models = b.add_argument_group("forward / decode models")
     models.add_argument("--baseline", type=Path, help="trained baseline run (or model) directory")
     models.add_argument(
@@ -404,6 +451,9 @@ def build_parser() -> argparse.ArgumentParser:
     models.add_argument("--dyt", type=Path, help="trained DyT run directory (timed as it is)")
     models.add_argument(
         "--random", metavar="dWIDTH", help="random weights at the paper's config, e.g. d512"
+    )
+    models.add_argument(
+        "--no-dyt", action="store_true", help="with --random: no DyT model beside the others"
     )
     grid = b.add_argument_group("forward / decode grid")
     grid.add_argument(
@@ -415,7 +465,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--new-tokens", type=POSITIVE, default=256, help="decode steps after the prefill"
     )
     grid.add_argument(
-        "--warmup", type=NON_NEGATIVE, help="untimed rounds (default: forward 10, decode 2)"
+        "--warmup",
+        type=NON_NEGATIVE,
+        help="untimed rounds (default: train-step 2, forward 10, decode 2)",
     )
     grid.add_argument(
         "--modes",
@@ -426,13 +478,34 @@ def build_parser() -> argparse.ArgumentParser:
     )
     grid.add_argument("--device", choices=DEVICES, default="auto", help=DEVICE_HELP)
     grid.add_argument(
-        "--dtype", choices=["float32", "bfloat16"], default="float32", help="model weights"
+        "--dtype",
+        choices=["float32", "bfloat16"],
+        default="float32",
+        help="forward / decode: model weights; train-step: bfloat16 = bf16 autocast (training's)",
     )
     grid.add_argument(
         "--threads", type=POSITIVE, help="torch CPU threads (default: torch's choice)"
     )
     b.add_argument("--out", type=Path, help="train-step: JSON; forward / decode: CSV")
     b.set_defaults(func=_cmd_bench)
+
+    n = sub.add_parser("env", help="this machine's device, versions and nvidia-smi as JSON")
+    n.add_argument("--device", default="auto", choices=DEVICES, help=DEVICE_HELP)
+    n.add_argument("--out", type=Path, help="write the JSON here too")
+    n.set_defaults(func=_cmd_env)
+
+    r = sub.add_parser(
+        "gpu-report",
+        help="tables 3 and decode, figure 5 and the GPU-hours from benchmarks/gpu_check.sh's output",
+    )
+    r.add_argument("dir", type=Path, help="the check's output (summary.md, results.tar.gz, ...)")
+    r.add_argument(
+        "--config",
+        type=Path,
+        default=Path("config/paper.yaml"),
+        help="the pipeline config whose pre-training grid is costed",
+    )
+    r.set_defaults(func=_cmd_gpu_report)
     for command in sub.choices.values():  # subcommands added elsewhere get the formatter too
         command.formatter_class = _HelpFormatter
     return p

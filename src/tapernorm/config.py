@@ -11,10 +11,12 @@ import functools
 import re
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import jsonschema
 import yaml
+
+if TYPE_CHECKING:
+    import jsonschema
 
 VARIANTS: dict[str, dict[str, Any]] = {
     # name: (internal taper, final taper, scale loss) as in Table 1
@@ -96,6 +98,8 @@ def check_yaml_files(paths: list[str | Path]) -> None:
 
 
 def _with_defaults(validator_class):
+    import jsonschema  # only where configs are validated: the GPU check's path runs without it
+
     validate_props = validator_class.VALIDATORS["properties"]
 
     def set_defaults(validator, properties, instance, schema):
@@ -108,7 +112,11 @@ def _with_defaults(validator_class):
     return jsonschema.validators.extend(validator_class, {"properties": set_defaults})
 
 
-_Validator = _with_defaults(jsonschema.Draft202012Validator)
+@functools.cache
+def _validator():
+    import jsonschema
+
+    return _with_defaults(jsonschema.Draft202012Validator)
 
 
 def load_schema(name: str) -> dict:
@@ -124,7 +132,7 @@ def _schema(name: str) -> dict:
 def validate(config: dict, schema: dict) -> dict:
     """Fill defaults into a copy of `config` and validate it; raise ConfigError naming the key."""
     config = copy.deepcopy(config)
-    errors = sorted(_Validator(schema).iter_errors(config), key=lambda e: list(e.absolute_path))
+    errors = sorted(_validator()(schema).iter_errors(config), key=lambda e: list(e.absolute_path))
     if errors:
         raise ConfigError(_describe(errors[0]))
     return config

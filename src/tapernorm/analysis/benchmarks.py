@@ -208,6 +208,11 @@ def table_decode(df: pd.DataFrame) -> tuple[pd.DataFrame, str]:
         f"{headline['explicit']:.2f}× (explicit scaling) and {headline['folded']:.2f}× (folded); "
         "its per-cell numbers and protocol are not known, the protocol here is ours."
     )
+    if "cuda_graphs" in df.columns:  # compiled rows on a GPU say whether their step was a graph
+        bad = df[(df["mode"] == "compiled") & (df["cuda_graphs"].astype(str) == "False")]
+        if len(bad):
+            cells = sorted({f"B={r.batch} P={r.prompt_len} {r.variant}" for r in bad.itertuples()})
+            caption += f" CUDA GRAPHS NOT USED (plain inductor timed) in: {', '.join(cells)}."
     return pd.DataFrame(rows), caption
 
 

