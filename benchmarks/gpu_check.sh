@@ -17,7 +17,7 @@
 # |----------------------|-----------|--------------------------------------------------------------|
 # | env                  | 10        | env.json: device, versions, nvidia-smi, optional packages     |
 # | wheels               | 20        | only with --wheels: the offline install                      |
-# | selftest             | 70        | tapernorm selftest --device cuda                             |
+# | selftest             | 70        | tapernorm selftest --device cuda --no-compile                |
 # | train_step           | 45        | bench train-step, bf16 autocast, d=512/256/128/64, paper config|
 # | forward              | 40        | Table 3's grid at d=512 in bf16 (B 1,4 x T 128,256,512)      |
 # | decode_eager         | 90        | KV-cache decoding, eager, B 1,4,16 x prompt 128,512, 256 new  |
@@ -156,7 +156,7 @@ if [ -n "$WHEELS" ]; then
 else
   skip wheels 20 "no --wheels"
 fi
-step selftest 70 - "${TN[@]}" selftest "${DEV[@]}"
+step selftest 70 - "${TN[@]}" selftest "${DEV[@]}" --no-compile  # compiled: decode steps
 step train_step 45 "$WORK/train_step.csv" "${TN[@]}" bench train-step "${DEV[@]}" "${TRAIN[@]}" \
   --no-hf --with-dyt --out "$WORK/train_step.csv"
 step forward 40 "$WORK/forward.csv" "${TN[@]}" bench forward "${DEV[@]}" "${MODEL[@]}" "${FORWARD[@]}" \

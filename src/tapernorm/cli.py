@@ -406,7 +406,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--compile",
         action=argparse.BooleanOptionalAction,
         default=None,
-        help="include compiled decoding (default: on CUDA only; on a CPU it compiles a minute)",
+        help="--compile: also compiled decoding and train.compile; --no-compile: neither "
+        "(default: compiled decoding on CUDA only)",
     )
     st.add_argument("--only", metavar="TEXT", help="run only the checks whose name contains TEXT")
     st.set_defaults(func=_cmd_selftest)
