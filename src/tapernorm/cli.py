@@ -58,6 +58,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
         and resolve_device(cfg["train"]["device"], setting="train.device").type == "cpu"
     ):
         threads = 1  # bit-reproducible: more threads split sums differently from run to run
+    previous = torch.get_num_threads()
     if threads is not None:
         torch.set_num_threads(threads)
     try:
@@ -68,6 +69,8 @@ def _cmd_train(args: argparse.Namespace) -> int:
         step = resume_step(cfg, args.out)
         where = f"from step {step} (its last checkpoint)" if step else "from the start"
         raise KeyboardInterrupt(f"the same command resumes the run {where}") from None
+    finally:
+        torch.set_num_threads(previous)  # (main may be called again in one process)
     if int(os.environ.get("RANK", "0")) == 0:  # under torchrun, rank 0 speaks for all
         print(json.dumps(result, indent=2))
     return 0

@@ -17,7 +17,7 @@ from pathlib import Path
 HASH_LIMIT = 256 << 20
 SHARD_FILES = ("meta.json", "train.bin", "val.bin")
 MODEL_FILES = ("config.json", "model.safetensors")  # what checkpoint.load_model reads
-PARTS = {"config": "config", "data": "data", "init": "init checkpoint"}
+PARTS = {"config": "another config", "data": "other data", "init": "another init checkpoint"}
 
 
 def file_fingerprint(path: Path) -> dict | None:
@@ -75,28 +75,32 @@ def run_identity(cfg: dict) -> dict:
     }
 
 
-def _changed_keys(old, new, prefix: str = "") -> list[str]:
-    """Dotted keys whose values differ between two nested dicts."""
-    if not (isinstance(old, dict) and isinstance(new, dict)):
+def _changed_keys(old, new, depth: int, prefix: str = "") -> list[str]:
+    """Dotted keys (at most `depth` deep) whose values differ between two nested dicts."""
+    if depth == 0 or not (isinstance(old, dict) and isinstance(new, dict)):
         return [] if old == new else [prefix or "<top level>"]
     keys = [*old, *(k for k in new if k not in old)]
     return [
         key
         for k in keys
-        for key in _changed_keys(old.get(k), new.get(k), f"{prefix}.{k}" if prefix else str(k))
+        for key in _changed_keys(
+            old.get(k), new.get(k), depth - 1, f"{prefix}.{k}" if prefix else str(k)
+        )
     ]
 
 
 def differences(recorded: dict, current: dict) -> list[str]:
     """What differs between the identity a checkpoint recorded and the current one, part by part
-    ("config (train.lr)", "data (meta.json)"); empty when they match."""
+    ("another config (train.lr)", "other data (meta.json)"); empty when they match."""
     found = []
     for part, label in PARTS.items():
         if part not in recorded:
             found.append(f"{label} (not recorded)")
             continue
-        keys = _changed_keys(recorded[part], current[part])
-        if keys:
+        keys = _changed_keys(recorded[part], current[part], -1 if part == "config" else 1)
+        if keys == ["<top level>"]:
+            found.append(label)
+        elif keys:
             shown = ", ".join(keys[:3]) + (f" and {len(keys) - 3} more" if len(keys) > 3 else "")
             found.append(f"{label} ({shown})")
     return found

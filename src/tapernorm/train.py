@@ -30,7 +30,7 @@ import torch.nn.functional as F
 from tqdm import tqdm
 
 from .anchor import ScaleAnchor
-from .checkpoint import load_model, save_model, write_json
+from .checkpoint import CheckpointError, load_model, save_model, write_json
 from .data import TokenShards
 from .device import autocast_for, resolve_device
 from .diagnostics import clipped, grad_norms, output_stats, prelogit_geometry
@@ -188,7 +188,7 @@ def resume(run: Run) -> int:
         mismatch = checkpoint_mismatch(run.ckpt, run.identity)
         if mismatch:
             log.warning(
-                "[%s] checkpoint in %s is from another %s: starting over",
+                "[%s] checkpoint in %s is from %s: starting over",
                 cfg["name"],
                 out,
                 "; ".join(mismatch),
@@ -212,7 +212,10 @@ def resume(run: Run) -> int:
     barrier(world)  # every rank sees the checkpoint rank 0 kept
     if not has_checkpoint(run.ckpt):
         return 0
-    step = load_training_state(run.ckpt, run.model, run.opt, run.anchor)
+    try:
+        step = load_training_state(run.ckpt, run.model, run.opt, run.anchor)
+    except CheckpointError as e:
+        raise CheckpointError(f"{e}; delete {run.ckpt} to start the run over") from e
     if world.main:
         restored = restore_metrics(run.metrics_path, readable_checkpoint(run.ckpt), step)
         note = f" ({run.metrics_path.name} restored: {restored} records)" if restored else ""
