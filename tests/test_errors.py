@@ -1,5 +1,6 @@
 """Bad input and interruptions end in one clear line and a non-zero exit, never a traceback."""
 
+import json
 import sys
 from pathlib import Path
 
@@ -176,3 +177,161 @@ def test_shipped_yaml_files_have_no_duplicate_keys():
     paths = [*root.glob("config/*.yaml"), *root.glob("workflow/**/*.yaml")]
     assert len(paths) > 3
     check_yaml_files(paths)
+
+
+@pytest.mark.parametrize(
+    "override, key",
+    [
+        ("train.lr=.inf", "train.lr: inf is not a finite number"),
+        ("train.weight_decay=.nan", "train.weight_decay: nan is not a finite number"),
+        ("taper.ema_mu=.nan", "taper.ema_mu: nan is not a finite number"),
+        ("anchor.lam=.inf", "anchor.lam: inf is not a finite number"),
+        ("train.grad_clip=.nan", "train.grad_clip: nan is not a finite number"),
+        ("train.betas=[0.9, .nan]", "train.betas.1: nan is not a finite number"),
+        ("train.steps=15.5", "train.steps: 15.5 is not of type 'integer'"),
+        ("model.block_size=100000", "the val split of"),
+        ("data.train_tokens=10", "the train split of"),
+    ],
+)
+def test_bad_values_are_refused_before_the_first_step(override, key, shards_dir, tmp_path, capsys):
+    cfg = tiny_yaml(tmp_path / "run.yaml", shards_dir)
+    argv = ["train", "--config", cfg, "--set", override, "--out", str(tmp_path / "o")]
+    status, err = run_cli(argv, capsys)
+    assert status == 2 and key in one_line(err)
+    assert not (tmp_path / "o").exists()  # no config.json, no empty metrics
+
+
+def test_integers_written_as_floats_are_read_exactly(tmp_path):
+    cfg = load_run_config(None, ["data.dir=x", "train.steps=1e3", "log.every=2.0e1"])
+    assert cfg["train"]["steps"] == 1000 and type(cfg["train"]["steps"]) is int
+    assert cfg["log"]["every"] == 20 and type(cfg["log"]["every"]) is int
+    assert type(cfg["train"]["lr"]) is float
+
+
+def test_a_full_disk_is_one_line_naming_the_file(shards_dir, tmp_path, monkeypatch, capsys):
+    import errno
+
+    import tapernorm.atomic
+
+    class FullDisk:
+        def __init__(self, *args):
+            pass
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+        def write(self, data):
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(tapernorm.atomic, "open", FullDisk, raising=False)
+    cfg = tiny_yaml(tmp_path / "run.yaml", shards_dir)
+    status, err = run_cli(["train", "--config", cfg, "--out", str(tmp_path / "o")], capsys)
+    assert status == 2
+    assert one_line(err) == (
+        f"tapernorm train: error: no space left on device writing {tmp_path / 'o' / 'config.json'}"
+        ": free some space and rerun the command"
+    )
+    assert not list((tmp_path / "o").glob(".*.tmp"))
+
+
+def test_a_full_disk_during_a_checkpoint_is_one_line(shards_dir, tmp_path, monkeypatch, capsys):
+    from safetensors import SafetensorError
+
+    import tapernorm.checkpoint
+
+    def save_file(*args, **kwargs):
+        raise SafetensorError(
+            'Error while serializing: IoError(Os { code: 28, kind: StorageFull, message: "No '
+            'space left on device" })'
+        )
+
+    monkeypatch.setattr(tapernorm.checkpoint, "save_file", save_file)
+    cfg = tiny_yaml(tmp_path / "run.yaml", shards_dir)
+    status, err = run_cli(["train", "--config", cfg, "--out", str(tmp_path / "o")], capsys)
+    line = err.strip().splitlines()[-1]  # (after the progress lines of steps 1-10)
+    assert status == 2
+    assert f"could not write {tmp_path / 'o' / 'ckpt.tmp' / 'state.safetensors'}: " in line
+    assert line.endswith("(is the disk full?)")
+
+
+def _trained(shards_dir, tmp_path, capsys) -> tuple[str, Path]:
+    cfg = tiny_yaml(tmp_path / "run.yaml", shards_dir, steps=10)
+    assert run_cli(["train", "--config", cfg, "--out", str(tmp_path / "o")], capsys)[0] == 0
+    return cfg, tmp_path / "o"
+
+
+def test_broken_run_files_are_one_line_naming_the_file(shards_dir, tmp_path, capsys):
+    cfg, out = _trained(shards_dir, tmp_path, capsys)
+    train = ["train", "--config", cfg, "--out", str(out)]
+    state = out / "ckpt" / "state.safetensors"
+    good = state.read_bytes()
+    state.write_bytes(b"\x08\x00\x00\x00\x00\x00\x00\x00{broken}")  # SafetensorError
+    status, err = run_cli(train, capsys)
+    line = one_line(err)
+    assert status == 2 and f"checkpoint file {state} is unreadable" in line
+    assert line.endswith(f"delete {out / 'ckpt'} to start the run over")
+    state.write_bytes(good)
+    meta = json.loads((out / "ckpt" / "state.json").read_text())
+    (out / "ckpt" / "state.json").write_text(json.dumps({**meta, "param_groups": []}))
+    status, err = run_cli(train, capsys)  # a state.json whose groups do not match the model
+    assert status == 2 and f"checkpoint {out / 'ckpt'} does not match the run" in one_line(err)
+    weights = out / "model.safetensors"
+    weights.write_bytes(b"junk")
+    model_cfg = json.loads((out / "config.json").read_text())
+    (out / "config.json").write_text(json.dumps({**model_cfg, "model": {"n_embd": 16}}))
+    argv = ["eval", "--model", str(out), "--data", str(shards_dir), "--windows", "2"]
+    status, err = run_cli(argv, capsys)  # (a KeyError or TypeError from GPTConfig before)
+    assert status == 2 and f"{out / 'config.json'}: invalid 'model' entry" in one_line(err)
+
+
+def test_broken_or_mismatched_shards_are_one_line(shards_dir, tmp_path, capsys):
+    import shutil
+
+    data = Path(shutil.copytree(shards_dir, tmp_path / "data"))
+    cfg = tiny_yaml(tmp_path / "run.yaml", data)
+    train = ["train", "--config", cfg, "--out", str(tmp_path / "o")]
+    meta = json.loads((data / "meta.json").read_text())
+    (data / "meta.json").write_text('{"vocab_size": 512, "eot')
+    status, err = run_cli(train, capsys)
+    assert status == 2 and f"{data / 'meta.json'}: not valid (" in one_line(err)
+    (data / "meta.json").write_text(json.dumps({k: v for k, v in meta.items() if k != "eot_id"}))
+    status, err = run_cli(train, capsys)
+    assert status == 2 and f"{data / 'meta.json'}: no 'eot_id' entry" in one_line(err)
+    (data / "meta.json").write_text(json.dumps({**meta, "vocab_size": 100}))  # ids up to 511
+    status, err = run_cli(train, capsys)  # (an IndexError in the embedding before)
+    assert status == 2 and "beyond the vocab_size 100 of their meta.json" in one_line(err)
+
+
+def test_a_model_of_a_smaller_vocabulary_is_not_evaluated_on_these_shards(
+    shards_dir, tmp_path, capsys
+):
+    cfg, out = _trained(shards_dir, tmp_path, capsys)
+    model_cfg = json.loads((out / "config.json").read_text())
+    assert model_cfg["model"]["vocab_size"] == 512
+    import shutil
+
+    data = Path(shutil.copytree(shards_dir, tmp_path / "data"))
+    meta = json.loads((data / "meta.json").read_text())
+    (data / "meta.json").write_text(json.dumps({**meta, "vocab_size": 1000}))
+    status, err = run_cli(["eval", "--model", str(out), "--data", str(data)], capsys)
+    assert status == 2 and "a vocabulary of 1000, the model only 512" in one_line(err)
+
+
+def test_out_of_memory_is_one_line(shards_dir, tmp_path, monkeypatch, capsys):
+    def no_memory(*args, **kwargs):
+        raise MemoryError
+
+    monkeypatch.setattr(tapernorm.train, "build_model", no_memory)
+    cfg = tiny_yaml(tmp_path / "run.yaml", shards_dir)
+    status, err = run_cli(["train", "--config", cfg, "--out", str(tmp_path / "o")], capsys)
+    assert status == 2 and one_line(err).startswith("tapernorm train: error: out of memory: ")
+    assert not (tmp_path / "o").exists()
+
+
+def test_the_traceback_is_there_when_asked_for(tmp_path, monkeypatch):
+    monkeypatch.setenv("TAPERNORM_TRACEBACK", "1")
+    with pytest.raises(ConfigError):
+        main(["train", "--set", "data.dir=x", "--set", "train.steps=1e400", "--out", str(tmp_path)])

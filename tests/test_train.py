@@ -197,7 +197,8 @@ def test_progress_and_resume_are_logged_lines(shards_dir, tmp_path, capfd):
     with logging_to_stderr(logging.INFO):
         train(changed, tmp_path / "run", stop_after=1)
     assert capfd.readouterr().err.splitlines()[0] == (
-        f"[tiny] checkpoint in {tmp_path / 'run'} is from another config: starting over"
+        f"[tiny] checkpoint in {tmp_path / 'run'} is from another config "
+        "(train.lr, log.ckpt_every): starting over"
     )
 
 

@@ -52,6 +52,11 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
         if stat.S_IMODE(os.stat(tmp).st_mode) != mode:
             os.chmod(tmp, mode)
         os.replace(tmp, path)
+    except OSError as e:
+        tmp.unlink(missing_ok=True)
+        if e.errno is not None and (e.filename is None or Path(e.filename) == tmp):
+            raise OSError(e.errno, e.strerror, str(path)) from e  # name the target, not tmp
+        raise
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise

@@ -46,7 +46,10 @@ def run_summary(model_dir: str | Path) -> dict:
 
 def save_tensors(path: str | Path, tensors: dict[str, torch.Tensor]) -> None:
     with atomic_path(path) as tmp:
-        save_file({k: v.detach().contiguous().cpu() for k, v in tensors.items()}, tmp)
+        try:
+            save_file({k: v.detach().contiguous().cpu() for k, v in tensors.items()}, tmp)
+        except SafetensorError as e:  # e.g. a full disk: "IoError(Os { code: 28, ... })"
+            raise CheckpointError(f"could not write {path}: {e} (is the disk full?)") from e
 
 
 def load_tensors(path: str | Path) -> dict[str, torch.Tensor]:
@@ -95,7 +98,10 @@ def load_model(model_dir: str | Path, device: str | torch.device = "cpu") -> GPT
     config = read_json(model_dir / "config.json")
     if "model" not in config:
         raise CheckpointError(f"{model_dir / 'config.json'} has no 'model' entry")
-    model = GPT(GPTConfig.from_dict(config["model"]))
+    try:
+        model = GPT(GPTConfig.from_dict(config["model"]))
+    except (TypeError, ValueError, KeyError) as e:
+        raise CheckpointError(f"{model_dir / 'config.json'}: invalid 'model' entry: {e}") from e
     load_model_tensors(model, load_tensors(model_dir / "model.safetensors"), str(model_dir))
     return model.to(device)
 

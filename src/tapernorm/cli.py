@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import errno
 import json
 import logging
 import os
@@ -34,7 +35,10 @@ def _cmd_prepare_data(args: argparse.Namespace) -> int:
 
 
 def _cmd_train(args: argparse.Namespace) -> int:
+    import torch
+
     from .config import load_run_config
+    from .device import resolve_device
     from .train import train
 
     if args.config_json is not None:
@@ -48,6 +52,15 @@ def _cmd_train(args: argparse.Namespace) -> int:
             raise ValueError(f"--config-json is not valid JSON: {e}") from None
     else:
         cfg = load_run_config(args.config, args.set)
+    threads = args.threads
+    if (
+        threads is None
+        and resolve_device(cfg["train"]["device"], setting="train.device").type == "cpu"
+    ):
+        threads = 1  # bit-reproducible: more threads split sums differently from run to run
+    previous = torch.get_num_threads()
+    if threads is not None:
+        torch.set_num_threads(threads)
     try:
         result = train(cfg, args.out)
     except KeyboardInterrupt:
@@ -56,6 +69,8 @@ def _cmd_train(args: argparse.Namespace) -> int:
         step = resume_step(cfg, args.out)
         where = f"from step {step} (its last checkpoint)" if step else "from the start"
         raise KeyboardInterrupt(f"the same command resumes the run {where}") from None
+    finally:
+        torch.set_num_threads(previous)  # (main may be called again in one process)
     if int(os.environ.get("RANK", "0")) == 0:  # under torchrun, rank 0 speaks for all
         print(json.dumps(result, indent=2))
     return 0
@@ -311,6 +326,12 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="KEY=VALUE",
         help="override a config key, e.g. --set train.steps=100 (repeatable)",
     )
+    t.add_argument(
+        "--threads",
+        type=POSITIVE,
+        help="torch CPU threads (default: 1 when training on the CPU, where runs are then "
+        "bit-reproducible; with more they differ in the last bits from run to run)",
+    )
     t.set_defaults(func=_cmd_train)
 
     from .data import EVAL_SETS
@@ -531,8 +552,17 @@ def _one_line(e: BaseException) -> tuple[str, int] | None:
     if isinstance(e, ImportError):
         missing = _missing_extra(e)
         return None if missing is None else (missing, 2)
-    if isinstance(e, (ValueError, RuntimeError, OSError)):
-        return f"error: {e}", 2
+    if isinstance(e, MemoryError):
+        return (
+            "error: out of memory: use a smaller model (model.n_embd, n_layer, vocab_size), "
+            "batch (train.batch_size) or context (model.block_size), or a larger machine",
+            2,
+        )
+    if isinstance(e, OSError) and e.errno == errno.ENOSPC:
+        where = f" writing {e.filename}" if e.filename else ""
+        return f"error: no space left on device{where}: free some space and rerun the command", 2
+    if isinstance(e, (ValueError, RuntimeError, OSError)) or type(e).__name__ == "SafetensorError":
+        return f"error: {' '.join(str(e).split()) if chr(10) in str(e) else e}", 2
     return None
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import math
 import re
 from importlib import resources
 from pathlib import Path
@@ -97,19 +98,48 @@ def check_yaml_files(paths: list[str | Path]) -> None:
         yaml_load(Path(path).read_text(), f"config file {path}")
 
 
+def _integral(sub: dict, value):
+    """`value` as an int where the schema `sub` wants an integer and YAML gave an integral float
+    (1e3 reads as 1000.0); anything else unchanged (the type check then refuses 1.5)."""
+    types = sub.get("type") if isinstance(sub, dict) else None
+    types = [types] if isinstance(types, str) else types or []
+    if "integer" in types and "number" not in types and isinstance(value, float):
+        return int(value) if value.is_integer() else value
+    return value
+
+
 def _with_defaults(validator_class):
+    """The validator, filling defaults in and turning integral floats of integer keys into ints."""
     import jsonschema  # only where configs are validated: the GPU check's path runs without it
 
-    validate_props = validator_class.VALIDATORS["properties"]
+    checks = validator_class.VALIDATORS
 
-    def set_defaults(validator, properties, instance, schema):
+    def properties(validator, props, instance, schema):
         if isinstance(instance, dict):
-            for key, sub in properties.items():
+            for key, sub in props.items():
                 if "default" in sub and key not in instance:
                     instance[key] = copy.deepcopy(sub["default"])
-        yield from validate_props(validator, properties, instance, schema)
+                elif key in instance:
+                    instance[key] = _integral(sub, instance[key])
+        yield from checks["properties"](validator, props, instance, schema)
 
-    return jsonschema.validators.extend(validator_class, {"properties": set_defaults})
+    def pattern_properties(validator, patterns, instance, schema):
+        if isinstance(instance, dict):
+            for pattern, sub in patterns.items():
+                for key in instance:
+                    if re.search(pattern, str(key)):
+                        instance[key] = _integral(sub, instance[key])
+        yield from checks["patternProperties"](validator, patterns, instance, schema)
+
+    def items(validator, sub, instance, schema):
+        if isinstance(instance, list):
+            instance[:] = [_integral(sub, v) for v in instance]
+        yield from checks["items"](validator, sub, instance, schema)
+
+    return jsonschema.validators.extend(
+        validator_class,
+        {"properties": properties, "patternProperties": pattern_properties, "items": items},
+    )
 
 
 @functools.cache
@@ -130,12 +160,25 @@ def _schema(name: str) -> dict:
 
 
 def validate(config: dict, schema: dict) -> dict:
-    """Fill defaults into a copy of `config` and validate it; raise ConfigError naming the key."""
+    """Fill defaults into a copy of `config` and validate it; raise ConfigError naming the key.
+    Every number must be finite (NaN passes every bound of a schema, inf every lower one)."""
     config = copy.deepcopy(config)
+    _check_finite(config)
     errors = sorted(_validator()(schema).iter_errors(config), key=lambda e: list(e.absolute_path))
     if errors:
         raise ConfigError(_describe(errors[0]))
     return config
+
+
+def _check_finite(node, path: str = "") -> None:
+    if isinstance(node, dict):
+        for key, value in node.items():
+            _check_finite(value, f"{path}.{key}" if path else str(key))
+    elif isinstance(node, list):
+        for i, value in enumerate(node):
+            _check_finite(value, f"{path}.{i}")
+    elif isinstance(node, float) and not math.isfinite(node):
+        raise ConfigError(f"config key {path or '<top level>'}: {node} is not a finite number")
 
 
 def _describe(e: jsonschema.ValidationError) -> str:

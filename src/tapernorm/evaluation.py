@@ -48,6 +48,11 @@ def mean_ce(
 
 def evaluate(model: GPT, shards: TokenShards, n_windows: int, batch_size: int) -> float:
     """Mean CE over the fixed validation windows, with every TaperNorm at g = 0."""
+    if shards.vocab_size > model.config.vocab_size:
+        raise ValueError(
+            f"the shards in {shards.data_dir} have a vocabulary of {shards.vocab_size}, the model "
+            f"only {model.config.vocab_size}: evaluate it on shards of its own tokenizer"
+        )
     x_all, y_all = shards.val_windows(n_windows, model.config.block_size)
     return mean_ce(model, x_all, y_all, batch_size)
 

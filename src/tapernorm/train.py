@@ -15,11 +15,11 @@ train() = set_up (data, model, optimizer) -> resume (from out/ckpt) -> train_ste
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
 import os
-import shutil
 import sys
 import time
 from collections.abc import Callable
@@ -32,7 +32,7 @@ import torch.nn.functional as F
 from tqdm import tqdm
 
 from .anchor import ScaleAnchor
-from .checkpoint import load_model, save_model, write_json
+from .checkpoint import CheckpointError, load_model, save_model, write_json
 from .data import TokenShards
 from .device import autocast_for, resolve_device
 from .diagnostics import clipped, grad_norms, output_stats, prelogit_geometry
@@ -41,14 +41,17 @@ from .evaluation import evaluate
 from .fakeln import FakeLNSchedule, schedule_for
 from .model import GPT, GPTConfig, convert_norms
 from .norms import Reduce, set_gate, start_taper, taper_norms, update_calibration
+from .run_identity import run_identity
+from .run_lock import run_lock
 from .schedules import gate_at, lr_at
 from .training_state import (
-    checkpoint_dirs,
+    checkpoint_mismatch,
+    clear_run,
     has_checkpoint,
     load_training_state,
+    readable_checkpoint,
+    restore_metrics,
     save_training_state,
-    stale_checkpoint,
-    truncate_metrics,
 )
 
 log = logging.getLogger(__name__)
@@ -120,6 +123,7 @@ class Run:
     fakeln: FakeLNSchedule | None  # None unless model.norm is fakeln
     micro_batches: list[int]  # this process's share of each step's grad_accum micro-batches
     reduce: Reduce | None  # sums statistics over the processes (None for one process)
+    identity: dict  # config + data and init fingerprints (run_identity): what a resume must match
     forward: Callable | None = None  # the training forward: the model, or torch.compile of it
 
     @property
@@ -158,6 +162,7 @@ def set_up(cfg: dict, out: Path, world: World, device: torch.device) -> Run:
     mcfg = model.config
     if shards.vocab_size > mcfg.vocab_size:
         raise ValueError(f"data vocab {shards.vocab_size} exceeds model vocab {mcfg.vocab_size}")
+    check_splits(shards, mcfg.block_size)
     micro_batches = rank_micro_batches(cfg["train"]["grad_accum"], world.rank, world.size)
     reduce = make_reduce(world, device)
     anchor = None
@@ -168,40 +173,82 @@ def set_up(cfg: dict, out: Path, world: World, device: torch.device) -> Run:
         ).to(device)
     opt = make_optimizer(model, cfg["train"])
     fakeln = schedule_for(cfg, model)
+    identity = run_identity(cfg)
     # train.compile: one graph per gate phase (g = 1, 0 < g < 1, g = 0): TaperNorm branches on the
     # phase and computes with the gate buffer, so a changing g does not recompile
-    forward = torch.compile(model) if cfg["train"].get("compile") else model
+    forward = torch.compile(model) if cfg["train"]["compile"] else model
     return Run(
-        cfg, out, world, device, shards, model, opt, anchor, fakeln, micro_batches, reduce, forward
+        cfg,
+        out,
+        world,
+        device,
+        shards,
+        model,
+        opt,
+        anchor,
+        fakeln,
+        micro_batches,
+        reduce,
+        identity,
+        forward,
     )
 
 
+def check_splits(shards: TokenShards, block_size: int) -> None:
+    """Both splits hold a window of block_size + 1 tokens (checked before any step, not at the
+    first batch or the final evaluation)."""
+    for split in shards.SPLITS:
+        n = len(shards.tokens(split))
+        if n < block_size + 1:
+            raise ValueError(
+                f"the {split} split of {shards.data_dir} has {n} tokens, fewer than "
+                f"model.block_size + 1 = {block_size + 1}: lower model.block_size or use more data"
+            )
+
+
 def resume(run: Run) -> int:
-    """The step the run continues from: its checkpoint's (loaded, with the metrics logged after it
-    dropped) or 0. A checkpoint of another config is deleted. Rank 0 writes config.json."""
+    """The step the run continues from: its checkpoint's (loaded, metrics.jsonl restored to it) or
+    0. A checkpoint of another config, data or init is not resumed: the run starts over, and every
+    file of the old run is removed first. Rank 0 writes config.json."""
     cfg, out, world = run.cfg, run.out, run.world
     if world.main:
         out.mkdir(parents=True, exist_ok=True)
+        mismatch = checkpoint_mismatch(run.ckpt, run.identity)
+        if mismatch:
+            log.warning(
+                "[%s] checkpoint in %s is from %s: starting over",
+                cfg["name"],
+                out,
+                "; ".join(mismatch),
+            )
+        if mismatch is None or mismatch:
+            removed = clear_run(out, run.ckpt)
+            if removed and mismatch is None:
+                log.info(
+                    "[%s] no checkpoint in %s: removed %s of an earlier run, starting over",
+                    cfg["name"],
+                    out,
+                    ", ".join(removed),
+                )
+        else:  # rewritten at the end; until then the directory does not look finished
+            for name in ("eval.json", "model.safetensors"):
+                (out / name).unlink(missing_ok=True)
         n_params = run.model.num_params()
         write_json(
             out / "config.json", {**cfg, "model": run.model.config.to_dict(), "n_params": n_params}
         )
-        if stale_checkpoint(run.ckpt, cfg):
-            log.warning(
-                "[%s] checkpoint in %s is from another config: starting over", cfg["name"], out
-            )
-            for path in checkpoint_dirs(run.ckpt):
-                shutil.rmtree(path, ignore_errors=True)
     barrier(world)  # every rank sees the checkpoint rank 0 kept
-    if has_checkpoint(run.ckpt):
+    if not has_checkpoint(run.ckpt):
+        return 0
+    try:
         step = load_training_state(run.ckpt, run.model, run.opt, run.anchor)
-        if world.main:
-            truncate_metrics(run.metrics_path, step)
-            log.info("[%s] resumed from step %d", cfg["name"], step)
-        return step
-    if world.main and run.metrics_path.exists():
-        run.metrics_path.unlink()
-    return 0
+    except CheckpointError as e:
+        raise CheckpointError(f"{e}; delete {run.ckpt} to start the run over") from e
+    if world.main:
+        restored = restore_metrics(run.metrics_path, readable_checkpoint(run.ckpt), step)
+        note = f" ({run.metrics_path.name} restored: {restored} records)" if restored else ""
+        log.info("[%s] resumed from step %d%s", cfg["name"], step, note)
+    return step
 
 
 # ---- the loop -------------------------------------------------------------------------------------
@@ -414,7 +461,9 @@ def train_steps(run: Run, first_step: int, stop_after: int | None) -> Outcome:
                 metrics_file.write(json.dumps({"step": step, "val_loss": val}) + "\n")
             if ckpt_due and run.world.main:
                 metrics_file.flush()
-                save_training_state(run.ckpt, run.model, run.opt, run.anchor, step, cfg)
+                save_training_state(
+                    run.ckpt, run.model, run.opt, run.anchor, step, run.identity, run.metrics_path
+                )
                 outcome.checkpoint_step = step
             if stop:
                 outcome.stopped = True
@@ -479,7 +528,8 @@ def finish(run: Run, outcome: Outcome) -> dict:
 def train(cfg: dict, out_dir: str | Path, stop_after: int | None = None) -> dict:
     """Run (or resume) one training run described by a resolved run config; returns eval.json's dict.
 
-    Writes out_dir/{config.json, metrics.jsonl, ckpt/, model.safetensors, eval.json}; eval.json last.
+    Writes out_dir/{config.json, metrics.jsonl, ckpt/, model.safetensors, eval.json}; eval.json last,
+    holding out_dir/train.lock meanwhile (a second train() on out_dir is refused).
     `stop_after` ends the process early (as if killed) after that many steps: used by resume tests.
     Under torchrun (WORLD_SIZE > 1) it joins the process group (NCCL on GPUs, gloo on CPUs);
     ranks other than 0 return {"rank": r, "step": k} and write nothing.
@@ -488,7 +538,9 @@ def train(cfg: dict, out_dir: str | Path, stop_after: int | None = None) -> dict
     device = resolve_device(cfg["train"]["device"], world.local_rank, "train.device")
     with process_group(world, device):
         run = set_up(cfg, Path(out_dir), world, device)
-        outcome = train_steps(run, resume(run), stop_after)
-        if outcome.stopped:
-            return {"stopped_at": outcome.step}
-        return finish(run, outcome)
+        lock = run_lock(run.out, cfg["name"]) if world.main else contextlib.nullcontext()
+        with lock:  # one writer per run directory
+            outcome = train_steps(run, resume(run), stop_after)
+            if outcome.stopped:
+                return {"stopped_at": outcome.step}
+            return finish(run, outcome)

@@ -15,7 +15,7 @@ rule bench_forward:
         f"{BENCHMARKS}/bench_forward.tsv"
     conda:
         GPU_ENV
-    threads: workflow.cores
+    threads: lambda w: workflow.cores  # (a function: --unlock and -n need no --cores)
     resources:
         gpu=BENCH_GPU,
     params:
@@ -41,7 +41,7 @@ rule bench_decode:
         f"{BENCHMARKS}/bench_decode.tsv"
     conda:
         GPU_ENV
-    threads: workflow.cores
+    threads: lambda w: workflow.cores  # (a function: --unlock and -n need no --cores)
     resources:
         gpu=BENCH_GPU,
     params:

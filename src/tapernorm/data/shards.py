@@ -113,7 +113,15 @@ class TokenShards:
                 f"no token shards in {data_dir}: {meta_path} is missing (written last, so the "
                 f"shards are absent or incomplete). Create them with {PREPARE_HINT}."
             )
-        self._meta = json.loads(meta_path.read_text(encoding="utf-8"))
+        try:
+            self._meta = json.loads(meta_path.read_text(encoding="utf-8"))
+            for key in ("vocab_size", "eot_id", "train_tokens", "val_tokens"):
+                int(self._meta[key])
+        except (ValueError, KeyError, TypeError) as e:
+            problem = f"no {e} entry" if isinstance(e, KeyError) else f"not valid ({e})"
+            raise ValueError(
+                f"{meta_path}: {problem}; recreate the shards with {PREPARE_HINT}."
+            ) from None
         if self._meta.get("dtype", "uint16") != "uint16":
             raise ValueError(f"{meta_path}: unsupported dtype {self._meta['dtype']!r}")
         self._tokens: dict[str, np.ndarray] = {}
@@ -166,9 +174,14 @@ class TokenShards:
             )
         return data
 
-    @staticmethod
-    def _windows(data: np.ndarray, starts: Iterable[int], block_size: int):
+    def _windows(self, data: np.ndarray, starts: Iterable[int], block_size: int):
         rows = np.stack([data[s : s + block_size + 1] for s in starts]).astype(np.int64)
+        if int(rows.max()) >= self.vocab_size:  # (an embedding lookup would end in an IndexError)
+            raise ValueError(
+                f"the shards in {self.data_dir} hold token id {int(rows.max())}, beyond the "
+                f"vocab_size {self.vocab_size} of their meta.json: they do not belong together; "
+                f"recreate them with {PREPARE_HINT}."
+            )
         w = torch.from_numpy(rows)
         return w[:, :-1].contiguous(), w[:, 1:].contiguous()
 

@@ -1,0 +1,90 @@
+"""One writer per run directory: an advisory lock (flock) on out/train.lock, which records the
+owner's pid and host. A second writer is refused with the owner's name; a lock file left by a
+killed process holds no lock (the kernel dropped it with the process) and is taken over."""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import logging
+import os
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+LOCK_NAME = "train.lock"
+
+
+class RunLocked(RuntimeError):
+    """Another process is writing the run directory."""
+
+
+def _owner(fd: int) -> dict:
+    try:
+        data = json.loads(os.pread(fd, 4096, 0) or b"{}")
+    except ValueError:
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _describe(owner: dict) -> str:
+    return f"pid {owner.get('pid', '?')} on host {owner.get('host', '?')}"
+
+
+@contextlib.contextmanager
+def run_lock(out: Path, name: str = "run") -> Iterator[None]:
+    """Hold out/train.lock for the block (creating `out`); RunLocked if another process holds it.
+    The file is removed when the block ends."""
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / LOCK_NAME
+    while True:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            owner = _owner(fd)
+            os.close(fd)
+            raise RunLocked(
+                f"run directory {out} is being written by another tapernorm train "
+                f"({_describe(owner)}, {path}): wait for it to end or use another --out"
+            ) from None
+        # The previous owner may have removed the file between our open and our flock: then the
+        # lock we hold is on a file nobody else sees; open the path again.
+        try:
+            same = os.stat(path).st_ino == os.fstat(fd).st_ino
+        except FileNotFoundError:
+            same = False
+        if same:
+            break
+        os.close(fd)
+    try:
+        previous, host = _owner(fd), socket.gethostname()
+        if previous.get("pid") not in (None, os.getpid()):
+            gone = previous.get("host") == host and not _alive(int(previous["pid"]))
+            log.warning(
+                "[%s] took over the lock of %s in %s (%s)",
+                name,
+                _describe(previous),
+                out,
+                "that process is gone" if gone else "it holds no lock",
+            )
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, json.dumps({"pid": os.getpid(), "host": host}).encode(), 0)
+        yield
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+        os.close(fd)
