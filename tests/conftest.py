@@ -95,3 +95,23 @@ def tiny_hf_lm(kind: str, vocab: int = 101, **kw):
             if name.endswith("bias") or "norm" in name or ".ln_" in name:
                 p.add_(0.1 * torch.randn_like(p))
     return model
+
+
+def blow_up_at(monkeypatch, step: int) -> None:
+    """The training forward's logits turn infinite from optimizer step `step` on (one forward per
+    step: grad_accum 1)."""
+    from tapernorm.model import GPT
+
+    calls = {"n": 0}
+    forward = GPT.forward
+
+    def forward_then_inf(self, idx, return_hidden=False):
+        out = forward(self, idx, return_hidden)
+        if self.training:
+            calls["n"] += 1
+            if calls["n"] >= step:
+                logits, h = out
+                return logits * float("inf"), h
+        return out
+
+    monkeypatch.setattr(GPT, "forward", forward_then_inf)

@@ -8,7 +8,7 @@ from contextlib import contextmanager
 
 import pytest
 import torch
-from conftest import tiny_run
+from conftest import blow_up_at, tiny_run
 
 from tapernorm.checkpoint import CheckpointError, load_model, load_tensors
 from tapernorm.data import TokenShards
@@ -89,19 +89,7 @@ def test_killed_and_resumed_equals_uninterrupted(shards_dir, tmp_path):
 
 
 def test_divergence_stops_and_keeps_last_good_checkpoint(shards_dir, tmp_path, monkeypatch):
-    calls = {"n": 0}
-    forward = GPT.forward
-
-    def blows_up_at_step_7(self, idx, return_hidden=False):
-        out = forward(self, idx, return_hidden)
-        if self.training:
-            calls["n"] += 1
-            if calls["n"] >= 7:  # the loss of step 7 is non-finite
-                logits, h = out
-                return logits * float("inf"), h
-        return out
-
-    monkeypatch.setattr(GPT, "forward", blows_up_at_step_7)
+    blow_up_at(monkeypatch, 7)  # the loss of step 7 is non-finite
     cfg = tiny_run(shards_dir, train={"steps": 30}, log={"every": 1, "ckpt_every": 5})
     result = train(cfg, tmp_path / "run")
     assert result["diverged"] and result["diverged_step"] == 7

@@ -5,28 +5,11 @@ import json
 
 import pytest
 import torch
-from conftest import tiny_run
+from conftest import blow_up_at, tiny_run
 
 from tapernorm.checkpoint import load_model
 from tapernorm.model import GPT
 from tapernorm.train import train
-
-
-def _blow_up_at(monkeypatch, step: int) -> None:
-    """The training forward's logits turn infinite from optimizer step `step` on."""
-    calls = {"n": 0}
-    forward = GPT.forward
-
-    def forward_then_inf(self, idx, return_hidden=False):
-        out = forward(self, idx, return_hidden)
-        if self.training:
-            calls["n"] += 1
-            if calls["n"] >= step:
-                logits, h = out
-                return logits * float("inf"), h
-        return out
-
-    monkeypatch.setattr(GPT, "forward", forward_then_inf)
 
 
 def _steps(run_dir):
@@ -38,7 +21,7 @@ def test_divergence_between_boundaries_is_noticed_at_the_next_one(
 ):
     """Step 7 diverges; steps 8-9 run on a non-finite model without a read; step 10 (logged and
     checkpointed) notices: the outcome is that of a loop that stopped at step 7."""
-    _blow_up_at(monkeypatch, 7)
+    blow_up_at(monkeypatch, 7)
     cfg = tiny_run(shards_dir, train={"steps": 30}, log={"every": 5, "ckpt_every": 5})
     result = train(cfg, tmp_path / "run")
     assert result["diverged"] and result["diverged_step"] == 7
@@ -49,7 +32,7 @@ def test_divergence_between_boundaries_is_noticed_at_the_next_one(
 
 
 def test_divergence_before_any_checkpoint_keeps_the_init(shards_dir, tmp_path, monkeypatch):
-    _blow_up_at(monkeypatch, 3)
+    blow_up_at(monkeypatch, 3)
     cfg = tiny_run(shards_dir, train={"steps": 30}, log={"every": 10, "ckpt_every": 20})
     result = train(cfg, tmp_path / "run")
     assert result["diverged_step"] == 3 and result["weights_step"] == 0
