@@ -140,6 +140,9 @@ step() {
   echo "-- $name: $status (exit $rc, $((SECONDS - t0)) s)"
   STEPS+=("| $name | $status | $rc | $((SECONDS - t0)) | $limit | $(rows "$csv") |")
   write_summary
+  # what the steps so far left, packed now: a command cut off later still brings these back
+  [ "$name" = pack ] || { tar -czf "$OUT/results.tar.gz.tmp" -C "$TMP" results &&
+    mv "$OUT/results.tar.gz.tmp" "$OUT/results.tar.gz"; } 2>/dev/null
 }
 
 skip() { # skip NAME LIMIT WHY
