@@ -140,10 +140,6 @@ class FakeLNSchedule:
         due = [n for n, step in self.steps.items() if step <= k and not self.norms[n].is_removed]
         return {"fakeln_removed": {n: self.norms[n].remove(self.mu) for n in due}} if due else {}
 
-    def due(self, k: int) -> bool:
-        """Whether step k removes a norm (a step whose record is always logged)."""
-        return any(step <= k and not self.norms[n].is_removed for n, step in self.steps.items())
-
     def after_step(self, reduce: Reduce | None = None) -> None:
         for norm in self.norms.values():
             norm.update(self.mu, reduce)

@@ -183,14 +183,14 @@ def train_check(cfg: dict, device: torch.device):
     the last step is a logged one and the end state is checked. Returns the trained model."""
     from .distributed import World
     from .norms import taper_norms
-    from .train import Divergence, set_up, train_step
+    from .train import Divergence, set_up, start_step, train_step
 
     run = set_up(cfg, Path(cfg["data"]["dir"]).parent / "unused", World(), device)
     run.model.train()
     divergence = Divergence(device)
     meta = device.type == "meta"
     for step in range(1, STEPS + 1):
-        result = train_step(run, step, logged=step == STEPS and not meta)
+        result = train_step(run, start_step(run, step), logged=step == STEPS and not meta)
         divergence.track(result)
     if meta:
         return run.model

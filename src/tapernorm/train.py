@@ -124,7 +124,7 @@ class Run:
     micro_batches: list[int]  # this process's share of each step's grad_accum micro-batches
     reduce: Reduce | None  # sums statistics over the processes (None for one process)
     identity: dict  # config + data and init fingerprints (run_identity): what a resume must match
-    forward: Callable | None = None  # the training forward: the model, or torch.compile of it
+    forward: Callable  # the training forward: the model, or torch.compile of it
 
     @property
     def tapered(self) -> bool:
@@ -162,7 +162,7 @@ def set_up(cfg: dict, out: Path, world: World, device: torch.device) -> Run:
     mcfg = model.config
     if shards.vocab_size > mcfg.vocab_size:
         raise ValueError(f"data vocab {shards.vocab_size} exceeds model vocab {mcfg.vocab_size}")
-    check_splits(shards, mcfg.block_size)
+    shards.check_fits(mcfg.block_size)
     micro_batches = rank_micro_batches(cfg["train"]["grad_accum"], world.rank, world.size)
     reduce = make_reduce(world, device)
     anchor = None
@@ -192,18 +192,6 @@ def set_up(cfg: dict, out: Path, world: World, device: torch.device) -> Run:
         identity,
         forward,
     )
-
-
-def check_splits(shards: TokenShards, block_size: int) -> None:
-    """Both splits hold a window of block_size + 1 tokens (checked before any step, not at the
-    first batch or the final evaluation)."""
-    for split in shards.SPLITS:
-        n = len(shards.tokens(split))
-        if n < block_size + 1:
-            raise ValueError(
-                f"the {split} split of {shards.data_dir} has {n} tokens, fewer than "
-                f"model.block_size + 1 = {block_size + 1}: lower model.block_size or use more data"
-            )
 
 
 def resume(run: Run) -> int:
@@ -320,28 +308,37 @@ class Step:
     norms: dict  # gradient norms per weight type (only on logged steps)
 
 
-def train_step(run: Run, step: int, logged: bool) -> Step:
-    """Optimizer step `step`: lr(k) and g(k) (at the first g < 1 the anchor's target and every c
-    freeze), this process's micro-batches forward and backward, gradients and statistics summed
-    over processes, calibration while g = 1, clip, AdamW. Reads nothing back from the device unless
-    `logged` (the logged step's output and gradient statistics)."""
-    cfg, model, opt, anchor, fakeln = run.cfg, run.model, run.opt, run.anchor, run.fakeln
-    train_cfg, taper_cfg = cfg["train"], cfg["taper"]
-    steps, accum = train_cfg["steps"], train_cfg["grad_accum"]
-    B, T = train_cfg["batch_size"], model.config.block_size
-    lr = lr_at(step, train_cfg["lr"], train_cfg["warmup_steps"], steps, train_cfg["min_lr"])
-    for group in opt.param_groups:
+def start_step(run: Run, step: int) -> dict:
+    """lr(k) and g(k) of optimizer step `step`; at the first g < 1 the anchor's target and every c
+    freeze, and FakeLN removes the norms due. Returns the step's record: step, lr, gate, and what
+    froze or was removed (device tensors; such a step is always logged)."""
+    train_cfg, taper_cfg = run.cfg["train"], run.cfg["taper"]
+    lr = lr_at(
+        step, train_cfg["lr"], train_cfg["warmup_steps"], train_cfg["steps"], train_cfg["min_lr"]
+    )
+    for group in run.opt.param_groups:
         group["lr"] = lr
     gate = gate_at(step, taper_cfg["start"], taper_cfg["end"]) if run.tapered else 1.0
     record: dict = {"step": step, "lr": lr, "gate": gate}
-    if gate < 1.0 and anchor is not None and not anchor.active:
-        record["s_tgt"] = anchor.freeze()
+    if gate < 1.0 and run.anchor is not None and not run.anchor.active:
+        record["s_tgt"] = run.anchor.freeze()
     if gate < 1.0 and run.tapered and not run.taper_started:
-        record["c"] = start_taper(model)
-    set_gate(model, gate)
-    if fakeln is not None:
-        record.update(fakeln.before_step(step))
+        record["c"] = start_taper(run.model)
+    set_gate(run.model, gate)
+    if run.fakeln is not None:
+        record.update(run.fakeln.before_step(step))
+    return record
 
+
+def train_step(run: Run, record: dict, logged: bool) -> Step:
+    """The optimizer step `start_step` began (its `record`): this process's micro-batches forward
+    and backward, gradients and statistics summed over processes, calibration while g = 1, clip,
+    AdamW. Reads nothing back from the device unless `logged` (the logged step's output and
+    gradient statistics)."""
+    cfg, model, opt, anchor, fakeln = run.cfg, run.model, run.opt, run.anchor, run.fakeln
+    train_cfg, taper_cfg = cfg["train"], cfg["taper"]
+    step, gate, accum = record["step"], record["gate"], train_cfg["grad_accum"]
+    B, T = train_cfg["batch_size"], model.config.block_size
     losses = torch.zeros(2, dtype=torch.float64, device=run.device)  # summed CE, scale loss
     for micro in run.micro_batches:
         x, y = run.shards.batch("train", B, T, batch_generator(cfg["seed"], step, micro))
@@ -424,9 +421,9 @@ def train_steps(run: Run, first_step: int, stop_after: int | None) -> Outcome:
     metrics_file = run.metrics_path.open("a") if run.world.main else open(os.devnull, "w")
     with metrics_file:
         for step in range(first_step + 1, steps + 1):
-            logged = step == 1 or step % log_cfg["every"] == 0 or step == steps
-            logged = logged or gate_changes_state(run, step)
-            result = train_step(run, step, logged)
+            record = start_step(run, step)
+            logged = step == 1 or step % log_cfg["every"] == 0 or step == steps or len(record) > 3
+            result = train_step(run, record, logged)
             divergence.track(result)
             progress.step_done(tokens)
             eval_due = log_cfg["eval_every"] and step % log_cfg["eval_every"] == 0 and step < steps
@@ -470,18 +467,6 @@ def train_steps(run: Run, first_step: int, stop_after: int | None) -> Outcome:
                 break
     progress.close()
     return outcome
-
-
-def gate_changes_state(run: Run, step: int) -> bool:
-    """Whether step `step` freezes the calibration or removes a FakeLN norm: such a step is always
-    logged (its record holds the frozen c, s_tgt or removed scales)."""
-    taper = run.cfg["taper"]
-    gate = gate_at(step, taper["start"], taper["end"]) if run.tapered else 1.0
-    freezes = gate < 1.0 and (
-        (run.anchor is not None and not run.anchor.active)
-        or (run.tapered and not run.taper_started)
-    )
-    return freezes or (run.fakeln is not None and run.fakeln.due(step))
 
 
 # ---- the end: weights, final evaluation, eval.json ------------------------------------------------

@@ -170,9 +170,15 @@ class TokenShards:
         if len(data) < block_size + 1:
             raise ValueError(
                 f"the {split} split of {self.data_dir} has {len(data)} tokens, fewer than "
-                f"block_size + 1 = {block_size + 1}"
+                f"block_size + 1 = {block_size + 1}: lower model.block_size or use more data"
             )
         return data
+
+    def check_fits(self, block_size: int) -> None:
+        """Both splits hold a window of block_size + 1 tokens (a run checks before its first step,
+        not at the first batch or the final evaluation)."""
+        for split in self.SPLITS:
+            self._check_fits(split, block_size)
 
     def _windows(self, data: np.ndarray, starts: Iterable[int], block_size: int):
         rows = np.stack([data[s : s + block_size + 1] for s in starts]).astype(np.int64)
