@@ -38,8 +38,8 @@ def _train(root, shards_dir, variant, width, seed, steps=6, **sections):
 
 @pytest.fixture(scope="module")
 def runs(shards_dir, tmp_path_factory):
-    """Main runs: 6 variants x 2 seeds at d=64 and a baseline x 2 at d=32; ablation: 4 variants x 1
-    seed on 2000 training tokens with geometry logging."""
+    """Main runs: every variant (config.VARIANTS) x 2 seeds at d=64 and a baseline x 2 at d=32;
+    ablation: 4 variants x 1 seed on 2000 training tokens with geometry logging."""
     root = tmp_path_factory.mktemp("runs")
     main = [_train(root / "main", shards_dir, v, 64, s) for v in VARIANTS for s in (0, 1)]
     main += [_train(root / "main", shards_dir, "baseline", 32, s) for s in (0, 1)]
@@ -101,7 +101,7 @@ def edited(runs, tmp_path_factory):
 
 def test_load_runs(runs):
     table, metrics = load_runs(runs["main"])
-    assert len(table) == 16 and set(table["width"]) == {32, 64}  # 7 variants x 2 seeds, 2 at d=32
+    assert len(table) == 20 and set(table["width"]) == {32, 64}  # 9 variants x 2 seeds, 2 at d=32
     row = table.set_index("name").loc["all_aux-d64-s1"]
     assert (row["variant"], row["seed"], row["steps"], row["label"]) == (
         "all_aux",
@@ -112,8 +112,12 @@ def test_load_runs(runs):
     assert row["final_taper"] and row["anchor"] and not row["diverged"]
     assert np.isfinite(row["val_loss"]) and row["logit_norm_end"] > 0
     assert set(table.loc[table["final_taper"], "variant"]) == FINAL_TAPERED
-    assert set(table.loc[table["anchor"], "variant"]) == {"internal_aux", "all_aux"}
-    assert len(metrics) == 16 * 6
+    assert set(table.loc[table["anchor"], "variant"]) == {
+        "internal_aux",
+        "all_aux",
+        "internal_aux_untied",
+    }
+    assert len(metrics) == 20 * 6
     assert {"step", "gate", "loss", "logit_norm", "grad_mlp_out", "variant", "seed"} <= set(metrics)
     assert not table["geometry"].any() and load_runs(runs["ablation"])[0]["geometry"].all()
 
@@ -170,7 +174,7 @@ def test_outlier_rule_on_controlled_inputs():
 def test_tables_1_and_5(runs, tmp_path):
     t1, _ = tables.table1(load_runs(runs["main"])[0])
     assert list(t1["Name"]) == list(VARIANTS)
-    assert list(t1["Runs"]) == [4, 2, 2, 2, 2, 2, 2]  # baseline: 2 at d=64 + 2 at d=32; DyT
+    assert list(t1["Runs"]) == [4, 2, 2, 2, 2, 2, 2, 2, 2]  # baseline: 2 at d=64 + 2 at d=32
     row = t1.set_index("Name").loc["all_aux"]
     assert (row["Internal taper"], row["Final taper"], row["Scale loss"]) == ("yes", "yes", "yes")
     paths = tables.make_table("5", runs["main"], tmp_path / "table5")
@@ -184,8 +188,16 @@ def test_tables_1_and_5(runs, tmp_path):
 def test_table2_files_and_paper_column(runs, tmp_path):
     paths = tables.make_table("2", runs["main"], tmp_path / "t" / "table2")
     df = pd.read_csv(paths[0])
-    assert list(df.columns) == ["Size (paper)", "Width", "Variant", "Seeds used", "Ours", "Paper"]
-    assert len(df) == 8  # 6 variants and DyT at d=64, the baseline at d=32
+    assert list(df.columns) == [
+        *("Size (paper)", "Width", "Variant", "Gap against", "Seeds used", "Ours", "Paper")
+    ]
+    assert len(df) == 10  # every variant at d=64, the baseline at d=32
+    against = df.set_index(["Width", "Variant"])["Gap against"]
+    assert (
+        against[(64, "DyT")] == "Baseline (untied head)"
+        and against[(64, "Final-Taper")] == "Baseline"
+    )
+    assert against[(64, "Baseline")] == "—" == against[(64, "Baseline (untied head)")]
     cell = df.set_index(["Width", "Variant"])
     assert cell.loc[(64, "DyT"), "Paper"] == "—" and "%)" in cell.loc[(64, "DyT"), "Ours"]
     assert cell.loc[(64, "Internal-Taper (+aux)"), "Paper"] == "2.1852 ± 0.0040 (+1.46%)"
@@ -247,7 +259,8 @@ def test_fig3_log_scale_dashes_and_divergence(edited, tmp_path):
             for lab, ln in by_label.items()
             if lab.startswith(spec["label"] + " ") or lab == spec["label"]
         )
-        assert line.get_linestyle() == ("--" if variant in FINAL_TAPERED else "-")
+        untied = ":" if variant.endswith("_untied") else "-"
+        assert line.get_linestyle() == ("--" if variant in FINAL_TAPERED else untied)
     assert any("diverged" in lab for lab in by_label)
     assert any(ln.get_marker() == "x" for ln in ax.get_lines())
     assert "d=64" in ax.get_title()

@@ -18,6 +18,7 @@ from tapernorm.bench_decode import bench_decode
 from tapernorm.checkpoint import load_model, save_model
 from tapernorm.config import ConfigError
 from tapernorm.fold import FoldError, export_explicit_scaling
+from tapernorm.model import DYT_RECIPE, dyt_alpha0, dyt_config
 from tapernorm.norms import LayerNorm, RMSNorm, TaperNorm
 from tapernorm.train import train
 
@@ -35,6 +36,35 @@ def test_dyt_is_weight_tanh_alpha_x_plus_bias():
     assert layer.alpha.item() == pytest.approx(0.7) and layer.alpha.requires_grad
     fresh = DyT(3)
     assert fresh.alpha.item() == 0.5 and fresh.weight.eq(1).all() and fresh.bias.eq(0).all()
+    no_bias = DyT(3, alpha0=0.7, bias=False)
+    with torch.no_grad():
+        no_bias.weight.copy_(layer.weight)
+    assert no_bias.bias is None and len(list(no_bias.parameters())) == 2
+    assert torch.allclose(no_bias(x), layer(x) - layer.bias, atol=1e-6)
+
+
+def test_alpha0_follows_the_dyt_papers_width_table():
+    assert dyt_alpha0(64) == dyt_alpha0(1024) == (1.0, 1.0)  # narrower: the narrowest row
+    assert dyt_alpha0(2048) == (1.0, 0.5) and dyt_alpha0(4096) == (0.8, 0.2)
+    assert dyt_alpha0(3000) == (0.8, 0.2)  # between rows: the wider row (the smaller alpha0)
+    assert dyt_alpha0(8192) == dyt_alpha0(16384) == (0.2, 0.05)
+    big = GPTConfig(norm="dyt", **{**TINY, "n_embd": 4096, "n_head": 32})
+    assert (big.dyt_alpha_attn, big.dyt_alpha_other) == (0.8, 0.2)
+    assert GPTConfig(norm="dyt", dyt_alpha_attn=0.3, **TINY).dyt_alpha_attn == 0.3
+
+
+def test_the_dyt_recipe_starts_the_residual_stream_at_unit_scale():
+    torch.manual_seed(0)
+    cfg = dyt_config(**{**TINY, "n_embd": 256, "n_head": 4})
+    model = GPT(cfg)
+    assert not cfg.tie_embeddings and model.lm_head.weight is not model.tok_emb.weight
+    assert model.emb_scale.item() == 50.0 and model.emb_scale.requires_grad
+    assert all(m.bias is None for m in model.modules() if isinstance(m, DyT))
+    idx = torch.randint(0, TINY["vocab_size"], (4, 16))
+    rms = model.embed(idx).pow(2).mean().sqrt().item()
+    assert 0.9 < rms < 1.1  # 50 x N(0, 0.02^2): unit scale, the recipe's intent
+    plain = GPT(GPTConfig(**{**TINY, "n_embd": 256, "n_head": 4}))
+    assert plain.emb_scale is None and plain.embed(idx).pow(2).mean().sqrt().item() < 0.03
 
 
 @pytest.mark.parametrize("style", ["llama", "gpt2"])
@@ -47,7 +77,7 @@ def test_a_dyt_model_has_no_norm_left(style):
     assert model.blocks[0].ln_1.alpha.item() == pytest.approx(cfg.dyt_alpha_attn)
     assert model.blocks[0].ln_2.alpha.item() == pytest.approx(cfg.dyt_alpha_other)
     assert model.ln_f.alpha.item() == pytest.approx(cfg.dyt_alpha_other)
-    assert (cfg.dyt_alpha_attn, cfg.dyt_alpha_other) == (0.8, 0.2)  # DyT paper, LLaMA 7B
+    assert (cfg.dyt_alpha_attn, cfg.dyt_alpha_other) == (1.0, 1.0)  # DyT's table, d <= 1024
     assert GPTConfig(**TINY).norm == "default"  # the default keeps today's model
     with pytest.raises(ValueError, match="GPTConfig.taper"):
         GPTConfig(norm="dyt", taper="internal", **TINY)
@@ -80,6 +110,10 @@ def test_the_dyt_variant_sets_the_norm_and_trains(shards_dir, tmp_path):
     cfg = tiny_run(shards_dir, variant="dyt", train={"steps": 12, "warmup_steps": 2})
     assert cfg["model"]["norm"] == "dyt" and cfg["model"]["taper"] == "none"
     assert not cfg["anchor"]["enabled"]
+    m = cfg["model"]
+    assert (m["tie_embeddings"], m["dyt_bias"], m["emb_scale"]) == (False, False, 50.0)
+    assert m["emb_scale"] == DYT_RECIPE["emb_scale"]  # config.VARIANTS states model.DYT_RECIPE
+    assert {k: m[k] for k in DYT_RECIPE} == DYT_RECIPE
     result = train(cfg, tmp_path / "dyt")
     records = [json.loads(x) for x in (tmp_path / "dyt/metrics.jsonl").read_text().splitlines()]
     losses = [r["loss"] for r in records if "loss" in r]
@@ -92,6 +126,12 @@ def test_the_dyt_variant_sets_the_norm_and_trains(shards_dir, tmp_path):
         tiny_run(shards_dir, variant="dyt", model={"norm": "default"})
     with pytest.raises(ConfigError, match="model.taper"):
         tiny_run(shards_dir, model={"norm": "dyt", "taper": "all"})
+    with pytest.raises(ConfigError, match="model.tie_embeddings.*contradicts variant 'dyt'"):
+        tiny_run(shards_dir, variant="dyt", model={"tie_embeddings": True})
+    shipped = tiny_run(shards_dir, model={"norm": "dyt", "dyt_bias": True})  # the old set-up:
+    assert shipped["model"]["tie_embeddings"]  # reachable only by spelling out its keys
+    untied = tiny_run(shards_dir, variant="baseline_untied")
+    assert not untied["model"]["tie_embeddings"] and "norm" not in untied["model"]
     baseline = tiny_run(shards_dir, variant="baseline")
     assert "norm" not in baseline["model"]  # other runs' configs are as before
 
@@ -142,9 +182,15 @@ def test_the_benchmarks_have_dyt_rows_and_tables_show_them(bench_rows):
     assert not any("DyT" in c for c in old.columns)  # without DyT rows: the table as before
 
 
-def _runs(dyt_gap: float, n: int = 2) -> pd.DataFrame:
+def _runs(dyt_gap: float, n: int = 2, untied_taper: float | None = None) -> pd.DataFrame:
+    """Baseline 2.0 and Internal-Taper (+aux) 2.02 (tied), Baseline (untied head) 1.8 and DyT
+    1.8 x (1 + dyt_gap / 2), and Internal-Taper (+aux) untied at 1.8 + untied_taper if given."""
     rows = []
-    for variant, loss in (("baseline", 2.0), ("internal_aux", 2.02), ("dyt", 2.0 + dyt_gap)):
+    cells = [("baseline", 2.0), ("internal_aux", 2.02), ("baseline_untied", 1.8)]
+    cells.append(("dyt", 1.8 * (1 + dyt_gap / 2)))
+    if untied_taper is not None:
+        cells.append(("internal_aux_untied", 1.8 + untied_taper))
+    for variant, loss in cells:
         for s in range(n):
             rows.append(
                 {
@@ -165,7 +211,11 @@ def _runs(dyt_gap: float, n: int = 2) -> pd.DataFrame:
 def test_claims_row_tapernorm_vs_dyt(bench_rows):
     row = dyt.claim_dyt(ClaimInputs(runs=_runs(0.10), bench=bench_rows))
     assert row["Holds?"] in ("yes", "partly", "no")
-    assert "gap Taper +1.00%, DyT +5.00%" in row["Ours"] and "folded" in row["Ours"]
+    assert (
+        "d=64: Internal-Taper (+aux) +1.00% vs Baseline, DyT +5.00% vs Baseline (untied head)"
+        in row["Ours"]
+    )
+    assert "folded" in row["Ours"] and "untied head" in row["Comment"]
     assert "Criterion" in row["Comment"] and "DyT" in row["Claim"]
     no_bench = dyt.claim_dyt(ClaimInputs(runs=_runs(0.10)))
     assert no_bench["Holds?"] == "partly" and "at most partly" in no_bench["Comment"]
@@ -173,6 +223,13 @@ def test_claims_row_tapernorm_vs_dyt(bench_rows):
     assert worse["Holds?"] == "no"
     none = dyt.claim_dyt(ClaimInputs(runs=_runs(0.1)[lambda d: d["variant"] != "dyt"]))
     assert none["Holds?"] == "not measured"
+    unmatched = _runs(0.1)[lambda d: d["variant"] != "baseline_untied"]
+    assert dyt.claim_dyt(ClaimInputs(runs=unmatched))["Holds?"] == "not measured"
+    same_head = dyt.claim_dyt(ClaimInputs(runs=_runs(0.10, untied_taper=0.18)))
+    assert (
+        "Internal-Taper (+aux), untied head +10.00% vs Baseline (untied head)" in same_head["Ours"]
+    )
+    assert same_head["Holds?"] == "no"  # the untied TaperNorm run is the one judged
     fast = bench_rows.copy()
     fast.loc[fast["variant"] == "folded", "speedup"] = 9.0  # timings of 2 rounds are noise:
     fast.loc[fast["variant"] == "dyt", "speedup"] = 1.0  # fix both sides

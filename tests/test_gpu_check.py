@@ -142,8 +142,10 @@ def test_gpu_hours_arithmetic(tmp_path):
     table, caption = gpu_hours(path, ROOT / "config/paper.yaml")
     pre = config["pretrain"]
     seeds, steps = pre["seeds"], pre["steps"]
-    tapered = sum(v not in ("baseline", "dyt") for v in pre["variants"])
-    per_step_ms = 10.0 + 20.0 * tapered + 12.0  # one seed of every variant
+    untapered = ("baseline", "baseline_untied", "dyt")
+    tapered = sum(v not in untapered for v in pre["variants"])
+    baselines = sum(v in ("baseline", "baseline_untied") for v in pre["variants"])
+    per_step_ms = 10.0 * baselines + 20.0 * tapered + 12.0  # one seed of every variant
     expected = {w: seeds * steps[w] * per_step_ms / 3.6e6 for w in (64, 128, 256)}
     got = table.set_index(["grid", "width"])["GPU-hours"]
     for width, hours in expected.items():

@@ -27,7 +27,7 @@ def test_shipped_configs_validate(name):
 def test_paper_config_plans_the_full_grid():
     cfg = tp.validate_pipeline_config(load("paper.yaml"), SCHEMA)
     runs = tp.family_runs(cfg, "pretrain")
-    assert len(runs) == 7 * 4 * 6  # Table 1's six variants and DyT, 4 widths, 6 seeds
+    assert len(runs) == 8 * 4 * 6  # Table 1's six, DyT and its untied baseline, 4 widths, 6 seeds
     dyt = tp.run_config(cfg, "pretrain", "dyt-d512-s0", "data/pretrain")
     assert dyt["model"]["norm"] == "dyt" and dyt["train"]["steps"] == 1_000_000
     rc = tp.run_config(cfg, "pretrain", "internal_aux-d512-s5", "data/pretrain")
@@ -189,3 +189,20 @@ def test_ablation_may_be_null():
         _bad(lambda c: c.update(ablation=None, anchor_sweep=None)), SCHEMA
     )
     assert cfg["ablation"] is None
+
+
+def test_benchmarks_time_random_weights_at_the_paper_size_or_the_trained_runs():
+    default = tp.validate_pipeline_config(load("config.yaml"), SCHEMA)
+    assert default["bench"]["random"] == "d512"
+    assert tp.bench_inputs(default) == {}  # no training run to wait for
+    assert tp.bench_model_args(default) == "--random d512"
+    ci = tp.validate_pipeline_config(load("ci.yaml"), SCHEMA)
+    assert ci["bench"]["random"] is None
+    assert tp.bench_model_args(ci) == (
+        "--baseline results/runs/pretrain/baseline-d32-s0 "
+        "--tapered results/runs/pretrain/internal_aux-d32-s0 --dyt results/runs/pretrain/dyt-d32-s0"
+    )
+    assert tp.bench_inputs(ci)["verify"] == "results/fold/internal_aux-d32-s0/verify.json"
+    bad = {**load("config.yaml"), "bench": {**load("config.yaml")["bench"], "random": "512"}}
+    with pytest.raises(ConfigError, match="bench.random"):
+        tp.validate_pipeline_config(bad, SCHEMA)

@@ -27,7 +27,7 @@ import torch.nn.functional as F
 
 from .device import autocast_for, resolve_device
 from .fold import export_explicit_scaling, fold_model, verify_fold
-from .model import GPT, GPTConfig
+from .model import DYT_RECIPE, GPT, GPTConfig
 from .norms import set_gate, taper_norms
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -197,7 +197,7 @@ def bench_train_step(
     set_gate(tapered, 0.5)
     models = {"ours_rmsnorm": ours, "ours_taper_g0.5": tapered}
     if with_dyt:
-        models["ours_dyt"] = GPT(GPTConfig(**{**base_cfg.to_dict(), "norm": "dyt"})).train()
+        models["ours_dyt"] = GPT(GPTConfig(**{**base_cfg.to_dict(), **DYT_RECIPE})).train()
     if with_hf:
         models["transformers_llama"] = hf_llama_like(base_cfg).train()
     fns = {
@@ -389,9 +389,18 @@ def random_variants(cfg: GPTConfig, seed: int = 0) -> tuple[GPT, GPT]:
 
 @torch.no_grad()
 def random_dyt(cfg: GPTConfig, seed: int = 0) -> GPT:
-    """A random-weight model of `cfg`'s sizes with every norm a DyT (GPTConfig's alpha0)."""
+    """A random-weight model of `cfg`'s sizes with every norm a DyT, by DyT's LLaMA recipe
+    (model.DYT_RECIPE: untied head, embedding scalar, no DyT bias, alpha0 by width)."""
     torch.manual_seed(seed)
-    return GPT(dataclasses.replace(cfg, taper="none", norm_mode="taper", norm="dyt")).eval()
+    dyt = dataclasses.replace(
+        cfg,
+        taper="none",
+        norm_mode="taper",
+        dyt_alpha_attn=None,
+        dyt_alpha_other=None,
+        **DYT_RECIPE,
+    )
+    return GPT(dyt).eval()
 
 
 def inference_variants(

@@ -236,6 +236,65 @@ def _cmd_gpu_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_lr_grid(args: argparse.Namespace) -> int:
+    from .config import yaml_load
+    from .lr_grid import grid_runs, summarize, train_missing, write_summary
+    from .pipeline import validate_pipeline_config
+
+    if not args.config.is_file():
+        raise ValueError(f"config file {args.config} does not exist")
+    raw = yaml_load(args.config.read_text(), f"config file {args.config}") or {}
+    config = validate_pipeline_config(raw, str(args.schema))
+    runs = grid_runs(config, args.variants, args.lrs, args.seeds, args.width)
+    train_missing(config, runs, str(args.data), args.out, args.jobs)
+    cells, gaps = summarize(runs, args.out, config["pretrain"]["train"]["lr"])
+    command = (
+        f"tapernorm lr-grid --config {args.config} --variants {' '.join(args.variants)} "
+        f"--lrs {' '.join(f'{lr:g}' for lr in args.lrs)} --seeds {args.seeds} --out {args.out}"
+    )
+    for path in write_summary(cells, gaps, args.out, command):
+        print(f"wrote {path}")
+    print((args.out / "lr_grid.md").read_text())
+    return 0
+
+
+def _lr_grid_parser(sub) -> None:
+    g = sub.add_parser(
+        "lr-grid",
+        help="retrain pre-training variants at several learning rates: gaps at the shared and "
+        "at each arm's best LR (docs/norm-free.md)",
+    )
+    g.add_argument(
+        "--config", type=Path, default=Path("config/config.yaml"), help="pipeline config"
+    )
+    g.add_argument(
+        "--schema",
+        type=Path,
+        default=Path("workflow/schemas/config.schema.yaml"),
+        help="its schema (run from the checkout's root)",
+    )
+    g.add_argument(
+        "--data",
+        type=Path,
+        default=Path("data/pretrain"),
+        help="token shards (snakemake --cores all data/pretrain/meta.json makes them)",
+    )
+    g.add_argument(
+        "--variants",
+        nargs="+",
+        default=["baseline_untied", "internal_aux_untied", "dyt"],
+        help="variants (their matched baselines are added)",
+    )
+    g.add_argument(
+        "--lrs", nargs="+", type=POSITIVE_FLOAT, default=[1e-3, 3e-3, 8e-3], help="peak LRs"
+    )
+    g.add_argument("--seeds", type=POSITIVE, default=2, help="seeds 0 .. N-1 per cell")
+    g.add_argument("--width", type=POSITIVE, help="model width (default: the figure width)")
+    g.add_argument("--jobs", type=POSITIVE, default=1, help="runs at once (one thread each)")
+    g.add_argument("--out", type=Path, default=Path("results/lr_grid"), help="runs and summary")
+    g.set_defaults(func=_cmd_lr_grid)
+
+
 # ---- the parser -----------------------------------------------------------------------------------
 
 
@@ -528,6 +587,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="the pipeline config whose pre-training grid is costed",
     )
     r.set_defaults(func=_cmd_gpu_report)
+    _lr_grid_parser(sub)
     for command in sub.choices.values():  # subcommands added elsewhere get the formatter too
         command.formatter_class = _HelpFormatter
     return p

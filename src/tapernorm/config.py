@@ -27,9 +27,42 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "final": {"taper": "final", "anchor": False, "label": "Final-Taper"},
     "all": {"taper": "all", "anchor": False, "label": "All-Taper"},
     "all_aux": {"taper": "all", "anchor": True, "label": "All-Taper (+aux)"},
-    # not in the paper: every norm replaced by DyT (Zhu et al. 2025), trained like the baseline
-    "dyt": {"taper": "none", "anchor": False, "label": "DyT", "norm": "dyt"},
+    # not in the paper (docs/norm-free.md): every norm a DyT (Zhu et al. 2025) by its authors' LLaMA
+    # recipe (model.DYT_RECIPE: no DyT bias, an untied head, a learnable embedding scalar starting at
+    # 1 / the init std 0.02), and the baseline with that head, which DyT is compared against
+    "dyt": {
+        "taper": "none",
+        "anchor": False,
+        "label": "DyT",
+        "norm": "dyt",
+        "model": {"dyt_bias": False, "tie_embeddings": False, "emb_scale": 50.0},
+        "against": "baseline_untied",
+    },
+    "baseline_untied": {
+        "taper": "none",
+        "anchor": False,
+        "label": "Baseline (untied head)",
+        "model": {"tie_embeddings": False},
+    },
+    # TaperNorm on DyT's footing: Internal-Taper (+aux) with the untied head (the LR-grid study)
+    "internal_aux_untied": {
+        "taper": "internal",
+        "anchor": True,
+        "label": "Internal-Taper (+aux), untied head",
+        "model": {"tie_embeddings": False},
+        "against": "baseline_untied",
+    },
 }
+PAPER_VARIANTS = ("baseline", "internal", "internal_aux", "final", "all", "all_aux")
+
+
+def baseline_of(variant: str) -> str | None:
+    """The variant whose runs `variant`'s loss gap is measured against: the baseline with the same
+    head (Table 2, the claims); None for a baseline."""
+    if VARIANTS[variant]["taper"] == "none" and "norm" not in VARIANTS[variant]:
+        return None
+    return VARIANTS[variant].get("against", "baseline")
+
 
 PROTOCOLS: dict[str, dict[str, Any]] = {
     # GPT-2 fine-tuning protocols of Sec. 6.4 (TaperLN always with the fixed-target scale loss)
@@ -245,6 +278,7 @@ def resolve_run_config(config: dict) -> dict:
             ("model.taper", v["taper"]),
             ("anchor.enabled", v["anchor"]),
             ("model.norm", v.get("norm", "default")),
+            *((f"model.{key}", value) for key, value in v.get("model", {}).items()),
         )
         for key, value in implied:
             section, field = key.split(".")

@@ -61,7 +61,7 @@ class StaticDecoder(nn.Module):
     def forward(self, tok: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
         """tok (B, 1) at position pos (1,) -> logits (B, V)."""
         m = self.model
-        x, rope = m.tok_emb(tok), None
+        x, rope = m.embed(tok), None
         if m.pos_emb is not None:
             x = x + m.pos_emb(pos)
         else:
@@ -112,7 +112,7 @@ def eager_decoder(
         return m.head(m.hidden(idx, cache, 0)[:, -1])
 
     def step(tok: torch.Tensor, pos: int) -> torch.Tensor:
-        x, rope = m.tok_emb(tok[:, 0]), None
+        x, rope = m.embed(tok[:, 0]), None
         if m.pos_emb is not None:
             x = x + m.pos_emb(where[pos])
         else:

@@ -35,6 +35,8 @@ TIMED_AS = {
     "all": "ours_taper_g0.5",
     "all_aux": "ours_taper_g0.5",
     "dyt": "ours_dyt",
+    "baseline_untied": "ours_rmsnorm",  # an untied head costs the tied one's matrix product
+    "internal_aux_untied": "ours_taper_g0.5",
 }
 
 

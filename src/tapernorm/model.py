@@ -11,6 +11,7 @@ live in the next projections' weights, see fold.py).
 
 `norm` replaces every norm instead: "dyt" by DyT (norms.py; trained from scratch, never folds) or
 "fakeln" by FakeNorm (fakeln.py; a norm removed during fine-tuning). "default" is the style's norm.
+dyt_config(...) is DyT as its authors train LLaMA-style language models (DYT_RECIPE, docs/norm-free.md).
 """
 
 from __future__ import annotations
@@ -29,16 +30,33 @@ STYLES = ("llama", "gpt2")
 TAPERS = ("none", "internal", "final", "all")
 NORM_MODES = ("taper", "scale", "folded")
 NORMS = ("default", "dyt", "fakeln")
+INIT_STD = 0.02  # every Linear and Embedding weight starts N(0, INIT_STD^2) (GPT-2's init)
+
+# DyT's alpha0 for LLaMA-style LMs by width: (width, before attention, the others), Zhu et al. 2025
+# Table 11 (depth does not matter there). A width between two rows takes the wider row's values
+# (the smaller alpha0); below d=1024, the narrowest row.
+DYT_ALPHA0 = ((1024, 1.0, 1.0), (2048, 1.0, 0.5), (4096, 0.8, 0.2), (8192, 0.2, 0.05))
+
+
+def dyt_alpha0(width: int) -> tuple[float, float]:
+    """(alpha0 of the DyT before attention, alpha0 of the others) for a model of this width."""
+    for row_width, attn, other in DYT_ALPHA0:
+        if width <= row_width:
+            return attn, other
+    return DYT_ALPHA0[-1][1:]
+
+
+# DyT as its authors give it for LLaMA (their Sec. 7 and App. A): no bias in DyT, an untied head, and
+# a learnable scalar after the embedding that starts the residual stream at unit scale (theirs:
+# sqrt(d) over embeddings of std 1/sqrt(d); ours: 1 / INIT_STD); alpha0 from dyt_alpha0.
+DYT_RECIPE = {"norm": "dyt", "dyt_bias": False, "tie_embeddings": False, "emb_scale": 1 / INIT_STD}
 
 
 @dataclass
 class GPTConfig:
-    """Sizes and switches of a GPT. With norm="dyt", alpha0 is `dyt_alpha_attn` = 0.8 for the DyT
-    before attention and `dyt_alpha_other` = 0.2 for the others (before the MLP, the final one): the
-    values "Transformers without Normalization" (Zhu et al. 2025) uses for LLaMA 7B (d=4096), the
-    narrowest LLaMA it gives values for. It lowers alpha0 as the width grows and reports that narrower
-    models tolerate larger alpha0, so at our widths (d <= 512) these are on the safe side; not tuned
-    here."""
+    """Sizes and switches of a GPT. With norm="dyt", the DyT before attention starts at alpha0
+    `dyt_alpha_attn` and the others (before the MLP, the final one) at `dyt_alpha_other`; None takes
+    them from DyT's width table (dyt_alpha0: 1.0 and 1.0 up to d=1024)."""
 
     style: str = "llama"
     n_layer: int = 8
@@ -58,8 +76,10 @@ class GPTConfig:
     rope_theta: float = 10000.0
     hf_config: dict | None = None  # the Hugging Face config an import came from (for export_hf)
     norm: str = "default"  # default (the style's norm) | dyt | fakeln: what every norm is
-    dyt_alpha_attn: float = 0.8  # DyT alpha0 of ln_1 (see the docstring)
-    dyt_alpha_other: float = 0.2  # DyT alpha0 of ln_2 and ln_f
+    dyt_alpha_attn: float | None = None  # DyT alpha0 of ln_1 (see the docstring)
+    dyt_alpha_other: float | None = None  # DyT alpha0 of ln_2 and ln_f
+    dyt_bias: bool = True  # DyT's per-feature bias (DYT_RECIPE: none)
+    emb_scale: float | None = None  # a learnable scalar times the token embedding, starting here
 
     def __post_init__(self) -> None:
         def need(ok: bool, field: str, why: str) -> None:
@@ -72,10 +92,16 @@ class GPTConfig:
         need(self.norm in NORMS, "norm", f"must be one of {NORMS}")
         if self.norm != "default":
             need(self.taper == "none", "taper", f"must be 'none' with norm {self.norm!r}")
-        for f in ("dyt_alpha_attn", "dyt_alpha_other"):
-            need(getattr(self, f) > 0, f, "must be > 0")
         for f in ("n_layer", "n_head", "n_embd", "vocab_size", "block_size"):
             need(isinstance(getattr(self, f), int) and getattr(self, f) > 0, f, "must be > 0")
+        attn, other = dyt_alpha0(self.n_embd)
+        if self.dyt_alpha_attn is None:
+            self.dyt_alpha_attn = attn
+        if self.dyt_alpha_other is None:
+            self.dyt_alpha_other = other
+        for f in ("dyt_alpha_attn", "dyt_alpha_other"):
+            need(getattr(self, f) > 0, f, "must be > 0")
+        need(self.emb_scale is None or self.emb_scale > 0, "emb_scale", "must be > 0 or None")
         need(self.n_embd % self.n_head == 0, "n_embd", f"must be divisible by n_head={self.n_head}")
         if self.n_kv_head is None:
             self.n_kv_head = self.n_head
@@ -113,6 +139,11 @@ class GPTConfig:
         return cls(**d)
 
 
+def dyt_config(**fields) -> GPTConfig:
+    """A GPTConfig with every norm a DyT, by DyT's LLaMA recipe (DYT_RECIPE); `fields` as GPTConfig's."""
+    return GPTConfig(**{**DYT_RECIPE, **fields})
+
+
 class FixedScale(nn.Module):
     """A tapered norm at g = 0 as an explicit op: h * s (rms) or (h - mean(h)) * s + beta (layer)."""
 
@@ -131,7 +162,7 @@ class FixedScale(nn.Module):
 def make_norm(cfg: GPTConfig, tapered: bool, before_attn: bool = False) -> nn.Module:
     kind, d = cfg.norm_kind, cfg.n_embd
     if cfg.norm == "dyt":
-        return DyT(d, cfg.dyt_alpha_attn if before_attn else cfg.dyt_alpha_other)
+        return DyT(d, cfg.dyt_alpha_attn if before_attn else cfg.dyt_alpha_other, cfg.dyt_bias)
     if cfg.norm == "fakeln":
         return FakeNorm(d, kind, cfg.norm_eps, cfg.bias)
     if not tapered:
@@ -249,6 +280,9 @@ class GPT(nn.Module):
         super().__init__()
         self.config = cfg = config
         self.tok_emb = nn.Embedding(cfg.vocab_size, cfg.n_embd)
+        self.emb_scale = (
+            None if cfg.emb_scale is None else nn.Parameter(torch.tensor(cfg.emb_scale))
+        )
         self.pos_emb = nn.Embedding(cfg.block_size, cfg.n_embd) if cfg.style == "gpt2" else None
         self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layer))
         self.ln_f = make_norm(cfg, cfg.taper in ("final", "all"))
@@ -262,19 +296,24 @@ class GPT(nn.Module):
         self.apply(self._init_weights)
         for name, p in self.named_parameters():  # GPT-2's scaled init of residual projections
             if name.endswith(("attn.proj.weight", "mlp.w_out.weight")):
-                nn.init.normal_(p, 0.0, 0.02 / math.sqrt(2 * cfg.n_layer))
+                nn.init.normal_(p, 0.0, INIT_STD / math.sqrt(2 * cfg.n_layer))
 
     @staticmethod
     def _init_weights(m: nn.Module) -> None:
         if isinstance(m, nn.Linear):
-            nn.init.normal_(m.weight, 0.0, 0.02)
+            nn.init.normal_(m.weight, 0.0, INIT_STD)
             if m.bias is not None:
                 nn.init.zeros_(m.bias)
         elif isinstance(m, nn.Embedding):
-            nn.init.normal_(m.weight, 0.0, 0.02)
+            nn.init.normal_(m.weight, 0.0, INIT_STD)
 
     def num_params(self) -> int:
         return sum(p.numel() for p in self.parameters())
+
+    def embed(self, idx: torch.Tensor) -> torch.Tensor:
+        """The token embeddings of idx (times emb_scale where the model has one)."""
+        x = self.tok_emb(idx)
+        return x if self.emb_scale is None else x * self.emb_scale
 
     def hidden(self, idx: torch.Tensor, cache: list[KVCache] | None = None, pos: int = 0):
         """The pre-logit residual stream h_L (input of the final norm), shape (B, T, d)."""
@@ -283,7 +322,7 @@ class GPT(nn.Module):
             raise ValueError(
                 f"sequence of {pos + T} tokens exceeds block_size {self.config.block_size}"
             )
-        x = self.tok_emb(idx)
+        x = self.embed(idx)
         rope = None
         if self.pos_emb is not None:
             x = x + self.pos_emb(torch.arange(pos, pos + T, device=idx.device))

@@ -95,24 +95,27 @@ class LayerNorm(nn.Module):
 
 class DyT(nn.Module):
     """Dynamic Tanh, weight * tanh(alpha * x) + bias: an elementwise stand-in for a norm, with a
-    learnable scalar alpha (init alpha0) and per-feature weight (ones) and bias (zeros).
+    learnable scalar alpha (init alpha0) and per-feature weight (ones) and bias (zeros; none with
+    bias=False, as in DyT's LLaMA recipe).
 
     From "Transformers without Normalization" (Zhu, Chen, He, LeCun, Liu 2025). alpha0 = 0.5 is that
-    paper's default for non-LLM models; GPTConfig.dyt_alpha_attn / dyt_alpha_other say what a GPT
-    uses. No per-token statistic, but tanh is not linear, so DyT does not fold into a projection.
+    paper's default for non-LLM models; model.dyt_alpha0 gives its LLaMA values, which a GPT uses.
+    No per-token statistic, but tanh is not linear, so DyT does not fold into a projection.
     """
 
-    def __init__(self, dim: int, alpha0: float = 0.5):
+    def __init__(self, dim: int, alpha0: float = 0.5, bias: bool = True):
         super().__init__()
         self.dim, self.alpha0 = dim, alpha0
         self.alpha = nn.Parameter(torch.tensor(float(alpha0)))
         self.weight = nn.Parameter(torch.ones(dim))
-        self.bias = nn.Parameter(torch.zeros(dim))
+        self.bias = nn.Parameter(torch.zeros(dim)) if bias else None
 
     def extra_repr(self) -> str:
-        return f"{self.dim}, alpha0={self.alpha0}"
+        return f"{self.dim}, alpha0={self.alpha0}, bias={self.bias is not None}"
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.bias is None:
+            return torch.tanh(self.alpha * x) * self.weight
         return torch.addcmul(self.bias, torch.tanh(self.alpha * x), self.weight)
 
 

@@ -452,6 +452,32 @@ def bench_runs(config: dict) -> dict[str, str]:
     return {variant: run_name(variant, width, 0) for variant in wanted}
 
 
+def bench_inputs(config: dict) -> dict[str, str]:
+    """What the benchmark rules wait for: the timed runs' eval.json and the tapered run's fold
+    verification (a failed one stops the benchmarks); nothing with bench.random."""
+    if config["bench"].get("random"):
+        return {}
+    runs = {v: f"results/runs/pretrain/{name}" for v, name in bench_runs(config).items()}
+    inputs = {
+        "baseline": f"{runs['baseline']}/eval.json",
+        "tapered": f"{runs['internal_aux']}/eval.json",
+        "verify": f"results/fold/{bench_runs(config)['internal_aux']}/verify.json",
+    }
+    if "dyt" in runs:
+        inputs["dyt"] = f"{runs['dyt']}/eval.json"
+    return inputs
+
+
+def bench_model_args(config: dict) -> str:
+    """The model arguments of `tapernorm bench forward|decode`: --random dWIDTH, or the run
+    directories of bench_runs."""
+    if config["bench"].get("random"):
+        return f"--random {config['bench']['random']}"
+    runs = {v: f"results/runs/pretrain/{name}" for v, name in bench_runs(config).items()}
+    args = f"--baseline {runs['baseline']} --tapered {runs['internal_aux']}"
+    return args + (f" --dyt {runs['dyt']}" if "dyt" in runs else "")
+
+
 def bench_args(config: dict, which: str) -> str:
     """The grid arguments of `tapernorm bench forward|decode` from the config's `bench` section."""
     b, part = config["bench"], config["bench"][which]
@@ -470,13 +496,13 @@ def _validate_bench(config: dict) -> None:
     from .config import ConfigError
 
     missing = [v for v in BENCH_VARIANTS if v not in config["pretrain"]["variants"]]
-    if missing:
+    if missing and not config["bench"].get("random"):
         raise ConfigError(
             f"config key bench: the benchmarks time pretrain runs {list(BENCH_VARIANTS)}, but "
             f"pretrain.variants lacks {missing} (set bench: null to skip the benchmarks)"
         )
     model, b = config["pretrain"]["model"], config["bench"]
-    if model["style"] == "gpt2":  # learned positions: the model's context cannot grow (llama's can)
+    if model["style"] == "gpt2" and not b.get("random"):  # learned positions: no longer context
         block = model["block_size"]
         if max(b["forward"]["seq_lens"]) > block:
             raise ConfigError(f"config key bench.forward.seq_lens: longer than block_size {block}")

@@ -33,6 +33,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from .model import DYT_RECIPE
+
 VOCAB, STEPS, TAPER_START, TAPER_END = 96, 6, 2, 5  # g = 1 for steps 1-2, 0 from step 5
 
 BASE_CONFIG: dict = {
@@ -119,7 +121,7 @@ TRAIN_CHECKS = (
     TrainCheck("llama Internal-Taper (+aux, Eq. 5)", {"taper": "internal"}, {"form": "eq5"}),
     TrainCheck("llama All-Taper (+aux, relative form)", {"taper": "all"}, {"form": "relative"}),
     TrainCheck("llama Final-Taper, grad accumulation 2", {"taper": "final"}, grad_accum=2),
-    TrainCheck("llama DyT", {"norm": "dyt"}),
+    TrainCheck("llama DyT (its LLaMA recipe)", dict(DYT_RECIPE)),
     TrainCheck("gpt2 Internal-TaperLN (+aux)", {"taper": "internal"}, {}, 2, None, True),
     TrainCheck("gpt2 All-TaperLN (+aux)", {"taper": "all"}, {}, gpt2_init=True),
     TrainCheck("gpt2 FakeLN", {"norm": "fakeln"}, gpt2_init=True),

@@ -1,7 +1,7 @@
 # Inference benchmarks (paper Table 3, our decode protocol; fig5, claim 7) of the trained baseline and
-# Internal-Taper (+aux) runs (and DyT, when pretrained) at the figure width, seed 0. A benchmark takes
-# every core, so no training job runs beside it on a CPU; it needs the tapered run's fold
-# verification to have passed.
+# Internal-Taper (+aux) runs (and DyT, when pretrained) at the figure width, seed 0, which need the
+# tapered run's fold verification to have passed; or, with bench.random, of random-weight models at
+# the paper's config. A benchmark takes every core, so no training job runs beside it on a CPU.
 
 
 rule bench_forward:
@@ -19,15 +19,11 @@ rule bench_forward:
     resources:
         gpu=BENCH_GPU,
     params:
-        baseline=lambda w, input: os.path.dirname(input.baseline),
-        tapered=lambda w, input: os.path.dirname(input.tapered),
-        dyt=bench_dyt_arg,
+        models=tp.bench_model_args(config) if config["bench"] else "",
         grid=tp.bench_args(config, "forward") if config["bench"] else "",
     shell:
-        "OMP_NUM_THREADS={threads} tapernorm bench forward --baseline {params.baseline} "
-        "--tapered {params.tapered} {params.dyt} {params.grid} --threads {threads} "
-        "--out {output} "
-        "> {log} 2>&1"
+        "OMP_NUM_THREADS={threads} tapernorm bench forward {params.models} {params.grid} "
+        "--threads {threads} --out {output} > {log} 2>&1"
 
 
 rule bench_decode:
@@ -45,15 +41,11 @@ rule bench_decode:
     resources:
         gpu=BENCH_GPU,
     params:
-        baseline=lambda w, input: os.path.dirname(input.baseline),
-        tapered=lambda w, input: os.path.dirname(input.tapered),
-        dyt=bench_dyt_arg,
+        models=tp.bench_model_args(config) if config["bench"] else "",
         grid=tp.bench_args(config, "decode") if config["bench"] else "",
     shell:
-        "OMP_NUM_THREADS={threads} tapernorm bench decode --baseline {params.baseline} "
-        "--tapered {params.tapered} {params.dyt} {params.grid} --threads {threads} "
-        "--out {output} "
-        "> {log} 2>&1"
+        "OMP_NUM_THREADS={threads} tapernorm bench decode {params.models} {params.grid} "
+        "--threads {threads} --out {output} > {log} 2>&1"
 
 
 rule table3:

@@ -148,21 +148,7 @@ BENCH_CSVS = (
 
 
 def bench_inputs(w):
-    """The benchmarked runs, and the tapered run's fold verification (a failed one stops here);
-    the DyT run too when pretrain.variants has dyt."""
-    runs = tp.bench_runs(config)
-    inputs = {
-        "baseline": f"{run_dir('pretrain', runs['baseline'])}/eval.json",
-        "tapered": f"{run_dir('pretrain', runs['internal_aux'])}/eval.json",
-        "verify": f"results/fold/{runs['internal_aux']}/verify.json",
-    }
-    if "dyt" in runs:
-        inputs["dyt"] = f"{run_dir('pretrain', runs['dyt'])}/eval.json"
-    return inputs
-
-
-def bench_dyt_arg(w, input):
-    return f"--dyt {os.path.dirname(input.dyt)}" if "dyt" in input.keys() else ""
+    return tp.bench_inputs(config)
 
 
 BENCH_TARGETS = (

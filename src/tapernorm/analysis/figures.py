@@ -27,9 +27,10 @@ from ..config import VARIANTS
 from . import paper
 from .runs import GRAD_COLUMNS, final_tapered, load_runs, pick_width, variant_order
 
-# tab10 blue, green, orange, purple, red, brown, cyan (DyT): final-tapered dashed, the others solid
+# tab10 blue, green, orange, purple, red, brown, cyan (DyT), grey and olive (the untied-head runs):
+# final-tapered dashed, untied heads dotted, the others solid
 _TAB10 = sns.color_palette("tab10").as_hex()
-COLORS = dict(zip(VARIANTS, [_TAB10[i] for i in (0, 2, 1, 4, 3, 5, 9)], strict=True))
+COLORS = dict(zip(VARIANTS, [_TAB10[i] for i in (0, 2, 1, 4, 3, 5, 9, 7, 8)], strict=True))
 GRAD_TITLES = {
     "grad_attn_qkv": "attention QKV",
     "grad_attn_out": "attention $W_o$",
@@ -40,8 +41,11 @@ BAND = (0.025, 0.975)
 
 
 def linestyle(variant: str) -> str:
-    """Dashed for variants whose final norm is tapered, solid otherwise."""
-    return "--" if final_tapered(variant) else "-"
+    """Dashed for variants whose final norm is tapered, dotted for the untied-head baseline and
+    Internal-Taper (+aux), solid otherwise."""
+    if final_tapered(variant):
+        return "--"
+    return ":" if variant.endswith("_untied") else "-"
 
 
 def save_figure(fig: Figure, out: str | Path) -> list[Path]:
@@ -195,9 +199,11 @@ def fig1(run_dirs: Sequence[str | Path], width: int | None = None) -> Figure:
 
 
 def fig2(run_dirs: Sequence[str | Path], width: int | None = None) -> Figure:
-    """Training loss vs step: Baseline vs Internal-Taper (+aux) (and DyT, if given) at one width."""
+    """Training loss vs step: Baseline vs Internal-Taper (+aux) (and DyT with its untied-head
+    baseline, if given) at one width."""
     runs, metrics, width = _at_width(run_dirs, width)
-    runs = runs[runs["variant"].isin(["baseline", "internal_aux", "dyt"])]
+    shown = ["baseline", "internal_aux", "dyt", "baseline_untied", "internal_aux_untied"]
+    runs = runs[runs["variant"].isin(shown)]
     missing = {"baseline", "internal_aux"} - set(runs["variant"])
     if missing:
         raise ValueError(

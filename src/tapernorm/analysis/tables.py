@@ -15,7 +15,7 @@ from pathlib import Path
 import pandas as pd
 
 from ..checkpoint import atomic_write_bytes
-from ..config import VARIANTS
+from ..config import PAPER_VARIANTS, VARIANTS, baseline_of
 from . import paper
 from .runs import load_runs
 from .stats import RULE_TEXT, fmt_cell, gap_pct, stats_by_cell
@@ -98,11 +98,11 @@ def _join(values) -> str:
 
 def table1(runs: pd.DataFrame) -> tuple[pd.DataFrame, str]:
     """Table 1: the six variants (internal taper / final taper / scale loss), with our run counts;
-    our norm-free variant (DyT) too where it has runs."""
+    ours (DyT, the untied-head runs) too where they have runs."""
     rows = []
     for name, v in VARIANTS.items():
         mine = runs[runs["variant"] == name]
-        if "norm" in v and mine.empty:
+        if name not in PAPER_VARIANTS and mine.empty:
             continue
         rows.append(
             {
@@ -121,8 +121,14 @@ def table1(runs: pd.DataFrame) -> tuple[pd.DataFrame, str]:
     )
     if any(r["Name"] == "dyt" for r in rows):
         caption += (
-            " DyT (ours, not in the paper): every norm replaced by DyT (Zhu et al. 2025), "
-            "trained like the baseline."
+            " DyT (ours, not in the paper): every norm replaced by DyT (Zhu et al. 2025), by its "
+            "authors' LLaMA recipe (untied head, no DyT bias, a learnable embedding scalar, alpha0 "
+            "by width), otherwise trained like the baseline."
+        )
+    if any(r["Name"].endswith("_untied") for r in rows):
+        caption += (
+            " The untied-head variants (ours): the head is a separate matrix, not the embedding, as "
+            "in DyT's recipe; the baseline DyT is measured against."
         )
     return pd.DataFrame(rows), caption
 
@@ -134,15 +140,17 @@ def table2(runs: pd.DataFrame) -> tuple[pd.DataFrame, str]:
         raise ValueError("table 2 needs runs with a Table 1 variant")
     rows, notes = [], []
     for (width, variant), st in cells.items():
-        base = cells.get((width, "baseline"))
+        against = baseline_of(variant)
+        base = cells.get((width, against)) if against else None
         gap = None
-        if variant != "baseline" and base is not None and not base.all_diverged:
+        if base is not None and not base.all_diverged:
             gap = gap_pct(st.mean, base.mean)
         rows.append(
             {
                 "Size (paper)": paper.size_label(width),
                 "Width": width,
                 "Variant": VARIANTS[variant]["label"],
+                "Gap against": VARIANTS[against]["label"] if against else "—",
                 "Seeds used": f"{st.n_used}/{st.n_total}",
                 "Ours": fmt_cell(st, gap),
                 "Paper": paper.table2_text(width, variant),
@@ -156,7 +164,9 @@ def table2(runs: pd.DataFrame) -> tuple[pd.DataFrame, str]:
         + ", ".join(
             f"d={w} {_join(runs[runs['width'] == w]['steps'])} steps" for w in _widths(runs)
         )
-        + "; gap relative to the baseline of the same width). "
+        + "; gap relative to the baseline of the same width with the same head, named in Gap "
+        "against: the untied-head baseline for DyT, trained by its authors' recipe, and for the "
+        "untied-head Internal-Taper (+aux); the paper's tied baseline for the paper's variants). "
         + RULE_TEXT
         + f" Paper: {paper.TABLE2_SOURCE} (TinyStories, 6 seeds; † = 5 seeds, one outlier excluded)."
     )
