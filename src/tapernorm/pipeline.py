@@ -19,6 +19,10 @@ from .config import PROTOCOLS, resolve_run_config
 RUN_NAME = re.compile(r"^(?P<variant>[a-z_]+)-d(?P<width>\d+)-s(?P<seed>\d+)$")
 
 
+# figure 2's runs: Baseline vs Internal-Taper (+aux), and DyT with its matched (untied-head) baseline
+FIG2_VARIANTS = ("baseline", "internal_aux", "dyt", "baseline_untied", "internal_aux_untied")
+
+
 def run_name(variant: str, width: int, seed: int) -> str:
     return f"{variant}-d{width}-s{seed}"
 

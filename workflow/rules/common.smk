@@ -66,7 +66,7 @@ def dirs_of(paths):
 
 FIGURES = {
     "fig1_gate_schedule": pretrain_evals(FIG_WIDTH, ["internal_aux"])[:1],
-    "fig2_train_loss": pretrain_evals(FIG_WIDTH, ["baseline", "internal_aux", "dyt"]),
+    "fig2_train_loss": pretrain_evals(FIG_WIDTH, tp.FIG2_VARIANTS),
     "fig3_logit_norm": pretrain_evals(FIG_WIDTH),
     "fig4_grad_norms": pretrain_evals(FIG_WIDTH),
 }

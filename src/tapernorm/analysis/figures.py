@@ -24,6 +24,7 @@ from matplotlib.patches import Circle, FancyArrowPatch, FancyBboxPatch
 
 from ..checkpoint import atomic_write_bytes
 from ..config import VARIANTS
+from ..pipeline import FIG2_VARIANTS
 from . import paper
 from .runs import GRAD_COLUMNS, final_tapered, load_runs, pick_width, variant_order
 
@@ -202,8 +203,7 @@ def fig2(run_dirs: Sequence[str | Path], width: int | None = None) -> Figure:
     """Training loss vs step: Baseline vs Internal-Taper (+aux) (and DyT with its untied-head
     baseline, if given) at one width."""
     runs, metrics, width = _at_width(run_dirs, width)
-    shown = ["baseline", "internal_aux", "dyt", "baseline_untied", "internal_aux_untied"]
-    runs = runs[runs["variant"].isin(shown)]
+    runs = runs[runs["variant"].isin(FIG2_VARIANTS)]
     missing = {"baseline", "internal_aux"} - set(runs["variant"])
     if missing:
         raise ValueError(
