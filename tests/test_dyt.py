@@ -99,6 +99,21 @@ def test_dyt_generate_equals_uncached_greedy_and_checkpoints_round_trip(tmp_path
     assert torch.equal(back(prompt), model(prompt))
 
 
+def test_an_embedding_scalar_folds_but_has_no_stock_export():
+    from tapernorm import set_gate
+    from tapernorm.export import ExportError, to_hf
+
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(taper="all", emb_scale=3.0, **TINY)).eval()
+    set_gate(model, 0.0)
+    idx = torch.randint(0, TINY["vocab_size"], (2, 7))
+    folded = fold_model(model)
+    assert folded.emb_scale.item() == 3.0
+    assert torch.allclose(folded(idx), model(idx), rtol=1e-4, atol=1e-5)
+    with pytest.raises(ExportError, match="emb_scale"):
+        to_hf(model)
+
+
 def test_fold_refuses_a_dyt_model():
     model = GPT(GPTConfig(norm="dyt", **TINY))
     for export in (fold_model, export_explicit_scaling):

@@ -189,6 +189,11 @@ def to_hf(model: GPT) -> nn.Module:
     """The stock transformers model (float32, eval) that computes `model` (see module docstring)."""
     import transformers
 
+    if model.config.emb_scale is not None:
+        raise ExportError(
+            "export_hf: the model multiplies its embedding by a learned scalar (emb_scale, DyT's "
+            "recipe), which a stock checkpoint cannot express"
+        )
     kind = hf_kind(model.config)
     hf = transformers.AutoModelForCausalLM.from_config(hf_config_for(model.config))
     hf_keys = set(hf.state_dict())
