@@ -214,6 +214,7 @@ def _runs(dyt_gap: float, n: int = 2, untied_taper: float | None = None) -> pd.D
                     "width": 64,
                     "seed": s,
                     "steps": 100,
+                    "lr": 1e-3,
                     "val_loss": loss + 0.001 * s,
                     "diverged": False,
                     "corpus": "data/pretrain",
@@ -227,8 +228,8 @@ def test_claims_row_tapernorm_vs_dyt(bench_rows):
     row = dyt.claim_dyt(ClaimInputs(runs=_runs(0.10), bench=bench_rows))
     assert row["Holds?"] in ("yes", "partly", "no")
     assert (
-        "d=64: Internal-Taper (+aux) +1.00% vs Baseline, DyT +5.00% vs Baseline (untied head)"
-        in row["Ours"]
+        "d=64 at the shared LR 0.001: Internal-Taper (+aux) +1.00% vs Baseline, DyT +5.00% vs "
+        "Baseline (untied head)" in row["Ours"]
     )
     assert "folded" in row["Ours"] and "untied head" in row["Comment"]
     assert "Criterion" in row["Comment"] and "DyT" in row["Claim"]

@@ -286,7 +286,11 @@ def _lr_grid_parser(sub) -> None:
         help="variants (their matched baselines are added)",
     )
     g.add_argument(
-        "--lrs", nargs="+", type=POSITIVE_FLOAT, default=[1e-3, 3e-3, 8e-3], help="peak LRs"
+        "--lrs",
+        nargs="+",
+        type=POSITIVE_FLOAT,
+        default=[1e-3, 3e-3, 8e-3, 1.6e-2, 3.2e-2],
+        help="peak LRs",
     )
     g.add_argument("--seeds", type=POSITIVE, default=2, help="seeds 0 .. N-1 per cell")
     g.add_argument("--width", type=POSITIVE, help="model width (default: the figure width)")

@@ -101,6 +101,7 @@ def _run_row(run_dir: Path, cfg: dict, result: dict, records: list[dict]) -> dic
         "batch_size": int(t["batch_size"]) * int(t["grad_accum"]),
         "block_size": int(m["block_size"]),
         "warmup_steps": int(t["warmup_steps"]),
+        "lr": float(t["lr"]),
         "taper_start": cfg["taper"]["start"],
         "taper_end": cfg["taper"]["end"],
         "corpus": cfg["data"]["dir"],
