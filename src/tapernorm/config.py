@@ -27,29 +27,29 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "final": {"taper": "final", "anchor": False, "label": "Final-Taper"},
     "all": {"taper": "all", "anchor": False, "label": "All-Taper"},
     "all_aux": {"taper": "all", "anchor": True, "label": "All-Taper (+aux)"},
-    # not in the paper (docs/norm-free.md): every norm a DyT (Zhu et al. 2025) by its authors' LLaMA
-    # recipe (model.DYT_RECIPE: no DyT bias, an untied head, a learnable embedding scalar starting at
-    # 1 / the init std 0.02), and the baseline with that head, which DyT is compared against
-    "dyt": {
-        "taper": "none",
-        "anchor": False,
-        "label": "DyT",
-        "norm": "dyt",
-        "model": {"dyt_bias": False, "tie_embeddings": False, "emb_scale": 50.0},
-        "against": "baseline_untied",
-    },
+    # not in the paper (docs/norm-free.md): the baseline with an untied head (DyT's recipe has one),
+    # which DyT is compared against; TaperNorm on that footing (the LR-grid study); every norm a DyT
+    # (Zhu et al. 2025) by its authors' LLaMA recipe (model.DYT_RECIPE: no DyT bias, an untied head,
+    # a learnable embedding scalar starting at 1 / the init std 0.02)
     "baseline_untied": {
         "taper": "none",
         "anchor": False,
         "label": "Baseline (untied head)",
         "model": {"tie_embeddings": False},
     },
-    # TaperNorm on DyT's footing: Internal-Taper (+aux) with the untied head (the LR-grid study)
     "internal_aux_untied": {
         "taper": "internal",
         "anchor": True,
         "label": "Internal-Taper (+aux), untied head",
         "model": {"tie_embeddings": False},
+        "against": "baseline_untied",
+    },
+    "dyt": {
+        "taper": "none",
+        "anchor": False,
+        "label": "DyT",
+        "norm": "dyt",
+        "model": {"dyt_bias": False, "tie_embeddings": False, "emb_scale": 50.0},
         "against": "baseline_untied",
     },
 }

@@ -167,7 +167,7 @@ def table3(df: pd.DataFrame) -> tuple[pd.DataFrame, str]:
         "the last token's logits, no KV cache) of the RMSNorm baseline and of Internal-Taper (+aux) at "
         "g=0 exported as explicit scaling and folded"
         + (
-            ", and DyT (every norm a DyT, trained like the baseline; ours only)"
+            ", and DyT (every norm a DyT, by its authors' LLaMA recipe; ours only)"
             if "dyt" in variants
             else ""
         )

@@ -28,10 +28,10 @@ from ..pipeline import FIG2_VARIANTS
 from . import paper
 from .runs import GRAD_COLUMNS, final_tapered, load_runs, pick_width, variant_order
 
-# tab10 blue, green, orange, purple, red, brown, cyan (DyT), grey and olive (the untied-head runs):
+# tab10 blue, green, orange, purple, red, brown, grey and olive (the untied-head runs), cyan (DyT):
 # final-tapered dashed, untied heads dotted, the others solid
 _TAB10 = sns.color_palette("tab10").as_hex()
-COLORS = dict(zip(VARIANTS, [_TAB10[i] for i in (0, 2, 1, 4, 3, 5, 9, 7, 8)], strict=True))
+COLORS = dict(zip(VARIANTS, [_TAB10[i] for i in (0, 2, 1, 4, 3, 5, 7, 8, 9)], strict=True))
 GRAD_TITLES = {
     "grad_attn_qkv": "attention QKV",
     "grad_attn_out": "attention $W_o$",
