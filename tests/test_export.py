@@ -1,6 +1,8 @@
 """export_hf: norm-free models written as stock Hugging Face checkpoints compute the same logits."""
 
 import json
+import os
+import stat
 
 import pytest
 import torch
@@ -42,7 +44,13 @@ def reloaded_logits(path, idx):
 
 
 def check_export(model: GPT, path, arch: str) -> dict:
-    report = export_hf(model, path)
+    old = os.umask(0o022)
+    try:
+        report = export_hf(model, path)
+    finally:
+        os.umask(old)
+    modes = {f.name: stat.S_IMODE(f.stat().st_mode) for f in path.iterdir()}
+    assert modes["model.safetensors"] == 0o644 and set(modes.values()) == {0o644}, modes
     assert report["ok"] and report["greedy_match"] and report["argmax_agreement"] == 1.0
     assert report["rel_logit_diff"] <= 1e-4 and report["architecture"] == arch
     assert report["eps_rel_error_bound"] < 1e-12  # m / (2 eps): far below float32 roundoff

@@ -38,6 +38,20 @@ def _create_temp(path: Path) -> Path:
     raise FileExistsError(f"no unused temporary name for {path}")
 
 
+def plain_modes(directory: str | Path) -> None:
+    """Give every file under `directory` the mode a plain `open(path, "w")` would (0o666 & ~umask,
+    or the directory's default ACL): writers such as safetensors create theirs 0o600."""
+    directory = Path(directory)
+    probe = _create_temp(directory / "mode")
+    try:
+        mode = stat.S_IMODE(os.stat(probe).st_mode)
+    finally:
+        probe.unlink()
+    for file in directory.rglob("*"):
+        if file.is_file() and not file.is_symlink() and stat.S_IMODE(file.stat().st_mode) != mode:
+            os.chmod(file, mode)
+
+
 @contextlib.contextmanager
 def atomic_path(path: str | Path) -> Iterator[Path]:
     """A temporary file name beside `path` (its directory created if need be) for the block to

@@ -37,6 +37,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from .atomic import plain_modes
 from .checkpoint import read_json, replace_dir, write_json
 from .fold import _g0_map, compare_logits
 from .model import GPT, FixedScale, GPTConfig
@@ -313,6 +314,7 @@ def export_hf(
             f"greedy match {report['greedy_match']}); the export and its verify.json are in {failed}"
         )
     (tmp / "README.md").write_text(model_card(report, card or {}))
+    plain_modes(tmp)  # safetensors writes model.safetensors private (0o600)
     replace_dir(tmp, path)
     return report
 
