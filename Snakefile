@@ -9,7 +9,12 @@ from snakemake.utils import min_version
 min_version("8.15")
 
 
-configfile: "config/config.yaml"
+# Each config is complete: a --configfile replaces config/config.yaml instead of being merged over it
+# (Snakemake's default would let every key it leaves out carry over from the CPU default, e.g. the
+# CPU taper window into the paper grid). Several --configfile files still merge, in order.
+if not workflow.overwrite_configfiles:
+
+    configfile: "config/config.yaml"
 
 
 include: "workflow/rules/common.smk"

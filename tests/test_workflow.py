@@ -96,7 +96,7 @@ def test_ci_pipeline_builds_every_target(ci_run):
     assert (records / "train/pretrain/internal_aux-d32-s1.tsv").read_text().startswith("s\t")
     times = (ci_run / "results/tables/job_times.md").read_text()
     for row in (
-        "train | pretrain | 14",
+        "train | pretrain | 16",
         "train | ablation | 6",
         "train | anchor_sweep | 2",
         "pretrain_finetune_base |  | 1",
@@ -201,10 +201,17 @@ def test_config_errors_stop_the_workflow_naming_the_key(workdir, tmp_path):
 
 
 def test_paper_config_plans_full_grid_with_gpus(workdir):
-    out = snakemake(workdir, "-n", "--configfile", "config/paper.yaml").stdout
+    out = snakemake(workdir, "-n", "-p", "--configfile", "config/paper.yaml").stdout
     counts = job_counts(out)
-    # pre-training grid (six variants and DyT), our ablation, lambda sweep
-    assert counts["train"] == 7 * 4 * 6 + 6 * 3 + 4
+    # a --configfile replaces config/config.yaml: nothing of the CPU default carries over (its
+    # taper start at 30% of the steps did, into every paper run, while Snakemake merged the two)
+    runs = [json.loads(m) for m in re.findall(r"tapernorm train --config-json '(.*?)' --out", out)]
+    runs = [r for r in runs if not r["name"].startswith("finetune/")]  # (Table 6's windows)
+    assert len(runs) == counts["train"]
+    for run in runs:
+        assert run["taper"]["start"] == run["train"]["warmup_steps"], run["name"]
+    # pre-training grid (six variants, DyT and its untied-head baseline), our ablation, lambda sweep
+    assert counts["train"] == 8 * 4 * 6 + 6 * 3 + 4
     assert "results/runs/pretrain/all_aux-d512-s5/eval.json" in out
     train_jobs = [b for b in out.split("\n\n") if "rule train:" in b]
     assert train_jobs and all("gpu=1" in b for b in train_jobs)
@@ -250,5 +257,6 @@ def test_slurm_profile_is_accepted(workdir):
     out = snakemake(
         workdir, "-n", "--profile", "workflow/profiles/slurm", "--configfile", "config/paper.yaml"
     ).stdout
-    # the paper grid (144) with DyT (24), our ablation (18) and its lambda sweep (4)
-    assert job_counts(out)["train"] == 190
+    # the paper grid (144) with DyT and its untied-head baseline (48), our ablation (18) and its
+    # lambda sweep (4)
+    assert job_counts(out)["train"] == 214
