@@ -21,8 +21,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+from .analysis.stats import gap_pct
 from .config import VARIANTS, ConfigError, baseline_of
-from .pipeline import run_config, run_name
+from .pipeline import figure_width, run_config, run_name
 
 
 @dataclass(frozen=True)
@@ -42,8 +43,7 @@ def grid_runs(
 ) -> list[GridRun]:
     """Every (variant, seed, lr) of the grid at `width` (default: the family's figure width), the
     matched baselines of `variants` added where missing."""
-    fam = config["pretrain"]
-    width = width or fam.get("figure_width") or max(fam["widths"])
+    width = width or figure_width(config)
     unknown = [v for v in variants if v not in VARIANTS]
     if unknown:
         raise ConfigError(f"lr-grid: unknown variants {unknown}; known: {', '.join(VARIANTS)}")
@@ -163,9 +163,10 @@ def _mean(vals: list[float]) -> float:
 
 
 def _gap(loss: float | None, base: float | None) -> float:
-    if loss is None or base is None or not (math.isfinite(loss) and math.isfinite(base)):
-        return math.nan if loss is None or base is None else math.inf
-    return 100.0 * (loss - base) / base
+    """gap_pct, nan where a cell is missing, inf where one diverged."""
+    if loss is None or base is None:
+        return math.nan
+    return gap_pct(loss, base) if math.isfinite(loss) and math.isfinite(base) else math.inf
 
 
 def write_summary(cells: list[dict], gaps: list[dict], out: Path, command: str) -> list[Path]:

@@ -461,15 +461,19 @@ def bench_inputs(config: dict) -> dict[str, str]:
     verification (a failed one stops the benchmarks); nothing with bench.random."""
     if config["bench"].get("random"):
         return {}
-    runs = {v: f"results/runs/pretrain/{name}" for v, name in bench_runs(config).items()}
+    runs = _bench_run_dirs(config)
     inputs = {
         "baseline": f"{runs['baseline']}/eval.json",
         "tapered": f"{runs['internal_aux']}/eval.json",
-        "verify": f"results/fold/{bench_runs(config)['internal_aux']}/verify.json",
+        "verify": f"results/fold/{runs['internal_aux'].rsplit('/', 1)[1]}/verify.json",
     }
     if "dyt" in runs:
         inputs["dyt"] = f"{runs['dyt']}/eval.json"
     return inputs
+
+
+def _bench_run_dirs(config: dict) -> dict[str, str]:
+    return {v: f"results/runs/pretrain/{name}" for v, name in bench_runs(config).items()}
 
 
 def bench_model_args(config: dict) -> str:
@@ -477,7 +481,7 @@ def bench_model_args(config: dict) -> str:
     directories of bench_runs."""
     if config["bench"].get("random"):
         return f"--random {config['bench']['random']}"
-    runs = {v: f"results/runs/pretrain/{name}" for v, name in bench_runs(config).items()}
+    runs = _bench_run_dirs(config)
     args = f"--baseline {runs['baseline']} --tapered {runs['internal_aux']}"
     return args + (f" --dyt {runs['dyt']}" if "dyt" in runs else "")
 
