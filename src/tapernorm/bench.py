@@ -6,7 +6,7 @@ tapered model into {baseline, explicit, folded} (and a DyT model, if given, into
 "dyt": the norm-free alternative, timed as it is since it cannot fold); `bench_forward` times the v1
 forward pass (last-token logits, no KV cache) and bench_decode.py the v2 greedy decode. Variants run
 round-robin, one call each per round, so drift hits all alike; a speedup is the median over rounds of
-t_baseline / t_variant.
+t_baseline / t_variant, and every time and throughput beside it is derived from it (bench_trust).
 """
 
 from __future__ import annotations
@@ -17,7 +17,6 @@ import csv
 import dataclasses
 import os
 import platform
-import statistics
 import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -25,6 +24,15 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from .bench_trust import (  # noqa: F401  (paired_speedup: bench.paired_speedup for its users)
+    LoadMeter,
+    disturbance,
+    load_now,
+    paired,
+    paired_cell,
+    paired_speedup,
+    trust_columns,
+)
 from .device import autocast_for, resolve_device
 from .fold import export_explicit_scaling, fold_model, verify_fold
 from .model import DYT_RECIPE, GPT, GPTConfig
@@ -79,15 +87,10 @@ def interleaved_medians(
 
     times = paired_rounds({n: timed(fn) for n, fn in fns.items()}, repeats, warmup)
     base = next(iter(fns))
-    return {
-        n: {
-            "median_s": statistics.median(times[n]["s"]),
-            "ratio_to_" + base: 1.0 / paired_speedup(times[base]["s"], times[n]["s"])[0]
-            if n != base
-            else 1.0,
-            "repeats": repeats,
-        }
-        for n in fns
+    cell = {n: paired(times[base]["s"], times[n]["s"]) for n in fns}
+    return {  # one statistic: median_s is the baseline's median over the paired ratio
+        n: {"median_s": p.seconds, "ratio_to_" + base: 1.0 / p.speedup, "repeats": repeats}
+        for n, p in cell.items()
     }
 
 
@@ -336,21 +339,6 @@ def paired_rounds(
     return times
 
 
-def paired_speedup(base: list[float], other: list[float]) -> tuple[float, float, float]:
-    """Median and quartiles of the per-round ratios base / other (> 1: `other` is faster)."""
-    ratios = [b / o for b, o in zip(base, other, strict=True)]
-    if len(ratios) == 1:
-        return ratios[0], ratios[0], ratios[0]
-    q1, q2, q3 = statistics.quantiles(ratios, n=4, method="inclusive")
-    return q2, q1, q3
-
-
-def speedup_columns(base: list[float], other: list[float]) -> dict[str, float]:
-    """paired_speedup as a table row's speedup, speedup_q1 and speedup_q3."""
-    median, q1, q3 = paired_speedup(base, other)
-    return {"speedup": median, "speedup_q1": q1, "speedup_q3": q3}
-
-
 # ---- inference: the models --------------------------------------------------------------------------
 
 
@@ -523,13 +511,15 @@ def bench_forward(
     on_rows: Callable[[list[dict]], None] = lambda rows: None,
 ) -> list[dict]:
     """Paper Table 3: one forward pass over B x T tokens returning the last token's logits, no KV
-    cache. Per cell and variant: median latency over `iters` interleaved rounds, throughput
-    B * T / latency, and the speedup over the first model (median of per-round ratios). Each
-    cell's rows go to `on_rows` as soon as it is timed (e.g. a CsvRows)."""
+    cache. Per cell and variant: the speedup over the first model (median of per-round ratios over
+    `iters` interleaved rounds), the latency and throughput B * T / latency it implies, the cell's
+    spread and load, and whether its timing was disturbed (bench_trust). Each cell's rows go to
+    `on_rows` as soon as it is timed (e.g. a CsvRows)."""
     device, dtype = resolve_device(device), resolve_dtype(dtype)
     models = prepare_models(models, reference, device, dtype)
     clock, names, base = Clock(device), list(models), next(iter(models))
     common = common_row("forward", "eager", device, dtype, models[base])
+    load_before = load_now()
     rows = []
     with torch.inference_mode(), timing_precision(device):
         for B in batch_sizes:
@@ -545,23 +535,24 @@ def bench_forward(
 
                     return call
 
-                times = paired_rounds({n: run(models[n]) for n in names}, iters, warmup)
-                cell = []
-                for name in names:
-                    latency = statistics.median(times[name]["latency"])
-                    cell.append(
-                        {
-                            **common,
-                            "variant": name,
-                            "batch": B,
-                            "seq_len": T,
-                            "warmup": warmup,
-                            "rounds": iters,
-                            "latency_ms": 1e3 * latency,
-                            "tok_s": B * T / latency,
-                            **speedup_columns(times[base]["latency"], times[name]["latency"]),
-                        }
-                    )
+                with LoadMeter() as load:
+                    times = paired_rounds({n: run(models[n]) for n in names}, iters, warmup)
+                timing = paired_cell({n: times[n]["latency"] for n in names})
+                why = disturbance(timing, load.cores)
+                cell = [
+                    {
+                        **common,
+                        "variant": name,
+                        "batch": B,
+                        "seq_len": T,
+                        "warmup": warmup,
+                        "rounds": iters,
+                        "latency_ms": 1e3 * p.seconds,
+                        "tok_s": B * T / p.seconds,
+                        **trust_columns(p, load.cores, load_before, why),
+                    }
+                    for name, p in timing.items()
+                ]
                 on_rows(cell)
                 rows += cell
     return rows

@@ -21,7 +21,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
-import statistics
 import time
 from collections.abc import Callable, Sequence
 
@@ -31,12 +30,11 @@ from .bench import (
     Clock,
     common_row,
     paired_rounds,
-    paired_speedup,
     prepare_models,
     resolve_dtype,
-    speedup_columns,
     timing_precision,
 )
+from .bench_trust import LoadMeter, disturbance, load_now, paired_cell, trust_columns
 from .decode import (  # noqa: F401  (StaticDecoder: re-exported from its old home)
     Prefill,
     StaticDecoder,
@@ -115,10 +113,11 @@ def bench_decode(
     check_steps: int = 4,
     on_rows: Callable[[list[dict]], None] = lambda rows: None,
 ) -> list[dict]:
-    """Greedy decode per (batch, prompt length) cell and variant: median prefill and decode times over
-    `repeats` interleaved rounds, throughputs, and speedups over the first model (medians of per-round
-    ratios). Exports are verified against `reference` first (see bench.prepare_models). Each cell's
-    rows go to `on_rows` as soon as it is timed.
+    """Greedy decode per (batch, prompt length) cell and variant: speedups over the first model
+    (medians of per-round ratios over `repeats` interleaved rounds) and the prefill and decode times
+    and throughputs they imply (bench_trust.paired), with each cell's spread, the load of other
+    processes and whether the timing was disturbed. Exports are verified against `reference` first
+    (see bench.prepare_models). Each cell's rows go to `on_rows` as soon as it is timed.
 
     Compiled, each (variant, cell) is compiled once (`graphs_compiled`: the graphs dynamo made while
     building and checking it). On a GPU every compiled row says whether its step ran as a CUDA graph
@@ -145,6 +144,7 @@ def bench_decode(
         clock=clock,
         check_steps=min(check_steps, new_tokens + 1),
         compiled=compile,
+        load_before=load_now(),
     )
     rows = []
     with contextlib.ExitStack() as stack:
@@ -216,8 +216,10 @@ def _decode_cell(
     clock: Clock,
     check_steps: int,
     compiled: bool,
+    load_before: float | None,
 ) -> list[dict]:
-    """One (batch, prompt length) cell: build and check each variant's decoder, then time them."""
+    """One (batch, prompt length) cell: build and check each variant's decoder, then time them
+    (bench_trust: paired speedups, the load of other processes, and whether it was disturbed)."""
     max_len = P + new_tokens  # positions fed: the prompt, then one per decode step
     too_long = [n for n, m in models.items() if m.config.block_size < max_len]
     if too_long:
@@ -243,17 +245,20 @@ def _decode_cell(
 
         runs[name] = run
     s0 = _skips()
-    times = paired_rounds(runs, repeats, warmup)
+    with LoadMeter() as load:
+        times = paired_rounds(runs, repeats, warmup)
     late_skips = _skips() - s0  # counted while timing: not attributable, so every row gets them
     graphed = compiled and clock.cuda
     launches = {}
     if graphed:
         for name, run in runs.items():
             launches[name] = graph_launches(lambda run=run: run(steps=2))
+    decode = paired_cell({name: times[name]["decode"] for name in models})
+    prefill = paired_cell({name: times[name]["prefill"] for name in models})
+    why = disturbance(decode, load.cores)
     rows = []
     for name in models:
-        pre = statistics.median(times[name]["prefill"])
-        dec = statistics.median(times[name]["decode"])
+        dec, pre = decode[name], prefill[name]
         rows.append(
             {
                 "variant": name,
@@ -262,15 +267,13 @@ def _decode_cell(
                 "new_tokens": new_tokens,
                 "warmup": warmup,
                 "rounds": repeats,
-                "prefill_ms": 1e3 * pre,
-                "decode_ms": 1e3 * dec,
-                "ms_per_step": 1e3 * dec / new_tokens,
-                "decode_tok_s": B * new_tokens / dec,
-                "prefill_tok_s": B * P / pre,
-                **speedup_columns(times[base]["decode"], times[name]["decode"]),
-                "prefill_speedup": paired_speedup(times[base]["prefill"], times[name]["prefill"])[
-                    0
-                ],
+                "prefill_ms": 1e3 * pre.seconds,
+                "decode_ms": 1e3 * dec.seconds,
+                "ms_per_step": 1e3 * dec.seconds / new_tokens,
+                "decode_tok_s": B * new_tokens / dec.seconds,
+                "prefill_tok_s": B * P / pre.seconds,
+                **trust_columns(dec, load.cores, load_before, why),
+                "prefill_speedup": pre.speedup,
                 "check_rel_diff": check[name],
                 "setup_s": setup[name],
                 "graphs_compiled": graphs[name] if compiled else None,

@@ -14,6 +14,7 @@ import pandas as pd
 import torch
 
 from . import bench
+from .bench_trust import RERUN
 from .checkpoint import load_model
 from .model import GPT
 
@@ -139,11 +140,22 @@ def run_inference_bench(
 
 
 def summary_table(df: pd.DataFrame) -> str:
-    """What `tapernorm bench forward|decode` prints: where it ran, then throughput and speedup per
-    cell and model."""
+    """What `tapernorm bench forward|decode` prints: where it ran, throughput and speedup per cell
+    and model with the load of other processes, then every cell whose timing was disturbed."""
     first = df.iloc[0]
     forward = first["benchmark"] == "forward"
     shown = ["mode", "variant", "batch", "seq_len" if forward else "prompt_len"]
     shown += ["tok_s", "speedup"] if forward else ["decode_tok_s", "speedup"]
+    shown += ["spread", "load", "disturbed"]
     head = f"{first['source']}; {first['device_name']}, {first['dtype']}, torch {first['torch']}"
-    return head + "\n" + df[shown].to_string(index=False, float_format=lambda v: f"{v:.3f}")
+    head += f"; other processes used {first['load_before']:.2f} cores before it started"
+    text = head + "\n" + df[shown].to_string(index=False, float_format=lambda v: f"{v:.3f}")
+    cells = df[df["disturbed"]].drop_duplicates(["mode", "batch", shown[3]])
+    for row in cells.itertuples(index=False):
+        text += (
+            f"\nDISTURBED: {row.mode} B={row.batch} {shown[3]}={getattr(row, shown[3])}: "
+            f"{row.disturbed_why}"
+        )
+    if len(cells):
+        text += f"\n{len(cells)} cell(s) timed on a disturbed machine: {RERUN}"
+    return text

@@ -1,8 +1,11 @@
 """Table 3 (forward throughput), the decode table and figure 5 (decode speedups) from the CSVs that
 `tapernorm bench forward|decode` writes; the paper's numbers beside ours, labelled as such.
 
-Every speedup is the median over interleaved rounds of t_baseline / t_variant (bench.py), with the
-quartiles of those per-round ratios as its spread. A DyT model, where it was timed beside them, gets
+Every speedup is the median over interleaved rounds of t_baseline / t_variant (bench_trust), with
+the quartiles of those per-round ratios as its spread, and every throughput is the baseline's
+divided by it, so the columns agree. A cell whose timing was disturbed (other processes busy, or
+per-round speedups spread too wide) is marked † in the tables, drawn hollow in figure 5, and keeps
+claim 7 from a verdict. A DyT model, where it was timed beside them, gets
 its own columns (markers in figure 5): the norm-free alternative, which cannot fold. Captions say
 where ours were measured: on the default CPU pipeline that is a CPU at the default model scale, not
 the paper's H100 at 30M parameters.
@@ -18,6 +21,7 @@ import pandas as pd
 import seaborn as sns
 from matplotlib.figure import Figure
 
+from ..bench_trust import RERUN
 from . import paper
 from .figures import save_figure
 from .tables import write_table
@@ -33,6 +37,8 @@ REQUIRED = {
     "decode": ["batch", "prompt_len", "new_tokens", "prefill_ms", "decode_tok_s"],
 }
 COMMON = ["benchmark", "mode", "variant", "speedup", "speedup_q1", "speedup_q3", "rounds", "warmup"]
+TRUST_DEFAULTS = {"source": "", "load": float("nan"), "disturbed": False, "disturbed_why": ""}
+DISTURBED = "†"
 
 
 def load_bench(paths: Sequence[str | Path], benchmark: str | None = None) -> pd.DataFrame:
@@ -54,9 +60,11 @@ def load_bench(paths: Sequence[str | Path], benchmark: str | None = None) -> pd.
         df = df[df["benchmark"] == benchmark]
         if df.empty:
             raise ValueError(f"no {benchmark} rows in {[str(p) for p in paths]}")
-    if "source" not in df.columns:
-        df["source"] = ""
-    return df.fillna({"source": ""}).reset_index(drop=True)
+    for column, default in TRUST_DEFAULTS.items():  # CSVs from before bench_trust: not checked
+        if column not in df.columns:
+            df[column] = default
+    df["disturbed"] = df["disturbed"].astype(str).str.lower() == "true"
+    return df.fillna({"source": "", "disturbed_why": ""}).reset_index(drop=True)
 
 
 def where(df: pd.DataFrame) -> str:
@@ -120,6 +128,34 @@ def _iqr(row) -> str:
     return f"{row.speedup_q1:.2f}–{row.speedup_q3:.2f}"
 
 
+def _mark(row) -> str:
+    return DISTURBED if row.disturbed else ""
+
+
+def disturbed_cells(df: pd.DataFrame) -> list[str]:
+    """'forward B=1 T=128: why' for every disturbed cell, in the order timed."""
+    out: dict[tuple, str] = {}
+    for row in df[df["disturbed"]].itertuples(index=False):
+        forward = row.benchmark == "forward"
+        name = "forward" if forward else f"decode {row.mode}"
+        cell = f"B={int(row.batch)} " + (
+            f"T={int(row.seq_len)}" if forward else f"P={int(row.prompt_len)}"
+        )
+        out.setdefault((name, cell), f"{name} {cell}: {row.disturbed_why}")
+    return list(out.values())
+
+
+def disturbed_note(df: pd.DataFrame) -> str:
+    """The caption's sentence on disturbed cells ('' when none), with the rerun command."""
+    cells = disturbed_cells(df)
+    if not cells:
+        return ""
+    return (
+        f" {DISTURBED} DISTURBED TIMING in {len(cells)} cell(s), not a measurement of the method "
+        f"({'; '.join(cells)}): {RERUN}."
+    )
+
+
 def _cells(df: pd.DataFrame, keys: list[str]) -> dict[tuple, dict[str, object]]:
     """(cell keys) -> {variant: row}."""
     out: dict[tuple, dict[str, object]] = {}
@@ -154,9 +190,11 @@ def table3(df: pd.DataFrame) -> tuple[pd.DataFrame, str]:
             if cell is None or v not in cell:
                 row[f"{LABELS[v]} (ours)"] = "—"
             elif v == "baseline":
-                row[f"{LABELS[v]} (ours)"] = _ktok(cell[v].tok_s)
+                row[f"{LABELS[v]} (ours)"] = _ktok(cell[v].tok_s) + _mark(cell[v])
             else:
-                row[f"{LABELS[v]} (ours)"] = f"{_ktok(cell[v].tok_s)} ({_x(cell[v].speedup)})"
+                row[f"{LABELS[v]} (ours)"] = (
+                    f"{_ktok(cell[v].tok_s)} ({_x(cell[v].speedup)}){_mark(cell[v])}"
+                )
         row["Folded speedup IQR (ours)"] = _iqr(cell["folded"]) if cell else "—"
         for v in CELL_VARIANTS:
             row[f"{LABELS[v]} (paper)"] = paper.table3_text(B, T, v)
@@ -176,7 +214,7 @@ def table3(df: pd.DataFrame) -> tuple[pd.DataFrame, str]:
         f"{s['warmup']} "
         f"warmup rounds (latency: the median; IQR: quartiles of the per-round ratios). Ours: "
         f"{where(df)}. {scale_note(df)} Paper: {paper.TABLE3_SOURCE} ({paper.TABLE3_SETUP}). "
-        "—: cell not measured."
+        "—: cell not measured." + disturbed_note(df)
     )
     return pd.DataFrame(rows), caption
 
@@ -198,10 +236,12 @@ def table_decode(df: pd.DataFrame) -> tuple[pd.DataFrame, str]:
                 " / ".join(f"{cell[v].prefill_ms:.3g}" if v in cell else "—" for v in variants)
             )
             for v in variants:
-                row[f"{LABELS[v]} tok/s"] = f"{cell[v].decode_tok_s:,.1f}" if v in cell else "—"
+                row[f"{LABELS[v]} tok/s"] = (
+                    f"{cell[v].decode_tok_s:,.1f}{_mark(cell[v])}" if v in cell else "—"
+                )
             for v in variants[1:]:
                 row[f"{LABELS[v]} speedup (IQR)"] = (
-                    f"{_x(cell[v].speedup)} ({_iqr(cell[v])})" if v in cell else "—"
+                    f"{_x(cell[v].speedup)} ({_iqr(cell[v])}){_mark(cell[v])}" if v in cell else "—"
                 )
             rows.append(row)
     s = df.iloc[0].to_dict()
@@ -219,6 +259,7 @@ def table_decode(df: pd.DataFrame) -> tuple[pd.DataFrame, str]:
         f"({paper.DECODE_SOURCE}, KV-cached decoding, headline only): up to "
         f"{headline['explicit']:.2f}× (explicit scaling) and {headline['folded']:.2f}× (folded); "
         "its per-cell numbers and protocol are not known, the protocol here is ours."
+        + disturbed_note(df)
     )
     if "cuda_graphs" in df.columns:  # compiled rows on a GPU say whether their step was a graph
         bad = df[(df["mode"] == "compiled") & (df["cuda_graphs"].astype(str) == "False")]
@@ -229,6 +270,25 @@ def table_decode(df: pd.DataFrame) -> tuple[pd.DataFrame, str]:
 
 
 # ---- figure 5: decode speedups --------------------------------------------------------------------
+
+
+def _speedup_bars(ax, part: list[tuple[int, object]], offset: float, v: str, disturbed: bool):
+    """Median markers with quartile bars at cells `part` ((x, row) pairs); hollow when disturbed."""
+    ax.errorbar(
+        [i + offset * 0.25 for i, _ in part],
+        [r.speedup for _, r in part],
+        yerr=[
+            [r.speedup - r.speedup_q1 for _, r in part],
+            [r.speedup_q3 - r.speedup for _, r in part],
+        ],
+        fmt="o",
+        ms=6,
+        capsize=3,
+        color=SPEEDUP_COLORS[v],
+        mfc="white" if disturbed else SPEEDUP_COLORS[v],
+        alpha=0.6 if disturbed else 1.0,
+        label=f"{LABELS[v]}, {DISTURBED} disturbed timing (hollow)" if disturbed else LABELS[v],
+    )
 
 
 def fig5(df: pd.DataFrame) -> Figure:
@@ -245,22 +305,10 @@ def fig5(df: pd.DataFrame) -> Figure:
         cells = sorted(_cells(df[df["mode"] == mode], ["batch", "prompt_len"]).items())
         for j, v in enumerate(variants):
             mine = [(i, c[v]) for i, (_, c) in enumerate(cells) if v in c]
-            xs = [i + (j - (len(variants) - 1) / 2) * 0.25 for i, _ in mine]
-            mid = [r.speedup for _, r in mine]
-            err = [
-                [r.speedup - r.speedup_q1 for _, r in mine],
-                [r.speedup_q3 - r.speedup for _, r in mine],
-            ]
-            ax.errorbar(
-                xs,
-                mid,
-                yerr=err,
-                fmt="o",
-                ms=6,
-                capsize=3,
-                color=SPEEDUP_COLORS[v],
-                label=LABELS[v],
-            )
+            for disturbed in (False, True):
+                part = [(i, r) for i, r in mine if bool(r.disturbed) == disturbed]
+                if part:
+                    _speedup_bars(ax, part, j - (len(variants) - 1) / 2, v, disturbed)
         ax.set_xticks(range(len(cells)), [f"B={B}\nP={P}" for (B, P), _ in cells], fontsize=8)
         ax.set_xlim(-0.6, len(cells) - 0.4)
         ax.axhline(1.0, color="0.3", lw=1)
@@ -276,6 +324,7 @@ def fig5(df: pd.DataFrame) -> Figure:
     note = (
         f"Greedy decoding, {df['new_tokens'].iloc[0]} decode steps; markers: median of per-round "
         f"ratios t_baseline / t_export, bars: their quartiles. Ours: {where(df)}. {scale_note(df)}"
+        + disturbed_note(df)
     )
     fig.supxlabel(textwrap.fill(note, 40 * (len(modes) + 1)), fontsize=7, x=0.01, ha="left")
     return fig
@@ -286,10 +335,12 @@ def fig5(df: pd.DataFrame) -> Figure:
 
 def speedup_summary(df: pd.DataFrame) -> list[dict]:
     """Per benchmark (forward; decode per mode): best and median over cells of each export's
-    speedup, and in how many cells the export was faster in at least 3 of 4 rounds (q1 > 1)."""
+    speedup, in how many cells the export was faster in at least 3 of 4 rounds (q1 > 1), and how
+    many cells had a disturbed timing."""
     out = []
     for (benchmark, mode), part in df.groupby(["benchmark", "mode"], sort=False):
         entry = {"benchmark": benchmark, "mode": mode, "cells": 0}
+        entry["disturbed"] = len(disturbed_cells(part))
         for v in shown(part)[1:]:
             mine = part[part["variant"] == v]
             entry["cells"] = max(entry["cells"], len(mine))

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from ..bench_trust import RERUN
 from . import benchmarks, paper
 from .claim_rows import ClaimInputs, claim_row, not_measured
 
@@ -66,6 +67,7 @@ def claim6(inp: ClaimInputs) -> dict:
 # ---- claim 7: folding speeds inference -------------------------------------------------------------
 
 FOLD_SPEEDUP_YES = 1.05
+DISTURBED_VERDICT = "not judged: disturbed timing"
 
 
 def claim7(inp: ClaimInputs) -> dict:
@@ -88,7 +90,10 @@ def claim7(inp: ClaimInputs) -> dict:
         )
         consistent.append(f"{name} {f['consistent']}/{s['cells']}")
         medians.append(f["median"])
-    if all(m >= FOLD_SPEEDUP_YES for m in medians):
+    disturbed = benchmarks.disturbed_cells(inp.bench)
+    if disturbed:
+        holds = DISTURBED_VERDICT
+    elif all(m >= FOLD_SPEEDUP_YES for m in medians):
         holds = "yes"
     elif all(m <= 1.0 for m in medians):
         holds = "no"
@@ -106,5 +111,10 @@ def claim7(inp: ClaimInputs) -> dict:
         "partly. Cells where folded was faster in at least 3 of 4 rounds (lower quartile > 1): "
         f"{', '.join(consistent)}. {benchmarks.scale_note(inp.bench)}"
     )
+    if disturbed:
+        comment = (
+            f"NOT JUDGED: {len(disturbed)} cell(s) were timed on a disturbed machine "
+            f"({'; '.join(disturbed)}); {RERUN}. " + comment
+        )
     scale = " | ".join(v if k == "both" else f"{k}: {v}" for k, v in scales.items())
     return claim_row(claim, paper_value, "; ".join(ours), scale, holds, comment)
