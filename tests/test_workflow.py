@@ -55,6 +55,7 @@ def test_ci_pipeline_builds_every_target(ci_run):
         "fig2_train_loss",
         "fig3_logit_norm",
         "fig4_grad_norms",
+        "fig4b_ablation_grad_norms",
         "fig6_scale_anchor",
     ):
         for ext in ("pdf", "png"):

@@ -97,42 +97,57 @@ def table_anchor(runs: pd.DataFrame) -> tuple[pd.DataFrame, str]:
     return pd.DataFrame(rows), caption
 
 
+def _label_points(ax, part: pd.DataFrame, color: str, lam_max: float) -> None:
+    """Each point's stiffness kappa above it: right of the point, left of it at the largest lambda,
+    so that no label runs past the axes."""
+    for p in part.itertuples():
+        last = p.anchor_lam >= lam_max
+        ax.annotate(
+            f"κ={p.kappa:.2g}",
+            (p.anchor_lam, p.logit_ratio),
+            textcoords="offset points",
+            xytext=(-4 if last else 4, 5),
+            ha="right" if last else "left",
+            fontsize=7,
+            color=color,
+        )
+
+
 def fig7(run_dirs: Sequence[str | Path], width: int | None = None):
     """End logit norm over the baseline's (each point labelled with its stiffness kappa) and
-    r(h)/s_tgt against lambda, one line per form."""
+    r(h)/s_tgt against lambda, one line per form; the legend beside the axes, hiding no line."""
     runs, _ = load_runs(run_dirs)
     points, ref = sweep_points(runs)
     points = points[~points["diverged"]]
-    fig, axes = _new_figure(1, 2, (10, 4.2))
+    fig, axes = _new_figure(1, 2, (11, 4.2))
     markers = {"eq5": "o", "relative": "s"}
     colors = {"eq5": COLORS["all_aux"], "relative": COLORS["internal_aux"]}
+    lam_max = points["anchor_lam"].max()
     for form, part in points.groupby("anchor_form"):
         style = {"marker": markers[form], "color": colors[form], "label": FORM_LABELS[form]}
         axes[0].plot(part["anchor_lam"], part["logit_ratio"], **style)
         axes[1].plot(part["anchor_lam"], part["scale_ratio"], **style)
-        for p in part.itertuples():  # the stiffness behind each point
-            axes[0].annotate(
-                f"κ={p.kappa:.2g}",
-                (p.anchor_lam, p.logit_ratio),
-                textcoords="offset points",
-                xytext=(4, 4),
-                fontsize=7,
-                color=colors[form],
-            )
+        _label_points(axes[0], part, colors[form], lam_max)
+    refs = [1.0]
     for v, ls in (("final", "--"), ("all", ":")):
         if v in ref:
-            axes[0].axhline(
-                ref[v] / ref["baseline"], color=COLORS[v], ls=ls, label=f"{VARIANTS[v]['label']}"
-            )
+            refs.append(ref[v] / ref["baseline"])
+            axes[0].axhline(refs[-1], color=COLORS[v], ls=ls, label=f"{VARIANTS[v]['label']}")
     axes[0].axhspan(1 / HOLD_FACTOR, HOLD_FACTOR, color="0.85", zorder=0, label="within 1.5x")
     axes[0].set_ylabel("end logit norm / Baseline's")
-    axes[1].axhline(1.0, color="0.3", ls=":", lw=1)
+    axes[0].set_ylim(0, 1.15 * max([*refs, *points["logit_ratio"], HOLD_FACTOR]))
+    axes[1].axhline(1.0, color="0.3", ls=":", lw=1, label="$r(h) = s_{tgt}$")
     axes[1].set_ylabel("end $r(h)$ / $s_{tgt}$")
+    axes[1].set_ylim(0, 1.15 * max([1.0, *points["scale_ratio"]]))
     for ax in axes:
         ax.set_xscale("log")
-        ax.set_ylim(bottom=0)
+        ax.margins(x=0.12)
         ax.set_xlabel("scale-loss weight $\\lambda$")
-    axes[0].legend(fontsize=8)
+    handles, labels = axes[0].get_legend_handles_labels()
+    extra = axes[1].get_legend_handles_labels()
+    fig.legend(
+        handles + extra[0][-1:], labels + extra[1][-1:], loc="outside right upper", fontsize=8
+    )
     fig.suptitle(f"Scale loss dose-response: All-Taper (+aux), {_where(points)}", fontsize=11)
     return fig
 

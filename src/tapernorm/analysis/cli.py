@@ -116,7 +116,9 @@ def add_subcommands(subparsers) -> None:
     f = subparsers.add_parser(
         "figure", help="paper figure from run directories or benchmark CSVs -> .pdf and .png"
     )
-    f.add_argument("which", choices=["fig1", "fig2", "fig3", "fig4", "fig5", "fig6", "fig7"])
+    f.add_argument(
+        "which", choices=["fig1", "fig2", "fig3", "fig4", "fig4b", "fig5", "fig6", "fig7"]
+    )
     f.add_argument("--runs", type=Path, nargs="+", default=[], help=runs_help)
     f.add_argument("--bench", type=Path, nargs="+", default=[], help="fig5: decode " + bench_help)
     f.add_argument("--out", type=Path, required=True, help="e.g. figures/fig3_logit_norm.pdf")
