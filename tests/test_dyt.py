@@ -177,7 +177,8 @@ def bench_rows():
     assert list(models) == ["baseline", "explicit", "folded", "dyt"]
     forward = bench_forward(models, [1], [8], warmup=0, iters=2, reference=reference)
     decode = bench_decode(models, [1], [4], 3, repeats=2, warmup=0, reference=reference)
-    return pd.DataFrame(forward + decode).assign(source="test")
+    calm = {"disturbed": False, "disturbed_why": ""}  # 2 rounds of a tiny model spread widely
+    return pd.DataFrame(forward + decode).assign(source="test", **calm)
 
 
 def test_the_benchmarks_have_dyt_rows_and_tables_show_them(bench_rows):
@@ -192,7 +193,7 @@ def test_the_benchmarks_have_dyt_rows_and_tables_show_them(bench_rows):
     dec, _ = benchmarks.table_decode(df)
     assert "DyT speedup (IQR)" in dec.columns and "DyT tok/s" in dec.columns
     fig = benchmarks.fig5(df)
-    assert "DyT" in fig.axes[0].get_legend_handles_labels()[1]
+    assert any(label.startswith("DyT") for label in fig.axes[0].get_legend_handles_labels()[1])
     old, _ = benchmarks.table3(df[df["variant"] != "dyt"])
     assert not any("DyT" in c for c in old.columns)  # without DyT rows: the table as before
 
@@ -226,7 +227,7 @@ def _runs(dyt_gap: float, n: int = 2, untied_taper: float | None = None) -> pd.D
 
 def test_claims_row_tapernorm_vs_dyt(bench_rows):
     row = dyt.claim_dyt(ClaimInputs(runs=_runs(0.10), bench=bench_rows))
-    assert row["Holds?"] in ("yes", "partly", "no")
+    assert claims.grade_of(row["Holds?"]) in ("yes", "partly", "no")
     assert (
         "d=64 at the shared LR 0.001: Internal-Taper (+aux) +1.00% vs Baseline, DyT +5.00% vs "
         "Baseline (untied head)" in row["Ours"]
@@ -234,7 +235,11 @@ def test_claims_row_tapernorm_vs_dyt(bench_rows):
     assert "folded" in row["Ours"] and "untied head" in row["Comment"]
     assert "Criterion" in row["Comment"] and "DyT" in row["Claim"]
     no_bench = dyt.claim_dyt(ClaimInputs(runs=_runs(0.10)))
-    assert no_bench["Holds?"] == "partly" and "at most partly" in no_bench["Comment"]
+    assert (
+        no_bench["Holds?"]
+        == "partly (loss: TaperNorm closer at 1/1 widths; speed: no DyT benchmark rows)"
+    )
+    assert "at most partly" in no_bench["Comment"]
     worse = dyt.claim_dyt(ClaimInputs(runs=_runs(0.0)))
     assert worse["Holds?"] == "no"
     none = dyt.claim_dyt(ClaimInputs(runs=_runs(0.1)[lambda d: d["variant"] != "dyt"]))
@@ -251,4 +256,7 @@ def test_claims_row_tapernorm_vs_dyt(bench_rows):
     fast.loc[fast["variant"] == "dyt", "speedup"] = 1.0  # fix both sides
     assert dyt.claim_dyt(ClaimInputs(runs=_runs(0.10), bench=fast))["Holds?"] == "yes"
     assert dyt.speedups(fast)["forward"][0] == 9.0
+    busy = fast.assign(disturbed=True, disturbed_why="other processes used 1.00 cores")
+    held = dyt.claim_dyt(ClaimInputs(runs=_runs(0.10), bench=busy))
+    assert held["Holds?"].endswith("speed: not judged, disturbed timing)")
     assert claims.CLAIMS[-1] is dyt.claim_dyt

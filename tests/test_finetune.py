@@ -457,7 +457,16 @@ def test_claim8_criteria():
     assert ft.paper_claim8_counts() == (20, 19, 24)
     row = claims.claim8(claims.ClaimInputs(finetune=_paper_evals(list(paper.TABLE6))))
     assert row["Holds?"] == "yes"
-    assert row["Ours"] == "20/24 within +2% of Vanilla; 19/24 at or below FakeLN"
+    assert (
+        row["Ours"].startswith("20/24 within +2% of Vanilla") and "19/24 at or below" in row["Ours"]
+    )
+    near = _paper_evals(["gpt2"])  # Vanilla 3.0126: All-TaperLN at +1.9% and Internal at +2.1%
+    near.loc[near["protocol"] == "all_taperln", "loss"] *= 1.019 * 3.0126 / 3.0685
+    near.loc[near["protocol"] == "internal_taperln", "loss"] *= 1.021 * 3.0126 / 3.0584
+    near = near[near["set"] == "heldout"]
+    row = claims.claim8(claims.ClaimInputs(finetune=near))
+    assert row["Ours"].startswith("1/2 within +2% of Vanilla (2 within 0.5 points of the line)")
+    assert "counted on the other side, the verdict would be" in row["Comment"]
     assert claims.claim8(claims.ClaimInputs())["Holds?"] == "not measured"
     only_vanilla = _paper_evals(["gpt2"], ["vanilla"])
     assert claims.claim8(claims.ClaimInputs(finetune=only_vanilla))["Holds?"] == "not measured"

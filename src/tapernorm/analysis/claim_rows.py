@@ -1,5 +1,24 @@
 """What every claim of results/claims.md is computed from (ClaimInputs) and returns (a row of
-COLUMNS), and the helpers the claims share to judge runs."""
+COLUMNS), the graded verdicts of its "Holds?" column, and the helpers the claims share to judge runs.
+
+The "Holds?" column is one of these grades; all but the plain ones carry their evidence in brackets,
+built from the data by the claim (never typed in):
+
+- "yes": the claim's criterion holds at the paper's settings, with a size comparable to the paper's.
+- "yes, weaker than the paper (ours vs the paper's)": it holds at the paper's settings, but the
+  effect is more than SIZE_FACTOR below the low end of the paper's range (weaker_than_paper).
+- "yes, unlike the paper (ours vs the paper's)": the criterion holds, but the value lies on the other
+  side of the paper's range by more than the seed spread, e.g. below the baseline where the paper
+  has a small increase (unlike_paper).
+- "only at a deviation (the setting; at the paper's setting: its verdict)": the criterion holds only
+  at a setting the paper did not use, named, beside the verdict at the paper's own (at_deviation).
+- "partly": some of the criterion's parts (widths, sources, benchmarks, cells) hold, not all.
+- "no": none holds.
+- "not measured": the inputs for the claim were not given.
+- "not judged: why": the inputs were given but cannot support a verdict (e.g. disturbed timing).
+
+A claim first reaches a plain verdict (yes / partly / no) by its criterion, then grades a "yes" by
+setting and size with the functions below; grade_of(verdict) recovers the grade of any verdict."""
 
 from __future__ import annotations
 
@@ -10,7 +29,14 @@ import pandas as pd
 
 from ..config import VARIANTS
 
+YES, PARTLY, NO = "yes", "partly", "no"
 NOT_MEASURED = "not measured"
+NOT_JUDGED = "not judged"
+WEAKER = "yes, weaker than the paper"
+UNLIKE = "yes, unlike the paper"
+AT_DEVIATION = "only at a deviation"
+GRADES = (YES, WEAKER, UNLIKE, AT_DEVIATION, PARTLY, NO, NOT_MEASURED, NOT_JUDGED)
+SIZE_FACTOR = 2.0  # "weaker": the effect is below the low end of the paper's range / SIZE_FACTOR
 COLUMNS = ("Claim", "Paper", "Ours", "Scale", "Holds?", "Comment")
 
 
@@ -36,12 +62,46 @@ def not_measured(claim: str, paper_value: str, why: str) -> dict:
     return claim_row(claim, paper_value, NOT_MEASURED, "—", NOT_MEASURED, why)
 
 
+def not_judged(why: str) -> str:
+    return f"{NOT_JUDGED}: {why}"
+
+
 def combine_verdicts(verdicts: list[str]) -> str:
-    if all(v == "yes" for v in verdicts):
-        return "yes"
-    if all(v == "no" for v in verdicts):
-        return "no"
-    return "partly"
+    """Plain verdicts of a claim's parts combined: yes if all yes, no if all no, else partly."""
+    if all(v == YES for v in verdicts):
+        return YES
+    if all(v == NO for v in verdicts):
+        return NO
+    return PARTLY
+
+
+def grade_of(verdict: str) -> str:
+    """The grade (one of GRADES) a verdict of the "Holds?" column starts with."""
+    for grade in sorted(GRADES, key=len, reverse=True):  # "yes, weaker..." before "yes"
+        if verdict == grade or verdict.startswith((f"{grade} (", f"{grade}: ")):
+            return grade
+    raise ValueError(f"not a graded verdict: {verdict!r}")
+
+
+def weaker_than_paper(ours: str, paper_value: str) -> str:
+    return f"{WEAKER} ({ours} vs the paper's {paper_value})"
+
+
+def unlike_paper(ours: str, paper_value: str) -> str:
+    return f"{UNLIKE} ({ours} vs the paper's {paper_value})"
+
+
+def at_deviation(deviation: str, paper_setting: str, verdict_there: str) -> str:
+    """e.g. "only at a deviation (Eq. 5 λ=10; at the paper's λ=0.1: no, 2.59x)"."""
+    return f"{AT_DEVIATION} ({deviation}; at the paper's {paper_setting}: {verdict_there})"
+
+
+def grade_size(verdict: str, size: float, paper_low: float, ours: str, paper_value: str) -> str:
+    """A plain "yes" whose effect `size` (a ratio > 1, as the paper's) is more than SIZE_FACTOR below
+    the paper's low end `paper_low` becomes "yes, weaker than the paper"; other verdicts pass."""
+    if verdict == YES and size < paper_low / SIZE_FACTOR:
+        return weaker_than_paper(ours, paper_value)
+    return verdict
 
 
 def usable_runs(runs: pd.DataFrame) -> pd.DataFrame:

@@ -4,9 +4,55 @@ Table 4 (criterion in claims.py; the cells are finetune.claim8_cells)."""
 from __future__ import annotations
 
 from . import finetune as ft
-from .claim_rows import ClaimInputs, claim_row, not_measured
+from .claim_rows import NO, PARTLY, YES, ClaimInputs, claim_row, not_measured
 
 PROTO_SHORT = {"internal_taperln": "Internal", "all_taperln": "All"}
+# A cell this close to the +CLOSE_PCT line may fall on either side on another CPU: fine-tuning CE is
+# one run per cell and moves across hosts (FakeLN's gap to Vanilla: +3.66% on one host, +3.96% on
+# another; docs/reproducibility.md).
+LINE_MARGIN_PP = 0.5
+
+
+def _verdict(close_ok: bool, fake_ok: bool | None) -> str:
+    """Both yes, neither no, else partly; without a FakeLN comparison at most partly."""
+    if fake_ok is None:
+        return PARTLY if close_ok else NO
+    return YES if close_ok and fake_ok else NO if not (close_ok or fake_ok) else PARTLY
+
+
+def _line_note(gaps: list[float], details: list[str], fake_ok: bool | None, holds: str) -> str:
+    """Which cells sit within LINE_MARGIN_PP of the line, and the verdict with them on its other
+    side."""
+    near = [
+        d for g, d in zip(gaps, details, strict=True) if abs(g - ft.CLOSE_PCT) <= LINE_MARGIN_PP
+    ]
+    if not near:
+        return ""
+    flipped = [
+        g > ft.CLOSE_PCT if abs(g - ft.CLOSE_PCT) <= LINE_MARGIN_PP else g <= ft.CLOSE_PCT
+        for g in gaps
+    ]
+    other = _verdict(sum(flipped) > len(gaps) / 2, fake_ok)
+    return (
+        f" Within {LINE_MARGIN_PP:g} points of the +{ft.CLOSE_PCT:g}% line (one run per cell; its "
+        f"CE moves across CPUs): {', '.join(near)}; counted on the other side, the verdict would "
+        f"be {other}" + (" (the same)." if other == holds else ".")
+    )
+
+
+def _fakeln_gaps(evals) -> str:
+    """Our FakeLN reruns' CE gap to Vanilla of the same model and set."""
+    out = []
+    for _, row in evals[evals["protocol"] == "fakeln"].iterrows():
+        base = evals[
+            (evals["model"] == row["model"])
+            & (evals["protocol"] == "vanilla")
+            & (evals["set"] == row["set"])
+        ]
+        if len(base):
+            gap = 100 * (row["loss"] / base["loss"].iloc[0] - 1)
+            out.append(f"{row['model']}/{row['set']} {gap:+.2f}%")
+    return f" FakeLN (ours) vs Vanilla: {', '.join(out)}." if out else ""
 
 
 def claim8(inp: ClaimInputs) -> dict:
@@ -28,11 +74,12 @@ def claim8(inp: ClaimInputs) -> dict:
     k_close, m = sum(g <= ft.CLOSE_PCT for g in gaps), len(gaps)
     close_ok = k_close > m / 2
     ours = f"{k_close}/{m} within +{ft.CLOSE_PCT:g}% of Vanilla"
+    if n_near := sum(abs(g - ft.CLOSE_PCT) <= LINE_MARGIN_PP for g in gaps):
+        ours += f" ({n_near} within {LINE_MARGIN_PP:g} points of the line)"
     if cells["fakeln"]:
         k_fake, m_fake = sum(ok for *_, ok in cells["fakeln"]), len(cells["fakeln"])
         fake_ok = k_fake > m_fake / 2
         ours += f"; {k_fake}/{m_fake} at or below FakeLN"
-        holds = "yes" if close_ok and fake_ok else "no" if not (close_ok or fake_ok) else "partly"
         used = {
             "ours": "our rerun of the same model and set (FakeLN (ours))",
             "published": "the published numbers, where our model and set are the paper's",
@@ -43,16 +90,20 @@ def claim8(inp: ClaimInputs) -> dict:
         fake_note += "."
     else:
         ours += "; FakeLN comparison not measured"
-        holds = "partly" if close_ok else "no"
+        fake_ok = None
         fake_note = (
             "FakeLN not measured: no FakeLN run here, and its published numbers are for the hub "
             "GPT-2 models on OWT/Pile, which no run here is evaluated like (at most 'partly')."
         )
-    details = ", ".join(f"{mod}/{PROTO_SHORT[p]}/{s}: {g:+.2f}%" for mod, p, s, g in cells["close"])
+    holds = _verdict(close_ok, fake_ok)
+    details = [f"{mod}/{PROTO_SHORT[p]}/{s}: {g:+.2f}%" for mod, p, s, g in cells["close"]]
     comment = (
-        f"CE gap of each TaperLN cell to our Vanilla of the same model and set: {details}. "
+        f"CE gap of each TaperLN cell to our Vanilla of the same model and set: {', '.join(details)}. "
         f"Criterion: more than half of the cells within +{ft.CLOSE_PCT:g}% of Vanilla, and more "
-        "than half at or below FakeLN: both yes, neither no, else partly. " + fake_note
+        "than half at or below FakeLN: both yes, neither no, else partly. "
+        + fake_note
+        + _fakeln_gaps(inp.finetune)
+        + _line_note(gaps, details, fake_ok, holds)
     )
     if cells["fold"]:
         comment += (
