@@ -178,7 +178,7 @@ def test_tables_1_and_5(runs, tmp_path):
     row = t1.set_index("Name").loc["all_aux"]
     assert (row["Internal taper"], row["Final taper"], row["Scale loss"]) == ("yes", "yes", "yes")
     paths = tables.make_table("5", runs["main"], tmp_path / "table5")
-    assert [p.name for p in paths] == ["table5.csv", "table5.md", "table5.tex"]
+    assert [p.name for p in paths] == ["table5.csv", "table5.md", "table5.tex", "table5.html"]
     t5 = pd.read_csv(paths[0], dtype=str).set_index("Width")
     assert t5.loc["64", "Steps (ours)"] == "6" and t5.loc["64", "Steps (paper)"] == "500,000"
     assert t5.loc["64", "Batch × T (ours)"] == "8 × 32" and t5.loc["512", "Steps (ours)"] == "—"

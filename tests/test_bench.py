@@ -295,7 +295,7 @@ def bench_csvs(forward_rows, decode_rows, tmp_path_factory):
 
 def test_table3_has_the_paper_beside_ours(bench_csvs, tmp_path):
     paths = benchmarks.make_bench_table("3", [bench_csvs["forward"]], tmp_path / "table3")
-    assert [p.suffix for p in paths] == [".csv", ".md", ".tex"]
+    assert [p.suffix for p in paths] == [".csv", ".md", ".tex", ".html"]
     df = pd.read_csv(tmp_path / "table3.csv")
     assert {"Folded (ours)", "Folded (paper)", "Explicit scaling (paper)"} <= set(df.columns)
     assert len(df) == 4 + 6  # our four cells and the paper's six (no overlap at these sizes)

@@ -64,7 +64,7 @@ def test_bad_records_are_clear_errors(tmp_path, records):
 
 def test_command_writes_the_table_or_prints_it(records, tmp_path, capsys):
     paths = write_job_times(records, tmp_path / "job_times.md")
-    assert [p.suffix for p in paths] == [".csv", ".md", ".tex"]
+    assert [p.suffix for p in paths] == [".csv", ".md", ".tex", ".html"]
     assert main(["job-times", str(records), "--out", str(tmp_path / "t" / "job_times")]) == 0
     md = (tmp_path / "t" / "job_times.md").read_text()
     assert md == paths[1].read_text() and "| train | pretrain | 2 | 40.5 | 30.5 |" in md

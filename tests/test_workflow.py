@@ -112,8 +112,13 @@ def test_ci_pipeline_builds_every_target(ci_run):
 def test_html_report_holds_every_figure_and_table(ci_run):
     snakemake(ci_run, "--cores", "2", "--report", "report.html", "--configfile", "config/ci.yaml")
     html = (ci_run / "report.html").read_text(errors="replace")
-    assert len(html) > 100_000 and "fig3_logit_norm.png" in html and "table2.csv" in html
-    for caption in ("Figure 1: the TaperNorm layer", "Figure 3: mean logit", "Table 2</strong>"):
+    assert len(html) > 100_000 and "fig3_logit_norm.png" in html and "table2.html" in html
+    assert "claims.html" in html and "is the page to open first" in html  # the home page
+    for caption in (
+        "Figure 1: (a) the TaperNorm layer",
+        "Figure 3: mean logit",
+        "Table 2</strong>",
+    ):
         assert html.count(caption) == 1, caption  # each figure and table its own caption
 
 

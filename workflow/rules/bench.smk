@@ -52,13 +52,14 @@ rule table3:
     input:
         "results/bench/forward.csv",
     output:
-        csv=report(
-            "results/tables/table3.csv",
+        csv="results/tables/table3.csv",
+        md="results/tables/table3.md",
+        tex="results/tables/table3.tex",
+        html=report(
+            "results/tables/table3.html",
             caption="../report/table3.rst",
             category="Tables",
         ),
-        md="results/tables/table3.md",
-        tex="results/tables/table3.tex",
     log:
         "logs/tables/table3.log",
     localrule: True
@@ -72,13 +73,14 @@ rule table_decode:
     input:
         "results/bench/decode.csv",
     output:
-        csv=report(
-            "results/tables/table_decode.csv",
+        csv="results/tables/table_decode.csv",
+        md="results/tables/table_decode.md",
+        tex="results/tables/table_decode.tex",
+        html=report(
+            "results/tables/table_decode.html",
             caption="../report/table_decode.rst",
             category="Tables",
         ),
-        md="results/tables/table_decode.md",
-        tex="results/tables/table_decode.tex",
     log:
         "logs/tables/table_decode.log",
     localrule: True

@@ -2,7 +2,9 @@ import json
 import os
 
 from tapernorm import pipeline as tp
+from tapernorm.analysis.runs import RUN_FILES
 from tapernorm.config import check_yaml_files
+from tapernorm.run_identity import MODEL_FILES
 
 # Snakemake's YAML loader keeps the last of two equal keys: reject them (and name the line).
 check_yaml_files(workflow.configfiles)
@@ -19,6 +21,7 @@ GPU_ENV = tp.gpu_rules_env(config)
 # Snakemake's records (benchmark:) of the long jobs, <rule>/<wildcards>.tsv; results/tables/job_times
 BENCHMARKS = "results/benchmarks"
 FIG_WIDTH = tp.figure_width(config)
+TABLE_FILES = ("csv", "md", "tex", "html")  # html: what the report shows
 SWEEP = bool(config["ablation"] and config["anchor_sweep"])
 FAMILIES = (
     ["pretrain"]
@@ -32,8 +35,35 @@ wildcard_constraints:
     run=r"[a-z_]+-d\d+-s\d+|(eq5|relative)-lam[0-9][0-9.e+-]*",
 
 
+def data_files(root, sentencepiece):
+    """What `tapernorm prepare-data` writes to `root` that its readers open: the shards, their meta
+    and (SentencePiece) the tokenizer model."""
+    files = {f: f"{root}/{f}.bin" for f in ("train", "val")} | {
+        "meta": f"{root}/meta.json"
+    }
+    if sentencepiece:
+        files["tokenizer"] = f"{root}/tokenizer.model"
+    return files
+
+
+PRETRAIN_DATA_FILES = data_files(
+    PRETRAIN_DATA, config["data"]["tokenizer"] == "sentencepiece"
+)
+
+
 def run_dir(family, name):
     return f"results/runs/{family}/{name}"
+
+
+def model_files(run, prefix=""):
+    """{name: path} of what loading the model of run directory `run` reads (config, weights)."""
+    return {f"{prefix}{f.split('.')[0]}": f"{run}/{f}" for f in MODEL_FILES}
+
+
+def run_files(eval_paths, names=RUN_FILES):
+    """The files `names` (default: all that the analysis reads) of the run directories of a list of
+    eval.json paths."""
+    return [f"{p.rsplit('/', 1)[0]}/{f}" for p in eval_paths for f in names]
 
 
 def evals(family, names):
@@ -60,8 +90,8 @@ def fold_names():
 
 
 def dirs_of(paths):
-    """Run directories of a list of eval.json paths (for --runs)."""
-    return " ".join(p.rsplit("/", 1)[0] for p in paths)
+    """Run directories of a list of files inside them, in order, each once (for --runs)."""
+    return " ".join(dict.fromkeys(p.rsplit("/", 1)[0] for p in paths))
 
 
 FIGURES = {
@@ -71,6 +101,7 @@ FIGURES = {
     "fig4_grad_norms": pretrain_evals(FIG_WIDTH),
 }
 if config["ablation"]:
+    FIGURES["fig4b_ablation_grad_norms"] = ablation_evals()
     FIGURES["fig6_scale_anchor"] = ablation_evals()
 
 
@@ -83,13 +114,12 @@ def anchor_sweep_evals():
 if SWEEP:
     FIGURES["fig7_anchor_sweep"] = anchor_sweep_evals()
 SWEEP_TABLES = (
-    [f"results/tables/table_anchor.{ext}" for ext in ("csv", "md", "tex")]
-    if SWEEP
-    else []
+    [f"results/tables/table_anchor.{ext}" for ext in TABLE_FILES] if SWEEP else []
 )
 
 # GPT-2 fine-tuning family (Tables 4 and 6, claim 8): runs <protocol>-<model>
 FINETUNE_DATA = "data/finetune"
+FINETUNE_DATA_FILES = data_files(FINETUNE_DATA, sentencepiece=False)  # GPT-2 BPE
 FINETUNE_RUNS = tp.finetune_runs(config) if config["finetune"] else []
 
 
@@ -118,26 +148,32 @@ def ft_spec(w):
 
 
 def finetune_inputs(w):
-    inputs = {"meta": f"{FINETUNE_DATA}/meta.json"}
+    inputs = dict(FINETUNE_DATA_FILES)
     if ft_model(w) in tp.finetune_base_models(config):
-        inputs["base"] = f"{tp.FINETUNE_BASE_ROOT}/{ft_model(w)}/model.safetensors"
+        base = f"{tp.FINETUNE_BASE_ROOT}/{ft_model(w)}"
+        inputs |= model_files(base, prefix="base_")
     return inputs
 
 
 def finetune_eval_inputs(w):
+    run = f"results/runs/finetune/{w.ftrun}"
     inputs = {
-        "run": f"results/runs/finetune/{w.ftrun}/eval.json",
+        "run": f"{run}/eval.json",
+        **model_files(run),
         "data": f"data/eval/{w.evalset}/meta.json",
+        "rows": f"data/eval/{w.evalset}/rows.bin",
     }
     if tp.parse_finetune_run(w.ftrun)[0] == "all_taperln":
-        inputs["verify"] = f"results/finetune/fold/{w.ftrun}/verify.json"
+        fold = f"results/finetune/fold/{w.ftrun}"
+        inputs["verify"] = f"{fold}/verify.json"
+        inputs |= model_files(f"{fold}/folded", prefix="folded_")
     return inputs
 
 
 FINETUNE_TABLES = [
     f"results/tables/table{n}.{ext}"
     for n in ((4, 6) if config["finetune"] else ())
-    for ext in ("csv", "md", "tex")
+    for ext in TABLE_FILES
 ]
 
 # Inference benchmarks (Table 3, the decode table, fig5, claim 7); bench: null skips them
@@ -148,14 +184,20 @@ BENCH_CSVS = (
 
 
 def bench_inputs(w):
-    return tp.bench_inputs(config)
+    """tp.bench_inputs (the timed runs' eval.json, the fold check) and the model files that the
+    benchmark loads from each timed run."""
+    inputs = tp.bench_inputs(config)
+    for key, path in list(inputs.items()):
+        if path.endswith("/eval.json"):
+            inputs |= model_files(path.rsplit("/", 1)[0], prefix=f"{key}_")
+    return inputs
 
 
 BENCH_TARGETS = (
     [
         f"results/tables/{t}.{ext}"
         for t in ("table3", "table_decode")
-        for ext in ("csv", "md", "tex")
+        for ext in TABLE_FILES
     ]
     + [f"figures/fig5_decode_speedup.{ext}" for ext in ("pdf", "png")]
     if config["bench"]
@@ -164,30 +206,24 @@ BENCH_TARGETS = (
 
 
 def timed_jobs():
-    """{benchmark record, relative to BENCHMARKS: an output of its job} of this
+    """Benchmark records (benchmark: files, <rule>/<wildcards>.tsv relative to BENCHMARKS) of this
     config's jobs that keep one: training, fine-tuning, inference benchmarks."""
-    jobs = {}
+    records = []
     for family in FAMILIES:
         sweep = family == tp.SWEEP_FAMILY
         for n in tp.sweep_runs(config) if sweep else tp.family_runs(config, family):
-            jobs[f"train/{family}/{n}.tsv"] = f"{run_dir(family, n)}/eval.json"
+            records.append(f"train/{family}/{n}.tsv")
     for model in tp.finetune_base_models(config) if config["finetune"] else []:
-        record = f"pretrain_finetune_base/{model}.tsv"
-        jobs[record] = f"{tp.FINETUNE_BASE_ROOT}/{model}/eval.json"
-    for run in FINETUNE_RUNS:
-        jobs[f"finetune/{run}.tsv"] = f"results/runs/finetune/{run}/eval.json"
+        records.append(f"pretrain_finetune_base/{model}.tsv")
+    records += [f"finetune/{run}.tsv" for run in FINETUNE_RUNS]
     for csv in BENCH_CSVS:  # results/bench/forward.csv: rule bench_forward
-        jobs[f"bench_{os.path.basename(csv).removesuffix('.csv')}.tsv"] = csv
-    return jobs
+        records.append(f"bench_{os.path.basename(csv).removesuffix('.csv')}.tsv")
+    return records
 
 
 ALL_TARGETS = (
     [f"figures/{name}.{ext}" for name in FIGURES for ext in ("pdf", "png")]
-    + [
-        f"results/tables/table{n}.{ext}"
-        for n in (1, 2, 5)
-        for ext in ("csv", "md", "tex")
-    ]
+    + [f"results/tables/table{n}.{ext}" for n in (1, 2, 5) for ext in TABLE_FILES]
     + SWEEP_TABLES
     + FINETUNE_TABLES
     + [
@@ -196,6 +232,6 @@ ALL_TARGETS = (
         if r.startswith("all_taperln-")
     ]
     + BENCH_TARGETS
-    + ["results/claims.md"]
-    + [f"results/tables/job_times.{ext}" for ext in ("csv", "md", "tex")]
+    + ["results/claims.md", "results/claims.html"]
+    + [f"results/tables/job_times.{ext}" for ext in TABLE_FILES]
 )

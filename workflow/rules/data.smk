@@ -1,8 +1,6 @@
 rule prepare_data:
     output:
-        train=f"{PRETRAIN_DATA}/train.bin",
-        val=f"{PRETRAIN_DATA}/val.bin",
-        meta=f"{PRETRAIN_DATA}/meta.json",
+        **PRETRAIN_DATA_FILES,
     log:
         "logs/prepare_data.log",
     conda:

@@ -4,8 +4,9 @@
 
 rule export_hf_finetune:
     input:
+        **FINETUNE_DATA_FILES,
+        **model_files("results/runs/finetune/{ftrun}"),
         eval="results/runs/finetune/{ftrun}/eval.json",
-        meta=f"{FINETUNE_DATA}/meta.json",
     output:
         verify="results/export/{ftrun}/verify.json",
     log:

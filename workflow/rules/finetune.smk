@@ -13,9 +13,7 @@ wildcard_constraints:
 
 rule prepare_finetune_data:
     output:
-        train=f"{FINETUNE_DATA}/train.bin",
-        val=f"{FINETUNE_DATA}/val.bin",
-        meta=f"{FINETUNE_DATA}/meta.json",
+        **FINETUNE_DATA_FILES,
     log:
         "logs/finetune/prepare_data.log",
     conda:
@@ -29,10 +27,10 @@ rule prepare_finetune_data:
 
 rule pretrain_finetune_base:
     input:
-        meta=f"{FINETUNE_DATA}/meta.json",
+        **FINETUNE_DATA_FILES,
     output:
+        **model_files(f"{tp.FINETUNE_BASE_ROOT}/{{ftmodel}}"),
         eval=f"{tp.FINETUNE_BASE_ROOT}/{{ftmodel}}/eval.json",
-        model=f"{tp.FINETUNE_BASE_ROOT}/{{ftmodel}}/model.safetensors",
     log:
         "logs/runs/finetune_base/{ftmodel}.log",
     benchmark:
@@ -56,8 +54,8 @@ rule finetune:
     input:
         unpack(finetune_inputs),
     output:
+        **model_files("results/runs/finetune/{ftrun}"),
         eval="results/runs/finetune/{ftrun}/eval.json",
-        model="results/runs/finetune/{ftrun}/model.safetensors",
         metrics="results/runs/finetune/{ftrun}/metrics.jsonl",
     log:
         "logs/runs/finetune/{ftrun}.log",
@@ -81,11 +79,12 @@ rule finetune:
 
 rule fold_finetune:
     input:
+        **FINETUNE_DATA_FILES,
+        **model_files("results/runs/finetune/{ftrun}"),
         eval="results/runs/finetune/{ftrun}/eval.json",
-        meta=f"{FINETUNE_DATA}/meta.json",
     output:
+        **model_files("results/finetune/fold/{ftrun}/folded", prefix="folded_"),
         verify="results/finetune/fold/{ftrun}/verify.json",
-        folded="results/finetune/fold/{ftrun}/folded/model.safetensors",
     log:
         "logs/finetune/fold/{ftrun}.log",
     wildcard_constraints:
@@ -109,7 +108,7 @@ rule fold_finetune:
 
 rule prepare_eval:
     input:
-        lambda w: [f"{FINETUNE_DATA}/meta.json"] if w.evalset == "heldout" else [],
+        lambda w: list(FINETUNE_DATA_FILES.values()) if w.evalset == "heldout" else [],
     output:
         meta="data/eval/{evalset}/meta.json",
         rows="data/eval/{evalset}/rows.bin",
@@ -157,15 +156,19 @@ rule eval_finetune:
 rule finetune_table:
     input:
         evals=finetune_evals(),
-        runs=[f"results/runs/finetune/{r}/eval.json" for r in FINETUNE_RUNS],
+        runs=run_files(
+            [f"results/runs/finetune/{r}/eval.json" for r in FINETUNE_RUNS],
+            ("config.json", "eval.json"),
+        ),
     output:
-        csv=report(
-            "results/tables/table{n}.csv",
+        csv="results/tables/table{n}.csv",
+        md="results/tables/table{n}.md",
+        tex="results/tables/table{n}.tex",
+        html=report(
+            "results/tables/table{n}.html",
             caption="../report/finetune_tables.rst",
             category="Tables",
         ),
-        md="results/tables/table{n}.md",
-        tex="results/tables/table{n}.tex",
     log:
         "logs/tables/table{n}.log",
     wildcard_constraints:

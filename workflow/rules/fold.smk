@@ -1,7 +1,8 @@
 rule fold:
     input:
+        **PRETRAIN_DATA_FILES,
+        **model_files("results/runs/pretrain/{run}"),
         eval="results/runs/pretrain/{run}/eval.json",
-        meta=f"{PRETRAIN_DATA}/meta.json",
     output:
         verify="results/fold/{run}/verify.json",
     log:

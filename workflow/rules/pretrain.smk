@@ -1,8 +1,9 @@
 rule train:
     input:
-        meta=f"{PRETRAIN_DATA}/meta.json",
+        **PRETRAIN_DATA_FILES,
     output:
         eval="results/runs/{family}/{run}/eval.json",
+        config="results/runs/{family}/{run}/config.json",
         model="results/runs/{family}/{run}/model.safetensors",
         metrics="results/runs/{family}/{run}/metrics.jsonl",
     log:

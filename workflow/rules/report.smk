@@ -1,14 +1,15 @@
 rule table:
     input:
-        pretrain_evals(),
+        run_files(pretrain_evals()),
     output:
-        csv=report(
-            "results/tables/table{n}.csv",
+        csv="results/tables/table{n}.csv",
+        md="results/tables/table{n}.md",
+        tex="results/tables/table{n}.tex",
+        html=report(
+            "results/tables/table{n}.html",
             caption="../report/tables.rst",
             category="Tables",
         ),
-        md="results/tables/table{n}.md",
-        tex="results/tables/table{n}.tex",
     log:
         "logs/tables/table{n}.log",
     wildcard_constraints:
@@ -25,15 +26,16 @@ rule table:
 
 rule anchor_table:
     input:
-        anchor_sweep_evals(),
+        run_files(anchor_sweep_evals()),
     output:
-        csv=report(
-            "results/tables/table_anchor.csv",
+        csv="results/tables/table_anchor.csv",
+        md="results/tables/table_anchor.md",
+        tex="results/tables/table_anchor.tex",
+        html=report(
+            "results/tables/table_anchor.html",
             caption="../report/table_anchor.rst",
             category="Tables",
         ),
-        md="results/tables/table_anchor.md",
-        tex="results/tables/table_anchor.tex",
     log:
         "logs/tables/table_anchor.log",
     localrule: True
@@ -42,8 +44,8 @@ rule anchor_table:
     params:
         runs=lambda w, input: dirs_of(input),
     shell:
-        "tapernorm table anchor --runs {params.runs} "
-        "--out results/tables/table_anchor > {log} 2>&1"
+        "tapernorm table anchor --runs {params.runs} --out results/tables/table_anchor "
+        "> {log} 2>&1"
 
 
 # One rule per figure, named after it, so that each gets its own caption in the report.
@@ -55,7 +57,7 @@ for fig_name, fig_runs in FIGURES.items():
         name:
             fig_name
         input:
-            fig_runs,
+            run_files(fig_runs),
         output:
             pdf=f"figures/{fig_name}.pdf",
             png=report(
@@ -79,15 +81,18 @@ for fig_name, fig_runs in FIGURES.items():
 
 rule claims:
     input:
-        runs=pretrain_evals(),
-        ablation=ablation_evals(),
-        sweep=evals(tp.SWEEP_FAMILY, tp.sweep_runs(config) if SWEEP else []),
+        runs=run_files(pretrain_evals()),
+        ablation=run_files(ablation_evals()),
+        sweep=run_files(evals(tp.SWEEP_FAMILY, tp.sweep_runs(config) if SWEEP else [])),
         verify=expand("results/fold/{run}/verify.json", run=fold_names())
         + finetune_verify(),
         finetune=finetune_evals(),
         bench=BENCH_CSVS,
     output:
-        report("results/claims.md", caption="../report/claims.rst", category="Claims"),
+        md="results/claims.md",
+        html=report(
+            "results/claims.html", caption="../report/claims.rst", category="Claims"
+        ),
     log:
         "logs/claims.log",
     localrule: True
@@ -107,20 +112,22 @@ rule claims:
         bench=lambda w, input: f"--bench {' '.join(input.bench)}" if input.bench else "",
     shell:
         "tapernorm claims --runs {params.runs} {params.ablation} {params.sweep} "
-        "--verify {input.verify} {params.finetune} {params.bench} --out {output} > {log} 2>&1"
+        "--verify {input.verify} {params.finetune} {params.bench} --out {output.md} "
+        "> {log} 2>&1"
 
 
 rule job_times:
     input:
-        list(timed_jobs().values()),
+        [f"{BENCHMARKS}/{record}" for record in timed_jobs()],
     output:
-        csv=report(
-            "results/tables/job_times.csv",
+        csv="results/tables/job_times.csv",
+        md="results/tables/job_times.md",
+        tex="results/tables/job_times.tex",
+        html=report(
+            "results/tables/job_times.html",
             caption="../report/job_times.rst",
             category="Tables",
         ),
-        md="results/tables/job_times.md",
-        tex="results/tables/job_times.tex",
     log:
         "logs/tables/job_times.log",
     localrule: True

@@ -76,6 +76,7 @@ from .claims_finetune import claim8
 from .claims_fold import FOLD_SPEEDUP_YES, claim6, claim7, read_verify
 from .claims_loss import GAP_MAX_PCT, claim1, claim2
 from .dyt import claim_dyt, paper_variants_only
+from .html import markdown_page
 from .runs import describe_scale, load_runs
 from .tables import to_markdown
 
@@ -182,4 +183,5 @@ def write_claims(
         text += "\n" + section.rstrip() + "\n"
     out = Path(out_path)
     atomic_write_bytes(out, text.encode())
+    atomic_write_bytes(out.with_suffix(".html"), markdown_page(text, "claims").encode())
     return out

@@ -17,6 +17,7 @@ import pandas as pd
 from ..checkpoint import atomic_write_bytes
 from ..config import PAPER_VARIANTS, VARIANTS, baseline_of
 from . import paper
+from .html import markdown_page
 from .runs import load_runs
 from .stats import RULE_TEXT, fmt_cell, gap_pct, stats_by_cell
 
@@ -70,13 +71,20 @@ def to_latex(df: pd.DataFrame, caption: str) -> str:
 
 
 def write_table(df: pd.DataFrame, out_stem: str | Path, caption: str) -> list[Path]:
-    """Write <out_stem>.csv, .md and .tex atomically; returns the three paths."""
+    """Write <out_stem>.csv, .md, .tex and .html (the markdown as a page, which the Snakemake report
+    shows inline) atomically; returns the four paths."""
     stem = Path(out_stem)
-    if stem.suffix in (".csv", ".md", ".tex"):
+    if stem.suffix in (".csv", ".md", ".tex", ".html"):
         stem = stem.with_suffix("")
     buf = io.StringIO()
     df.to_csv(buf, index=False)
-    texts = {".csv": buf.getvalue(), ".md": to_markdown(df, caption), ".tex": to_latex(df, caption)}
+    md = to_markdown(df, caption)
+    texts = {
+        ".csv": buf.getvalue(),
+        ".md": md,
+        ".tex": to_latex(df, caption),
+        ".html": markdown_page(md, stem.name),
+    }
     paths = []
     for suffix, text in texts.items():
         path = stem.with_name(stem.name + suffix)

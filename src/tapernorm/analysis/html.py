@@ -1,0 +1,127 @@
+"""The markdown the analysis writes (tables: a caption and a pipe table; claims.md: headings,
+paragraphs, a pipe table, bullet lists) as a self-contained HTML page, which Snakemake's report
+shows inline (a .md or .csv there is only a download). tables.write_table and
+claims.write_claims write one beside each markdown file.
+"""
+
+from __future__ import annotations
+
+import html
+import re
+
+STYLE = """
+body { font: 14px/1.45 system-ui, sans-serif; color: #222; margin: 1em 1.5em; max-width: 110em; }
+h1 { font-size: 1.4em; } h2 { font-size: 1.15em; margin-top: 1.4em; }
+table { border-collapse: collapse; margin: 0.8em 0; width: 100%; }
+th, td { border: 1px solid #ccc; padding: 0.3em 0.55em; text-align: left; vertical-align: top; }
+th { background: #eef1f5; position: sticky; top: 0; }
+tr:nth-child(even) td { background: #fafafa; }
+td { min-width: 5em; } td.long { width: 45%; }
+code { background: #f3f3f3; padding: 0 0.2em; }
+td.yes { background: #e3f4e3 !important; } td.no { background: #fbe3e3 !important; }
+td.mixed { background: #fdf2dc !important; } td.unjudged { background: #eeeeee !important; }
+"""
+VERDICT_COLUMN = "Holds?"
+HEADING = re.compile(r"^(#{1,3}) (.*)")
+LONG_CELL = 120  # mean characters: the column of longest cells, past this, gets the most width
+
+
+def inline(text: str) -> str:
+    """Escaped text with **bold** and `code` spans."""
+    out = html.escape(text, quote=False)
+    out = re.sub(r"`([^`]+)`", r"<code>\1</code>", out)
+    return re.sub(r"\*\*(.+?)\*\*", r"<strong>\1</strong>", out)
+
+
+def table_cells(line: str) -> list[str]:
+    """The cells of one pipe-table row (`\\|` is a literal bar, as tables.to_markdown writes it)."""
+    line = line.strip().removeprefix("|").removesuffix("|")
+    cells = re.split(r"(?<!\\)\|", line)
+    return [c.strip().replace("\\|", "|") for c in cells]
+
+
+def verdict_class(text: str) -> str:
+    """The colour class of a 'Holds?' cell: yes, no, mixed (partly, weaker, a deviation) or
+    unjudged (not measured / not judged)."""
+    t = text.lower()
+    if t.startswith("not "):
+        return "unjudged"
+    if t == "yes":
+        return "yes"
+    if t.startswith("no"):
+        return "no"
+    return "mixed"
+
+
+def longest_column(body: list[list[str]]) -> int | None:
+    """The index of the column of longest cells (mean length), if over LONG_CELL characters."""
+    if not body:
+        return None
+    width = max(len(r) for r in body)
+    means = [sum(len(r[i]) for r in body if i < len(r)) / len(body) for i in range(width)]
+    best = max(range(width), key=means.__getitem__)
+    return best if means[best] > LONG_CELL else None
+
+
+def render_table(rows: list[str]) -> str:
+    """A header row, the --- separator, body rows -> <table>."""
+    header = table_cells(rows[0])
+    body = [table_cells(r) for r in rows[2:]]
+    long_col = longest_column(body)
+    out = ["<table>", "<tr>" + "".join(f"<th>{inline(h)}</th>" for h in header) + "</tr>"]
+    for row in body:
+        cells = []
+        for i, cell in enumerate(row):
+            classes = ["long"] if i == long_col else []
+            if i < len(header) and header[i] == VERDICT_COLUMN:
+                classes.append(verdict_class(cell))
+            attr = f' class="{" ".join(classes)}"' if classes else ""
+            cells.append(f"<td{attr}>{inline(cell)}</td>")
+        out.append("<tr>" + "".join(cells) + "</tr>")
+    return "\n".join(out + ["</table>"])
+
+
+def block_kind(line: str) -> str:
+    return "table" if line.startswith("|") else "list" if line.startswith("- ") else "para"
+
+
+def markdown_body(text: str) -> str:
+    """Blocks of the analysis' markdown -> HTML: #/## headings, pipe tables, - lists, paragraphs."""
+    blocks, lines = [], text.splitlines()
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        heading = HEADING.match(line)
+        if not line.strip():
+            i += 1
+        elif heading:
+            level = len(heading[1])
+            blocks.append(f"<h{level}>{inline(heading[2])}</h{level}>")
+            i += 1
+        else:
+            kind, j = block_kind(line), i + 1
+            while (
+                j < len(lines)
+                and lines[j].strip()
+                and not HEADING.match(lines[j])
+                and block_kind(lines[j]) == kind
+            ):
+                j += 1
+            chunk, i = lines[i:j], j
+            if kind == "table":
+                blocks.append(render_table(chunk))
+            elif kind == "list":
+                items = "".join(f"<li>{inline(x[2:])}</li>" for x in chunk)
+                blocks.append(f"<ul>{items}</ul>")
+            else:
+                blocks.append(f"<p>{inline(' '.join(chunk))}</p>")
+    return "\n".join(blocks)
+
+
+def markdown_page(text: str, title: str) -> str:
+    """A self-contained HTML page (inline style, no scripts) of the analysis' markdown `text`."""
+    return (
+        '<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
+        f"<title>{html.escape(title)}</title>\n<style>{STYLE}</style>\n</head>\n<body>\n"
+        f"{markdown_body(text)}\n</body>\n</html>\n"
+    )

@@ -1,0 +1,40 @@
+"""The HTML pages of the analysis' markdown (what Snakemake's report shows inline)."""
+
+import pandas as pd
+
+from tapernorm.analysis.html import markdown_page, table_cells
+from tapernorm.analysis.tables import to_markdown
+
+
+def test_a_table_renders_as_an_html_table_with_its_caption():
+    df = pd.DataFrame({"Variant": ["Baseline", "a|b"], "Ours": ["3.92 ± 0.01", "4.00"]})
+    page = markdown_page(to_markdown(df, "**Table 2.** Validation loss (`g=0`)."), "table2")
+    assert page.startswith("<!DOCTYPE html>") and "<script" not in page
+    assert "<p><strong>Table 2.</strong> Validation loss (<code>g=0</code>).</p>" in page
+    assert "<th>Variant</th><th>Ours</th>" in page
+    assert "<td>a|b</td><td>4.00</td>" in page  # the escaped bar is a bar again, not a new cell
+    assert page.count("<tr>") == 3
+
+
+def test_claims_blocks_verdict_colours_and_escaping(tmp_path):
+    md = tmp_path / "claims.md"
+    md.write_text(
+        "# Claims\n\nIntro line one\nline two <x>.\n\n"
+        "| Claim | Holds? |\n|---|---|\n| 1. A | yes |\n| 2. B | no |\n| 3. C | partly |\n"
+        "| 4. D | not measured |\n\n## Inputs\n\n- runs: 16\n- bench: 2\n"
+    )
+    page = markdown_page(md.read_text(), "claims")
+    assert "<h1>Claims</h1>" in page and "<h2>Inputs</h2>" in page
+    assert "<p>Intro line one line two &lt;x&gt;.</p>" in page
+    for verdict, cls in (
+        ("yes", "yes"),
+        ("no", "no"),
+        ("partly", "mixed"),
+        ("not measured", "unjudged"),
+    ):
+        assert f'<td class="{cls}">{verdict}</td>' in page
+    assert "<ul><li>runs: 16</li><li>bench: 2</li></ul>" in page
+
+
+def test_table_cells_keeps_empty_cells():
+    assert table_cells("| a |  | c |") == ["a", "", "c"]
