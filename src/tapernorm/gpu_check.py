@@ -4,7 +4,7 @@
 it has), written as env.json by the check's first step; needs only torch.
 
 `gpu_report`: afterwards, on any machine, from the files the check returned (summary.md, env.json,
-results.tar.gz): Table 3 and the decode table (csv/md/tex), figure 5, and the GPU-hours of the
+results.tar.gz): Table 3 and the decode table (csv/md/tex/html), figure 5, and the GPU-hours of the
 paper config's pre-training grid recomputed from the measured training step
 (`tapernorm gpu-report DIR`, written to DIR/report/).
 """
@@ -203,8 +203,8 @@ def _at(table: tuple[object, str], stem: Path) -> tuple[object, Path, str]:
 
 
 def gpu_report(directory: str | Path, config: str | Path = "config/paper.yaml") -> list[str]:
-    """Build DIR/report/{table3, table_decode}.{csv,md,tex}, fig5_decode_speedup.{pdf,png} and
-    gpu_hours.{csv,md,tex} from the check's files in DIR; returns one line per output (its path, or
+    """Build DIR/report/{table3, table_decode}.{csv,md,tex,html}, fig5_decode_speedup.{pdf,png} and
+    gpu_hours.{csv,md,tex,html} from the check's files in DIR; returns one line per output (its path, or
     why it was not built: a step that failed or ran out of time leaves its part out)."""
     from .analysis.benchmarks import make_bench_table, make_fig5
     from .analysis.tables import write_table

@@ -359,7 +359,7 @@ TABLES = {"3": table3, "decode": table_decode}
 
 
 def make_bench_table(which: str, bench_csvs: Sequence[str | Path], out_stem: str | Path):
-    """Build table "3" (forward) or "decode" from benchmark CSVs and write its csv/md/tex."""
+    """Build table "3" (forward) or "decode" from benchmark CSVs and write its csv/md/tex/html."""
     if which not in TABLES:
         raise ValueError(f"unknown benchmark table {which!r}; choose from {sorted(TABLES)}")
     df, caption = TABLES[which](load_bench(bench_csvs))

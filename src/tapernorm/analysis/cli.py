@@ -94,7 +94,7 @@ def add_subcommands(subparsers) -> None:
     bench_help = "CSVs written by `tapernorm bench forward|decode`"
 
     t = subparsers.add_parser(
-        "table", help="paper table from run directories or benchmark CSVs -> .csv/.md/.tex"
+        "table", help="paper table from run directories or benchmark CSVs -> .csv/.md/.tex/.html"
     )
     t.add_argument(
         "which",
@@ -151,7 +151,7 @@ def add_subcommands(subparsers) -> None:
 
     j = subparsers.add_parser(
         "job-times",
-        help="wall time per rule and family from Snakemake's benchmark records -> .csv/.md/.tex",
+        help="wall time per rule and family from Snakemake's benchmark records -> .csv/.md/.tex/.html",
     )
     j.add_argument(
         "records", type=Path, help="benchmark records directory (<rule>/<wildcards>.tsv inside)"

@@ -274,7 +274,7 @@ def make_finetune_table(
     eval_files: Sequence[str | Path],
     out_stem: str | Path,
 ) -> list[Path]:
-    """Table 4 (from eval files) or 6 (from run directories) as csv/md/tex."""
+    """Table 4 (from eval files) or 6 (from run directories) as csv/md/tex/html."""
     if which == "4":
         if not eval_files:
             raise ValueError("table 4 needs --evals (eval JSON files of the fine-tuning runs)")

@@ -244,7 +244,7 @@ TABLES: dict[str, Callable[[pd.DataFrame], tuple[pd.DataFrame, str]]] = {
 
 
 def make_table(which: str, run_dirs: Sequence[str | Path], out_stem: str | Path) -> list[Path]:
-    """Load the runs, build table `which` ("1", "2" or "5") and write its csv/md/tex."""
+    """Load the runs, build table `which` ("1", "2" or "5") and write its csv/md/tex/html."""
     if which not in TABLES:
         raise ValueError(f"unknown table {which!r}; choose from {sorted(TABLES)}")
     runs, _ = load_runs(run_dirs)
