@@ -505,3 +505,30 @@ def test_claim6_grades_exactness_against_the_papers_tolerance():
     assert holds[0] == "yes"
     assert holds[1] == "only at a deviation (rtol 0.0001; at the paper's rtol 1e-05: no, 3.0e-05)"
     assert holds[2] == "no"
+
+
+def test_table2_names_the_corpus(tmp_path):
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "meta.json").write_text(json.dumps({"corpus": "shakespeare"}))
+    runs = pd.DataFrame({"corpus": [str(data), str(data)]})
+    assert tables.corpus_of(runs) == "shakespeare"
+    assert tables.corpus_of(pd.DataFrame({"corpus": ["missing/dir"]})) == "missing/dir"
+
+
+def test_anchor_table_says_why_its_val_loss_beats_no_uniform_guess():
+    points = pd.DataFrame(
+        {
+            "diverged": [False, False],
+            "vocab_size": [512, 512],
+            "val_loss": [6.8, 11.2],
+            "train_tokens": [16384, 16384],
+            "width": [64, 64],
+            "n_layer": [4, 4],
+            "steps": [1200, 1200],
+        }
+    )
+    note = anchor_sweep._val_loss_note(points)
+    assert "above ln 512 = 6.24 (a uniform guess) at 2 of 2 points" in note
+    assert "the first 16,384 training tokens for 1,200 steps and memorises them" in note
+    assert anchor_sweep._val_loss_note(points.assign(val_loss=[3.0, 4.0])) == ""

@@ -397,13 +397,14 @@ def test_table4_and_table6_from_the_runs(finetuned, tmp_path):
     df = pd.read_csv(tmp_path / "table4.csv")
     ours = df[df["Model"] == "tiny random GPT-2"].set_index("Protocol")
     assert list(ours.index) == ["Vanilla", "FakeLN", "Internal-TaperLN", "All-TaperLN"]
-    assert (ours.loc["FakeLN", ["OWT (ours)", "Pile (ours)"]] == ft.NOT_RERUN).all()
+    owt = "fine-tuning corpus held-out, in OWT's place (ours)"  # the fixture's corpus has no name
+    assert (ours.loc["FakeLN", [owt, "Pile (ours)"]] == ft.NOT_RERUN).all()
     assert ours.loc["Vanilla", "Pile (ours)"] == ft.NOT_OFFLINE
-    assert math.isfinite(float(ours.loc["All-TaperLN", "OWT (ours)"]))
+    assert math.isfinite(float(ours.loc["All-TaperLN", owt]))
     assert ours.loc["All-TaperLN", "Folded − unfolded (ours)"].startswith("max |ΔCE|")
     paper_rows = df[df["Paper model"] == "GPT-2 XL"].set_index("Protocol")
     assert paper_rows.loc["FakeLN", "Pile (paper)"] == "130.2197 (outlier-dominated)"
-    assert paper_rows.loc["Vanilla", "OWT (ours)"] == ft.NOT_RUN
+    assert paper_rows.loc["Vanilla", owt] == ft.NOT_RUN
     assert "held-out" in (tmp_path / "table4.md").read_text()
     assert (tmp_path / "table4.tex").read_text().count(r"\\") == len(df) + 1
 
@@ -535,3 +536,11 @@ def test_torchrun_two_processes_match_one(shards_dir, tmp_path):
     _torchrun(cfg, tmp_path / "resumed")
     resumed = _metrics(tmp_path / "resumed")
     assert _max_diff(one, resumed, "loss") < 1e-5
+
+
+def test_table4_names_what_its_owt_column_holds():
+    assert ft._heldout_name(_paper_evals(["gpt2"])) == "OWT"  # the real held-out split
+    stand_in = _paper_evals(["gpt2"]).assign(corpus="shakespeare", rows=8, row_len=16, source="")
+    table, caption = ft.table4(stand_in)
+    assert "shakespeare held-out, in OWT's place (ours)" in table.columns
+    assert "OWT (paper)" in table.columns and "stands in for the OWT" in caption

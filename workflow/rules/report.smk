@@ -1,6 +1,7 @@
 rule table:
     input:
-        run_files(pretrain_evals()),
+        runs=run_files(pretrain_evals()),
+        data=PRETRAIN_DATA_FILES["meta"],  # the corpus' name, for Table 2's caption
     output:
         csv="results/tables/table{n}.csv",
         md="results/tables/table{n}.md",
@@ -18,7 +19,7 @@ rule table:
     conda:
         "../envs/tapernorm.yaml"
     params:
-        runs=lambda w, input: dirs_of(input),
+        runs=lambda w, input: dirs_of(input.runs),
     shell:
         "tapernorm table {wildcards.n} --runs {params.runs} "
         "--out results/tables/table{wildcards.n} > {log} 2>&1"

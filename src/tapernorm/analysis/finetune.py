@@ -118,6 +118,14 @@ def _paper_cell(model: str | None, protocol: str, column: str) -> str:
     )
 
 
+def _heldout_name(evals: pd.DataFrame) -> str:
+    """What our OWT column holds: "OWT", or the stand-in corpus' held-out split in its place."""
+    corpora = set(evals.loc[evals["set"] == "heldout", "corpus"].fillna("fine-tuning corpus"))
+    if not corpora or corpora == {"openwebtext"}:
+        return "OWT"
+    return f"{'/'.join(sorted(corpora))} held-out, in OWT's place"
+
+
 def table4(evals: pd.DataFrame) -> tuple[pd.DataFrame, str]:
     """Mean CE per model and protocol on OWT / Pile / Pile-filtered, ours beside the paper's."""
     entries = []  # (our model or None, label, the paper's model or None)
@@ -127,6 +135,7 @@ def table4(evals: pd.DataFrame) -> tuple[pd.DataFrame, str]:
     stand_ins = {paper_model for _, _, paper_model in entries}
     entries += [(None, name, p) for p, name in paper.GPT2_MODELS.items() if p not in stand_ins]
     rows, reran = [], "fakeln" in set(evals["protocol"])
+    ours_name = {**SET_NAMES, "owt": _heldout_name(evals)}  # the OWT column may hold a stand-in
     for model, label, paper_model in entries:
         ran = set(evals[evals["model"] == model]["protocol"])
         for protocol in paper.TABLE4_PROTOCOLS:
@@ -146,7 +155,7 @@ def table4(evals: pd.DataFrame) -> tuple[pd.DataFrame, str]:
                     ours = NOT_OFFLINE
                 else:
                     ours = _fmt(cell["loss"].iloc[0])
-                row[f"{name} (ours)"] = ours
+                row[f"{ours_name[column]} (ours)"] = ours
                 row[f"{name} (paper)"] = _paper_cell(paper_model, protocol, column)
             diffs = mine["fold_diff"].dropna()
             row["Folded − unfolded (ours)"] = (

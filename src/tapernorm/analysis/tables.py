@@ -9,6 +9,7 @@ all diverged reads "diverged (n/n)". The paper's numbers sit in their own column
 from __future__ import annotations
 
 import io
+import json
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -96,6 +97,18 @@ def write_table(df: pd.DataFrame, out_stem: str | Path, caption: str) -> list[Pa
 # ---- tables ---------------------------------------------------------------------------------------
 
 
+def corpus_of(runs: pd.DataFrame) -> str:
+    """The corpus the runs trained on: the name in their data directory's meta.json (written by
+    `tapernorm prepare-data`), else the directory."""
+    names = []
+    for data_dir in sorted(set(runs["corpus"])):
+        try:
+            names.append(json.loads((Path(data_dir) / "meta.json").read_text())["corpus"])
+        except (OSError, ValueError, KeyError, TypeError):
+            names.append(str(data_dir))
+    return ", ".join(dict.fromkeys(names))
+
+
 def _yes(flag: bool) -> str:
     return "yes" if flag else "no"
 
@@ -168,7 +181,7 @@ def table2(runs: pd.DataFrame) -> tuple[pd.DataFrame, str]:
         notes += [f"{n} diverged at step {named.loc[n, 'diverged_step']}" for n in st.diverged]
         notes += [f"{n} outlier (val loss {named.loc[n, 'val_loss']:.4f})" for n in st.outliers]
     caption = (
-        "**Table 2.** Validation loss at g=0 (ours: "
+        f"**Table 2.** Validation loss at g=0 (ours: the {corpus_of(runs)} corpus, "
         + ", ".join(
             f"d={w} {_join(runs[runs['width'] == w]['steps'])} steps" for w in _widths(runs)
         )
