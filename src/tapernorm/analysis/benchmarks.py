@@ -145,14 +145,16 @@ def disturbed_cells(df: pd.DataFrame) -> list[str]:
     return list(out.values())
 
 
-def disturbed_note(df: pd.DataFrame) -> str:
-    """The caption's sentence on disturbed cells ('' when none), with the rerun command."""
+def disturbed_note(df: pd.DataFrame, why: bool = True) -> str:
+    """The caption's sentence on disturbed cells ('' when none), with each cell's reason (`why`)
+    and the rerun command."""
     cells = disturbed_cells(df)
     if not cells:
         return ""
+    listed = f" ({'; '.join(cells)})" if why else " (their reasons: the table captions)"
     return (
-        f" {DISTURBED} DISTURBED TIMING in {len(cells)} cell(s), not a measurement of the method "
-        f"({'; '.join(cells)}): {RERUN}."
+        f" {DISTURBED} DISTURBED TIMING in {len(cells)} cell(s), not a measurement of the "
+        f"method{listed}: {RERUN}."
     )
 
 
@@ -318,15 +320,17 @@ def fig5(df: pd.DataFrame) -> Figure:
             ax.axhline(ref, color=SPEEDUP_COLORS[v], ls=ls, lw=1.3, label=label)
         ax.set_title(f"decode speedup, {mode}", fontsize=10)
         ax.set_xlabel("batch B, prompt length P")
-    axes[0].set_ylabel("decode speedup over the RMSNorm baseline (×)")
+    axes[0].set_ylabel("speedup over the baseline (×)")
     handles, labels = axes[0].get_legend_handles_labels()
     fig.legend(handles, labels, loc="outside right upper", fontsize=8)
     note = (
         f"Greedy decoding, {df['new_tokens'].iloc[0]} decode steps; markers: median of per-round "
         f"ratios t_baseline / t_export, bars: their quartiles. Ours: {where(df)}. {scale_note(df)}"
-        + disturbed_note(df)
+        + disturbed_note(df, why=False)
     )
-    fig.supxlabel(textwrap.fill(note, 40 * (len(modes) + 1)), fontsize=7, x=0.01, ha="left")
+    note = textwrap.fill(note, 40 * (len(modes) + 1))
+    fig.set_size_inches(fig.get_figwidth(), 3.3 + 0.12 * (note.count("\n") + 1))  # room for it
+    fig.supxlabel(note, fontsize=7, x=0.01, ha="left")
     return fig
 
 
