@@ -107,7 +107,8 @@ def table_anchor(runs: pd.DataFrame) -> tuple[pd.DataFrame, str]:
 def _val_loss_note(points: pd.DataFrame) -> str:
     """Why the val-loss column can be worse than a uniform guess: the ablation memorises a slice."""
     ok = points[~points["diverged"]]
-    vocab = int(ok["vocab_size"].iloc[0]) if len(ok) else 0
+    vocabs = ok["vocab_size"].dropna()
+    vocab = int(vocabs.iloc[0]) if len(vocabs) else 0
     uniform = math.log(vocab) if vocab else math.inf
     above = int((ok["val_loss"] > uniform).sum())
     if not above:

@@ -100,7 +100,7 @@ def _run_row(run_dir: Path, cfg: dict, result: dict, records: list[dict]) -> dic
         "steps": int(t["steps"]),
         "batch_size": int(t["batch_size"]) * int(t["grad_accum"]),
         "block_size": int(m["block_size"]),
-        "vocab_size": int(m["vocab_size"]),
+        "vocab_size": m.get("vocab_size"),  # None where the data's tokenizer sets it
         "warmup_steps": int(t["warmup_steps"]),
         "lr": float(t["lr"]),
         "taper_start": cfg["taper"]["start"],
