@@ -27,26 +27,20 @@ import json
 import os
 import statistics
 import sys
-import time
 from pathlib import Path
 
 import torch
 from torch import nn
 
 from tapernorm import load_hf
-from tapernorm.bench import (
-    Clock,
-    environment,
-    hf_llama_like,
-    inference_variants,
-    paired_rounds,
-    paired_speedup,
-    paper_config,
-    random_variants,
-)
-from tapernorm.bench_decode import bench_decode, compiled_decoder, eager_decoder, greedy
-from tapernorm.bench_generate import memory_bandwidth, weight_bytes
+from tapernorm.bench.decode import bench_decode, greedy
+from tapernorm.bench.generate import memory_bandwidth, weight_bytes
+from tapernorm.bench.timing import Clock, environment, paired_rounds, timed
+from tapernorm.bench.train_step import hf_llama_like
+from tapernorm.bench.trust import paired_speedup
+from tapernorm.bench.variants import inference_variants, paper_config, random_variants
 from tapernorm.checkpoint import write_json
+from tapernorm.decode import compiled_decoder, eager_decoder
 
 
 def vs_transformers(
@@ -63,29 +57,26 @@ def vs_transformers(
     if compiled:
         decoders["ours_compiled"] = compiled_decoder(ours, B, P + new_tokens - 1)
 
-    def timed_hf() -> dict[str, float]:
-        t0 = time.perf_counter()
-        timed_hf.tokens = hf.generate(prompt, max_new_tokens=new_tokens, do_sample=False)
-        return {"total": time.perf_counter() - t0}
+    def hf_generate() -> torch.Tensor:
+        return hf.generate(prompt, max_new_tokens=new_tokens, do_sample=False)
 
-    def timed_generate() -> dict[str, float]:
-        t0 = time.perf_counter()
-        ours.generate(prompt, new_tokens)
-        return {"total": time.perf_counter() - t0}
-
-    def timed(decoder):
-        def run() -> dict[str, float]:
-            run.tokens, (pre, dec), _ = greedy(*decoder, prompt, new_tokens, clock)
+    def timed_decoder(decoder):
+        def decode_round() -> dict[str, float]:
+            decode_round.result, (pre, dec), _ = greedy(*decoder, prompt, new_tokens, clock)
             return {"total": pre + dec, "prefill": pre, "decode": dec}
 
-        return run
+        return decode_round
 
-    runs = {"transformers": timed_hf, "ours_generate": timed_generate}
-    runs.update({name: timed(d) for name, d in decoders.items()})
+    runs = {
+        "transformers": timed(hf_generate, key="total"),
+        "ours_generate": timed(lambda: ours.generate(prompt, new_tokens), key="total"),
+    }
+    runs.update({name: timed_decoder(d) for name, d in decoders.items()})
     with torch.inference_mode():
         for name in ("transformers", *decoders):  # compiles, if so, outside the timed rounds
             runs[name]()
-        same = {name: torch.equal(timed_hf.tokens, runs[name].tokens) for name in decoders}
+        hf_tokens = runs["transformers"].result
+        same = {name: torch.equal(hf_tokens, runs[name].result) for name in decoders}
         times = paired_rounds(runs, repeats, warmup)
     base, steps = times["transformers"]["total"], new_tokens - 1
     return {
@@ -112,16 +103,14 @@ def hf_identity_ratio(cfg, prompt, new_tokens: int, repeats: int, warmup: int) -
         m.generation_config.eos_token_id = None
         m.generation_config.pad_token_id = 0
 
-    def timed(model):
-        def run() -> dict[str, float]:
-            t0 = time.perf_counter()
-            model.generate(prompt, max_new_tokens=new_tokens, do_sample=False)
-            return {"total": time.perf_counter() - t0}
-
-        return run
+    def timed_generate(model: nn.Module):
+        return timed(
+            lambda: model.generate(prompt, max_new_tokens=new_tokens, do_sample=False), key="total"
+        )
 
     with torch.inference_mode():
-        times = paired_rounds({"rmsnorm": timed(plain), "identity": timed(bare)}, repeats, warmup)
+        runs = {"rmsnorm": timed_generate(plain), "identity": timed_generate(bare)}
+        times = paired_rounds(runs, repeats, warmup)
     return paired_speedup(times["rmsnorm"]["total"], times["identity"]["total"])[0]
 
 

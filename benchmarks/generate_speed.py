@@ -5,7 +5,7 @@
 The paper's 30M llama model (d=512, L=8, 16 heads, vocab 10k) with random weights and its transformers
 twin (the same weights), batch 1, a 64-token prompt, 64 new tokens, float32: the tokens must be equal
 (exit status 1 otherwise), then the three generate calls are timed end to end, interleaved; the first
-compile=True call (the compile) is untimed and reported apart. See tapernorm/bench_generate.py.
+compile=True call (the compile) is untimed and reported apart. See tapernorm/bench/generate.py.
 Writes DIR/generate_speed.csv and DIR/generate_speed.md. Nothing is asserted about speed.
 """
 
@@ -18,8 +18,8 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-from tapernorm.bench import paper_config
-from tapernorm.bench_generate import GenerateMismatchError, bench_generate, markdown
+from tapernorm.bench.generate import GenerateMismatchError, bench_generate, markdown
+from tapernorm.bench.variants import paper_config
 
 
 def main(argv: list[str] | None = None) -> int:

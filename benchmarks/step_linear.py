@@ -5,7 +5,7 @@
 The paper's llama model at widths 64-512 (head_dim 32, random weights, float32, this CPU), a 64-token
 prompt, then 64 decode steps timed: every linear layer on its own kernel against step_linear's choice,
 interleaved rounds. Writes DIR/step_linear_b{batch}.csv and .md. Nothing is asserted about speed.
-See tapernorm/bench_generate.py (bench_step_linear).
+See tapernorm/bench/step_linear.py (bench_step_linear).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-from tapernorm.bench_generate import bench_step_linear
+from tapernorm.bench.step_linear import bench_step_linear
 
 
 def main(argv: list[str] | None = None) -> int:

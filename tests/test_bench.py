@@ -13,30 +13,22 @@ import pytest
 import torch
 import yaml
 
-from tapernorm.analysis import benchmarks, claims
-from tapernorm.bench import (
-    Clock,
-    bench_forward,
+from tapernorm.analysis import claims, inference_tables
+from tapernorm.bench.decode import DecodeCheckError, bench_decode, check_decode, greedy
+from tapernorm.bench.forward import bench_forward
+from tapernorm.bench.timing import Clock, paired_rounds
+from tapernorm.bench.trust import paired_speedup
+from tapernorm.bench.variants import (
     inference_variants,
-    paired_rounds,
-    paired_speedup,
     paper_config,
     random_dyt,
     random_variants,
     with_block_size,
 )
-from tapernorm.bench_decode import (
-    DecodeCheckError,
-    bench_decode,
-    check_decode,
-    eager_decoder,
-    greedy,
-    static_decoder,
-)
 from tapernorm.checkpoint import save_model
 from tapernorm.cli import main
 from tapernorm.config import ConfigError
-from tapernorm.decode import compile_kwargs
+from tapernorm.decode import compile_kwargs, eager_decoder, static_decoder
 from tapernorm.fold import FoldVerificationError
 from tapernorm.model import GPT
 from tapernorm.pipeline import bench_args, bench_runs, validate_pipeline_config
@@ -294,7 +286,7 @@ def bench_csvs(forward_rows, decode_rows, tmp_path_factory):
 
 
 def test_table3_has_the_paper_beside_ours(bench_csvs, tmp_path):
-    paths = benchmarks.make_bench_table("3", [bench_csvs["forward"]], tmp_path / "table3")
+    paths = inference_tables.make_bench_table("3", [bench_csvs["forward"]], tmp_path / "table3")
     assert [p.suffix for p in paths] == [".csv", ".md", ".tex", ".html"]
     df = pd.read_csv(tmp_path / "table3.csv")
     assert {"Folded (ours)", "Folded (paper)", "Explicit scaling (paper)"} <= set(df.columns)
@@ -304,7 +296,7 @@ def test_table3_has_the_paper_beside_ours(bench_csvs, tmp_path):
     md = (tmp_path / "table3.md").read_text()
     assert "measured on a CPU at d=" in md.replace("Measured", "measured")
     paper_size = pd.read_csv(bench_csvs["forward"]).assign(n_embd=512, params=30_290_432)
-    note = benchmarks.scale_note(paper_size)
+    note = inference_tables.scale_note(paper_size)
     assert "at the paper's model size (d=512, 30M parameters" in note
     assert "eager" in note and "compiled step fuses the norm" in note and "different regime" in note
     assert "not on the paper's H100" in md and "float32" in md and "torch" in md
@@ -312,7 +304,7 @@ def test_table3_has_the_paper_beside_ours(bench_csvs, tmp_path):
 
 
 def test_decode_table_per_mode(bench_csvs, tmp_path):
-    benchmarks.make_bench_table("decode", [bench_csvs["decode"]], tmp_path / "table_decode")
+    inference_tables.make_bench_table("decode", [bench_csvs["decode"]], tmp_path / "table_decode")
     df = pd.read_csv(tmp_path / "table_decode.csv")
     assert list(df["Mode"].unique()) == ["eager", "compiled"] and len(df) == 8
     assert "Folded speedup (IQR)" in df.columns
@@ -321,14 +313,14 @@ def test_decode_table_per_mode(bench_csvs, tmp_path):
 
 
 def test_fig5_draws_both_modes_and_the_paper_lines(bench_csvs, tmp_path):
-    fig = benchmarks.fig5(benchmarks.load_bench([bench_csvs["decode"]]))
+    fig = inference_tables.fig5(inference_tables.load_bench([bench_csvs["decode"]]))
     assert [ax.get_title() for ax in fig.axes] == [
         "decode speedup, eager",
         "decode speedup, compiled",
     ]
     labels = fig.axes[0].get_legend_handles_labels()[1]
     assert "paper: Folded up to 1.18×" in labels and "paper: Explicit scaling up to 1.14×" in labels
-    paths = benchmarks.make_fig5([bench_csvs["decode"]], tmp_path / "fig5_decode_speedup.pdf")
+    paths = inference_tables.make_fig5([bench_csvs["decode"]], tmp_path / "fig5_decode_speedup.pdf")
     assert all(p.stat().st_size > 1000 for p in paths)
 
 

@@ -12,10 +12,10 @@ from contextlib import contextmanager
 import pandas as pd
 import pytest
 
-from tapernorm.analysis import benchmarks, claims
-from tapernorm.bench import bench_forward, inference_variants, paper_config, random_variants
-from tapernorm.bench_inference import summary_table
-from tapernorm.bench_trust import (
+from tapernorm.analysis import claims, inference_tables
+from tapernorm.bench.forward import bench_forward
+from tapernorm.bench.grid import summary_table
+from tapernorm.bench.trust import (
     LOAD_LIMIT,
     SPREAD_LIMIT,
     LoadMeter,
@@ -24,6 +24,7 @@ from tapernorm.bench_trust import (
     paired,
     paired_cell,
 )
+from tapernorm.bench.variants import inference_variants, paper_config, random_variants
 
 linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/stat")
 
@@ -63,10 +64,10 @@ def test_disturbance_names_load_and_spread():
 
 
 def test_the_load_meter_does_not_count_its_own_process(monkeypatch):
-    from tapernorm import bench_trust
+    from tapernorm.bench import trust
 
     # a machine on which only this process runs: its busy time is this process's
-    monkeypatch.setattr(bench_trust, "_busy_cpu_seconds", bench_trust._own_cpu_seconds)
+    monkeypatch.setattr(trust, "_busy_cpu_seconds", trust._own_cpu_seconds)
     with LoadMeter() as own:
         sum(i * i for i in range(1_000_000))
     assert own.cores == 0.0
@@ -96,11 +97,11 @@ def test_a_benchmark_under_artificial_load_flags_every_cell(tmp_path):
     assert "DISTURBED: eager B=1 seq_len=8" in summary_table(df)
     path = tmp_path / "forward.csv"
     df.to_csv(path, index=False)
-    table, caption = benchmarks.table3(benchmarks.load_bench([path]))
+    table, caption = inference_tables.table3(inference_tables.load_bench([path]))
     ours = table[table["B"] == 1]["Folded (ours)"]
-    assert ours.str.endswith(benchmarks.DISTURBED).sum() == 2
+    assert ours.str.endswith(inference_tables.DISTURBED).sum() == 2
     assert "DISTURBED TIMING in 2 cell(s)" in caption and "--forcerun bench_forward" in caption
-    row = claims.claim7(claims.ClaimInputs(bench=benchmarks.load_bench([path])))
+    row = claims.claim7(claims.ClaimInputs(bench=inference_tables.load_bench([path])))
     assert row["Holds?"] == "not judged: disturbed timing"
     assert row["Comment"].startswith("NOT JUDGED: 2 cell(s)")
 
@@ -124,13 +125,14 @@ def decode_frame(disturbed: bool) -> pd.DataFrame:
 
 def test_idle_cells_carry_no_flag_and_a_verdict():
     df = decode_frame(disturbed=False)
-    table, caption = benchmarks.table_decode(df)
-    assert benchmarks.DISTURBED not in caption and not table.to_string().count(benchmarks.DISTURBED)
+    table, caption = inference_tables.table_decode(df)
+    assert inference_tables.DISTURBED not in caption
+    assert not table.to_string().count(inference_tables.DISTURBED)
     assert claims.claim7(claims.ClaimInputs(bench=df))["Holds?"] in ("yes", "partly", "no")
 
 
 def test_figure5_draws_disturbed_cells_hollow():
-    fig = benchmarks.fig5(decode_frame(disturbed=True))
+    fig = inference_tables.fig5(decode_frame(disturbed=True))
     labels = fig.axes[0].get_legend_handles_labels()[1]
     assert "Folded, † disturbed timing (hollow)" in labels and "Folded" not in labels
     assert "DISTURBED TIMING" in fig.get_supxlabel()
@@ -139,5 +141,5 @@ def test_figure5_draws_disturbed_cells_hollow():
 def test_csvs_from_before_the_trust_columns_still_load(tmp_path):
     old = decode_frame(disturbed=False).drop(columns=["load", "disturbed", "disturbed_why"])
     old.to_csv(tmp_path / "decode.csv", index=False)
-    df = benchmarks.load_bench([tmp_path / "decode.csv"])
+    df = inference_tables.load_bench([tmp_path / "decode.csv"])
     assert not df["disturbed"].any() and math.isnan(df["load"].iloc[0])

@@ -12,7 +12,7 @@ import torch
 from torch import nn
 
 from tapernorm import decode
-from tapernorm.bench import paper_config, random_variants
+from tapernorm.bench.variants import paper_config, random_variants
 from tapernorm.decode import (
     DecoderCache,
     StaticDecoder,

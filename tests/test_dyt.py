@@ -11,10 +11,11 @@ from conftest import tiny_run
 
 from tapernorm import GPT, DyT, GPTConfig, fold_model
 from tapernorm import pipeline as tp
-from tapernorm.analysis import benchmarks, claims, dyt
+from tapernorm.analysis import claims, dyt, inference_tables
 from tapernorm.analysis.claims import ClaimInputs
-from tapernorm.bench import bench_forward, inference_variants, random_dyt, random_variants
-from tapernorm.bench_decode import bench_decode
+from tapernorm.bench.decode import bench_decode
+from tapernorm.bench.forward import bench_forward
+from tapernorm.bench.variants import inference_variants, random_dyt, random_variants
 from tapernorm.checkpoint import load_model, save_model
 from tapernorm.config import ConfigError
 from tapernorm.fold import FoldError, export_explicit_scaling
@@ -186,15 +187,15 @@ def test_the_benchmarks_have_dyt_rows_and_tables_show_them(bench_rows):
     for kind in ("forward", "decode"):
         rows = df[(df["benchmark"] == kind) & (df["variant"] == "dyt")]
         assert len(rows) == 1 and rows["speedup"].iloc[0] > 0
-    t3, caption = benchmarks.table3(df)
+    t3, caption = inference_tables.table3(df)
     assert "DyT (ours)" in t3.columns and "DyT" in caption
     mine = t3[(t3["B"] == 1) & (t3["T"] == 8)]["DyT (ours)"].iloc[0]
     assert "×" in mine
-    dec, _ = benchmarks.table_decode(df)
+    dec, _ = inference_tables.table_decode(df)
     assert "DyT speedup (IQR)" in dec.columns and "DyT tok/s" in dec.columns
-    fig = benchmarks.fig5(df)
+    fig = inference_tables.fig5(df)
     assert any(label.startswith("DyT") for label in fig.axes[0].get_legend_handles_labels()[1])
-    old, _ = benchmarks.table3(df[df["variant"] != "dyt"])
+    old, _ = inference_tables.table3(df[df["variant"] != "dyt"])
     assert not any("DyT" in c for c in old.columns)  # without DyT rows: the table as before
 
 

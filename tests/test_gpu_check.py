@@ -14,8 +14,9 @@ import pandas as pd
 import pytest
 import yaml
 
-from tapernorm import bench_decode
-from tapernorm.bench import CsvRows, bench_train_steps
+from tapernorm.bench import decode as bench_decode
+from tapernorm.bench.timing import CsvRows
+from tapernorm.bench.train_step import bench_train_steps
 from tapernorm.cli import build_parser
 from tapernorm.gpu_check import gpu_hours
 
@@ -188,7 +189,7 @@ class _Stub:
     """What common_row reads of a model."""
 
     def __init__(self):
-        from tapernorm.bench import paper_config
+        from tapernorm.bench.variants import paper_config
 
         self.config = paper_config(n_layer=1, n_head=2, n_embd=8, vocab_size=16)
 

@@ -65,7 +65,7 @@ def _nvidia_smi(*args: str) -> str:
 def environment_report(device: str = "auto") -> dict:
     """The machine a benchmark ran on: device, torch and CUDA versions, nvidia-smi, packages."""
     from . import __version__
-    from .bench import cpu_name
+    from .bench.timing import cpu_name
     from .device import resolve_device
 
     dev = resolve_device(device, setting="--device")
@@ -206,7 +206,7 @@ def gpu_report(directory: str | Path, config: str | Path = "config/paper.yaml") 
     """Build DIR/report/{table3, table_decode}.{csv,md,tex,html}, fig5_decode_speedup.{pdf,png} and
     gpu_hours.{csv,md,tex,html} from the check's files in DIR; returns one line per output (its path, or
     why it was not built: a step that failed or ran out of time leaves its part out)."""
-    from .analysis.benchmarks import make_bench_table, make_fig5
+    from .analysis.inference_tables import make_bench_table, make_fig5
     from .analysis.tables import write_table
 
     directory = Path(directory)

@@ -49,7 +49,7 @@ class ClaimInputs:
     sweep: pd.DataFrame = field(default_factory=pd.DataFrame)  # anchor_sweep runs (claim 4)
     verify: list[tuple[Path, dict]] = field(default_factory=list)
     finetune: pd.DataFrame = field(default_factory=pd.DataFrame)  # finetune.load_finetune_evals
-    bench: pd.DataFrame = field(default_factory=pd.DataFrame)  # benchmarks.load_bench
+    bench: pd.DataFrame = field(default_factory=pd.DataFrame)  # inference_tables.load_bench
 
 
 def claim_row(

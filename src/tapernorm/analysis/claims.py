@@ -58,8 +58,8 @@ from pathlib import Path
 import pandas as pd
 
 from ..checkpoint import atomic_write_bytes
-from . import benchmarks, paper
 from . import finetune as ft
+from . import inference_tables, paper
 from .claim_rows import COLUMNS, GRADES, NOT_MEASURED, SIZE_FACTOR, ClaimInputs, grade_of
 from .claims_chasing import (
     CHASE_PARTLY,
@@ -149,7 +149,7 @@ def write_claims(
         sweep=load_runs(sweep_runs)[0] if sweep_runs else pd.DataFrame(),
         verify=[(Path(p), read_verify(p)) for p in verify_files],
         finetune=ft.load_finetune_evals(finetune_evals) if finetune_evals else pd.DataFrame(),
-        bench=benchmarks.load_bench(bench_files) if bench_files else pd.DataFrame(),
+        bench=inference_tables.load_bench(bench_files) if bench_files else pd.DataFrame(),
     )
     header = (
         "# Claims of the paper vs this reproduction\n\n"

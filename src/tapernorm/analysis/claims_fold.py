@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from ..bench_trust import RERUN
-from . import benchmarks, paper
+from ..bench.trust import RERUN
+from . import inference_tables, paper
 from .claim_rows import ClaimInputs, at_deviation, claim_row, not_judged, not_measured
 
 # ---- claim 6: folding is exact ----------------------------------------------------------------------
@@ -85,7 +85,7 @@ def claim7(inp: ClaimInputs) -> dict:
     if inp.bench.empty:
         return not_measured(claim, paper_value, "no benchmark CSVs given")
     ours, consistent, medians = [], [], []
-    for s in benchmarks.speedup_summary(inp.bench):
+    for s in inference_tables.speedup_summary(inp.bench):
         name = "forward" if s["benchmark"] == "forward" else f"decode {s['mode']}"
         f, e = s["folded"], s["explicit"]
         ours.append(
@@ -94,7 +94,7 @@ def claim7(inp: ClaimInputs) -> dict:
         )
         consistent.append(f"{name} {f['consistent']}/{s['cells']}")
         medians.append(f["median"])
-    disturbed = benchmarks.disturbed_cells(inp.bench)
+    disturbed = inference_tables.disturbed_cells(inp.bench)
     if disturbed:
         holds = DISTURBED_VERDICT
     elif all(m >= FOLD_SPEEDUP_YES for m in medians):
@@ -104,7 +104,8 @@ def claim7(inp: ClaimInputs) -> dict:
     else:
         holds = "partly"
     scales = {
-        kind: benchmarks.where(part) for kind, part in inp.bench.groupby("benchmark", sort=False)
+        kind: inference_tables.where(part)
+        for kind, part in inp.bench.groupby("benchmark", sort=False)
     }
     if len(set(scales.values())) == 1:
         scales = {"both": next(iter(scales.values()))}
@@ -113,7 +114,7 @@ def claim7(inp: ClaimInputs) -> dict:
         f"over the cells of each benchmark. Criterion: the folded model's median speedup >= "
         f"{FOLD_SPEEDUP_YES:g}× in every benchmark measured (yes), <= 1.00× in every one (no), else "
         "partly. Cells where folded was faster in at least 3 of 4 rounds (lower quartile > 1): "
-        f"{', '.join(consistent)}. {benchmarks.scale_note(inp.bench)}"
+        f"{', '.join(consistent)}. {inference_tables.scale_note(inp.bench)}"
     )
     if disturbed:
         comment = (

@@ -20,7 +20,7 @@ def _cmd_table(args: argparse.Namespace) -> int:
     from .tables import make_table
 
     if args.which in BENCH_TABLES:
-        from .benchmarks import make_bench_table
+        from .inference_tables import make_bench_table
 
         paths = make_bench_table(args.which, _bench_csvs(args), args.out)
     elif args.which == "anchor":  # the scale-loss dose-response
@@ -40,7 +40,7 @@ def _cmd_table(args: argparse.Namespace) -> int:
 
 def _cmd_figure(args: argparse.Namespace) -> int:
     if args.which in BENCH_FIGURES:
-        from .benchmarks import make_fig5
+        from .inference_tables import make_fig5
 
         paths = make_fig5(_bench_csvs(args), args.out)
     elif args.which == "fig7":

@@ -23,7 +23,7 @@ from collections.abc import Callable
 import pandas as pd
 
 from ..config import PAPER_VARIANTS, VARIANTS, baseline_of
-from . import benchmarks
+from . import inference_tables
 from .claim_rows import NO, PARTLY, YES, ClaimInputs, claim_row, not_measured
 from .runs import describe_scale
 from .stats import gap_pct, stats_by_cell
@@ -84,7 +84,7 @@ def speedups(df: pd.DataFrame) -> dict[str, tuple[float, float]]:
     """Per benchmark with DyT rows (forward; decode per mode): the median over cells of the folded
     model's and of DyT's speedup over the baseline."""
     out = {}
-    for s in benchmarks.speedup_summary(df):
+    for s in inference_tables.speedup_summary(df):
         if "dyt" in s:
             name = "forward" if s["benchmark"] == "forward" else f"decode {s['mode']}"
             out[name] = (s["folded"]["median"], s["dyt"]["median"])
@@ -110,7 +110,7 @@ def claim_dyt(inp: ClaimInputs) -> dict:
         f"DyT {d.pct:+.2f}% vs {_label(d.against)}"
         for w, (t, d) in gaps.items()
     ]
-    disturbed = benchmarks.disturbed_cells(inp.bench) if not inp.bench.empty else []
+    disturbed = inference_tables.disturbed_cells(inp.bench) if not inp.bench.empty else []
     speed = speedups(inp.bench) if not inp.bench.empty and not disturbed else {}
     no_speed = "not judged, disturbed timing" if disturbed else "no DyT benchmark rows"
     speed_ok = [folded >= dyt for folded, dyt in speed.values()]
@@ -141,7 +141,7 @@ def claim_dyt(inp: ClaimInputs) -> dict:
     )
     scale = describe_scale(shown)
     if speed_ok:
-        places = {benchmarks.where(part) for _, part in inp.bench.groupby("benchmark")}
+        places = {inference_tables.where(part) for _, part in inp.bench.groupby("benchmark")}
         scale += " | benchmarks: " + "; ".join(sorted(places))
     return claim_row(CLAIM, PAPER, "; ".join(ours), scale, holds, comment)
 

@@ -1,7 +1,7 @@
 """Table 3 (forward throughput), the decode table and figure 5 (decode speedups) from the CSVs that
 `tapernorm bench forward|decode` writes; the paper's numbers beside ours, labelled as such.
 
-Every speedup is the median over interleaved rounds of t_baseline / t_variant (bench_trust), with
+Every speedup is the median over interleaved rounds of t_baseline / t_variant (bench.trust), with
 the quartiles of those per-round ratios as its spread, and every throughput is the baseline's
 divided by it, so the columns agree. A cell whose timing was disturbed (other processes busy, or
 per-round speedups spread too wide) is marked † in the tables, drawn hollow in figure 5, and keeps
@@ -21,12 +21,12 @@ import pandas as pd
 import seaborn as sns
 from matplotlib.figure import Figure
 
-from ..bench_trust import RERUN
+from ..bench.trust import RERUN
 from . import paper
 from .figures import save_figure
 from .tables import write_table
 
-CELL_VARIANTS = ("baseline", "explicit", "folded")  # timed in every cell (bench.inference_variants)
+CELL_VARIANTS = ("baseline", "explicit", "folded")  # timed in every cell (bench.variants)
 OPTIONAL_VARIANTS = ("dyt",)  # shown where the CSV has them
 LABELS = {"baseline": "Baseline", "explicit": "Explicit scaling", "folded": "Folded", "dyt": "DyT"}
 _TAB10 = sns.color_palette("tab10")
@@ -60,7 +60,7 @@ def load_bench(paths: Sequence[str | Path], benchmark: str | None = None) -> pd.
         df = df[df["benchmark"] == benchmark]
         if df.empty:
             raise ValueError(f"no {benchmark} rows in {[str(p) for p in paths]}")
-    for column, default in TRUST_DEFAULTS.items():  # CSVs from before bench_trust: not checked
+    for column, default in TRUST_DEFAULTS.items():  # CSVs from before bench.trust: not checked
         if column not in df.columns:
             df[column] = default
     df["disturbed"] = df["disturbed"].astype(str).str.lower() == "true"

@@ -2,7 +2,7 @@
 
 One process: transformers' LlamaForCausalLM with random weights and our GPT with the same weights
 (load_hf) decode the same prompt greedily; the tokens must be equal (GenerateMismatchError otherwise).
-Then, interleaved (bench.paired_rounds), end to end (prefill and decode): transformers'
+Then, interleaved (bench.timing.paired_rounds), end to end (prefill and decode): transformers'
 `generate(do_sample=False)`, `GPT.generate` and `GPT.generate(compile=True)`. The compiled decoder is
 built and compiled by an untimed first call, reported as compile_s.
 
@@ -17,13 +17,15 @@ from __future__ import annotations
 import os
 import statistics
 import time
-from collections.abc import Callable
 
 import torch
 from torch import nn
 
-from .bench import environment, hf_llama_like, paired_rounds, paired_speedup, paper_config
-from .model import GPT, GPTConfig
+from ..model import GPTConfig
+from .timing import environment, paired_rounds, timed
+from .train_step import hf_llama_like
+from .trust import paired_speedup
+from .variants import paper_config
 
 IMPLS = {
     "transformers": "transformers generate(do_sample=False)",
@@ -74,10 +76,10 @@ def bench_generate(
     """One row per implementation (IMPLS): median seconds of a whole generate call, tokens/s, ms
     per new token (per step of the batch), the median per-round speedup over transformers
     (quartiles beside it) and the floor ratio. `cfg`: a llama-style model, by default the paper's
-    30M one (bench.paper_config); float32 on the CPU."""
+    30M one (bench.variants.paper_config); float32 on the CPU."""
     from transformers import __version__ as transformers_version
 
-    from .hf import load_hf
+    from ..hf import load_hf
 
     cfg = cfg or paper_config()
     cfg = GPTConfig(**{**cfg.to_dict(), "block_size": prompt_len + new_tokens})
@@ -88,14 +90,6 @@ def bench_generate(
     ours = load_hf(hf).eval()
     prompt = torch.randint(0, cfg.vocab_size, (batch, prompt_len))
     load_before, bw_before = os.getloadavg(), memory_bandwidth()
-
-    def timed(fn: Callable[[], torch.Tensor]) -> Callable[[], dict[str, float]]:
-        def call() -> dict[str, float]:
-            t0 = time.perf_counter()
-            call.tokens = fn()
-            return {"s": time.perf_counter() - t0}
-
-        return call
 
     runs = {
         "transformers": timed(
@@ -108,7 +102,7 @@ def bench_generate(
     with torch.inference_mode():  # for transformers' generate too (ours enters it by itself)
         first = {name: run()["s"] for name, run in runs.items()}  # compiles, if so, untimed
         for name in runs:
-            if not torch.equal(runs[name].tokens, runs["transformers"].tokens):
+            if not torch.equal(runs[name].result, runs["transformers"].result):
                 raise GenerateMismatchError(f"{IMPLS[name]} chose other tokens than transformers")
         times = paired_rounds(runs, repeats, warmup)
     compile_s = first.get("compiled")
@@ -185,58 +179,3 @@ def markdown(rows: list[dict]) -> str:
             f"Compile warm-up (first compile=True call, untimed): {compiled[0]['compile_s']:.1f} s."
         )
     return "\n".join(lines) + "\n"
-
-
-def bench_step_linear(
-    widths: tuple[int, ...] = (64, 128, 256, 384, 512),
-    batch: int = 1,
-    steps: int = 64,
-    repeats: int = 15,
-    warmup: int = 2,
-    seed: int = 0,
-) -> list[dict]:
-    """The eager decode step with decode.step_linear's kernels against every linear layer on its own
-    kernel (MKL's GEMM on a CPU), per model width (the paper's model otherwise, head_dim 32, random
-    weights, float32, this CPU): median ms a step of `steps` steps after a 64-token prompt, and the
-    median per-round speedup over interleaved rounds."""
-    from . import decode
-
-    rows = []
-    for d in widths:
-        torch.manual_seed(seed)
-        model = GPT(paper_config(n_embd=d, n_head=max(1, d // 32), block_size=64 + steps)).eval()
-        prompt = torch.randint(0, model.config.vocab_size, (batch, 64))
-        kernels = {
-            "layer": decode.layer_linear,
-            "step_linear": decode.step_linear(torch.device("cpu"), torch.float32, batch),
-        }
-        runs = {}
-        with torch.inference_mode():
-            for name, lin in kernels.items():
-                prefill, step = decode.eager_decoder(model, batch, 64 + steps, lin)
-                runs[name] = _timed_steps(step, prefill(prompt).argmax(-1, keepdim=True), steps)
-            times = paired_rounds(runs, repeats, warmup)
-        median, q1, q3 = paired_speedup(times["layer"]["s"], times["step_linear"]["s"])
-        rows.append(
-            {
-                "n_embd": d,
-                "batch": batch,
-                "layer_ms": 1e3 * statistics.median(times["layer"]["s"]) / steps,
-                "step_linear_ms": 1e3 * statistics.median(times["step_linear"]["s"]) / steps,
-                "speedup": median,
-                "speedup_q1": q1,
-                "speedup_q3": q3,
-                "threads": torch.get_num_threads(),
-            }
-        )
-    return rows
-
-
-def _timed_steps(step, tok: torch.Tensor, steps: int) -> Callable[[], dict[str, float]]:
-    def call() -> dict[str, float]:
-        t0 = time.perf_counter()
-        for pos in range(64, 64 + steps):
-            step(tok, pos)
-        return {"s": time.perf_counter() - t0}
-
-    return call

@@ -4,7 +4,8 @@ The prefill runs the prompt through the model, filling the cache, and picks the 
 `new_tokens` decode steps each feed the last token at its position and pick the next, so decode throughput
 = B * new_tokens / decode time counts exactly the tokens the timed steps produce (docs/protocol.md).
 
-The decoders are the library's (decode.py, the engine of GPT.generate). Two modes, reported apart:
+The decoders are the library's (tapernorm.decode, the engine of GPT.generate; this module only
+times them). Two modes, reported apart:
   eager     the model's own cached path (GPT.hidden with a KVCache, as GPT.generate), under
             torch.inference_mode, with the cache and the output buffer allocated once per cell.
   compiled  StaticDecoder: one decode step with fixed shapes (a full-length cache written at a position
@@ -26,26 +27,12 @@ from collections.abc import Callable, Sequence
 
 import torch
 
-from .bench import (
-    Clock,
-    common_row,
-    paired_rounds,
-    prepare_models,
-    resolve_dtype,
-    timing_precision,
-)
-from .bench_trust import LoadMeter, disturbance, load_now, paired_cell, trust_columns
-from .decode import (  # noqa: F401  (StaticDecoder: re-exported from its old home)
-    Prefill,
-    StaticDecoder,
-    Step,
-    compiled_decoder,
-    eager_decoder,
-    run,
-    static_decoder,
-)
-from .device import resolve_device
-from .model import GPT
+from ..decode import Prefill, Step, compiled_decoder, eager_decoder, run, static_decoder
+from ..device import resolve_device
+from ..model import GPT
+from .timing import Clock, paired_rounds, resolve_dtype, timing_precision
+from .trust import LoadMeter, disturbance, load_now, paired_cell, trust_columns
+from .variants import common_row, prepare_models
 
 # max |cached - uncached logit| allowed, relative to max |logit|: float32 sums in another order;
 # 16-bit types also round every intermediate activation differently.
@@ -115,9 +102,9 @@ def bench_decode(
 ) -> list[dict]:
     """Greedy decode per (batch, prompt length) cell and variant: speedups over the first model
     (medians of per-round ratios over `repeats` interleaved rounds) and the prefill and decode times
-    and throughputs they imply (bench_trust.paired), with each cell's spread, the load of other
+    and throughputs they imply (bench.trust.paired), with each cell's spread, the load of other
     processes and whether the timing was disturbed. Exports are verified against `reference` first
-    (see bench.prepare_models). Each cell's rows go to `on_rows` as soon as it is timed.
+    (see bench.variants.prepare_models). Each cell's rows go to `on_rows` as soon as it is timed.
 
     Compiled, each (variant, cell) is compiled once (`graphs_compiled`: the graphs dynamo made while
     building and checking it). On a GPU every compiled row says whether its step ran as a CUDA graph
@@ -219,18 +206,18 @@ def _decode_cell(
     load_before: float | None,
 ) -> list[dict]:
     """One (batch, prompt length) cell: build and check each variant's decoder, then time them
-    (bench_trust: paired speedups, the load of other processes, and whether it was disturbed)."""
+    (bench.trust: paired speedups, the load of other processes, and whether it was disturbed)."""
     max_len = P + new_tokens  # positions fed: the prompt, then one per decode step
     too_long = [n for n, m in models.items() if m.config.block_size < max_len]
     if too_long:
         raise ValueError(
             f"prompt {P} + {new_tokens} new tokens needs block_size >= {max_len}; {too_long} have "
-            "less (see bench.with_block_size)"
+            "less (see bench.variants.with_block_size)"
         )
     base = next(iter(models))
     device = models[base].tok_emb.weight.device
     prompt = torch.randint(0, models[base].config.vocab_size, (B, P), device=device)
-    runs, setup, check, graphs, skips = {}, {}, {}, {}, {}
+    rounds, setup, check, graphs, skips = {}, {}, {}, {}, {}
     for name, model in models.items():
         t0, g0, s0 = time.perf_counter(), _counter("stats", "unique_graphs"), _skips()
         prefill, step = make(model, B, max_len)
@@ -239,20 +226,20 @@ def _decode_cell(
         graphs[name] = _counter("stats", "unique_graphs") - g0
         skips[name] = _skips() - s0
 
-        def run(prefill=prefill, step=step, steps=new_tokens) -> dict[str, float]:
+        def one_round(prefill=prefill, step=step, steps=new_tokens) -> dict[str, float]:
             _, (pre, dec), _ = greedy(prefill, step, prompt, steps + 1, clock)
             return {"prefill": pre, "decode": dec}
 
-        runs[name] = run
+        rounds[name] = one_round
     s0 = _skips()
     with LoadMeter() as load:
-        times = paired_rounds(runs, repeats, warmup)
+        times = paired_rounds(rounds, repeats, warmup)
     late_skips = _skips() - s0  # counted while timing: not attributable, so every row gets them
     graphed = compiled and clock.cuda
     launches = {}
     if graphed:
-        for name, run in runs.items():
-            launches[name] = graph_launches(lambda run=run: run(steps=2))
+        for name, one_round in rounds.items():
+            launches[name] = graph_launches(lambda one_round=one_round: one_round(steps=2))
     decode = paired_cell({name: times[name]["decode"] for name in models})
     prefill = paired_cell({name: times[name]["prefill"] for name in models})
     why = disturbance(decode, load.cores)

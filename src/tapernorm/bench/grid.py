@@ -1,8 +1,8 @@
 """`tapernorm bench forward|decode` as a library call: the models to time (random weights at the
 paper's config, or trained checkpoints), the grid (defaults per benchmark), and the rows as a table.
 
-The timing itself is bench.bench_forward (paper Table 3) and bench_decode.bench_decode (our decode
-protocol); this module only chooses what they time.
+The timing itself is bench.forward.bench_forward (paper Table 3) and bench.decode.bench_decode (our
+decode protocol); this module only chooses what they time.
 """
 
 from __future__ import annotations
@@ -13,10 +13,13 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-from . import bench
-from .bench_trust import RERUN
-from .checkpoint import load_model
-from .model import GPT
+from ..checkpoint import load_model
+from ..model import GPT
+from . import variants
+from .decode import bench_decode
+from .forward import bench_forward
+from .timing import CsvRows
+from .trust import RERUN
 
 # per benchmark: (batch sizes, sequence or prompt lengths, warmup rounds, timed rounds)
 DEFAULT_GRID = {
@@ -44,9 +47,9 @@ def inference_models(
         if not random.startswith("d") or not random[1:].isdigit():
             raise ValueError(f"--random takes a width like d512, got {random!r}")
         width = int(random[1:])
-        cfg = bench.paper_config(**(sizes or {}), n_embd=width, block_size=max(512, positions))
-        base_model, tapered_model = bench.random_variants(cfg, seed=0)
-        dyt_model = bench.random_dyt(cfg, seed=0) if random_dyt else None
+        cfg = variants.paper_config(**(sizes or {}), n_embd=width, block_size=max(512, positions))
+        base_model, tapered_model = variants.random_variants(cfg, seed=0)
+        dyt_model = variants.random_dyt(cfg, seed=0) if random_dyt else None
         source = f"random weights, paper config at d={width}"
         if sizes:
             source += " with " + ", ".join(f"{k}={v}" for k, v in sizes.items())
@@ -58,13 +61,13 @@ def inference_models(
         trained = tapered_model.config.block_size
         if positions > trained:
             source += f" (RoPE tables extended from {trained} to {positions} positions)"
-        base_model = bench.with_block_size(base_model, positions)
-        tapered_model = bench.with_block_size(tapered_model, positions)
+        base_model = variants.with_block_size(base_model, positions)
+        tapered_model = variants.with_block_size(tapered_model, positions)
         if dyt_model is not None:
-            dyt_model = bench.with_block_size(dyt_model, positions)
+            dyt_model = variants.with_block_size(dyt_model, positions)
     else:
         raise ValueError("give --random dWIDTH, or --baseline RUN_DIR and --tapered RUN_DIR")
-    models, reference = bench.inference_variants(base_model, tapered_model, dyt_model)
+    models, reference = variants.inference_variants(base_model, tapered_model, dyt_model)
     return models, reference, source
 
 
@@ -91,8 +94,6 @@ def run_inference_bench(
     sizes x `lengths` (sequence lengths, or prompt lengths followed by `new_tokens` decode steps in
     each of `modes`); None takes DEFAULT_GRID's. One row per cell and model, with a `source`
     column; written as CSV to `out` if given, each cell's rows as soon as it is timed."""
-    from .bench_decode import bench_decode
-
     if threads:
         torch.set_num_threads(threads)
     torch.manual_seed(0)
@@ -103,13 +104,13 @@ def run_inference_bench(
     models, reference, source = inference_models(
         positions, random, baseline, tapered, dyt, random_dyt, sizes
     )
-    write = bench.CsvRows(out) if out else lambda rows: None
+    write = CsvRows(out) if out else lambda rows: None
 
     def on_rows(rows: list[dict]) -> None:
         write([{**row, "source": source} for row in rows])
 
     if which == "forward":
-        rows = bench.bench_forward(
+        rows = bench_forward(
             models,
             batch_sizes,
             lengths,
