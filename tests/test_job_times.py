@@ -1,4 +1,4 @@
-"""`tapernorm job-times`: Snakemake's benchmark records summed per rule and family."""
+"""`tapernorm job-times`: Snakemake's job records summed per rule and family."""
 
 import pytest
 
@@ -16,7 +16,7 @@ def record(root, rel: str, *seconds: float):
 
 @pytest.fixture
 def records(tmp_path):
-    root = tmp_path / "benchmarks"
+    root = tmp_path / "job_records"
     record(root, "train/pretrain/baseline-d32-s0.tsv", 10.0)
     record(root, "train/pretrain/all_aux-d32-s0.tsv", 30.5)
     record(root, "train/ablation/baseline-d32-s0.tsv", 4.0)

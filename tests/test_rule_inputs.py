@@ -101,7 +101,7 @@ def traced_run(main, argv: list[str], root: Path, monkeypatch) -> set[str]:
     return {str(p.resolve().relative_to(root)) for p in paths if p.resolve().is_relative_to(root)}
 
 
-def write_benchmark_record(path: Path, seconds: float) -> None:
+def write_job_record(path: Path, seconds: float) -> None:
     """What Snakemake's `benchmark:` writes (its first columns), for `tapernorm job-times`."""
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(f"s\th:m:s\n{seconds:.4f}\t{time.strftime('%H:%M:%S', time.gmtime(seconds))}\n")
@@ -140,7 +140,7 @@ def replay(tmp_path_factory):
             start = time.perf_counter()
             reads = traced_run(cli.main, command(job["shell"]), root, mp) & before
             for record in job["benchmark"]:
-                write_benchmark_record(root / record, time.perf_counter() - start)
+                write_job_record(root / record, time.perf_counter() - start)
             own = job["output"] + job["log"] + job["benchmark"]
             undeclared = {p for p in reads if not declared(p, job["input"] + own)}
             traced.append((job, undeclared, reads))
@@ -167,7 +167,7 @@ def test_the_trace_sees_what_the_analysis_commands_read(replay):
         "fig3_logit_norm"
     ]
     assert "results/fold/internal_aux-d32-s0/verify.json" in reads["claims"]
-    assert "results/benchmarks/train/pretrain/dyt-d32-s1.tsv" in reads["job_times"]
+    assert "results/job_records/train/pretrain/dyt-d32-s1.tsv" in reads["job_times"]
     assert f"{run}/model.safetensors" in reads["fold"] | reads.get("bench_forward", set())
 
 

@@ -93,7 +93,7 @@ def test_ci_pipeline_builds_every_target(ci_run):
     run = ci_run / "results/runs/pretrain/internal_aux-d32-s1"
     for f in ("config.json", "model.safetensors", "metrics.jsonl", "eval.json"):
         assert (run / f).exists()
-    records = ci_run / "results/benchmarks"  # Snakemake's benchmark: records, summed
+    records = ci_run / "results/job_records"  # Snakemake's job records (benchmark: files), summed
     assert (records / "train/pretrain/internal_aux-d32-s1.tsv").read_text().startswith("s\t")
     times = (ci_run / "results/tables/job_times.md").read_text()
     for row in (

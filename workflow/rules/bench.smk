@@ -12,7 +12,7 @@ rule bench_forward:
     log:
         "logs/bench/forward.log",
     benchmark:
-        f"{BENCHMARKS}/bench_forward.tsv"
+        f"{JOB_RECORDS}/bench_forward.tsv"
     conda:
         GPU_ENV
     threads: lambda w: workflow.cores  # (a function: --unlock and -n need no --cores)
@@ -34,7 +34,7 @@ rule bench_decode:
     log:
         "logs/bench/decode.log",
     benchmark:
-        f"{BENCHMARKS}/bench_decode.tsv"
+        f"{JOB_RECORDS}/bench_decode.tsv"
     conda:
         GPU_ENV
     threads: lambda w: workflow.cores  # (a function: --unlock and -n need no --cores)

@@ -18,8 +18,8 @@ config.update(
 PRETRAIN_DATA = "data/pretrain"
 # the conda env (--sdm conda) of the rules that may hold a GPU: CUDA torch when the config uses one
 GPU_ENV = tp.gpu_rules_env(config)
-# Snakemake's records (benchmark:) of the long jobs, <rule>/<wildcards>.tsv; results/tables/job_times
-BENCHMARKS = "results/benchmarks"
+# Snakemake's job records (benchmark:) of the long jobs, <rule>/<wildcards>.tsv; results/tables/job_times
+JOB_RECORDS = "results/job_records"
 FIG_WIDTH = tp.figure_width(config)
 TABLE_FILES = ("csv", "md", "tex", "html")  # html: what the report shows
 SWEEP = bool(config["ablation"] and config["anchor_sweep"])
@@ -206,7 +206,7 @@ BENCH_TARGETS = (
 
 
 def timed_jobs():
-    """Benchmark records (benchmark: files, <rule>/<wildcards>.tsv relative to BENCHMARKS) of this
+    """Job records (benchmark: files, <rule>/<wildcards>.tsv relative to JOB_RECORDS) of this
     config's jobs that keep one: training, fine-tuning, inference benchmarks."""
     records = []
     for family in FAMILIES:

@@ -34,7 +34,7 @@ rule pretrain_finetune_base:
     log:
         "logs/runs/finetune_base/{ftmodel}.log",
     benchmark:
-        f"{BENCHMARKS}/pretrain_finetune_base/{{ftmodel}}.tsv"
+        f"{JOB_RECORDS}/pretrain_finetune_base/{{ftmodel}}.tsv"
     conda:
         GPU_ENV
     threads: 1
@@ -60,7 +60,7 @@ rule finetune:
     log:
         "logs/runs/finetune/{ftrun}.log",
     benchmark:
-        f"{BENCHMARKS}/finetune/{{ftrun}}.tsv"
+        f"{JOB_RECORDS}/finetune/{{ftrun}}.tsv"
     conda:
         GPU_ENV
     threads: 1

@@ -9,7 +9,7 @@ rule train:
     log:
         "logs/runs/{family}/{run}.log",
     benchmark:
-        f"{BENCHMARKS}/train/{{family}}/{{run}}.tsv"
+        f"{JOB_RECORDS}/train/{{family}}/{{run}}.tsv"
     conda:
         GPU_ENV
     threads: 1

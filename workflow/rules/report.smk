@@ -119,7 +119,7 @@ rule claims:
 
 rule job_times:
     input:
-        [f"{BENCHMARKS}/{record}" for record in timed_jobs()],
+        [f"{JOB_RECORDS}/{record}" for record in timed_jobs()],
     output:
         csv="results/tables/job_times.csv",
         md="results/tables/job_times.md",
@@ -135,7 +135,7 @@ rule job_times:
     conda:
         "../envs/tapernorm.yaml"
     params:
-        records=BENCHMARKS,
+        records=JOB_RECORDS,
         jobs=" ".join(timed_jobs()),
         out=lambda w, output: output.csv[: -len(".csv")],
     shell:

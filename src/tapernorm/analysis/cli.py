@@ -151,10 +151,10 @@ def add_subcommands(subparsers) -> None:
 
     j = subparsers.add_parser(
         "job-times",
-        help="wall time per rule and family from Snakemake's benchmark records -> .csv/.md/.tex/.html",
+        help="wall time per rule and family from Snakemake's job records -> .csv/.md/.tex/.html",
     )
     j.add_argument(
-        "records", type=Path, help="benchmark records directory (<rule>/<wildcards>.tsv inside)"
+        "records", type=Path, help="job records directory (<rule>/<wildcards>.tsv inside)"
     )
     j.add_argument(
         "--jobs",

@@ -1,5 +1,5 @@
-"""Measured job times: the wall time of each pipeline job from Snakemake's benchmark records
-(`benchmark:` files, results/benchmarks/<rule>/<wildcards>.tsv), summed per rule and family (the
+"""Measured job times: the wall time of each pipeline job from Snakemake's job records
+(`benchmark:` files, results/job_records/<rule>/<wildcards>.tsv), summed per rule and family (the
 directories between the rule and the record, e.g. train/pretrain). The README and config/README.md
 quote job times from this table.
 """
@@ -17,13 +17,13 @@ COLUMNS = ["Rule", "Family", "Jobs", "Total s", "Max s", "Slowest job"]
 
 
 def read_record(path: str | Path) -> float:
-    """Seconds of one benchmark record (the mean over its rows, if the job was repeated)."""
+    """Seconds of one job record (the mean over its rows, if the job was repeated)."""
     try:
         record = pd.read_csv(path, sep="\t")
     except (pd.errors.ParserError, pd.errors.EmptyDataError) as e:
-        raise ValueError(f"benchmark record {path} is not a Snakemake benchmark TSV: {e}") from e
+        raise ValueError(f"job record {path} is not a Snakemake benchmark TSV: {e}") from e
     if "s" not in record.columns or record.empty:
-        raise ValueError(f"benchmark record {path} has no 's' column with a time in it")
+        raise ValueError(f"job record {path} has no 's' column with a time in it")
     return float(record["s"].mean())
 
 
@@ -37,7 +37,7 @@ def load_job_times(
     root = Path(root)
     if jobs is None:
         if not root.is_dir():
-            raise FileNotFoundError(f"benchmark records directory {root} does not exist")
+            raise FileNotFoundError(f"job records directory {root} does not exist")
         paths = sorted(p.relative_to(root) for p in root.rglob("*.tsv"))
     else:
         paths = [Path(p) for p in jobs]
@@ -68,8 +68,8 @@ def job_times_table(records: pd.DataFrame, missing: Sequence[str] = ()) -> tuple
         rows.append(["all", "", len(records), records["seconds"].sum(), slowest["seconds"], name])
     table = pd.DataFrame(rows, columns=COLUMNS).round({"Total s": 1, "Max s": 1})
     caption = (
-        "**Job times.** Wall time of each pipeline job from Snakemake's benchmark records "
-        "(results/benchmarks/<rule>/<wildcards>.tsv), per rule and family: number of jobs, their "
+        "**Job times.** Wall time of each pipeline job from Snakemake's job records "
+        "(results/job_records/<rule>/<wildcards>.tsv), per rule and family: number of jobs, their "
         "total and the longest. Totals add up jobs, some of which ran side by side: they are not "
         "the pipeline's elapsed time."
     )
