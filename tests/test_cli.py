@@ -1,15 +1,24 @@
-"""The command line: eval and fold on a trained run, clear errors on bad input."""
+"""The command line: eval and fold on a trained run, clear errors on bad input, each command's
+options (bench's per benchmark) and the command lines the workflow and the GPU check build."""
 
 import json
 import logging
+import re
+import shlex
+from pathlib import Path
+from types import SimpleNamespace
 
+import pytest
 import torch
+import yaml
 from conftest import tiny_run
 
-from tapernorm import set_gate
+from tapernorm import pipeline, set_gate
 from tapernorm.checkpoint import load_model
-from tapernorm.cli import main
+from tapernorm.cli import build_parser, main
 from tapernorm.train import train
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_fold_and_eval_commands(shards_dir, tmp_path, capsys):
@@ -105,3 +114,133 @@ def test_commands_print_library_logs_and_the_logger_can_be_silenced(monkeypatch,
         logger.setLevel(logging.NOTSET)
     out, err = capsys.readouterr()
     assert err == "" and json.loads(out) == {"ok": True}
+
+
+# ---- the parsers: each command's own options ------------------------------------------------------
+
+ROUNDS = {"--warmup", "--repeats", "--device", "--dtype", "--out"}
+MODELS = {"--baseline", "--tapered", "--dyt", "--random", "--no-dyt", "--n-layer", "--n-head"}
+INFERENCE = ROUNDS | MODELS | {"--vocab", "--batch-sizes", "--threads"}
+BENCH_OPTIONS = {
+    "train-step": ROUNDS
+    | {"--n-embd", "--n-layer", "--n-head", "--vocab", "--block-size"}
+    | {"--batch-size", "--no-hf", "--with-dyt"},
+    "forward": INFERENCE | {"--seq-lens"},
+    "decode": INFERENCE | {"--prompt-lens", "--new-tokens", "--modes"},
+}
+
+
+def subcommands(parser) -> dict:
+    return parser._subparsers._group_actions[0].choices
+
+
+def help_of(argv: list[str], capsys) -> str:
+    with pytest.raises(SystemExit) as e:
+        main([*argv, "--help"])
+    assert e.value.code == 0
+    return capsys.readouterr().out
+
+
+@pytest.mark.parametrize("benchmark", list(BENCH_OPTIONS))
+def test_bench_help_lists_only_the_benchmarks_options(benchmark, capsys):
+    text = help_of(["bench", benchmark], capsys)
+    options = set(re.findall(r"(?<![\w-])--[a-z][a-z-]*", text)) - {"--help"}
+    assert options == BENCH_OPTIONS[benchmark]
+    others = set(BENCH_OPTIONS) - {benchmark}
+    assert not any(f"{other}:" in text for other in others)  # no "train-step: ..." remarks
+    assert "tapernorm bench BENCHMARK --help" in " ".join(help_of(["bench"], capsys).split())
+
+
+def test_every_command_has_help_and_a_function():
+    def walk(parser, prog):
+        for name, command in subcommands(parser).items():
+            if command._subparsers is not None:
+                yield from walk(command, f"{prog} {name}")
+            else:
+                yield f"{prog} {name}", command
+
+    commands = dict(walk(build_parser(), "tapernorm"))
+    assert {"tapernorm bench train-step", "tapernorm bench decode", "tapernorm table"} <= {
+        *commands
+    }
+    for prog, command in commands.items():
+        assert command.prog == prog and command.format_help().startswith(f"usage: {prog}")
+        assert callable(command.get_default("func")), prog
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["bench", "forward", "--no-hf"], "--no-hf is an option of tapernorm bench train-step, "),
+        (["bench", "decode", "--batch-size", "4"], "--batch-size is an option of tapernorm bench "),
+        (["bench", "train-step", "--threads", "2"], "of tapernorm bench forward and decode, not "),
+        (["bench", "train-step", "--random", "d32"], "--random is an option of tapernorm bench f"),
+        (["bench", "decode", "--seq-lens", "8", "16"], "of tapernorm bench forward, not of decode"),
+        (["bench", "forward", "--modes", "eager"], "--modes is an option of tapernorm bench dec"),
+        (["bench", "--device", "cpu", "forward"], "tapernorm bench train-step|forward|decode --d"),
+        (["bench", "--no-hf", "train-step"], "after the benchmark's name: tapernorm bench train-"),
+    ],
+)
+def test_a_misplaced_bench_option_is_one_line_naming_its_benchmark(argv, message, capsys):
+    with pytest.raises(SystemExit) as e:
+        main(argv)
+    lines = capsys.readouterr().err.strip().splitlines()
+    prog = "tapernorm bench" + (f" {argv[1]}" if not argv[1].startswith("-") else "")
+    assert e.value.code == 2 and len(lines) == 1 and message in lines[0], lines
+    assert lines[0].startswith(f"{prog}: error: ") and lines[0].endswith(f"(see {prog} --help)")
+
+
+def parse(line: str):
+    return build_parser().parse_args(shlex.split(line))
+
+
+@pytest.mark.parametrize("config", ["ci.yaml", "config.yaml", "paper.yaml"])
+def test_the_workflows_bench_command_lines_parse(config):
+    """The bench rules' shell commands, with pipeline.bench_model_args and bench_args on each
+    config, parse to the config's grid and models."""
+    raw = yaml.safe_load((ROOT / "config" / config).read_text())
+    cfg = pipeline.validate_pipeline_config(raw, str(ROOT / "workflow/schemas/config.schema.yaml"))
+    rules = (ROOT / "workflow/rules/bench.smk").read_text()
+    shells = {
+        which: head + tail
+        for head, which, tail in re.findall(
+            r'"OMP_NUM_THREADS=\{threads\} (tapernorm bench (\w+) [^"]*)"\s*"([^"]*)"', rules
+        )
+    }
+    assert set(shells) == {"forward", "decode"}
+    for which, shell in shells.items():
+        params = SimpleNamespace(
+            models=pipeline.bench_model_args(cfg), grid=pipeline.bench_args(cfg, which)
+        )
+        line = shell.split(" > {log}")[0].format(params=params, threads=3, output=f"{which}.csv")
+        args, part = parse(line.removeprefix("tapernorm ")), cfg["bench"][which]
+        assert (args.command, args.which, args.threads) == ("bench", which, 3)
+        assert args.out == Path(f"{which}.csv") and not hasattr(args, "no_hf")
+        assert (args.device, args.dtype) == (cfg["bench"]["device"], cfg["bench"]["dtype"])
+        grid = (args.batch_sizes, args.warmup, args.repeats)
+        assert grid == (part["batch_sizes"], part["warmup"], part["repeats"])
+        lengths = args.seq_lens if which == "forward" else args.prompt_lens
+        assert lengths == part["seq_lens" if which == "forward" else "prompt_lens"]
+        assert (args.random is None) == (cfg["bench"]["random"] is None)
+        if which == "decode":
+            assert (args.new_tokens, args.modes) == (part["new_tokens"], part["modes"])
+
+
+@pytest.mark.parametrize("branch", ["smoke", "gpu"])
+def test_the_gpu_checks_bench_command_lines_parse(branch):
+    """benchmarks/gpu_check.sh's bench steps, with its arrays of either branch (--smoke or not)."""
+    script = (ROOT / "benchmarks/gpu_check.sh").read_text().replace("\\\n", " ")
+    smoke, gpu = script.split('if [ "$SMOKE" = 1 ]; then', 1)[1].split("\nfi\n", 1)[0].split("else")
+    arrays = dict(re.findall(r"(\w+)=\(([^)]*)\)", smoke if branch == "smoke" else gpu))
+    prompt = re.search(r"P_SHORT=(\d+)", smoke if branch == "smoke" else gpu).group(1)
+    steps = re.findall(r'"\$\{TN\[@\]\}" (bench .*)', script)
+    assert [step.split()[1] for step in steps] == ["train-step", "forward", "decode", "decode"]
+    for step in steps:
+        step = re.sub(r'"\$\{(\w+)\[@\]\}"', lambda m: " ".join(arrays[m.group(1)].split()), step)
+        args = parse(re.sub(r'"\$WORK/[^"]*"', "out.csv", step).replace('"$3"', prompt))
+        assert args.out == Path("out.csv")
+        assert args.device == ("cpu" if branch == "smoke" else "cuda")
+        if args.which == "train-step":
+            assert args.no_hf and args.with_dyt and args.dtype == "bfloat16"
+        elif args.which == "decode":
+            assert args.no_dyt and args.modes in (["eager"], ["compiled"])

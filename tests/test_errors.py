@@ -92,11 +92,12 @@ def test_config_and_config_json_are_exclusive(tmp_path, capsys):
 )
 def test_bad_arguments_are_one_line(argv, message, tmp_path, capsys):
     argv += ["--model", str(tmp_path), "--data", str(tmp_path), "--out", str(tmp_path)]
+    command = argv[0]
     if argv[0] == "bench":
-        argv = argv[:4]
+        argv, command = argv[:4], " ".join(argv[:2])  # the benchmark's own parser says it
     status, err = run_cli(argv, capsys)
     line = one_line(err)
-    assert status == 2 and message in line and line.endswith(f"(see tapernorm {argv[0]} --help)")
+    assert status == 2 and message in line and line.endswith(f"(see tapernorm {command} --help)")
 
 
 def test_version_help_defaults_and_device_defaults(capsys):
@@ -111,14 +112,17 @@ def test_version_help_defaults_and_device_defaults(capsys):
     help_text = " ".join(capsys.readouterr().out.split())
     assert "(default: 64)" in help_text and "(default: auto)" in help_text
     assert "(default: None)" not in help_text
-    commands = build_parser()._subparsers._group_actions[0].choices
+    commands = dict(build_parser()._subparsers._group_actions[0].choices)
+    benchmarks = commands.pop("bench")._subparsers._group_actions[0].choices
+    commands.update({f"bench {name}": command for name, command in benchmarks.items()})
     defaults = {
         name: action.default
         for name, command in commands.items()
         for action in command._actions
         if action.dest == "device"
     }
-    assert set(defaults) >= {"eval", "fold", "export-hf", "taper-hf", "bench"}
+    assert set(defaults) >= {"eval", "fold", "export-hf", "taper-hf", "bench forward"}
+    assert set(defaults) >= {"bench train-step", "bench decode"}
     assert set(defaults.values()) == {"auto"}
 
 

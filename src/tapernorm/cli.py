@@ -1,5 +1,8 @@
 """The `tapernorm` command line: every step of the pipeline, usable without Snakemake."""
 
+# Each command is a `_cmd_NAME` function with, beside it, a `_NAME_parser(sub)` declaring its
+# arguments; build_parser (at the end) registers them, and analysis.cli's table, figure, claims.
+
 from __future__ import annotations
 
 import argparse
@@ -15,6 +18,59 @@ from pathlib import Path
 from . import __version__
 
 EXTRAS = {"transformers": "hf", "datasets": "hf", "huggingface_hub": "hf"}  # module -> extra
+
+
+# ---- the parser's parts ---------------------------------------------------------------------------
+
+
+class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Appends '(default: X)' to each option's help, unless there is no default to show."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        if action.default is None or action.default is False or action.default == []:
+            return action.help
+        return super()._get_help_string(action)
+
+
+class _Parser(argparse.ArgumentParser):
+    """Usage errors as one line (and exit status 2), pointing at --help instead of the usage; help
+    with defaults (_HelpFormatter). Subcommands' parsers are of this class too (argparse makes them
+    of their parent's)."""
+
+    def __init__(self, *args, formatter_class=_HelpFormatter, **kwargs):
+        super().__init__(*args, formatter_class=formatter_class, **kwargs)
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def _number(kind: type, low: float, inclusive: bool = True):
+    """An argparse type: a `kind` (int or float) >= low (> low when not inclusive)."""
+    bound = f"{'>=' if inclusive else '>'} {low:g}"
+
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            value = None
+        if value is None or not (value > low or (inclusive and value == low)):  # NaN fails too
+            raise argparse.ArgumentTypeError(f"expected {kind.__name__} {bound}, got {text!r}")
+        return value
+
+    return parse
+
+
+POSITIVE, NON_NEGATIVE = _number(int, 1), _number(int, 0)
+POSITIVE_FLOAT, NON_NEGATIVE_FLOAT = _number(float, 0, inclusive=False), _number(float, 0)
+DEVICES = ["auto", "cpu", "cuda"]
+DEVICE_HELP = "auto: cuda when available, else cpu"
+
+
+def _device_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--device", default="auto", choices=DEVICES, help=DEVICE_HELP)
+
+
+# ---- data and training ----------------------------------------------------------------------------
 
 
 def _cmd_prepare_data(args: argparse.Namespace) -> int:
@@ -34,24 +90,43 @@ def _cmd_prepare_data(args: argparse.Namespace) -> int:
     return 0
 
 
+def _prepare_data_parser(sub) -> None:
+    d = sub.add_parser(
+        "prepare-data", help="corpus -> tokenizer -> uint16 token shards + meta.json"
+    )
+    d.add_argument(
+        "--corpus", required=True, help="shakespeare (embedded) | tinystories | openwebtext"
+    )
+    d.add_argument("--out", type=Path, required=True, help="shards directory")
+    d.add_argument(
+        "--tokenizer",
+        default="sentencepiece",
+        choices=["sentencepiece", "gpt2"],
+        help="sentencepiece: trained on the corpus; gpt2: GPT-2's BPE",
+    )
+    d.add_argument("--vocab-size", type=POSITIVE, default=512, help="SentencePiece vocabulary size")
+    d.add_argument(
+        "--local-path", help="local copy of a Hugging Face corpus (save_to_disk, jsonl, ...)"
+    )
+    d.add_argument("--max-docs", type=POSITIVE, help="keep only the first N training documents")
+    d.add_argument(
+        "--tokenizer-chars", type=POSITIVE, help="train SentencePiece on at most N characters"
+    )
+    d.add_argument(
+        "--no-byte-fallback",
+        action="store_true",
+        help="SentencePiece without the 256 byte pieces (closed corpora, tiny vocabularies)",
+    )
+    d.set_defaults(func=_cmd_prepare_data)
+
+
 def _cmd_train(args: argparse.Namespace) -> int:
     import torch
 
-    from .config import load_run_config
     from .device import resolve_device
     from .train import train
 
-    if args.config_json is not None:
-        from .config import resolve_run_config
-
-        if args.config is not None or args.set:
-            raise ValueError("--config-json is the whole config: give no --config or --set with it")
-        try:
-            cfg = resolve_run_config(json.loads(args.config_json))
-        except json.JSONDecodeError as e:
-            raise ValueError(f"--config-json is not valid JSON: {e}") from None
-    else:
-        cfg = load_run_config(args.config, args.set)
+    cfg = _train_config(args)
     threads = args.threads
     if (
         threads is None
@@ -76,6 +151,46 @@ def _cmd_train(args: argparse.Namespace) -> int:
     return 0
 
 
+def _train_config(args: argparse.Namespace) -> dict:
+    """The resolved run config of --config-json, or of --config with its --set overrides."""
+    from .config import load_run_config, resolve_run_config
+
+    if args.config_json is None:
+        return load_run_config(args.config, args.set)
+    if args.config is not None or args.set:
+        raise ValueError("--config-json is the whole config: give no --config or --set with it")
+    try:
+        return resolve_run_config(json.loads(args.config_json))
+    except json.JSONDecodeError as e:
+        raise ValueError(f"--config-json is not valid JSON: {e}") from None
+
+
+def _train_parser(sub) -> None:
+    t = sub.add_parser("train", help="train (or resume) one run from a YAML run config")
+    t.add_argument(
+        "--config", type=Path, help="run config YAML (see tapernorm/schemas/run.schema.yaml)"
+    )
+    t.add_argument(
+        "--config-json",
+        help="the run config as a JSON string, instead of --config (the workflow's)",
+    )
+    t.add_argument("--out", type=Path, required=True, help="run directory")
+    t.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a config key, e.g. --set train.steps=100 (repeatable)",
+    )
+    t.add_argument(
+        "--threads",
+        type=POSITIVE,
+        help="torch CPU threads (default: 1 when training on the CPU, where runs are then "
+        "bit-reproducible; with more they differ in the last bits from run to run)",
+    )
+    t.set_defaults(func=_cmd_train)
+
+
 def _cmd_prepare_eval(args: argparse.Namespace) -> int:
     from .data import prepare_eval_set
 
@@ -89,6 +204,24 @@ def _cmd_prepare_eval(args: argparse.Namespace) -> int:
     )
     print(json.dumps(meta, indent=2))
     return 0
+
+
+def _prepare_eval_parser(sub) -> None:
+    from .data import EVAL_SETS
+
+    v = sub.add_parser(
+        "prepare-eval", help="an evaluation set (Table 4) -> rows of GPT-2 token ids + meta.json"
+    )
+    v.add_argument("--set", required=True, choices=list(EVAL_SETS))
+    v.add_argument("--out", type=Path, required=True, help="evaluation set directory")
+    v.add_argument("--shards", help="heldout: the token shards whose val split is held out")
+    v.add_argument("--local-path", help="pile sets: a local copy (save_to_disk, jsonl, parquet)")
+    v.add_argument("--row-len", type=_number(int, 2), default=1024, help="tokens per row")
+    v.add_argument("--max-rows", type=POSITIVE, help="keep the first N rows")
+    v.set_defaults(func=_cmd_prepare_eval)
+
+
+# ---- evaluation, folding, export ------------------------------------------------------------------
 
 
 def _cmd_eval(args: argparse.Namespace) -> int:
@@ -111,6 +244,27 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     return 0
 
 
+def _eval_parser(sub) -> None:
+    e = sub.add_parser("eval", help="validation loss of a model at g=0")
+    e.add_argument("--model", type=Path, required=True, help="run or model directory")
+    e.add_argument(
+        "--data",
+        type=Path,
+        required=True,
+        help="token shards (val windows) or an evaluation set of prepare-eval (its rows)",
+    )
+    e.add_argument("--windows", type=POSITIVE, default=64, help="token shards: validation windows")
+    e.add_argument("--batch-size", type=POSITIVE, default=16, help="sequences per forward pass")
+    e.add_argument("--max-rows", type=POSITIVE, help="evaluation set: score the first N rows only")
+    e.add_argument(
+        "--dtype", default="float32", choices=["auto", "float32", "bfloat16"], help="evaluation set"
+    )
+    e.add_argument("--folded", type=Path, help="evaluation set: also score this folded export")
+    _device_arg(e)
+    e.add_argument("--out", type=Path, help="write the result as JSON here")
+    e.set_defaults(func=_cmd_eval)
+
+
 def _cmd_fold(args: argparse.Namespace) -> int:
     from .fold import fold_run
 
@@ -121,6 +275,20 @@ def _cmd_fold(args: argparse.Namespace) -> int:
     return 0
 
 
+def _fold_parser(sub) -> None:
+    f = sub.add_parser("fold", help="export a g=0 model as explicit scaling and folded, and verify")
+    f.add_argument("--model", type=Path, required=True, help="run or model directory")
+    f.add_argument("--data", type=Path, required=True, help="token shards (verification windows)")
+    f.add_argument("--out", type=Path, required=True, help="writes folded/, scaled/, verify.json")
+    f.add_argument("--windows", type=POSITIVE, default=8, help="windows for the logit comparison")
+    f.add_argument(
+        "--eval-windows", type=POSITIVE, default=64, help="windows for the loss comparison"
+    )
+    f.add_argument("--rtol", type=POSITIVE_FLOAT, default=1e-5, help="max |dz| / max |z| allowed")
+    _device_arg(f)
+    f.set_defaults(func=_cmd_fold)
+
+
 def _cmd_export_hf(args: argparse.Namespace) -> int:
     from .device import resolve_device
     from .export import export_run
@@ -129,6 +297,20 @@ def _cmd_export_hf(args: argparse.Namespace) -> int:
     report = export_run(args.model, args.out, args.data, args.windows, args.rtol, device)
     print(json.dumps(report, indent=2))
     return 0
+
+
+def _export_hf_parser(sub) -> None:
+    x = sub.add_parser(
+        "export-hf",
+        help="export a norm-free g=0 model as a stock Hugging Face checkpoint, and verify it",
+    )
+    x.add_argument("--model", type=Path, required=True, help="run or model directory")
+    x.add_argument("--out", type=Path, required=True, help="save_pretrained dir + verify.json")
+    x.add_argument("--data", type=Path, help="token shards to verify on (default: the run's)")
+    x.add_argument("--windows", type=POSITIVE, default=4, help="validation windows to verify on")
+    x.add_argument("--rtol", type=POSITIVE_FLOAT, default=1e-4, help="max |dz| / max |z| allowed")
+    _device_arg(x)
+    x.set_defaults(func=_cmd_export_hf)
 
 
 def _cmd_taper_hf(args: argparse.Namespace) -> int:
@@ -143,6 +325,27 @@ def _cmd_taper_hf(args: argparse.Namespace) -> int:
     return 0
 
 
+def _taper_hf_parser(sub) -> None:
+    h = sub.add_parser(
+        "taper-hf",
+        help="taper every norm of a HF model: import, fine-tune, fold-verify, export-hf",
+    )
+    h.add_argument("--model", required=True, help="save_pretrained directory (or hub id)")
+    h.add_argument("--data", type=Path, required=True, help="token shards in the model's tokens")
+    h.add_argument("--out", type=Path, required=True, help="writes run/, fold_verify.json, hf/")
+    h.add_argument(
+        "--steps", type=POSITIVE, default=200, help="fine-tuning steps (taper: 1/4 to 3/4)"
+    )
+    h.add_argument("--lr", type=POSITIVE_FLOAT, default=1e-4, help="peak learning rate")
+    h.add_argument("--batch-size", type=POSITIVE, default=8, help="sequences per step")
+    h.add_argument("--lam", type=NON_NEGATIVE_FLOAT, default=0.1, help="scale loss weight")
+    _device_arg(h)
+    h.set_defaults(func=_cmd_taper_hf)
+
+
+# ---- a new machine --------------------------------------------------------------------------------
+
+
 def _cmd_selftest(args: argparse.Namespace) -> int:
     from .selftest import run_selftest
 
@@ -150,71 +353,33 @@ def _cmd_selftest(args: argparse.Namespace) -> int:
     return 1 if any(r.status == "fail" for r in results) else 0
 
 
-TRAIN_STEP_SIZES = {"n_layer": 8, "n_head": 16, "vocab": 4096}  # bench train-step's defaults
-
-
-def _cmd_bench(args: argparse.Namespace) -> int:
-    from . import bench
-    from .checkpoint import write_json
-
-    if args.which in ("forward", "decode"):
-        return _cmd_bench_inference(args)
-    sizes = {k: getattr(args, k) or v for k, v in TRAIN_STEP_SIZES.items()}
-    csv_out = args.out is not None and args.out.suffix == ".csv"
-    results = bench.bench_train_steps(
-        args.n_embd,
-        args.out if csv_out else None,
-        n_head=sizes["n_head"],
-        n_layer=sizes["n_layer"],
-        vocab_size=sizes["vocab"],
-        block_size=args.block_size,
-        batch_size=args.batch_size,
-        repeats=args.repeats or 7,
-        with_hf=not args.no_hf,
-        device=args.device,
-        dtype=args.dtype,
-        with_dyt=args.with_dyt,
-        warmup=2 if args.warmup is None else args.warmup,
+def _selftest_parser(sub) -> None:
+    st = sub.add_parser(
+        "selftest",
+        help="a few training steps of every model family, fold, decode: run first on a new machine",
+        description="Before spending GPU-hours: a few optimizer steps of every model family and "
+        "training feature the paper config uses, the training loop with a resume, fold and verify, "
+        "KV-cache decoding. One line per check; exit status 1 if any fails. On --device meta it "
+        "checks device placement and that a training step reads nothing back from the device.",
     )
-    result = results[0] if len(results) == 1 else results
-    if args.out and not csv_out:
-        write_json(args.out, result)
-    print(json.dumps(result, indent=2))
-    return 0
-
-
-def _cmd_bench_inference(args: argparse.Namespace) -> int:
-    from .bench_inference import run_inference_bench, summary_table
-
-    df = run_inference_bench(
-        args.which,
-        random=args.random,
-        baseline=args.baseline,
-        tapered=args.tapered,
-        dyt=args.dyt,
-        batch_sizes=args.batch_sizes,
-        lengths=args.seq_lens if args.which == "forward" else args.prompt_lens,
-        new_tokens=args.new_tokens,
-        modes=args.modes,
-        warmup=args.warmup,
-        repeats=args.repeats,
-        device=args.device,
-        dtype=args.dtype,
-        threads=args.threads,
-        out=args.out,
-        random_dyt=not args.no_dyt,
-        sizes={
-            field: getattr(args, arg)
-            for field, arg in (
-                ("n_layer", "n_layer"),
-                ("n_head", "n_head"),
-                ("vocab_size", "vocab"),
-            )
-            if getattr(args, arg) is not None
-        },
+    st.add_argument(
+        "--device", default="auto", choices=[*DEVICES, "meta"], help=DEVICE_HELP + "; meta: shapes"
     )
-    print(summary_table(df))
-    return 0
+    st.add_argument(
+        "--dtype",
+        default="auto",
+        choices=["auto", "float32", "bfloat16"],
+        help="training dtype (auto: bf16 autocast on CUDA, float32 elsewhere)",
+    )
+    st.add_argument(
+        "--compile",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="--compile: also compiled decoding and train.compile; --no-compile: neither "
+        "(default: compiled decoding on CUDA only)",
+    )
+    st.add_argument("--only", metavar="TEXT", help="run only the checks whose name contains TEXT")
+    st.set_defaults(func=_cmd_selftest)
 
 
 def _cmd_env(args: argparse.Namespace) -> int:
@@ -228,12 +393,274 @@ def _cmd_env(args: argparse.Namespace) -> int:
     return 0
 
 
+def _env_parser(sub) -> None:
+    n = sub.add_parser("env", help="this machine's device, versions and nvidia-smi as JSON")
+    _device_arg(n)
+    n.add_argument("--out", type=Path, help="write the JSON here too")
+    n.set_defaults(func=_cmd_env)
+
+
 def _cmd_gpu_report(args: argparse.Namespace) -> int:
     from .gpu_check import gpu_report
 
     for line in gpu_report(args.dir, args.config):
         print(line)
     return 0
+
+
+def _gpu_report_parser(sub) -> None:
+    r = sub.add_parser(
+        "gpu-report",
+        help="tables 3 and decode, figure 5 and the GPU-hours from benchmarks/gpu_check.sh's output",
+    )
+    r.add_argument("dir", type=Path, help="the check's output (summary.md, results.tar.gz, ...)")
+    r.add_argument(
+        "--config",
+        type=Path,
+        default=Path("config/paper.yaml"),
+        help="the pipeline config whose pre-training grid is costed",
+    )
+    r.set_defaults(func=_cmd_gpu_report)
+
+
+# ---- bench: one subcommand per benchmark ----------------------------------------------------------
+
+
+def _bench_parser(sub) -> None:
+    b = sub.add_parser(
+        "bench",
+        help="benchmarks (medians of interleaved repeats, ratios): train-step, forward, decode",
+        description="Medians of interleaved repeats, and ratios to the baseline. train-step: "
+        "seconds per training step. forward (paper Table 3) and decode: the baseline and the "
+        "tapered model exported as explicit scaling and folded (verified against the g=0 model "
+        "first), and a DyT model. `tapernorm bench BENCHMARK --help` lists its options.",
+    )
+    benchmarks = b.add_subparsers(
+        dest="which", required=True, metavar="{train-step,forward,decode}"
+    )
+    for add in (_bench_train_step_parser, _bench_forward_parser, _bench_decode_parser):
+        add(benchmarks)
+    _reject_misplaced(b, benchmarks.choices)
+
+
+class _Misplaced(argparse.Action):
+    """An option this parser does not take (`tapernorm bench` once took every benchmark's options):
+    hidden from its help, it stops the parse with a one-line `message` saying where it goes. Being
+    declared, it also keeps abbreviations as they were: a misplaced --batch-size is this error, not
+    an abbreviation of --batch-sizes."""
+
+    def __init__(self, option_strings, dest, message: str = "", **kwargs):
+        super().__init__(
+            option_strings,
+            argparse.SUPPRESS,
+            nargs="*",
+            default=argparse.SUPPRESS,
+            help=argparse.SUPPRESS,
+        )
+        self.message = message
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        parser.error(self.message)
+
+
+def _reject_misplaced(bench: argparse.ArgumentParser, benchmarks: dict) -> None:
+    """Declare on each benchmark's parser the other benchmarks' options as _Misplaced, naming the
+    benchmarks that take them; and on `bench` itself every option (it goes after the name)."""
+    owners: dict[str, list[str]] = {}  # option -> the benchmarks that take it
+    for name, parser in benchmarks.items():
+        for option in parser._option_string_actions:
+            if option not in ("-h", "--help"):
+                owners.setdefault(option, []).append(name)
+    for option, names in owners.items():
+        where = f"{bench.prog} {', '.join(names[:-1])}{' and ' if names[:-1] else ''}{names[-1]}"
+        for name, parser in benchmarks.items():
+            if option not in parser._option_string_actions:
+                message = f"{option} is an option of {where}, not of {name}"
+                parser.add_argument(option, action=_Misplaced, message=message)
+        message = (
+            f"options go after the benchmark's name: {bench.prog} {'|'.join(names)} {option} ..."
+        )
+        bench.add_argument(option, action=_Misplaced, message=message)
+
+
+def _cmd_bench_train_step(args: argparse.Namespace) -> int:
+    from . import bench
+    from .checkpoint import write_json
+
+    csv_out = args.out is not None and args.out.suffix == ".csv"
+    results = bench.bench_train_steps(
+        args.n_embd,
+        args.out if csv_out else None,
+        n_head=args.n_head,
+        n_layer=args.n_layer,
+        vocab_size=args.vocab,
+        block_size=args.block_size,
+        batch_size=args.batch_size,
+        repeats=args.repeats,
+        with_hf=not args.no_hf,
+        device=args.device,
+        dtype=args.dtype,
+        with_dyt=args.with_dyt,
+        warmup=args.warmup,
+    )
+    result = results[0] if len(results) == 1 else results
+    if args.out and not csv_out:
+        write_json(args.out, result)
+    print(json.dumps(result, indent=2))
+    return 0
+
+
+def _bench_train_step_parser(benchmarks) -> None:
+    t = benchmarks.add_parser(
+        "train-step",
+        help="seconds per training step: baseline, mid-taper, DyT, transformers' LLaMA",
+        description="Seconds per training step (forward, backward, clip, AdamW) of our baseline, "
+        "our model mid-taper (0 < g < 1, both branches computed), with --with-dyt a DyT model, and "
+        "transformers' LlamaForCausalLM on the same sizes, at each width in turn. The result as "
+        "JSON on stdout; --out FILE.csv appends rows per width as each is timed.",
+    )
+    t.add_argument(
+        "--n-embd", type=POSITIVE, nargs="+", default=[128], help="width(s), timed in turn"
+    )
+    t.add_argument("--n-layer", type=POSITIVE, default=8, help="layers")
+    t.add_argument("--n-head", type=POSITIVE, default=16, help="attention heads")
+    t.add_argument("--vocab", type=POSITIVE, default=4096, help="vocabulary size")
+    t.add_argument("--block-size", type=POSITIVE, default=256, help="tokens per sequence")
+    t.add_argument("--batch-size", type=POSITIVE, default=16, help="sequences per step")
+    t.add_argument("--no-hf", action="store_true", help="skip transformers' LLaMA")
+    t.add_argument("--with-dyt", action="store_true", help="also time a DyT model (every norm)")
+    t.add_argument("--warmup", type=NON_NEGATIVE, default=2, help="untimed rounds")
+    t.add_argument("--repeats", type=POSITIVE, default=7, help="timed rounds")
+    _device_arg(t)
+    t.add_argument(
+        "--dtype",
+        choices=["float32", "bfloat16"],
+        default="float32",
+        help="bfloat16: the step under bf16 autocast (as training)",
+    )
+    t.add_argument("--out", type=Path, help="FILE.csv: rows per width; any other name: the JSON")
+    t.set_defaults(func=_cmd_bench_train_step)
+
+
+def _cmd_bench_forward(args: argparse.Namespace) -> int:
+    return _bench_inference(args, lengths=args.seq_lens)
+
+
+def _cmd_bench_decode(args: argparse.Namespace) -> int:
+    return _bench_inference(
+        args, lengths=args.prompt_lens, new_tokens=args.new_tokens, modes=args.modes
+    )
+
+
+def _bench_inference(args: argparse.Namespace, **grid) -> int:
+    """bench forward or decode (args.which): `grid` is what only the one benchmark takes."""
+    from .bench_inference import run_inference_bench, summary_table
+
+    sizes = {"n_layer": args.n_layer, "n_head": args.n_head, "vocab_size": args.vocab}
+    df = run_inference_bench(
+        args.which,
+        random=args.random,
+        baseline=args.baseline,
+        tapered=args.tapered,
+        dyt=args.dyt,
+        batch_sizes=args.batch_sizes,
+        warmup=args.warmup,
+        repeats=args.repeats,
+        device=args.device,
+        dtype=args.dtype,
+        threads=args.threads,
+        out=args.out,
+        random_dyt=not args.no_dyt,
+        sizes={field: value for field, value in sizes.items() if value is not None},
+        **grid,
+    )
+    print(summary_table(df))
+    return 0
+
+
+def _bench_forward_parser(benchmarks) -> None:
+    f = benchmarks.add_parser(
+        "forward",
+        help="paper Table 3: one forward pass over B x T tokens (CSV)",
+        description="Paper Table 3: one forward pass over B x T tokens, last-token logits, of "
+        "the baseline, the tapered model exported as explicit scaling and folded (verified "
+        "against the g=0 model first) and a DyT model, per batch size and sequence length (CSV).",
+    )
+    grid = _bench_inference_args(f, batch_sizes="1 4")
+    grid.add_argument(
+        "--seq-lens", type=POSITIVE, nargs="+", help="sequence lengths (default: 128 256 512)"
+    )
+    _bench_rounds_args(f, grid, warmup=10, repeats=50)
+    f.set_defaults(func=_cmd_bench_forward)
+
+
+def _bench_decode_parser(benchmarks) -> None:
+    d = benchmarks.add_parser(
+        "decode",
+        help="greedy decoding with a KV cache, prefill and decode timed apart (CSV)",
+        description="Greedy decoding with a KV cache, prefill and decode timed apart, eager "
+        "and/or compiled, of the baseline, the tapered model exported as explicit scaling and "
+        "folded (verified against the g=0 model first) and a DyT model, per batch size and prompt "
+        "length (CSV).",
+    )
+    grid = _bench_inference_args(d, batch_sizes="1 4 16")
+    grid.add_argument(
+        "--prompt-lens", type=POSITIVE, nargs="+", help="prompt lengths (default: 128 512)"
+    )
+    grid.add_argument(
+        "--new-tokens", type=POSITIVE, default=256, help="decode steps after the prefill"
+    )
+    grid.add_argument(
+        "--modes",
+        nargs="+",
+        choices=["eager", "compiled"],
+        default=["eager"],
+        help="eager and/or compiled (torch.compile)",
+    )
+    _bench_rounds_args(d, grid, warmup=2, repeats=10)
+    d.set_defaults(func=_cmd_bench_decode)
+
+
+def _bench_inference_args(p: argparse.ArgumentParser, batch_sizes: str):
+    """forward's and decode's models (and --random's sizes); returns the grid group, begun with
+    --batch-sizes (the default, `batch_sizes`, is run_inference_bench's)."""
+    models = p.add_argument_group("models")
+    models.add_argument("--baseline", type=Path, help="trained baseline run (or model) directory")
+    models.add_argument(
+        "--tapered", type=Path, help="trained tapered run directory (exported at g=0 twice)"
+    )
+    models.add_argument("--dyt", type=Path, help="trained DyT run directory (timed as it is)")
+    models.add_argument(
+        "--random", metavar="dWIDTH", help="random weights at the paper's config, e.g. d512"
+    )
+    models.add_argument(
+        "--no-dyt", action="store_true", help="with --random: no DyT model beside the others"
+    )
+    paper = "with --random: instead of the paper config's ({})"
+    models.add_argument("--n-layer", type=POSITIVE, help=paper.format(8))
+    models.add_argument("--n-head", type=POSITIVE, help=paper.format(16))
+    models.add_argument("--vocab", type=POSITIVE, help=paper.format(10000))
+    grid = p.add_argument_group("grid")
+    grid.add_argument(
+        "--batch-sizes", type=POSITIVE, nargs="+", help=f"batch sizes (default: {batch_sizes})"
+    )
+    return grid
+
+
+def _bench_rounds_args(p: argparse.ArgumentParser, grid, warmup: int, repeats: int) -> None:
+    """forward's and decode's rounds (the defaults, stated, are run_inference_bench's), device,
+    dtype, threads and --out."""
+    grid.add_argument("--warmup", type=NON_NEGATIVE, help=f"untimed rounds (default: {warmup})")
+    grid.add_argument("--repeats", type=POSITIVE, help=f"timed rounds (default: {repeats})")
+    _device_arg(p)
+    p.add_argument(
+        "--dtype", choices=["float32", "bfloat16"], default="float32", help="model weights"
+    )
+    p.add_argument("--threads", type=POSITIVE, help="torch CPU threads (default: torch's choice)")
+    p.add_argument("--out", type=Path, help="CSV, each cell's rows written as soon as it is timed")
+
+
+# ---- learning-rate grid ---------------------------------------------------------------------------
 
 
 def _cmd_lr_grid(args: argparse.Namespace) -> int:
@@ -302,298 +729,35 @@ def _lr_grid_parser(sub) -> None:
 # ---- the parser -----------------------------------------------------------------------------------
 
 
-class _Parser(argparse.ArgumentParser):
-    """Usage errors as one line (and exit status 2), pointing at --help instead of the usage."""
-
-    def error(self, message: str):
-        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
-
-
-class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
-    """Appends '(default: X)' to each option's help, unless there is no default to show."""
-
-    def _get_help_string(self, action: argparse.Action) -> str | None:
-        if action.default is None or action.default is False or action.default == []:
-            return action.help
-        return super()._get_help_string(action)
-
-
-def _number(kind: type, low: float, inclusive: bool = True):
-    """An argparse type: a `kind` (int or float) >= low (> low when not inclusive)."""
-    bound = f"{'>=' if inclusive else '>'} {low:g}"
-
-    def parse(text: str):
-        try:
-            value = kind(text)
-        except ValueError:
-            value = None
-        if value is None or not (value > low or (inclusive and value == low)):  # NaN fails too
-            raise argparse.ArgumentTypeError(f"expected {kind.__name__} {bound}, got {text!r}")
-        return value
-
-    return parse
-
-
-POSITIVE, NON_NEGATIVE = _number(int, 1), _number(int, 0)
-POSITIVE_FLOAT, NON_NEGATIVE_FLOAT = _number(float, 0, inclusive=False), _number(float, 0)
-DEVICES = ["auto", "cpu", "cuda"]
-DEVICE_HELP = "auto: cuda when available, else cpu"
-
-
-def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="tapernorm", description=__doc__, formatter_class=_HelpFormatter)
-    p.add_argument("--version", action="version", version=f"tapernorm {__version__}")
-    sub = p.add_subparsers(dest="command", required=True)
-
-    d = sub.add_parser(
-        "prepare-data", help="corpus -> tokenizer -> uint16 token shards + meta.json"
-    )
-    d.add_argument(
-        "--corpus", required=True, help="shakespeare (embedded) | tinystories | openwebtext"
-    )
-    d.add_argument("--out", type=Path, required=True, help="shards directory")
-    d.add_argument(
-        "--tokenizer",
-        default="sentencepiece",
-        choices=["sentencepiece", "gpt2"],
-        help="sentencepiece: trained on the corpus; gpt2: GPT-2's BPE",
-    )
-    d.add_argument("--vocab-size", type=POSITIVE, default=512, help="SentencePiece vocabulary size")
-    d.add_argument(
-        "--local-path", help="local copy of a Hugging Face corpus (save_to_disk, jsonl, ...)"
-    )
-    d.add_argument("--max-docs", type=POSITIVE, help="keep only the first N training documents")
-    d.add_argument(
-        "--tokenizer-chars", type=POSITIVE, help="train SentencePiece on at most N characters"
-    )
-    d.add_argument(
-        "--no-byte-fallback",
-        action="store_true",
-        help="SentencePiece without the 256 byte pieces (closed corpora, tiny vocabularies)",
-    )
-    d.set_defaults(func=_cmd_prepare_data)
-
-    t = sub.add_parser("train", help="train (or resume) one run from a YAML run config")
-    t.add_argument(
-        "--config", type=Path, help="run config YAML (see tapernorm/schemas/run.schema.yaml)"
-    )
-    t.add_argument(
-        "--config-json",
-        help="the run config as a JSON string, instead of --config (the workflow's)",
-    )
-    t.add_argument("--out", type=Path, required=True, help="run directory")
-    t.add_argument(
-        "--set",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="override a config key, e.g. --set train.steps=100 (repeatable)",
-    )
-    t.add_argument(
-        "--threads",
-        type=POSITIVE,
-        help="torch CPU threads (default: 1 when training on the CPU, where runs are then "
-        "bit-reproducible; with more they differ in the last bits from run to run)",
-    )
-    t.set_defaults(func=_cmd_train)
-
-    from .data import EVAL_SETS
-
-    v = sub.add_parser(
-        "prepare-eval", help="an evaluation set (Table 4) -> rows of GPT-2 token ids + meta.json"
-    )
-    v.add_argument("--set", required=True, choices=list(EVAL_SETS))
-    v.add_argument("--out", type=Path, required=True, help="evaluation set directory")
-    v.add_argument("--shards", help="heldout: the token shards whose val split is held out")
-    v.add_argument("--local-path", help="pile sets: a local copy (save_to_disk, jsonl, parquet)")
-    v.add_argument("--row-len", type=_number(int, 2), default=1024, help="tokens per row")
-    v.add_argument("--max-rows", type=POSITIVE, help="keep the first N rows")
-    v.set_defaults(func=_cmd_prepare_eval)
-
-    e = sub.add_parser("eval", help="validation loss of a model at g=0")
-    e.add_argument("--model", type=Path, required=True, help="run or model directory")
-    e.add_argument(
-        "--data",
-        type=Path,
-        required=True,
-        help="token shards (val windows) or an evaluation set of prepare-eval (its rows)",
-    )
-    e.add_argument("--windows", type=POSITIVE, default=64, help="token shards: validation windows")
-    e.add_argument("--batch-size", type=POSITIVE, default=16, help="sequences per forward pass")
-    e.add_argument("--max-rows", type=POSITIVE, help="evaluation set: score the first N rows only")
-    e.add_argument(
-        "--dtype", default="float32", choices=["auto", "float32", "bfloat16"], help="evaluation set"
-    )
-    e.add_argument("--folded", type=Path, help="evaluation set: also score this folded export")
-    e.add_argument("--device", default="auto", choices=DEVICES, help=DEVICE_HELP)
-    e.add_argument("--out", type=Path, help="write the result as JSON here")
-    e.set_defaults(func=_cmd_eval)
-
-    f = sub.add_parser("fold", help="export a g=0 model as explicit scaling and folded, and verify")
-    f.add_argument("--model", type=Path, required=True, help="run or model directory")
-    f.add_argument("--data", type=Path, required=True, help="token shards (verification windows)")
-    f.add_argument("--out", type=Path, required=True, help="writes folded/, scaled/, verify.json")
-    f.add_argument("--windows", type=POSITIVE, default=8, help="windows for the logit comparison")
-    f.add_argument(
-        "--eval-windows", type=POSITIVE, default=64, help="windows for the loss comparison"
-    )
-    f.add_argument("--rtol", type=POSITIVE_FLOAT, default=1e-5, help="max |dz| / max |z| allowed")
-    f.add_argument("--device", default="auto", choices=DEVICES, help=DEVICE_HELP)
-    f.set_defaults(func=_cmd_fold)
-
-    x = sub.add_parser(
-        "export-hf",
-        help="export a norm-free g=0 model as a stock Hugging Face checkpoint, and verify it",
-    )
-    x.add_argument("--model", type=Path, required=True, help="run or model directory")
-    x.add_argument("--out", type=Path, required=True, help="save_pretrained dir + verify.json")
-    x.add_argument("--data", type=Path, help="token shards to verify on (default: the run's)")
-    x.add_argument("--windows", type=POSITIVE, default=4, help="validation windows to verify on")
-    x.add_argument("--rtol", type=POSITIVE_FLOAT, default=1e-4, help="max |dz| / max |z| allowed")
-    x.add_argument("--device", default="auto", choices=DEVICES, help=DEVICE_HELP)
-    x.set_defaults(func=_cmd_export_hf)
-
-    h = sub.add_parser(
-        "taper-hf",
-        help="taper every norm of a HF model: import, fine-tune, fold-verify, export-hf",
-    )
-    h.add_argument("--model", required=True, help="save_pretrained directory (or hub id)")
-    h.add_argument("--data", type=Path, required=True, help="token shards in the model's tokens")
-    h.add_argument("--out", type=Path, required=True, help="writes run/, fold_verify.json, hf/")
-    h.add_argument(
-        "--steps", type=POSITIVE, default=200, help="fine-tuning steps (taper: 1/4 to 3/4)"
-    )
-    h.add_argument("--lr", type=POSITIVE_FLOAT, default=1e-4, help="peak learning rate")
-    h.add_argument("--batch-size", type=POSITIVE, default=8, help="sequences per step")
-    h.add_argument("--lam", type=NON_NEGATIVE_FLOAT, default=0.1, help="scale loss weight")
-    h.add_argument("--device", default="auto", choices=DEVICES, help=DEVICE_HELP)
-    h.set_defaults(func=_cmd_taper_hf)
-
-    st = sub.add_parser(
-        "selftest",
-        help="a few training steps of every model family, fold, decode: run first on a new machine",
-        description="Before spending GPU-hours: a few optimizer steps of every model family and "
-        "training feature the paper config uses, the training loop with a resume, fold and verify, "
-        "KV-cache decoding. One line per check; exit status 1 if any fails. On --device meta it "
-        "checks device placement and that a training step reads nothing back from the device.",
-    )
-    st.add_argument(
-        "--device", default="auto", choices=[*DEVICES, "meta"], help=DEVICE_HELP + "; meta: shapes"
-    )
-    st.add_argument(
-        "--dtype",
-        default="auto",
-        choices=["auto", "float32", "bfloat16"],
-        help="training dtype (auto: bf16 autocast on CUDA, float32 elsewhere)",
-    )
-    st.add_argument(
-        "--compile",
-        action=argparse.BooleanOptionalAction,
-        default=None,
-        help="--compile: also compiled decoding and train.compile; --no-compile: neither "
-        "(default: compiled decoding on CUDA only)",
-    )
-    st.add_argument("--only", metavar="TEXT", help="run only the checks whose name contains TEXT")
-    st.set_defaults(func=_cmd_selftest)
-    from .analysis.cli import add_subcommands  # table, figure, claims
+def _analysis_parsers(sub) -> None:
+    from .analysis.cli import add_subcommands  # table, figure, claims, job-times
 
     add_subcommands(sub)
 
-    b = sub.add_parser(
-        "bench",
-        help="benchmarks (medians of interleaved repeats, ratios)",
-        description="train-step: seconds per training step (JSON; CSV rows per width with --out "
-        "FILE.csv). forward: paper Table 3, one "
-        "forward pass over B x T tokens, last-token logits (CSV). decode: greedy decoding with a "
-        "KV cache, prefill and decode timed apart, eager and/or compiled (CSV). forward and decode "
-        "time the baseline and the tapered model exported as explicit scaling and folded; the exports "
-        "are verified against the g=0 model first.",
-    )
-    b.add_argument("which", choices=["train-step", "forward", "decode"])
-    sizes_help = "train-step (default {}); with --random: instead of the paper config's"
-    b.add_argument("--n-layer", type=POSITIVE, help=sizes_help.format(8))
-    b.add_argument("--n-head", type=POSITIVE, help=sizes_help.format(16))
-    b.add_argument(
-        "--n-embd", type=POSITIVE, nargs="+", default=[128], help="train-step: width(s), in turn"
-    )
-    b.add_argument("--vocab", type=POSITIVE, help=sizes_help.format(4096))
-    b.add_argument("--block-size", type=POSITIVE, default=256, help="train-step")
-    b.add_argument("--batch-size", type=POSITIVE, default=16, help="train-step")
-    b.add_argument(
-        "--repeats",
-        type=POSITIVE,
-        help="timed rounds (default: train-step 7, forward 50, decode 10)",
-    )
-    b.add_argument("--no-hf", action="store_true", help="train-step: skip transformers")
-    b.add_argument(
-        "--with-dyt", action="store_true", help="train-step: also time a DyT model (every norm)"
-    )
-    models = b.add_argument_group("forward / decode models")
-    models.add_argument("--baseline", type=Path, help="trained baseline run (or model) directory")
-    models.add_argument(
-        "--tapered", type=Path, help="trained tapered run directory (exported at g=0 twice)"
-    )
-    models.add_argument("--dyt", type=Path, help="trained DyT run directory (timed as it is)")
-    models.add_argument(
-        "--random", metavar="dWIDTH", help="random weights at the paper's config, e.g. d512"
-    )
-    models.add_argument(
-        "--no-dyt", action="store_true", help="with --random: no DyT model beside the others"
-    )
-    grid = b.add_argument_group("forward / decode grid")
-    grid.add_argument(
-        "--batch-sizes", type=POSITIVE, nargs="+", help="default: forward 1 4, decode 1 4 16"
-    )
-    grid.add_argument("--seq-lens", type=POSITIVE, nargs="+", help="forward (default 128 256 512)")
-    grid.add_argument("--prompt-lens", type=POSITIVE, nargs="+", help="decode (default 128 512)")
-    grid.add_argument(
-        "--new-tokens", type=POSITIVE, default=256, help="decode steps after the prefill"
-    )
-    grid.add_argument(
-        "--warmup",
-        type=NON_NEGATIVE,
-        help="untimed rounds (default: train-step 2, forward 10, decode 2)",
-    )
-    grid.add_argument(
-        "--modes",
-        nargs="+",
-        choices=["eager", "compiled"],
-        default=["eager"],
-        help="decode: eager and/or compiled (torch.compile)",
-    )
-    grid.add_argument("--device", choices=DEVICES, default="auto", help=DEVICE_HELP)
-    grid.add_argument(
-        "--dtype",
-        choices=["float32", "bfloat16"],
-        default="float32",
-        help="forward / decode: model weights; train-step: bfloat16 = bf16 autocast (training's)",
-    )
-    grid.add_argument(
-        "--threads", type=POSITIVE, help="torch CPU threads (default: torch's choice)"
-    )
-    b.add_argument("--out", type=Path, help="train-step: JSON; forward / decode: CSV")
-    b.set_defaults(func=_cmd_bench)
 
-    n = sub.add_parser("env", help="this machine's device, versions and nvidia-smi as JSON")
-    n.add_argument("--device", default="auto", choices=DEVICES, help=DEVICE_HELP)
-    n.add_argument("--out", type=Path, help="write the JSON here too")
-    n.set_defaults(func=_cmd_env)
+COMMANDS = (  # in the order of `tapernorm --help`
+    _prepare_data_parser,
+    _train_parser,
+    _prepare_eval_parser,
+    _eval_parser,
+    _fold_parser,
+    _export_hf_parser,
+    _taper_hf_parser,
+    _selftest_parser,
+    _analysis_parsers,
+    _bench_parser,
+    _env_parser,
+    _gpu_report_parser,
+    _lr_grid_parser,
+)
 
-    r = sub.add_parser(
-        "gpu-report",
-        help="tables 3 and decode, figure 5 and the GPU-hours from benchmarks/gpu_check.sh's output",
-    )
-    r.add_argument("dir", type=Path, help="the check's output (summary.md, results.tar.gz, ...)")
-    r.add_argument(
-        "--config",
-        type=Path,
-        default=Path("config/paper.yaml"),
-        help="the pipeline config whose pre-training grid is costed",
-    )
-    r.set_defaults(func=_cmd_gpu_report)
-    _lr_grid_parser(sub)
-    for command in sub.choices.values():  # subcommands added elsewhere get the formatter too
-        command.formatter_class = _HelpFormatter
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="tapernorm", description=__doc__)
+    p.add_argument("--version", action="version", version=f"tapernorm {__version__}")
+    sub = p.add_subparsers(dest="command", required=True)
+    for add in COMMANDS:
+        add(sub)
     return p
 
 
