@@ -484,11 +484,11 @@ def _reject_misplaced(bench: argparse.ArgumentParser, benchmarks: dict) -> None:
 
 
 def _cmd_bench_train_step(args: argparse.Namespace) -> int:
-    from . import bench
+    from .bench.train_step import bench_train_steps
     from .checkpoint import write_json
 
     csv_out = args.out is not None and args.out.suffix == ".csv"
-    results = bench.bench_train_steps(
+    results = bench_train_steps(
         args.n_embd,
         args.out if csv_out else None,
         n_head=args.n_head,
@@ -554,7 +554,7 @@ def _cmd_bench_decode(args: argparse.Namespace) -> int:
 
 def _bench_inference(args: argparse.Namespace, **grid) -> int:
     """bench forward or decode (args.which): `grid` is what only the one benchmark takes."""
-    from .bench_inference import run_inference_bench, summary_table
+    from .bench.grid import run_inference_bench, summary_table
 
     sizes = {"n_layer": args.n_layer, "n_head": args.n_head, "vocab_size": args.vocab}
     df = run_inference_bench(
@@ -586,11 +586,12 @@ def _bench_forward_parser(benchmarks) -> None:
         "the baseline, the tapered model exported as explicit scaling and folded (verified "
         "against the g=0 model first) and a DyT model, per batch size and sequence length (CSV).",
     )
-    grid = _bench_inference_args(f, batch_sizes="1 4")
+    batches, lengths, warmup, repeats = _default_grid("forward")
+    grid = _bench_inference_args(f, batch_sizes=batches)
     grid.add_argument(
-        "--seq-lens", type=POSITIVE, nargs="+", help="sequence lengths (default: 128 256 512)"
+        "--seq-lens", type=POSITIVE, nargs="+", help=f"sequence lengths (default: {lengths})"
     )
-    _bench_rounds_args(f, grid, warmup=10, repeats=50)
+    _bench_rounds_args(f, grid, warmup=warmup, repeats=repeats)
     f.set_defaults(func=_cmd_bench_forward)
 
 
@@ -603,9 +604,10 @@ def _bench_decode_parser(benchmarks) -> None:
         "folded (verified against the g=0 model first) and a DyT model, per batch size and prompt "
         "length (CSV).",
     )
-    grid = _bench_inference_args(d, batch_sizes="1 4 16")
+    batches, lengths, warmup, repeats = _default_grid("decode")
+    grid = _bench_inference_args(d, batch_sizes=batches)
     grid.add_argument(
-        "--prompt-lens", type=POSITIVE, nargs="+", help="prompt lengths (default: 128 512)"
+        "--prompt-lens", type=POSITIVE, nargs="+", help=f"prompt lengths (default: {lengths})"
     )
     grid.add_argument(
         "--new-tokens", type=POSITIVE, default=256, help="decode steps after the prefill"
@@ -617,8 +619,16 @@ def _bench_decode_parser(benchmarks) -> None:
         default=["eager"],
         help="eager and/or compiled (torch.compile)",
     )
-    _bench_rounds_args(d, grid, warmup=2, repeats=10)
+    _bench_rounds_args(d, grid, warmup=warmup, repeats=repeats)
     d.set_defaults(func=_cmd_bench_decode)
+
+
+def _default_grid(which: str) -> tuple[str, str, int, int]:
+    """run_inference_bench's default grid for `which`, as the help states it."""
+    from .bench.grid import DEFAULT_GRID
+
+    batches, lengths, warmup, repeats = DEFAULT_GRID[which]
+    return " ".join(map(str, batches)), " ".join(map(str, lengths)), warmup, repeats
 
 
 def _bench_inference_args(p: argparse.ArgumentParser, batch_sizes: str):
