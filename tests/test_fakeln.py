@@ -16,8 +16,9 @@ from tapernorm import pipeline as tp
 from tapernorm.analysis import finetune as ft
 from tapernorm.checkpoint import load_model
 from tapernorm.config import ConfigError
-from tapernorm.fakeln import FakeNorm, removal_order, removal_steps
+from tapernorm.fakeln import removal_order, removal_steps
 from tapernorm.fold import FoldError, fold_model
+from tapernorm.norms import FakeNorm
 from tapernorm.train import train
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -68,7 +69,7 @@ def test_a_fake_norm_is_the_norm_until_removed_then_affine(kind):
     norm(h), norm.update(0.5)  # step 1
     norm(2 * h), norm.update(0.5)  # step 2: twice the scale
     ema = 0.5 * (0.5 * sigma) + 0.5 * (2 * sigma)  # = 0.25 sigma + sigma
-    assert norm.remove(0.5) == pytest.approx(float(ema / (1 - 0.5**2)), rel=1e-5)
+    assert norm.freeze(0.5) == pytest.approx(float(ema / (1 - 0.5**2)), rel=1e-5)
     assert _affine_along_rays(norm.eval(), h) == (True, False)
     expected = centred / norm.scale * norm.weight + (0 if norm.bias is None else norm.bias)
     assert torch.allclose(norm(h), expected, atol=1e-5)

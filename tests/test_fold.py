@@ -5,8 +5,7 @@ import torch
 
 from tapernorm import GPT, GPTConfig, export_explicit_scaling, fold_model, set_gate, verify_fold
 from tapernorm.fold import FoldError, FoldVerificationError
-from tapernorm.model import FixedScale
-from tapernorm.norms import taper_norms
+from tapernorm.norms import FixedScale, taper_norms
 
 
 def random_tapered(style: str, taper: str, seed: int = 0, tie: bool = True) -> GPT:

@@ -5,7 +5,7 @@ import torch
 import torch.nn.functional as F
 
 from tapernorm import TaperNorm, set_gate
-from tapernorm.norms import start_taper, update_calibration
+from tapernorm.norms import freeze, update_calibration
 
 
 def _random_taper(kind: str, d: int = 32, seed: int = 0) -> TaperNorm:
@@ -150,7 +150,7 @@ def test_taper_start_freezes_c_and_copies_gamma():
     n(torch.randn(4, 8, 32))
     update_calibration(n, 0.1)
     c0 = float(n.c)
-    start_taper(n)
+    freeze(n)
     assert torch.equal(n.weight_tilde, n.weight)
     set_gate(n, 1.0)  # even at g=1 again, a frozen c never changes
     for _ in range(3):
@@ -161,4 +161,4 @@ def test_taper_start_freezes_c_and_copies_gamma():
 
 def test_taper_start_without_calibration_is_an_error():
     with pytest.raises(RuntimeError, match="never calibrated"):
-        start_taper(TaperNorm(8))
+        freeze(TaperNorm(8))

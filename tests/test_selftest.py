@@ -10,8 +10,7 @@ from tapernorm import selftest
 from tapernorm.anchor import ScaleAnchor
 from tapernorm.cli import main
 from tapernorm.config import resolve_run_config
-from tapernorm.fakeln import FakeNorm
-from tapernorm.norms import TaperNorm
+from tapernorm.norms import FakeNorm, TaperNorm
 
 
 def test_selftest_on_meta_passes(capsys):

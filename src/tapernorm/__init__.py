@@ -8,7 +8,16 @@ from .anchor import ScaleAnchor
 from .export import export_hf
 from .fold import export_explicit_scaling, fold_model, verify_fold
 from .model import GPT, GPTConfig
-from .norms import DyT, LayerNorm, RMSNorm, TaperNorm, set_gate, start_taper, update_calibration
+from .norms import (
+    DyT,
+    LayerNorm,
+    RMSNorm,
+    TaperNorm,
+    freeze,
+    set_gate,
+    start_taper,  # the former name of freeze
+    update_calibration,
+)
 
 __version__ = "0.1.0"
 
@@ -32,6 +41,7 @@ __all__ = [
     "export_explicit_scaling",
     "export_hf",
     "fold_model",
+    "freeze",
     "load_hf",
     "set_gate",
     "start_taper",

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import torch
 
-from .norms import HostState, Reduce, bias_correction, ema_update_
+from .norms import HostState, Reduce, fold_ema_
 
 
 def token_scale(h: torch.Tensor, kind: str, eps: float = 1e-5) -> torch.Tensor:
@@ -72,12 +72,8 @@ class ScaleAnchor(HostState):
         for s in pending[1:]:  # in order, as a Python sum of the batch means would add them
             total = total + s.double()
         total = torch.stack([total, total.new_full((), float(len(pending)))])
-        if reduce is not None:
-            total = reduce(total)
-        ema_update_(self.ema, total[0] / total[1], mu)
-        count = self.host("ema_count") + 1
-        self.set_host("ema_count", count)
-        self.target.copy_(self.ema / bias_correction(mu, count))
+        correction = fold_ema_(self, (self.ema,), total, mu, reduce)
+        self.target.copy_(self.ema / correction)
 
     @torch.no_grad()
     def freeze(self) -> torch.Tensor:

@@ -19,8 +19,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .model import GPT, FixedScale
-from .norms import TaperNorm, taper_norms
+from .model import GPT
+from .norms import FixedScale, TaperNorm, taper_norms
 
 
 class FoldError(RuntimeError):

@@ -9,8 +9,9 @@ Both tie the output head to the token embedding unless told otherwise (a folded 
 "scale" (a fixed elementwise multiply: the explicit-scaling export) or "folded" (identity; the scales
 live in the next projections' weights, see fold.py).
 
-`norm` replaces every norm instead: "dyt" by DyT (norms.py; trained from scratch, never folds) or
-"fakeln" by FakeNorm (fakeln.py; a norm removed during fine-tuning). "default" is the style's norm.
+`norm` replaces every norm instead: "dyt" by DyT (trained from scratch, never folds) or "fakeln" by
+FakeNorm (a norm removed during fine-tuning, schedule in fakeln.py). "default" is the style's norm.
+Every norm layer is in norms.py.
 dyt_config(...) is DyT as its authors train LLaMA-style language models (DYT_RECIPE, docs/norm-free.md).
 """
 
@@ -23,8 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .fakeln import FakeNorm
-from .norms import DyT, LayerNorm, RMSNorm, TaperNorm
+from .norms import DyT, FakeNorm, FixedScale, LayerNorm, RMSNorm, TaperNorm
 
 STYLES = ("llama", "gpt2")
 TAPERS = ("none", "internal", "final", "all")
@@ -142,21 +142,6 @@ class GPTConfig:
 def dyt_config(**fields) -> GPTConfig:
     """A GPTConfig with every norm a DyT, by DyT's LLaMA recipe (DYT_RECIPE); `fields` as GPTConfig's."""
     return GPTConfig(**{**DYT_RECIPE, **fields})
-
-
-class FixedScale(nn.Module):
-    """A tapered norm at g = 0 as an explicit op: h * s (rms) or (h - mean(h)) * s + beta (layer)."""
-
-    def __init__(self, dim: int, kind: str):
-        super().__init__()
-        self.kind = kind
-        self.register_buffer("scale", torch.ones(dim))
-        self.register_buffer("shift", torch.zeros(dim) if kind == "layer" else None)
-
-    def forward(self, h: torch.Tensor) -> torch.Tensor:
-        if self.kind == "rms":
-            return h * self.scale
-        return torch.addcmul(self.shift, h - h.mean(-1, keepdim=True), self.scale)
 
 
 def make_norm(cfg: GPTConfig, tapered: bool, before_attn: bool = False) -> nn.Module:

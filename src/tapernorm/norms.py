@@ -1,4 +1,10 @@
-"""RMSNorm, LayerNorm and TaperNorm (paper Eqs. 1-4, 6-7), and DyT, a norm-free baseline.
+"""Every norm layer of the models, over one bias-corrected EMA (fold_ema_).
+
+RMSNorm and LayerNorm (paper Eqs. 1-2); TaperNorm (Eqs. 3-4, 6-7) and FixedScale, a tapered norm
+at g = 0 as an explicit op (the explicit-scaling export, fold.py); DyT, a norm-free baseline; FakeNorm,
+a norm whose per-token scale becomes a fixed scalar (FakeLN; its removal schedule is in fakeln.py).
+One verb for the moment a learned statistic stops moving: `freeze` (TaperNorm's c at taper start,
+FakeNorm's s at its removal, the scale anchor's s_tgt in anchor.py).
 
 TaperNorm mixes a normalizing branch and a sample-independent linear branch under one global gate g:
 
@@ -204,24 +210,17 @@ class TaperNorm(HostState):
             return
         stats = torch.stack(pending).double()
         total = torch.cat([stats.sum(0), stats.new_full((1,), float(len(pending)))])
-        if reduce is not None:
-            total = reduce(total)
-        mean = total[:2] / total[2]
-        ema_update_(self.ema_num, mean[0], mu)
-        ema_update_(self.ema_den, mean[1], mu)
-        count = self.host("ema_count") + 1
-        self.set_host("ema_count", count)
-        correction = bias_correction(mu, count)
+        correction = fold_ema_(self, (self.ema_num, self.ema_den), total, mu, reduce)
         self.c.copy_((self.ema_num / correction) / (self.ema_den / correction + self.delta))
 
     @torch.no_grad()
-    def start_taper(self) -> None:
+    def freeze(self) -> None:
         """Freeze c and copy gamma into gamma_tilde (done once, when g first drops below 1)."""
         if self.host("frozen"):
             return
         if self.host("ema_count") == 0:
             raise RuntimeError(
-                "TaperNorm.start_taper: c was never calibrated (no training step ran at g=1); "
+                "TaperNorm.freeze: c was never calibrated (no training step ran at g=1); "
                 "the taper must start after at least one optimizer step"
             )
         self.weight_tilde.copy_(self.weight)
@@ -229,7 +228,99 @@ class TaperNorm(HostState):
         self._pending.clear()
 
 
-# ---- the bias-corrected EMA shared by TaperNorm's c, FakeLN's scale and the anchor's target -------
+class FixedScale(nn.Module):
+    """A tapered norm at g = 0 as an explicit op: h * s (rms) or (h - mean(h)) * s + beta (layer)."""
+
+    def __init__(self, dim: int, kind: str):
+        super().__init__()
+        self.kind = kind
+        self.register_buffer("scale", torch.ones(dim))
+        self.register_buffer("shift", torch.zeros(dim) if kind == "layer" else None)
+
+    def forward(self, h: torch.Tensor) -> torch.Tensor:
+        if self.kind == "rms":
+            return h * self.scale
+        return torch.addcmul(self.shift, h - h.mean(-1, keepdim=True), self.scale)
+
+
+class FakeNorm(HostState):
+    """LayerNorm (kind "layer") or RMSNorm ("rms") whose per-token scale becomes a fixed scalar s
+    once frozen (FakeLN's removal of the norm, Baroni et al. 2025; schedule in fakeln.py):
+
+        layer: (h - mean(h)) / s * gamma + beta        rms: h / s * gamma
+
+    an affine map (still centering). s is the norm's "average std": a bias-corrected EMA (weight mu)
+    of the batch-mean sigma(h) (r(h) for rms) over the optimizer steps before the freeze (fold_ema_).
+    The buffer `removed` says it is frozen.
+    """
+
+    HOST_BUFFERS = {"removed": bool, "ema_count": int}
+
+    def __init__(self, dim: int, kind: str = "layer", eps: float = 1e-5, bias: bool = True):
+        super().__init__()
+        self.dim, self.kind, self.eps = dim, kind, eps
+        self.weight = nn.Parameter(torch.ones(dim))
+        self.bias = nn.Parameter(torch.zeros(dim)) if bias and kind == "layer" else None
+        self.register_buffer("removed", torch.tensor(False))
+        self.register_buffer("scale", torch.tensor(1.0))  # s, fixed at removal
+        self.register_buffer("ema", torch.tensor(0.0))
+        self.register_buffer("ema_count", torch.tensor(0, dtype=torch.long))
+        self._pending: list[torch.Tensor] = []  # batch means of sigma(h), not yet in the EMA
+        self._init_host(removed=False, ema_count=0)
+
+    @property
+    def is_removed(self) -> bool:
+        """Whether s is frozen (the norm removed), without a device read."""
+        return self.host("removed")
+
+    def extra_repr(self) -> str:
+        return f"{self.dim}, kind={self.kind}, removed={self.is_removed}"
+
+    def forward(self, h: torch.Tensor) -> torch.Tensor:
+        if not self.is_removed:
+            if self.training:
+                self._record(h)
+            if self.kind == "rms":
+                return F.rms_norm(h, (self.dim,), self.weight, self.eps)
+            return F.layer_norm(h, (self.dim,), self.weight, self.bias, self.eps)
+        if self.kind == "layer":
+            h = h - h.mean(-1, keepdim=True)
+        out = h * (self.weight / self.scale)
+        return out if self.bias is None else out + self.bias
+
+    @torch.no_grad()
+    def _record(self, h: torch.Tensor) -> None:
+        h = h.detach().float()
+        if self.kind == "layer":
+            h = h - h.mean(-1, keepdim=True)
+        self._pending.append(torch.sqrt(h.pow(2).mean(-1) + self.eps).mean())
+
+    @torch.no_grad()
+    def update(self, mu: float, reduce: Reduce | None = None) -> None:
+        """Fold this step's recorded batch means into the EMA (mean over micro-batches, and over
+        data-parallel processes with `reduce`, a sum over them), on the model's device."""
+        pending, self._pending = self._pending, []
+        if self.is_removed or not pending:
+            return
+        stats = torch.stack(pending).double()
+        total = torch.stack([stats.sum(), stats.new_full((), float(len(pending)))])
+        fold_ema_(self, (self.ema,), total, mu, reduce)
+
+    @torch.no_grad()
+    def freeze(self, mu: float) -> torch.Tensor:
+        """Fix s to the EMA (weight `mu`), bias-corrected, and stop normalizing per token (remove
+        the norm); returns s (a 0-dim tensor on the norm's device)."""
+        if not self.is_removed:
+            count = self.host("ema_count")
+            if count == 0:
+                raise RuntimeError("FakeNorm.freeze: no step recorded its average scale yet")
+            self.scale.copy_(self.ema.double() / bias_correction(mu, count))
+            self.set_host("removed", True)
+        self._pending.clear()
+        return self.scale.detach().clone()
+
+
+# ---- the bias-corrected EMA of TaperNorm's c, FakeNorm's scale and the anchor's target ---------
 
 
 def ema_update_(ema: torch.Tensor, x: torch.Tensor, mu: float) -> None:
@@ -241,6 +332,33 @@ def ema_update_(ema: torch.Tensor, x: torch.Tensor, mu: float) -> None:
 def bias_correction(mu: float, n: int) -> float:
     """1 - (1 - mu)^n: divides an EMA started at 0 after n updates into an unbiased mean."""
     return 1.0 - (1.0 - mu) ** n
+
+
+@torch.no_grad()
+def fold_ema_(
+    owner: HostState,
+    emas: tuple[torch.Tensor, ...],
+    total: torch.Tensor,
+    mu: float,
+    reduce: Reduce | None = None,
+) -> float:
+    """One optimizer step of the bias-corrected EMA (TaperNorm's c, FakeNorm's s, ScaleAnchor's s_tgt).
+
+    `total` (float64): this process's sum of each statistic over the step's micro-batches, then
+    their count. `reduce` (a sum over data-parallel processes) makes the mean x the mean over every
+    process's micro-batches. Each ema <- (1 - mu) ema + mu x (ema_update_), and owner's `ema_count`
+    n grows by one. Returns the bias correction 1 - (1 - mu)^n: ema / it is the unbiased mean,
+
+        s <- (1 - mu) s + mu x;  s_hat = s / (1 - (1 - mu)^n).
+    """
+    if reduce is not None:
+        total = reduce(total)
+    mean = total[:-1] / total[-1]
+    for ema, x in zip(emas, mean, strict=True):
+        ema_update_(ema, x, mu)
+    count = owner.host("ema_count") + 1
+    owner.set_host("ema_count", count)
+    return bias_correction(mu, count)
 
 
 def taper_norms(model: nn.Module) -> Iterator[tuple[str, TaperNorm]]:
@@ -265,11 +383,14 @@ def update_calibration(model: nn.Module, mu: float, reduce: Reduce | None = None
         m.update_calibration(mu, reduce)
 
 
-def start_taper(model: nn.Module) -> dict[str, torch.Tensor]:
-    """Freeze every TaperNorm's c and set gamma_tilde := gamma; returns the calibrated c per layer
-    (0-dim tensors on the model's device)."""
+def freeze(model: nn.Module) -> dict[str, torch.Tensor]:
+    """At taper start: freeze every TaperNorm's c and set gamma_tilde := gamma; returns the
+    calibrated c per layer (0-dim tensors on the model's device)."""
     out = {}
     for name, m in taper_norms(model):
-        m.start_taper()
+        m.freeze()
         out[name] = m.c.detach().clone()  # a device tensor: read when the step's record is logged
     return out
+
+
+start_taper = freeze  # the former name of `freeze` (exported by tapernorm before)

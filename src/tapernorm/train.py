@@ -40,7 +40,7 @@ from .distributed import World, barrier, make_reduce, process_group, rank_micro_
 from .evaluation import evaluate
 from .fakeln import FakeLNSchedule, schedule_for
 from .model import GPT, GPTConfig, convert_norms
-from .norms import Reduce, set_gate, start_taper, taper_norms, update_calibration
+from .norms import Reduce, freeze, set_gate, taper_norms, update_calibration
 from .run_identity import run_identity
 from .run_lock import run_lock
 from .schedules import gate_at, lr_at
@@ -323,7 +323,7 @@ def start_step(run: Run, step: int) -> dict:
     if gate < 1.0 and run.anchor is not None and not run.anchor.active:
         record["s_tgt"] = run.anchor.freeze()
     if gate < 1.0 and run.tapered and not run.taper_started:
-        record["c"] = start_taper(run.model)
+        record["c"] = freeze(run.model)
     set_gate(run.model, gate)
     if run.fakeln is not None:
         record.update(run.fakeln.before_step(step))
