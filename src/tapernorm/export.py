@@ -134,7 +134,9 @@ def hf_config_for(cfg: GPTConfig):
     return CONFIG_MAPPING[kind].from_dict(src)
 
 
-def _linear(d: dict, hf_keys: set, ours: dict, name: str, hf_names: list, sizes=None, conv1d=False):
+def _linear_to_hf(
+    d: dict, hf_keys: set, ours: dict, name: str, hf_names: list, sizes=None, conv1d=False
+):
     """Our (fused) Linear `name` as HF's linears `hf_names`, split by output rows into `sizes`. A
     bias HF has and we lack is zero; a nonzero bias HF lacks is an ExportError."""
     w, b = ours[f"{name}.weight"], ours.get(f"{name}.bias")
@@ -170,17 +172,18 @@ def _hf_state(model: GPT, kind: str, hf_keys: set) -> dict[str, torch.Tensor]:
     for i in range(cfg.n_layer):
         p, q = f"blocks.{i}", f"{layers}.{i}"
         for our, theirs in linears.items():
-            _linear(d, hf_keys, ours, f"{p}.{our}", [f"{q}.{theirs}"], conv1d=kind == "gpt2")
+            _linear_to_hf(d, hf_keys, ours, f"{p}.{our}", [f"{q}.{theirs}"], conv1d=kind == "gpt2")
         if kind != "gpt2":
             qkv = [f"{q}.self_attn.{x}_proj" for x in "qkv"]
-            _linear(d, hf_keys, ours, f"{p}.attn.qkv", qkv, sizes=[cfg.n_embd, kv, kv])
+            _linear_to_hf(d, hf_keys, ours, f"{p}.attn.qkv", qkv, sizes=[cfg.n_embd, kv, kv])
         for j in ("ln_1", "ln_2"):
-            _norm(d, f"{q}.{ln[j]}", *norms[f"{p}.{j}"])
-    _norm(d, ln["ln_f"], *norms["ln_f"])
+            _norm_to_hf(d, f"{q}.{ln[j]}", *norms[f"{p}.{j}"])
+    _norm_to_hf(d, ln["ln_f"], *norms["ln_f"])
     return d
 
 
-def _norm(d: dict, hf_name: str, gain: torch.Tensor, shift: torch.Tensor | None) -> None:
+def _norm_to_hf(d: dict, hf_name: str, gain: torch.Tensor, shift: torch.Tensor | None) -> None:
+    """HF's norm `hf_name` as the fixed map gain (and shift) our g=0 norm computes."""
     d[f"{hf_name}.weight"] = gain
     if shift is not None:
         d[f"{hf_name}.bias"] = shift.float().cpu()

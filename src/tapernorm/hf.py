@@ -189,9 +189,9 @@ def _gpt2(hf: nn.Module, taper: str) -> tuple[GPTConfig, dict[str, torch.Tensor]
         ):
             w[f"{p}.{ours}.weight"] = conv.weight.t()  # Conv1D stores (in, out)
             w[f"{p}.{ours}.bias"] = conv.bias
-        _norm(w, f"{p}.ln_1", blk.ln_1.weight, blk.ln_1.bias)
-        _norm(w, f"{p}.ln_2", blk.ln_2.weight, blk.ln_2.bias)
-    _norm(w, "ln_f", t.ln_f.weight, t.ln_f.bias)
+        _norm_from_hf(w, f"{p}.ln_1", blk.ln_1.weight, blk.ln_1.bias)
+        _norm_from_hf(w, f"{p}.ln_2", blk.ln_2.weight, blk.ln_2.bias)
+    _norm_from_hf(w, "ln_f", t.ln_f.weight, t.ln_f.bias)
     return config, w
 
 
@@ -243,14 +243,14 @@ def _llama(hf: nn.Module, taper: str, kind: str) -> tuple[GPTConfig, dict[str, t
     w["lm_head.weight"] = m.embed_tokens.weight if tie else hf.lm_head.weight
     for i, layer in enumerate(m.layers):
         p, a, f = f"blocks.{i}", layer.self_attn, layer.mlp
-        _linear(w, f"{p}.attn.qkv", config.qkv_bias, a.q_proj, a.k_proj, a.v_proj)
-        _linear(w, f"{p}.attn.proj", config.bias, a.o_proj)
-        _linear(w, f"{p}.mlp.w_gate", config.bias, f.gate_proj)
-        _linear(w, f"{p}.mlp.w_in", config.bias, f.up_proj)
-        _linear(w, f"{p}.mlp.w_out", config.bias, f.down_proj)
-        _norm(w, f"{p}.ln_1", layer.input_layernorm.weight)
-        _norm(w, f"{p}.ln_2", layer.post_attention_layernorm.weight)
-    _norm(w, "ln_f", m.norm.weight)
+        _linear_from_hf(w, f"{p}.attn.qkv", config.qkv_bias, a.q_proj, a.k_proj, a.v_proj)
+        _linear_from_hf(w, f"{p}.attn.proj", config.bias, a.o_proj)
+        _linear_from_hf(w, f"{p}.mlp.w_gate", config.bias, f.gate_proj)
+        _linear_from_hf(w, f"{p}.mlp.w_in", config.bias, f.up_proj)
+        _linear_from_hf(w, f"{p}.mlp.w_out", config.bias, f.down_proj)
+        _norm_from_hf(w, f"{p}.ln_1", layer.input_layernorm.weight)
+        _norm_from_hf(w, f"{p}.ln_2", layer.post_attention_layernorm.weight)
+    _norm_from_hf(w, "ln_f", m.norm.weight)
     return config, w
 
 
@@ -275,7 +275,7 @@ def _llama_rope(c: Any) -> tuple[float, dict]:
 # ---- helpers ---------------------------------------------------------------------------------
 
 
-def _linear(w: dict, name: str, bias: bool, *parts: nn.Linear) -> None:
+def _linear_from_hf(w: dict, name: str, bias: bool, *parts: nn.Linear) -> None:
     """Row-concatenate HF nn.Linear layers into our fused one (missing biases become zeros)."""
     w[f"{name}.weight"] = torch.cat([p.weight for p in parts], dim=0)
     if bias:
@@ -284,7 +284,9 @@ def _linear(w: dict, name: str, bias: bool, *parts: nn.Linear) -> None:
         )
 
 
-def _norm(w: dict, name: str, weight: torch.Tensor, bias: torch.Tensor | None = None) -> None:
+def _norm_from_hf(
+    w: dict, name: str, weight: torch.Tensor, bias: torch.Tensor | None = None
+) -> None:
     """gamma (and beta); a TaperNorm also gets gamma_tilde := gamma (dropped if not a TaperNorm)."""
     w[f"{name}.weight"] = weight
     w[f"{name}.weight_tilde"] = weight

@@ -57,7 +57,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from ..checkpoint import atomic_write_bytes
+from ..atomic import atomic_write_bytes
 from . import finetune as ft
 from . import inference_tables, paper
 from .claim_rows import COLUMNS, GRADES, NOT_MEASURED, SIZE_FACTOR, ClaimInputs, grade_of

@@ -28,7 +28,7 @@ from matplotlib.colors import to_rgba
 from matplotlib.figure import Figure, SubFigure
 from matplotlib.patches import Circle, FancyArrowPatch, FancyBboxPatch
 
-from ..checkpoint import atomic_write_bytes
+from ..atomic import atomic_write_bytes
 from ..config import PAPER_VARIANTS, VARIANTS
 from ..pipeline import FIG2_VARIANTS
 from . import paper

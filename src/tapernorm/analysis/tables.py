@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from ..checkpoint import atomic_write_bytes
+from ..atomic import atomic_write_bytes
 from ..config import PAPER_VARIANTS, VARIANTS, baseline_of
 from . import paper
 from .html import markdown_page
