@@ -17,6 +17,7 @@ from tapernorm.decode import (
     DecoderCache,
     StaticDecoder,
     linears_as_reductions,
+    new_cache,
     sample,
     static_decoder,
 )
@@ -57,7 +58,7 @@ def prompt(batch=2, length=5, seed=1):
 def hidden_path(m, x, steps):
     """Greedy decoding through GPT.hidden with a KVCache (the model's own path): tokens, logits."""
     B, P = x.shape
-    cache = m.new_cache(B, P + steps)
+    cache = new_cache(m, B, P + steps)
     logits = [m.head(m.hidden(x, cache, 0)[:, -1])]
     tokens = [x, logits[-1].argmax(-1, keepdim=True)]
     for i in range(steps - 1):

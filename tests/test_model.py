@@ -4,6 +4,7 @@ import pytest
 import torch
 
 from tapernorm import GPT, GPTConfig, TaperNorm
+from tapernorm.decode import new_cache
 from tapernorm.model import Block, convert_norms
 from tapernorm.norms import LayerNorm, RMSNorm
 
@@ -96,7 +97,7 @@ def test_chunked_prefill_with_cache():
     torch.manual_seed(4)
     m = GPT(tiny()).eval()
     x = torch.randint(0, 61, (2, 20))
-    cache = m.new_cache(2, 20)
+    cache = new_cache(m, 2, 20)
     a = m.hidden(x[:, :8], cache, 0)
     b = m.hidden(x[:, 8:], cache, 8)
     assert torch.allclose(torch.cat([a, b], 1), m.hidden(x), atol=1e-5)

@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .model import GPT, MLP, Attention, KVCache, apply_rope
+from .model import GPT, MLP, Attention, GPTConfig, apply_rope, set_generate_engine
 
 Prefill = Callable[[torch.Tensor], torch.Tensor]  # prompt (B, P) -> last logits (B, V)
 Step = Callable[[torch.Tensor, int], torch.Tensor]  # (token (B, 1), its position) -> logits (B, V)
@@ -35,6 +35,29 @@ Linear = Callable[[nn.Linear, torch.Tensor], torch.Tensor]  # (layer, x) -> laye
 CACHE_BUCKET = 64
 GEMV_ROWS = 4  # compiled on a CPU, linears over at most this many rows: linears_as_reductions
 ONEDNN_WEIGHTS = 2**18  # eager on a CPU: layers with this many weights (1 MB float32) use oneDNN
+
+
+class KVCache:
+    """Preallocated keys and values of one layer: (B, n_kv_head, max_len, head_dim)."""
+
+    def __init__(self, cfg: GPTConfig, batch: int, max_len: int, device, dtype):
+        shape = (batch, cfg.n_kv_head, max_len, cfg.head_dim)
+        self.k = torch.zeros(shape, device=device, dtype=dtype)
+        self.v = torch.zeros(shape, device=device, dtype=dtype)
+
+    def append(
+        self, k: torch.Tensor, v: torch.Tensor, pos: int
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        end = pos + k.shape[2]
+        self.k[:, :, pos:end] = k
+        self.v[:, :, pos:end] = v
+        return self.k[:, :, :end], self.v[:, :, :end]
+
+
+def new_cache(model: GPT, batch: int, max_len: int) -> list[KVCache]:
+    """One KVCache per layer of `model`, in its weights' device and dtype (GPT.hidden's `cache`)."""
+    p = model.tok_emb.weight
+    return [KVCache(model.config, batch, max_len, p.device, p.dtype) for _ in model.blocks]
 
 
 class StaticDecoder(nn.Module):
@@ -48,7 +71,7 @@ class StaticDecoder(nn.Module):
     def __init__(self, model: GPT, batch: int, max_len: int):
         super().__init__()
         self.model = model
-        self.caches = model.new_cache(batch, max_len)
+        self.caches = new_cache(model, batch, max_len)
         for i, cache in enumerate(self.caches):
             self.register_buffer(f"k{i}", cache.k, persistent=False)
             self.register_buffer(f"v{i}", cache.v, persistent=False)
@@ -96,7 +119,7 @@ def eager_decoder(
     linear layers run on step_linear's kernels (or `linear`'s; the model's own modules do everything
     else).
     """
-    cache = model.new_cache(batch, max_len)
+    cache = new_cache(model, batch, max_len)
     m, dtype, device = model, model.tok_emb.weight.dtype, model.tok_emb.weight.device
     if m.pos_emb is not None:  # per position: its index (learned positions) or its RoPE tables
         where = [torch.tensor([p], device=device) for p in range(max_len)]
@@ -408,3 +431,6 @@ def _signature(model: nn.Module) -> tuple:
         tuple(id(m) for m in model.modules()),
         tuple((id(t), t.data_ptr(), t.dtype, t.device, t.shape) for t in tensors),
     )
+
+
+set_generate_engine(generate)  # GPT.generate runs this module's generate

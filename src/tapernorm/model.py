@@ -1,4 +1,4 @@
-"""A pre-norm GPT in two block styles, with TaperNorm where `taper` says and KV-cache decoding (decode.py).
+"""A pre-norm GPT in two block styles, with TaperNorm where `taper` says.
 
     h1 = h0 + Attn(ln_1(h0));  h2 = h1 + MLP(ln_2(h1));  logits = ln_f(h_L) @ W_out      (paper Sec. 1)
 
@@ -13,6 +13,11 @@ live in the next projections' weights, see fold.py).
 FakeNorm (a norm removed during fine-tuning, schedule in fakeln.py). "default" is the style's norm.
 Every norm layer is in norms.py.
 dyt_config(...) is DyT as its authors train LLaMA-style language models (DYT_RECIPE, docs/norm-free.md).
+
+The model knows nothing of how it is decoded: its forward takes a KV cache as an argument (one per
+layer, any object with `append(k, v, pos) -> (keys, values)`; decode.KVCache), and GPT.generate runs
+the engine that tapernorm.decode registers with set_generate_engine when imported (tapernorm's
+__init__ imports it).
 """
 
 from __future__ import annotations
@@ -174,23 +179,6 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, signed_sin: torch.Tensor) -> 
     return torch.addcmul(x * cos, x.roll(x.shape[-1] // 2, dims=-1), signed_sin)
 
 
-class KVCache:
-    """Preallocated keys and values of one layer: (B, n_kv_head, max_len, head_dim)."""
-
-    def __init__(self, cfg: GPTConfig, batch: int, max_len: int, device, dtype):
-        shape = (batch, cfg.n_kv_head, max_len, cfg.head_dim)
-        self.k = torch.zeros(shape, device=device, dtype=dtype)
-        self.v = torch.zeros(shape, device=device, dtype=dtype)
-
-    def append(
-        self, k: torch.Tensor, v: torch.Tensor, pos: int
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        end = pos + k.shape[2]
-        self.k[:, :, pos:end] = k
-        self.v[:, :, pos:end] = v
-        return self.k[:, :, :end], self.v[:, :, :end]
-
-
 class Attention(nn.Module):
     def __init__(self, cfg: GPTConfig):
         super().__init__()
@@ -211,7 +199,9 @@ class Attention(nn.Module):
             q, k = apply_rope(q, *rope), apply_rope(k, *rope)
         return q, k, v
 
-    def forward(self, x, rope=None, cache: KVCache | None = None, pos: int = 0) -> torch.Tensor:
+    def forward(self, x, rope=None, cache=None, pos: int = 0) -> torch.Tensor:
+        """x (B, T, C) at positions pos.. -> (B, T, C); with a layer's KV cache (decode.KVCache),
+        this chunk's keys and values are appended to it and attention covers all cached ones."""
         B, T, C = x.shape
         q, k, v = self.heads(x, rope)
         if cache is not None:
@@ -255,7 +245,7 @@ class Block(nn.Module):
         self.ln_1, self.attn = make_norm(cfg, internal, before_attn=True), Attention(cfg)
         self.ln_2, self.mlp = make_norm(cfg, internal), MLP(cfg)
 
-    def forward(self, x, rope=None, cache: KVCache | None = None, pos: int = 0) -> torch.Tensor:
+    def forward(self, x, rope=None, cache=None, pos: int = 0) -> torch.Tensor:
         x = x + self.attn(self.ln_1(x), rope, cache, pos)
         return x + self.mlp(self.ln_2(x))
 
@@ -300,8 +290,9 @@ class GPT(nn.Module):
         x = self.tok_emb(idx)
         return x if self.emb_scale is None else x * self.emb_scale
 
-    def hidden(self, idx: torch.Tensor, cache: list[KVCache] | None = None, pos: int = 0):
-        """The pre-logit residual stream h_L (input of the final norm), shape (B, T, d)."""
+    def hidden(self, idx: torch.Tensor, cache: list | None = None, pos: int = 0):
+        """The pre-logit residual stream h_L (input of the final norm), shape (B, T, d); with
+        `cache` (one KV cache per layer, decode.new_cache) idx sits at positions pos.."""
         T = idx.shape[1]
         if pos + T > self.config.block_size:
             raise ValueError(
@@ -330,10 +321,6 @@ class GPT(nn.Module):
         logits = self.head(h)
         return (logits, h) if return_hidden else logits
 
-    def new_cache(self, batch: int, max_len: int) -> list[KVCache]:
-        p = self.tok_emb.weight
-        return [KVCache(self.config, batch, max_len, p.device, p.dtype) for _ in self.blocks]
-
     def generate(
         self,
         idx: torch.Tensor,
@@ -344,19 +331,32 @@ class GPT(nn.Module):
         return_logits: bool = False,
         compile: bool = False,
     ):
-        """Decode with a preallocated KV cache (decode.py): temperature 0.0 is greedy, else sampling
-        from softmax(logits / temperature), over the top_k logits if given, drawing from `generator`.
+        """Decode with a preallocated KV cache (the engine in decode.py): temperature 0.0 is greedy,
+        else sampling from softmax(logits / temperature), over the top_k logits if given, drawing
+        from `generator`.
 
         compile=True runs each step as one torch.compile'd graph (CUDA graphs on a GPU); the first
         call for a batch size and length compiles (seconds to a minute), later ones reuse it.
         Returns (B, T + max_new_tokens) tokens; with return_logits also the logits that chose each new
         token, (B, max_new_tokens, vocab).
         """
-        from .decode import generate  # decode.py builds on this module
-
-        return generate(
+        return _ENGINE["generate"](
             self, idx, max_new_tokens, temperature, top_k, generator, return_logits, compile
         )
+
+
+def _no_engine(*args, **kwargs):
+    raise RuntimeError("GPT.generate needs the decode engine: import tapernorm.decode")
+
+
+# what GPT.generate runs: tapernorm.decode's generate, registered there (the model never imports it)
+_ENGINE = {"generate": _no_engine}
+
+
+def set_generate_engine(generate) -> None:
+    """Make GPT.generate run `generate(model, idx, max_new_tokens, temperature, top_k, generator,
+    return_logits, compile)` (tapernorm.decode registers its own when imported)."""
+    _ENGINE["generate"] = generate
 
 
 def convert_norms(model: GPT, taper: str, norm: str = "default") -> GPT:
