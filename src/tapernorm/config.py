@@ -321,8 +321,9 @@ def resolve_run_config(config: dict) -> dict:
 
 
 def _resolve_norm(cfg: dict) -> None:
-    """model.norm dyt / fakeln replaces every norm, so nothing tapers. FakeLN's removal window
-    defaults to the taper window, its EMA weight to taper.ema_mu."""
+    """model.norm dyt / fakeln replaces every norm, so nothing tapers (the norm switches are
+    described together in model.GPTConfig's docstring). FakeLN's removal window defaults to the
+    taper window, its EMA weight to taper.ema_mu."""
     tp, m, norm = cfg["taper"], cfg["model"], cfg["model"].get("norm", "default")
     if norm != "default" and m["taper"] != "none":
         raise ConfigError(f"config key model.taper: must be none with model.norm {norm}")

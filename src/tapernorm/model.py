@@ -5,13 +5,8 @@
 llama: RMSNorm, SwiGLU (hidden 8d/3), RoPE, no biases.  gpt2: LayerNorm, GELU, learned positions, biases.
 Both tie the output head to the token embedding unless told otherwise (a folded final norm unties it).
 
-`norm_mode` says how the tapered norms are realised: "taper" (TaperNorm modules, for training),
-"scale" (a fixed elementwise multiply: the explicit-scaling export) or "folded" (identity; the scales
-live in the next projections' weights, see fold.py).
-
-`norm` replaces every norm instead: "dyt" by DyT (trained from scratch, never folds) or "fakeln" by
-FakeNorm (a norm removed during fine-tuning, schedule in fakeln.py). "default" is the style's norm.
-Every norm layer is in norms.py.
+Which module each norm is comes from four GPTConfig switches, described together in GPTConfig's
+docstring (style, taper, norm, norm_mode) and applied in make_norm; every norm layer is in norms.py.
 dyt_config(...) is DyT as its authors train LLaMA-style language models (DYT_RECIPE, docs/norm-free.md).
 
 The model knows nothing of how it is decoded: its forward takes a KV cache as an argument (one per
@@ -59,9 +54,27 @@ DYT_RECIPE = {"norm": "dyt", "dyt_bias": False, "tie_embeddings": False, "emb_sc
 
 @dataclass
 class GPTConfig:
-    """Sizes and switches of a GPT. With norm="dyt", the DyT before attention starts at alpha0
-    `dyt_alpha_attn` and the others (before the MLP, the final one) at `dyt_alpha_other`; None takes
-    them from DyT's width table (dyt_alpha0: 1.0 and 1.0 up to d=1024)."""
+    """Sizes and switches of a GPT.
+
+    The norm switches, in one place (make_norm applies them to ln_1, ln_2 of each block and ln_f):
+
+    - `style` fixes the norm's kind, `norm_kind`: "rms" (RMSNorm) for llama, "layer" (LayerNorm)
+      for gpt2. Not a field of its own: every norm layer below takes it as `kind`.
+    - `taper` (none | internal | final | all) says which norms taper: internal = ln_1 and ln_2 of
+      every block, final = ln_f. The others are the style's plain norm.
+    - `norm` (default | dyt | fakeln) replaces every norm instead: default keeps the style's norm
+      (tapered where `taper` says); dyt makes every norm a DyT (trained from scratch, never folds;
+      alpha0 `dyt_alpha_attn` before attention, `dyt_alpha_other` before the MLP and the head, None
+      taking them from DyT's width table dyt_alpha0: 1.0 and 1.0 up to d=1024); fakeln makes every
+      norm a FakeNorm (removed during fine-tuning by fakeln.py's schedule).
+      Cross-field rule: a norm other than default replaces the tapered ones too, so it needs
+      taper="none" (checked here, and for run configs by config._resolve_norm as model.taper).
+    - `norm_mode` (taper | scale | folded) says how the tapered norms are realised and matters only
+      where `taper` is not none: taper = TaperNorm modules (training, any gate); scale = FixedScale,
+      the norm at g = 0 as an explicit multiply (export_explicit_scaling); folded = identity, the
+      scales live in the next projections' weights (fold_model). Only fold.py sets it (an export's
+      config.json carries it); a run config has no such key (schemas/run.schema.yaml).
+    """
 
     style: str = "llama"
     n_layer: int = 8
