@@ -11,7 +11,7 @@ from conftest import tiny_run
 
 from tapernorm import GPT, DyT, GPTConfig, fold_model
 from tapernorm import pipeline as tp
-from tapernorm.analysis import claims, dyt, inference_tables
+from tapernorm.analysis import claims, claims_dyt, inference_tables
 from tapernorm.analysis.claims import ClaimInputs
 from tapernorm.bench.decode import bench_decode
 from tapernorm.bench.forward import bench_forward
@@ -227,7 +227,7 @@ def _runs(dyt_gap: float, n: int = 2, untied_taper: float | None = None) -> pd.D
 
 
 def test_claims_row_tapernorm_vs_dyt(bench_rows):
-    row = dyt.claim_dyt(ClaimInputs(runs=_runs(0.10), bench=bench_rows))
+    row = claims_dyt.claim_dyt(ClaimInputs(runs=_runs(0.10), bench=bench_rows))
     assert claims.grade_of(row["Holds?"]) in ("yes", "partly", "no")
     assert (
         "d=64 at the shared LR 0.001: Internal-Taper (+aux) +1.00% vs Baseline, DyT +5.00% vs "
@@ -235,19 +235,19 @@ def test_claims_row_tapernorm_vs_dyt(bench_rows):
     )
     assert "folded" in row["Ours"] and "untied head" in row["Comment"]
     assert "Criterion" in row["Comment"] and "DyT" in row["Claim"]
-    no_bench = dyt.claim_dyt(ClaimInputs(runs=_runs(0.10)))
+    no_bench = claims_dyt.claim_dyt(ClaimInputs(runs=_runs(0.10)))
     assert (
         no_bench["Holds?"]
         == "partly (loss: TaperNorm closer at 1/1 widths; speed: no DyT benchmark rows)"
     )
     assert "at most partly" in no_bench["Comment"]
-    worse = dyt.claim_dyt(ClaimInputs(runs=_runs(0.0)))
+    worse = claims_dyt.claim_dyt(ClaimInputs(runs=_runs(0.0)))
     assert worse["Holds?"] == "no"
-    none = dyt.claim_dyt(ClaimInputs(runs=_runs(0.1)[lambda d: d["variant"] != "dyt"]))
+    none = claims_dyt.claim_dyt(ClaimInputs(runs=_runs(0.1)[lambda d: d["variant"] != "dyt"]))
     assert none["Holds?"] == "not measured"
     unmatched = _runs(0.1)[lambda d: d["variant"] != "baseline_untied"]
-    assert dyt.claim_dyt(ClaimInputs(runs=unmatched))["Holds?"] == "not measured"
-    same_head = dyt.claim_dyt(ClaimInputs(runs=_runs(0.10, untied_taper=0.18)))
+    assert claims_dyt.claim_dyt(ClaimInputs(runs=unmatched))["Holds?"] == "not measured"
+    same_head = claims_dyt.claim_dyt(ClaimInputs(runs=_runs(0.10, untied_taper=0.18)))
     assert (
         "Internal-Taper (+aux), untied head +10.00% vs Baseline (untied head)" in same_head["Ours"]
     )
@@ -255,9 +255,9 @@ def test_claims_row_tapernorm_vs_dyt(bench_rows):
     fast = bench_rows.copy()
     fast.loc[fast["variant"] == "folded", "speedup"] = 9.0  # timings of 2 rounds are noise:
     fast.loc[fast["variant"] == "dyt", "speedup"] = 1.0  # fix both sides
-    assert dyt.claim_dyt(ClaimInputs(runs=_runs(0.10), bench=fast))["Holds?"] == "yes"
-    assert dyt.speedups(fast)["forward"][0] == 9.0
+    assert claims_dyt.claim_dyt(ClaimInputs(runs=_runs(0.10), bench=fast))["Holds?"] == "yes"
+    assert claims_dyt.speedups(fast)["forward"][0] == 9.0
     busy = fast.assign(disturbed=True, disturbed_why="other processes used 1.00 cores")
-    held = dyt.claim_dyt(ClaimInputs(runs=_runs(0.10), bench=busy))
+    held = claims_dyt.claim_dyt(ClaimInputs(runs=_runs(0.10), bench=busy))
     assert held["Holds?"].endswith("speed: not judged, disturbed timing)")
-    assert claims.CLAIMS[-1] is dyt.claim_dyt
+    assert claims.CLAIMS[-1] is claims_dyt.claim_dyt

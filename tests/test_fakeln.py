@@ -13,6 +13,7 @@ import yaml
 from conftest import tiny_run
 
 from tapernorm import pipeline as tp
+from tapernorm.analysis import claims_finetune
 from tapernorm.analysis import finetune as ft
 from tapernorm.checkpoint import load_model
 from tapernorm.config import ConfigError
@@ -196,7 +197,7 @@ def test_table4_has_our_fakeln_row_and_claim8_compares_with_it():
     ours = "shakespeare held-out, in OWT's place (ours)"  # what our OWT column holds here
     assert row[ours] == "3.0500" and row["OWT (paper)"] == "3.0797"
     assert "FakeLN (ours)" in caption and "FakeLN (Baroni et al., published)" in caption
-    cells = ft.claim8_cells(_evals(3.05))
+    cells = claims_finetune.claim8_cells(_evals(3.05))
     assert [c[1] for c in cells["close"]] == ["internal_taperln", "all_taperln"]  # not fakeln
     assert [ok for *_, ok in cells["fakeln"]] == [True, False]
     assert cells["fakeln_sources"] == {"ours"}
@@ -204,4 +205,6 @@ def test_table4_has_our_fakeln_row_and_claim8_compares_with_it():
     row = without[(without["Model"] == "a stand-in") & (without["Protocol"] == "FakeLN")].iloc[0]
     ours = "shakespeare held-out, in OWT's place (ours)"
     assert row[ours] == ft.NOT_RERUN and "not rerun" in caption
-    assert ft.claim8_cells(_evals(None))["fakeln"] == []  # a stand-in: not the paper's model
+    assert (
+        claims_finetune.claim8_cells(_evals(None))["fakeln"] == []
+    )  # a stand-in: not the paper's model

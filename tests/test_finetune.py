@@ -19,7 +19,7 @@ from conftest import tiny_hf_gpt2
 from tapernorm import data as D
 from tapernorm import hub
 from tapernorm import pipeline as tp
-from tapernorm.analysis import claims, paper
+from tapernorm.analysis import claims, claims_finetune, paper
 from tapernorm.analysis import finetune as ft
 from tapernorm.checkpoint import load_model
 from tapernorm.cli import main as cli_main
@@ -455,7 +455,7 @@ def _paper_evals(models, protocols=("vanilla", "internal_taperln", "all_taperln"
 
 
 def test_claim8_criteria():
-    assert ft.paper_claim8_counts() == (20, 19, 24)
+    assert claims_finetune.paper_claim8_counts() == (20, 19, 24)
     row = claims.claim8(claims.ClaimInputs(finetune=_paper_evals(list(paper.TABLE6))))
     assert row["Holds?"] == "yes"
     assert (

@@ -40,8 +40,8 @@ from torch import nn
 from .atomic import plain_modes
 from .checkpoint import read_json, replace_dir, write_json
 from .fold import _g0_map, compare_logits
-from .model import GPT, FixedScale, GPTConfig
-from .norms import TaperNorm
+from .model import GPT, GPTConfig
+from .norms import FixedScale, TaperNorm
 
 EXPORT_EPS = 2.0**66  # the stock norms' epsilon; sqrt(EXPORT_EPS) = 2^33 is a power of two
 GAIN = 2.0**33

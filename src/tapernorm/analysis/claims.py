@@ -5,7 +5,7 @@ Each claim is a function of ClaimInputs returning a row dict; a claim whose inpu
 "not measured" row. Other experiment families add their claims by appending functions to CLAIMS (and, if
 they need new inputs, fields to ClaimInputs) or by passing markdown through `extra_sections`. The
 claims live by group in claims_loss (1, 2), claims_chasing (3-5), claims_fold (6, 7), claims_finetune
-(8) and dyt; their thresholds are named constants there (claim 8's CLOSE_PCT in finetune), the main
+(8) and dyt; their thresholds are named constants there (claim 8's CLOSE_PCT in claims_finetune), the main
 ones re-exported here; ClaimInputs and the graded vocabulary of the "Holds?" column (yes; yes, weaker
 than the paper; yes, unlike the paper; only at a deviation; partly; no; not measured; not judged) with
 its rules are in claim_rows.
@@ -47,7 +47,8 @@ excluded from means and counted). Each reaches a plain yes / partly / no, then a
    than half at or below FakeLN; no if neither; else partly; partly at best when FakeLN can't be compared.
    Cells within LINE_MARGIN_PP of the +2% line are named, with the verdict if they fell on its other
    side (fine-tuning CE moves across CPUs).
-TaperNorm vs DyT (ours, not the paper's): criterion in dyt.py. Claims 3-5 judge the paper's six variants only.
+TaperNorm vs DyT (ours, not the paper's): criterion in claims_dyt.py. Claims 3-5 judge the paper's
+six variants only.
 """
 
 from __future__ import annotations
@@ -72,10 +73,10 @@ from .claims_chasing import (
     claim4,
     claim5,
 )
+from .claims_dyt import claim_dyt, paper_variants_only
 from .claims_finetune import claim8
 from .claims_fold import FOLD_SPEEDUP_YES, claim6, claim7, read_verify
 from .claims_loss import GAP_MAX_PCT, claim1, claim2
-from .dyt import claim_dyt, paper_variants_only
 from .html import markdown_page
 from .runs import describe_scale, load_runs
 from .tables import to_markdown
@@ -157,7 +158,7 @@ def write_claims(
         "ours, computed from the inputs listed below. 'End' values are means over the last 10% of "
         "logged training steps; diverged runs are excluded from means and counted. Thresholds are "
         "named constants in tapernorm/analysis/claims_loss.py (claims 1, 2), claims_chasing.py "
-        "(3-5), claims_fold.py (6, 7), finetune.py and claims_finetune.py (8) and dyt.py (TaperNorm "
+        "(3-5), claims_fold.py (6, 7), claims_finetune.py (8) and claims_dyt.py (TaperNorm "
         "vs DyT), and are stated in each comment. 'Holds?' is graded (tapernorm/analysis/"
         "claim_rows.py): 'yes' at the paper's settings and size; 'yes, weaker than the paper' or "
         "'yes, unlike the paper' where our size is far below or on the other side of the paper's; "

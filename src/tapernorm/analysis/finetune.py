@@ -26,8 +26,6 @@ NOT_OFFLINE = "not available offline"
 NOT_RERUN = "published, not rerun"
 NOT_RUN = "not run"
 SET_NAMES = {"owt": "OWT", "pile": "Pile", "pile_filtered": "Pile-filtered"}
-CLOSE_PCT = 2.0  # claim 8: a TaperLN cell is "close to Vanilla" if at most this much above it
-TAPERLN = ("internal_taperln", "all_taperln")  # the protocols claim 8 judges
 
 
 def _read(path: Path) -> dict:
@@ -295,54 +293,3 @@ def make_finetune_table(
     else:
         raise ValueError(f"not a fine-tuning table: {which!r}")
     return write_table(df, out_stem, caption)
-
-
-# ---- claim 8 ----------------------------------------------------------------------------------------
-
-
-def claim8_cells(evals: pd.DataFrame) -> dict:
-    """Per TaperLN cell (model, protocol, set): gap to our Vanilla in % and whether it is at or below
-    FakeLN: our FakeLN run of the same model and set where there is one, else, where our number is
-    measured like the paper's, the published FakeLN number. "fakeln_sources": which were used."""
-    close, fake, fold, sources = [], [], [], set()
-    for _, row in evals[evals["protocol"].isin(TAPERLN)].iterrows():
-        base = evals[
-            (evals["model"] == row["model"])
-            & (evals["protocol"] == "vanilla")
-            & (evals["set"] == row["set"])
-        ]
-        if len(base) and math.isfinite(row["loss"]) and math.isfinite(base["loss"].iloc[0]):
-            gap = 100 * (row["loss"] / base["loss"].iloc[0] - 1)
-            close.append((row["model"], row["protocol"], row["set"], gap))
-        elif len(base):
-            close.append((row["model"], row["protocol"], row["set"], math.inf))
-        ours = evals[
-            (evals["model"] == row["model"])
-            & (evals["protocol"] == "fakeln")
-            & (evals["set"] == row["set"])
-        ]
-        ref = paper.TABLE4.get((row["paper"], "fakeln"))
-        if len(ours):  # a diverged FakeLN run (NaN) counts as beaten
-            beaten = not row["loss"] > ours["loss"].iloc[0] and math.isfinite(row["loss"])
-            fake.append((row["model"], row["protocol"], row["set"], beaten))
-            sources.add("ours")
-        elif ref is not None and paper_comparable(row):
-            published = ref[paper.TABLE4_SETS.index(row["column"])]
-            fake.append((row["model"], row["protocol"], row["set"], row["loss"] <= published))
-            sources.add("published")
-        if math.isfinite(row["fold_diff"]):
-            fold.append(abs(row["fold_diff"]))
-    return {"close": close, "fakeln": fake, "fold": fold, "fakeln_sources": sources}
-
-
-def paper_claim8_counts() -> tuple[int, int, int]:
-    """(cells within CLOSE_PCT of Vanilla, cells at or below FakeLN, TaperLN cells) in Table 4."""
-    n_close = n_fake = n = 0
-    for (model, protocol), values in paper.TABLE4.items():
-        if protocol not in ("internal_taperln", "all_taperln"):
-            continue
-        for i in range(len(paper.TABLE4_SETS)):
-            n += 1
-            n_close += values[i] <= paper.TABLE4[(model, "vanilla")][i] * (1 + CLOSE_PCT / 100)
-            n_fake += values[i] <= paper.TABLE4[(model, "fakeln")][i]
-    return n_close, n_fake, n

@@ -1,0 +1,81 @@
+"""The import graph inside tapernorm: no cycles, and no module importing one that sits above it.
+
+Every import counts, also those inside functions (a lazy import is still a dependency)."""
+
+import ast
+from pathlib import Path
+
+import pytest
+
+SRC = Path(__file__).resolve().parents[1] / "src" / "tapernorm"
+
+# module -> modules it must never import (directly): the model knows nothing of how it is decoded,
+# benchmarked, trained or driven from the command line
+FORBIDDEN = {
+    "tapernorm.model": ("tapernorm.decode", "tapernorm.bench", "tapernorm.train", "tapernorm.cli",
+                        "tapernorm.fakeln"),
+    "tapernorm.norms": ("tapernorm.model", "tapernorm.decode", "tapernorm.train", "tapernorm.cli"),
+    "tapernorm.decode": ("tapernorm.bench", "tapernorm.train", "tapernorm.cli"),
+    "tapernorm.analysis": ("tapernorm.train", "tapernorm.cli", "tapernorm.checkpoint"),
+}  # fmt: skip
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(SRC.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imports_of(path: Path) -> set[str]:
+    """The tapernorm modules `path` imports (absolute names), anywhere in the file."""
+    name, out = module_name(path), set()
+    package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            out |= {a.name for a in node.names if a.name.startswith("tapernorm")}
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.rsplit(".", node.level - 1)[0] if node.level > 1 else package
+                target = f"{base}.{node.module}" if node.module else base
+            elif (node.module or "").startswith("tapernorm"):
+                target = node.module
+            else:
+                continue
+            out.add(target)
+            out |= {f"{target}.{a.name}" for a in node.names}  # `from . import bench`
+    return out
+
+
+@pytest.fixture(scope="module")
+def graph() -> dict[str, set[str]]:
+    modules = {module_name(p): p for p in SRC.rglob("*.py")}
+    return {m: {i for i in imports_of(p) if i in modules and i != m} for m, p in modules.items()}
+
+
+def test_no_import_cycle(graph):
+    state: dict[str, int] = {}  # 1: on the stack, 2: done
+
+    def visit(m: str, stack: list[str]) -> None:
+        state[m] = 1
+        for n in sorted(graph[m]):
+            if n == "tapernorm" or m == "tapernorm" or n.startswith(m + "."):
+                continue  # the package's __init__ gathers the public API; a package its parts
+            assert state.get(n) != 1, "import cycle: " + " -> ".join([*stack, m, n])
+            if n not in state:
+                visit(n, [*stack, m])
+        state[m] = 2
+
+    for m in sorted(graph):
+        if m not in state:
+            visit(m, [])
+
+
+@pytest.mark.parametrize("low", sorted(FORBIDDEN))
+def test_no_module_imports_one_above_it(graph, low):
+    mine = [m for m in graph if m == low or m.startswith(low + ".")]
+    bad = {
+        (m, n)
+        for m in mine
+        for n in graph[m]
+        if any(n == f or n.startswith(f + ".") for f in FORBIDDEN[low])
+    }
+    assert not bad, f"{low} imports what sits above it: {sorted(bad)}"
