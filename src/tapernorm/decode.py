@@ -153,10 +153,9 @@ def step_linear(device: torch.device, dtype: torch.dtype, rows: int) -> Linear:
     at most GEMV_ROWS rows, a layer of at least ONEDNN_WEIGHTS weights runs on oneDNN's linear (the
     kernel inductor's CPU code calls); every other layer computes itself (MKL's GEMM on a CPU).
 
-    Measured on our 2-core host (interleaved, batch 1): a 30M model's (d=512) decode step goes from
-    16.1 to 12.9 ms, since oneDNN streams large weight matrices from memory faster than MKL's
-    batch-1 GEMM; oneDNN costs ~30 us more per call, so small layers stay on MKL (d <= 256: no
-    change either way). Its sums round differently from the GEMM's, about 1e-6 relative."""
+    oneDNN streams large weight matrices from memory faster than MKL's small-batch GEMM but costs
+    more per call, so small layers stay on MKL (measured: benchmarks/README.md, "step_linear"). Its
+    sums round differently from the GEMM's, about 1e-6 relative."""
     onednn = getattr(torch.ops.mkldnn, "_linear_pointwise", None)
     fast = onednn is not None and torch.backends.mkldnn.is_available()
     if not (fast and device.type == "cpu" and dtype == torch.float32 and rows <= GEMV_ROWS):
@@ -231,8 +230,7 @@ def static_decoder(
 
 def compile_kwargs(device: torch.device, backend: str) -> dict:
     """GPU: CUDA graphs (mode "reduce-overhead"). CPU: inductor's C++ wrapper, which calls the step's
-    ~100 kernels from C++ instead of Python; measured here on the 30M model at batch 1, it cuts a decode
-    step from ~6.7 to ~5.8 ms (2 threads) for ~10 s more compile time."""
+    kernels from C++ instead of Python, for a longer compile (measured: benchmarks/README.md)."""
     if backend != "inductor":
         return {}
     if device.type == "cuda":
@@ -250,9 +248,9 @@ def compiled_decoder(
 def linears_as_reductions(gm: torch.fx.GraphModule, max_rows: int = GEMV_ROWS) -> int:
     """Rewrite, in a graph dynamo captured, each F.linear over at most `max_rows` rows as
     (x[..., None, :] * W).sum(-1) (+ b); returns how many. Inductor compiles that into one fused
-    reduction over threads. At batch 1 on our 2-core CPU host it streams the weights at 20-30 GB/s
-    where MKL's GEMM reaches 11-13 (the 30M model's decode step: ~12.5 -> ~6.5 ms); from about 8
-    rows on MKL is faster. It sums in another order than MKL: float rounding differs."""
+    reduction over threads, which at a few rows streams the weights faster than MKL's GEMM; at more
+    rows (GEMV_ROWS) MKL is faster (measured: benchmarks/README.md). It sums in another order than
+    MKL: float rounding differs."""
     graph, count = gm.graph, 0
     for node in list(graph.nodes):
         if node.op != "call_function" or node.target is not torch._C._nn.linear:
