@@ -244,3 +244,18 @@ def test_the_gpu_checks_bench_command_lines_parse(branch):
             assert args.no_hf and args.with_dyt and args.dtype == "bfloat16"
         elif args.which == "decode":
             assert args.no_dyt and args.modes in (["eager"], ["compiled"])
+
+
+def test_check_config_names_the_line_of_a_yaml_error(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(Path(__file__).resolve().parents[1])  # the schema's default path
+    assert main(["check-config", "config/ci.yaml", "config/config.yaml"]) == 0
+    assert "config/ci.yaml: valid" in capsys.readouterr().out
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("pretrain:\n  steps: 10\n  widths: [64\nseed: 1\n")
+    assert main(["check-config", str(bad)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "invalid YAML at line 4" in err, err
+    twice = tmp_path / "twice.yaml"
+    twice.write_text("pretrain:\n  steps: 10\npretrain:\n  steps: 20\n")
+    assert main(["check-config", str(twice)]) == 2
+    assert "line 3" in capsys.readouterr().err
