@@ -206,3 +206,73 @@ def test_benchmarks_time_random_weights_at_the_paper_size_or_the_trained_runs():
     bad = {**load("config.yaml"), "bench": {**load("config.yaml")["bench"], "random": "512"}}
     with pytest.raises(ConfigError, match="bench.random"):
         tp.validate_pipeline_config(bad, SCHEMA)
+
+
+def test_wildcard_constraints_are_the_run_name_patterns():
+    import re
+
+    cfg = tp.validate_pipeline_config(load("paper.yaml"), SCHEMA)
+
+    def matches(pattern: str, name: str) -> bool:
+        return re.fullmatch(pattern, name) is not None
+
+    runs = tp.family_runs(cfg, "pretrain") + tp.family_runs(cfg, "ablation") + tp.sweep_runs(cfg)
+    assert runs and all(matches(tp.RUN_WILDCARD, n) for n in runs)
+    assert tp.wildcard_pattern(tp.RUN_NAME) == r"(?:[a-z_]+)-d(?:\d+)-s(?:\d+)"
+    for name in ("baseline-d64", "baseline-d64-s0/eval", "eq5-lamx", "Baseline-d64-s0"):
+        assert not matches(tp.RUN_WILDCARD, name), name
+    ft = tp.finetune_runs(cfg)
+    assert ft and all(matches(tp.FINETUNE_RUN_WILDCARD, n) for n in ft)
+    folded = [n for n in ft if matches(tp.FOLDED_FINETUNE_RUN_WILDCARD, n)]
+    assert folded == tp.finetune_runs(cfg, ["all_taperln"])
+    models = tp.finetune_models(cfg)
+    assert all(matches(tp.FINETUNE_MODEL_WILDCARD, m) for m in models)
+    assert not matches(tp.FINETUNE_MODEL_WILDCARD, "GPT 2")
+
+
+def test_all_targets_follow_the_configured_families():
+    ci = tp.validate_pipeline_config(load("ci.yaml"), SCHEMA)
+    targets = tp.all_targets(ci)
+    assert len(targets) == len(set(targets))
+    for path in (
+        "figures/fig7_anchor_sweep.png",
+        "figures/fig5_decode_speedup.pdf",
+        "results/tables/table2.html",
+        "results/tables/table_anchor.csv",
+        "results/tables/table6.tex",
+        "results/tables/table_decode.md",
+        "results/export/all_taperln-gpt2-d16/verify.json",
+        "results/claims.html",
+        "results/tables/job_times.csv",
+    ):
+        assert path in targets, path
+    assert {t.split("/")[-1].split(".")[0] for t in targets if t.startswith("figures/")} == {
+        *tp.figures(ci),
+        "fig5_decode_speedup",
+    }
+    bare = tp.validate_pipeline_config(
+        _bad(lambda c: c.update(ablation=None, anchor_sweep=None, finetune=None, bench=None)),
+        SCHEMA,
+    )
+    names = {t.split("/")[-1] for t in tp.all_targets(bare)}
+    assert "fig4b_ablation_grad_norms.pdf" not in names and "table_anchor.csv" not in names
+    assert not {"table4.csv", "table3.csv", "fig5_decode_speedup.pdf"} & names
+    assert {"table1.csv", "table5.html", "claims.md", "job_times.md"} <= names
+    assert tp.families(bare) == ["pretrain"] and tp.bench_csvs(bare) == []
+
+
+def test_job_records_are_one_path_per_timed_job():
+    assert tp.job_record("train", "{family}", "{run}") == (
+        "results/job_records/train/{family}/{run}.tsv"
+    )
+    assert tp.job_record("bench_forward", root=None) == "bench_forward.tsv"
+    ci = tp.validate_pipeline_config(load("ci.yaml"), SCHEMA)
+    records, names = tp.timed_jobs(ci), tp.timed_jobs(ci, root=None)
+    assert records == [f"{tp.JOB_RECORDS}/{n}" for n in names]
+    assert "train/pretrain/internal_aux-d32-s1.tsv" in names
+    assert f"train/{tp.SWEEP_FAMILY}/{tp.sweep_runs(ci)[0]}.tsv" in names
+    assert "finetune/all_taperln-gpt2-d16.tsv" in names
+    assert names[-2:] == ["bench_forward.tsv", "bench_decode.tsv"]
+    trained = sum(len(tp.family_runs(ci, f)) for f in ("pretrain", "ablation"))
+    ft = len(tp.finetune_runs(ci)) + len(tp.finetune_base_models(ci))
+    assert len(names) == trained + len(tp.sweep_runs(ci)) + ft + 2

@@ -16,6 +16,22 @@ import shlex
 
 from .config import PROTOCOLS, resolve_run_config
 
+
+def wildcard_pattern(name: re.Pattern, **fixed: str) -> str:
+    """A run-name regex as a Snakemake wildcard constraint: without its anchors, each named group
+    non-capturing, or the literal of `fixed` (`protocol="all_taperln"`: only that protocol's runs)."""
+
+    def group(m: re.Match) -> str:
+        return re.escape(fixed[m[1]]) if m[1] in fixed else f"(?:{m[2]})"
+
+    pattern = re.sub(
+        r"\(\?P<(\w+)>([^()]*)\)", group, name.pattern.removeprefix("^").removesuffix("$")
+    )
+    if "(?P<" in pattern:
+        raise ValueError(f"{name.pattern}: a named group holds a group")
+    return pattern
+
+
 RUN_NAME = re.compile(r"^(?P<variant>[a-z_]+)-d(?P<width>\d+)-s(?P<seed>\d+)$")
 
 
@@ -247,7 +263,10 @@ def prepare_data_args(data: dict) -> str:
 
 # ---- the GPT-2 fine-tuning family (Sec. 6.4, Tables 4 and 6) -----------------------------------------
 
-FINETUNE_RUN_NAME = re.compile(r"^(?P<protocol>[a-z_]+)-(?P<model>[a-z0-9][a-z0-9.\-]*)$")
+FINETUNE_MODEL_NAME = re.compile(r"^[a-z0-9][a-z0-9.\-]*$")  # the schema's finetune.models name
+FINETUNE_RUN_NAME = re.compile(
+    rf"^(?P<protocol>[a-z_]+)-(?P<model>{wildcard_pattern(FINETUNE_MODEL_NAME)})$"
+)
 FINETUNE_BASE_ROOT = "results/runs/finetune_base"
 
 
@@ -518,3 +537,91 @@ def _validate_bench(config: dict) -> None:
             raise ConfigError(
                 f"config key bench.decode: prompt_lens + new_tokens exceed block_size {block}"
             )
+
+
+# ---- the workflow's wiring: wildcard constraints, targets, job records ------------------------------
+
+# Snakemake wildcard constraints, from the run-name patterns above
+RUN_WILDCARD = f"{wildcard_pattern(RUN_NAME)}|{wildcard_pattern(SWEEP_RUN_NAME)}"  # {run}
+FINETUNE_RUN_WILDCARD = wildcard_pattern(FINETUNE_RUN_NAME)  # {ftrun}
+FOLDED_FINETUNE_RUN_WILDCARD = wildcard_pattern(FINETUNE_RUN_NAME, protocol="all_taperln")
+FINETUNE_MODEL_WILDCARD = wildcard_pattern(FINETUNE_MODEL_NAME)  # {ftmodel}
+
+TABLE_FILES = ("csv", "md", "tex", "html")  # html: what the report shows
+FIGURE_FILES = ("pdf", "png")  # png: what the report shows
+PRETRAIN_TABLES = (1, 2, 5)  # of the pre-training runs (rules table1, table2, table5)
+FINETUNE_TABLES = (4, 6)  # of the GPT-2 fine-tuning family (rules table4, table6)
+# Snakemake's job records (benchmark:) of the long jobs, <rule>/<wildcards>.tsv; table job_times
+JOB_RECORDS = "results/job_records"
+BENCH_KINDS = ("forward", "decode")  # results/bench/<kind>.csv of rule bench_<kind>
+
+
+def sweeps(config: dict) -> bool:
+    """Whether the config trains the scale loss's dose-response (the anchor_sweep family)."""
+    return bool(config.get("ablation") and config.get(SWEEP_FAMILY))
+
+
+def families(config: dict) -> list[str]:
+    """The training families of this config, which the rule train's {family} may be."""
+    return (
+        ["pretrain"]
+        + (["ablation"] if config.get("ablation") else [])
+        + ([SWEEP_FAMILY] if sweeps(config) else [])
+    )
+
+
+def figures(config: dict) -> list[str]:
+    """The figures this config draws (each its rule and caption, workflow/report/<name>.rst)."""
+    names = ["fig1_gate_schedule", "fig2_train_loss", "fig3_logit_norm", "fig4_grad_norms"]
+    if config.get("ablation"):
+        names += ["fig4b_ablation_grad_norms", "fig6_scale_anchor"]
+    if sweeps(config):
+        names.append("fig7_anchor_sweep")
+    return names
+
+
+def bench_csvs(config: dict) -> list[str]:
+    """The inference benchmarks' measurements (none with bench: null)."""
+    return [f"results/bench/{kind}.csv" for kind in BENCH_KINDS] if config.get("bench") else []
+
+
+def all_targets(config: dict) -> list[str]:
+    """Every file the workflow's default target (rule all) builds for this config."""
+
+    def tables(*names: str) -> list[str]:
+        return [f"results/tables/{t}.{ext}" for t in names for ext in TABLE_FILES]
+
+    targets = [f"figures/{name}.{ext}" for name in figures(config) for ext in FIGURE_FILES]
+    targets += tables(*(f"table{n}" for n in PRETRAIN_TABLES))
+    targets += tables("table_anchor") if sweeps(config) else []
+    if config.get("finetune"):
+        targets += tables(*(f"table{n}" for n in FINETUNE_TABLES))
+        exported = finetune_runs(config, ["all_taperln"])
+        targets += [f"results/export/{run}/verify.json" for run in exported]
+    if config.get("bench"):
+        targets += tables("table3", "table_decode")
+        targets += [f"figures/fig5_decode_speedup.{ext}" for ext in FIGURE_FILES]
+    return targets + ["results/claims.md", "results/claims.html", *tables("job_times")]
+
+
+def job_record(rule: str, *wildcards: str, root: str | None = JOB_RECORDS) -> str:
+    """The job record (benchmark: file) of a job of `rule`: <root>/<rule>/<wildcards...>.tsv, or
+    <root>/<rule>.tsv for a rule without wildcards; relative to JOB_RECORDS with root=None."""
+    name = "/".join((rule, *wildcards)) + ".tsv"
+    return name if root is None else f"{root}/{name}"
+
+
+def timed_jobs(config: dict, root: str | None = JOB_RECORDS) -> list[str]:
+    """Job records of this config's jobs that keep one (training, fine-tuning, the inference
+    benchmarks), under `root` (None: relative to JOB_RECORDS, as `tapernorm job-times` takes them)."""
+    records = []
+    for family in families(config):
+        names = sweep_runs(config) if family == SWEEP_FAMILY else family_runs(config, family)
+        records += [job_record("train", family, name, root=root) for name in names]
+    if config.get("finetune"):
+        for model in finetune_base_models(config):
+            records.append(job_record("pretrain_finetune_base", model, root=root))
+        records += [job_record("finetune", run, root=root) for run in finetune_runs(config)]
+    if config.get("bench"):
+        records += [job_record(f"bench_{kind}", root=root) for kind in BENCH_KINDS]
+    return records
