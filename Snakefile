@@ -33,4 +33,4 @@ include: "workflow/rules/report.smk"
 rule all:
     default_target: True
     input:
-        ALL_TARGETS,
+        tp.all_targets(config),

@@ -12,15 +12,15 @@ rule bench_forward:
     log:
         "logs/bench/forward.log",
     benchmark:
-        f"{JOB_RECORDS}/bench_forward.tsv"
+        tp.job_record("bench_forward")
     conda:
         GPU_ENV
-    threads: lambda w: workflow.cores  # (a function: --unlock and -n need no --cores)
+    threads: all_cores
     resources:
         gpu=BENCH_GPU,
     params:
-        models=tp.bench_model_args(config) if config["bench"] else "",
-        grid=tp.bench_args(config, "forward") if config["bench"] else "",
+        models=bench_models,
+        grid=bench_grid("forward"),
     shell:
         "OMP_NUM_THREADS={threads} tapernorm bench forward {params.models} {params.grid} "
         "--threads {threads} --out {output} > {log} 2>&1"
@@ -34,15 +34,15 @@ rule bench_decode:
     log:
         "logs/bench/decode.log",
     benchmark:
-        f"{JOB_RECORDS}/bench_decode.tsv"
+        tp.job_record("bench_decode")
     conda:
         GPU_ENV
-    threads: lambda w: workflow.cores  # (a function: --unlock and -n need no --cores)
+    threads: all_cores
     resources:
         gpu=BENCH_GPU,
     params:
-        models=tp.bench_model_args(config) if config["bench"] else "",
-        grid=tp.bench_args(config, "decode") if config["bench"] else "",
+        models=bench_models,
+        grid=bench_grid("decode"),
     shell:
         "OMP_NUM_THREADS={threads} tapernorm bench decode {params.models} {params.grid} "
         "--threads {threads} --out {output} > {log} 2>&1"

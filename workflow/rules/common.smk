@@ -4,6 +4,7 @@ import os
 from tapernorm import pipeline as tp
 from tapernorm.analysis.runs import RUN_FILES
 from tapernorm.config import check_yaml_files
+from tapernorm.data import EVAL_SETS
 from tapernorm.run_identity import MODEL_FILES
 
 # Snakemake's YAML loader keeps the last of two equal keys: reject them (and name the line).
@@ -19,20 +20,18 @@ PRETRAIN_DATA = "data/pretrain"
 # the conda env (--sdm conda) of the rules that may hold a GPU: CUDA torch when the config uses one
 GPU_ENV = tp.gpu_rules_env(config)
 # Snakemake's job records (benchmark:) of the long jobs, <rule>/<wildcards>.tsv; results/tables/job_times
-JOB_RECORDS = "results/job_records"
+JOB_RECORDS = tp.JOB_RECORDS
 FIG_WIDTH = tp.figure_width(config)
-TABLE_FILES = ("csv", "md", "tex", "html")  # html: what the report shows
-SWEEP = bool(config["ablation"] and config["anchor_sweep"])
-FAMILIES = (
-    ["pretrain"]
-    + (["ablation"] if config["ablation"] else [])
-    + ([tp.SWEEP_FAMILY] if SWEEP else [])
-)
+SWEEP = tp.sweeps(config)
+FAMILIES = tp.families(config)
 
 
 wildcard_constraints:
     family="|".join(FAMILIES),
-    run=r"[a-z_]+-d\d+-s\d+|(eq5|relative)-lam[0-9][0-9.e+-]*",
+    run=tp.RUN_WILDCARD,
+    ftrun=tp.FINETUNE_RUN_WILDCARD,
+    ftmodel=tp.FINETUNE_MODEL_WILDCARD,
+    evalset="|".join(EVAL_SETS),
 
 
 def data_files(root, sentencepiece):
@@ -94,28 +93,26 @@ def dirs_of(paths):
     return " ".join(dict.fromkeys(p.rsplit("/", 1)[0] for p in paths))
 
 
-FIGURES = {
+def anchor_sweep_evals():
+    """The ablation's runs and the anchor_sweep points (table_anchor, fig7)."""
+    return ablation_evals() + sweep_evals()
+
+
+def sweep_evals():
+    """The anchor_sweep points' runs (none without the sweep)."""
+    return evals(tp.SWEEP_FAMILY, tp.sweep_runs(config) if SWEEP else [])
+
+
+FIGURE_RUNS = {  # the runs each figure plots
     "fig1_gate_schedule": pretrain_evals(FIG_WIDTH, ["internal_aux"])[:1],
     "fig2_train_loss": pretrain_evals(FIG_WIDTH, tp.FIG2_VARIANTS),
     "fig3_logit_norm": pretrain_evals(FIG_WIDTH),
     "fig4_grad_norms": pretrain_evals(FIG_WIDTH),
+    "fig4b_ablation_grad_norms": ablation_evals(),
+    "fig6_scale_anchor": ablation_evals(),
+    "fig7_anchor_sweep": anchor_sweep_evals(),
 }
-if config["ablation"]:
-    FIGURES["fig4b_ablation_grad_norms"] = ablation_evals()
-    FIGURES["fig6_scale_anchor"] = ablation_evals()
-
-
-def anchor_sweep_evals():
-    """The ablation's runs and the anchor_sweep points (table_anchor, fig7)."""
-    names = tp.sweep_runs(config) if SWEEP else []
-    return ablation_evals() + evals(tp.SWEEP_FAMILY, names)
-
-
-if SWEEP:
-    FIGURES["fig7_anchor_sweep"] = anchor_sweep_evals()
-SWEEP_TABLES = (
-    [f"results/tables/table_anchor.{ext}" for ext in TABLE_FILES] if SWEEP else []
-)
+FIGURES = {name: FIGURE_RUNS[name] for name in tp.figures(config)}  # this config's
 
 # GPT-2 fine-tuning family (Tables 4 and 6, claim 8): runs <protocol>-<model>
 FINETUNE_DATA = "data/finetune"
@@ -170,17 +167,9 @@ def finetune_eval_inputs(w):
     return inputs
 
 
-FINETUNE_TABLES = [
-    f"results/tables/table{n}.{ext}"
-    for n in ((4, 6) if config["finetune"] else ())
-    for ext in TABLE_FILES
-]
-
 # Inference benchmarks (Table 3, the decode table, fig5, claim 7); bench: null skips them
 BENCH_GPU = int(bool(config["bench"]) and tp.device_is_gpu(config["bench"]["device"]))
-BENCH_CSVS = (
-    ["results/bench/forward.csv", "results/bench/decode.csv"] if config["bench"] else []
-)
+BENCH_CSVS = tp.bench_csvs(config)
 
 
 def bench_inputs(w):
@@ -188,50 +177,154 @@ def bench_inputs(w):
     benchmark loads from each timed run."""
     inputs = tp.bench_inputs(config)
     for key, path in list(inputs.items()):
-        if path.endswith("/eval.json"):
-            inputs |= model_files(path.rsplit("/", 1)[0], prefix=f"{key}_")
+        if os.path.basename(path) == "eval.json":
+            inputs |= model_files(os.path.dirname(path), prefix=f"{key}_")
     return inputs
 
 
-BENCH_TARGETS = (
-    [
-        f"results/tables/{t}.{ext}"
-        for t in ("table3", "table_decode")
-        for ext in TABLE_FILES
-    ]
-    + [f"figures/fig5_decode_speedup.{ext}" for ext in ("pdf", "png")]
-    if config["bench"]
-    else []
-)
+# ---- params, threads and resources: named functions of a job's wildcards (and input/output) ----------
+# (functions, not values: they are called per job, so a rule of a family that this config leaves
+# out, e.g. finetune: null, is parsed without its section)
 
 
-def timed_jobs():
-    """Job records (benchmark: files, <rule>/<wildcards>.tsv relative to JOB_RECORDS) of this
-    config's jobs that keep one: training, fine-tuning, inference benchmarks."""
-    records = []
-    for family in FAMILIES:
-        sweep = family == tp.SWEEP_FAMILY
-        for n in tp.sweep_runs(config) if sweep else tp.family_runs(config, family):
-            records.append(f"train/{family}/{n}.tsv")
-    for model in tp.finetune_base_models(config) if config["finetune"] else []:
-        records.append(f"pretrain_finetune_base/{model}.tsv")
-    records += [f"finetune/{run}.tsv" for run in FINETUNE_RUNS]
-    for csv in BENCH_CSVS:  # results/bench/forward.csv: rule bench_forward
-        records.append(f"bench_{os.path.basename(csv).removesuffix('.csv')}.tsv")
-    return records
+def input_dir(key):
+    """A params function: the directory of the job's input `key` (a run, a data set)."""
+
+    def param(wildcards, input):
+        return os.path.dirname(getattr(input, key))
+
+    return param
 
 
-ALL_TARGETS = (
-    [f"figures/{name}.{ext}" for name in FIGURES for ext in ("pdf", "png")]
-    + [f"results/tables/table{n}.{ext}" for n in (1, 2, 5) for ext in TABLE_FILES]
-    + SWEEP_TABLES
-    + FINETUNE_TABLES
-    + [
-        f"results/export/{r}/verify.json"
-        for r in FINETUNE_RUNS
-        if r.startswith("all_taperln-")
-    ]
-    + BENCH_TARGETS
-    + ["results/claims.md", "results/claims.html"]
-    + [f"results/tables/job_times.{ext}" for ext in TABLE_FILES]
-)
+def output_dir(key):
+    """A params function: the directory of the job's output `key` (where its command writes)."""
+
+    def param(wildcards, output):
+        return os.path.dirname(getattr(output, key))
+
+    return param
+
+
+def run_dirs(wildcards, input):
+    """--runs: the run directories of the job's input `runs`."""
+    return dirs_of(input.runs)
+
+
+def table_stem(wildcards, output):
+    """--out of a table command: its outputs' path without the extension."""
+    return output.csv.removesuffix(".csv")
+
+
+def optional_files(option, key, join=" ".join):
+    """A params function: `option FILES` of the job's input `key` (FILES: join(files)), or ""
+    when that input is empty (the claims' optional families)."""
+
+    def param(wildcards, input):
+        files = getattr(input, key)
+        return f"{option} {join(files)}" if files else ""
+
+    return param
+
+
+def train_json(wildcards):
+    return json.dumps(
+        tp.run_config(config, wildcards.family, wildcards.run, PRETRAIN_DATA)
+    )
+
+
+def train_gpus(wildcards):
+    return int(tp.wants_gpu(config, wildcards.family))
+
+
+def train_minutes(wildcards):
+    return tp.train_runtime(config, wildcards.family, wildcards.run)
+
+
+def ft_mem_mb(wildcards):
+    return ft_spec(wildcards)["mem_mb"]
+
+
+def ft_minutes(wildcards):
+    return ft_spec(wildcards)["runtime"]
+
+
+def ft_gpus(wildcards):
+    """GPUs of a fine-tuning run (torchrun across them when more than one)."""
+    return tp.finetune_gpus(config, ft_model(wildcards))
+
+
+def ft_check_gpus(wildcards):
+    """GPUs of a fine-tuning run's fold check and evaluation: one at most."""
+    return min(1, ft_gpus(wildcards))
+
+
+def ft_device(wildcards):
+    return "cuda" if ft_gpus(wildcards) else "cpu"
+
+
+def ft_launcher(wildcards):
+    return tp.finetune_launcher(config, ft_model(wildcards))
+
+
+def ft_json(wildcards):
+    return json.dumps(tp.finetune_run_config(config, wildcards.ftrun, FINETUNE_DATA))
+
+
+def ft_base_gpus(wildcards):
+    return tp.finetune_base_gpus(config)
+
+
+def ft_base_json(wildcards):
+    return json.dumps(tp.finetune_base_config(config, wildcards.ftmodel, FINETUNE_DATA))
+
+
+def ft_prepare_args(wildcards):
+    return tp.finetune_prepare_args(config)
+
+
+def ft_eval_setting(key):
+    """A params function: finetune.eval's `key` (dtype, batch_size)."""
+
+    def param(wildcards):
+        return config["finetune"]["eval"][key]
+
+    return param
+
+
+def folded_option(wildcards, input):
+    """--folded of an evaluation: the fold check's folded model, when the run has one."""
+    if "verify" not in input.keys():
+        return ""
+    return f"--folded {os.path.dirname(input.verify)}/folded"
+
+
+def prepare_eval_inputs(wildcards):
+    """The held-out set is cut from the fine-tuning shards; the others come from the hub."""
+    return list(FINETUNE_DATA_FILES.values()) if wildcards.evalset == "heldout" else []
+
+
+def prepare_eval_args(wildcards):
+    return tp.prepare_eval_args(config, wildcards.evalset, FINETUNE_DATA)
+
+
+def all_cores(wildcards):
+    """threads of a benchmark: every core (a function: --unlock and -n need no --cores)."""
+    return workflow.cores
+
+
+def bench_models(wildcards):
+    return tp.bench_model_args(config)
+
+
+def job_records_dir(wildcards):
+    """The directory of the job records that `tapernorm job-times` reads (its inputs)."""
+    return JOB_RECORDS
+
+
+def bench_grid(kind):
+    """A params function: the grid arguments of `tapernorm bench <kind>`."""
+
+    def param(wildcards):
+        return tp.bench_args(config, kind)
+
+    return param

@@ -7,6 +7,6 @@ rule prepare_data:
         "../envs/tapernorm.yaml"
     params:
         args=tp.prepare_data_args(config["data"]),
-        out=lambda w, output: os.path.dirname(output.meta),
+        out=output_dir("meta"),
     shell:
         "tapernorm prepare-data {params.args} --out {params.out} > {log} 2>&1"

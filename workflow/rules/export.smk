@@ -12,16 +12,16 @@ rule export_hf_finetune:
     log:
         "logs/export/{ftrun}.log",
     wildcard_constraints:
-        ftrun=r"all_taperln-[a-z0-9][a-z0-9.\-]*",
+        ftrun=tp.FOLDED_FINETUNE_RUN_WILDCARD,
     conda:
         "../envs/tapernorm.yaml"
     threads: 1
     resources:
-        mem_mb=lambda w: ft_spec(w)["mem_mb"],
+        mem_mb=ft_mem_mb,
     params:
-        model=lambda w, input: os.path.dirname(input.eval),
-        data=lambda w, input: os.path.dirname(input.meta),
-        out=lambda w, output: os.path.dirname(output.verify),
+        model=input_dir("eval"),
+        data=input_dir("meta"),
+        out=output_dir("verify"),
     shell:
         "OMP_NUM_THREADS={threads} tapernorm export-hf --model {params.model} "
         "--data {params.data} --out {params.out} --device cpu > {log} 2>&1"

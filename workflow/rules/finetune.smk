@@ -2,14 +2,6 @@
 # model (pre-trained here, or a hub model), one run per protocol x model, the All-TaperLN fold
 # check, scores on each evaluation set, Tables 4 and 6. Run names: <protocol>-<model>.
 
-from tapernorm.data import EVAL_SETS
-
-
-wildcard_constraints:
-    ftrun=r"[a-z_]+-[a-z0-9][a-z0-9.\-]*",
-    ftmodel=r"[a-z0-9][a-z0-9.\-]*",
-    evalset="|".join(EVAL_SETS),
-
 
 rule prepare_finetune_data:
     output:
@@ -19,8 +11,8 @@ rule prepare_finetune_data:
     conda:
         "../envs/tapernorm.yaml"
     params:
-        args=lambda w: tp.finetune_prepare_args(config),
-        out=lambda w, output: os.path.dirname(output.meta),
+        args=ft_prepare_args,
+        out=output_dir("meta"),
     shell:
         "tapernorm prepare-data {params.args} --out {params.out} > {log} 2>&1"
 
@@ -34,17 +26,15 @@ rule pretrain_finetune_base:
     log:
         "logs/runs/finetune_base/{ftmodel}.log",
     benchmark:
-        f"{JOB_RECORDS}/pretrain_finetune_base/{{ftmodel}}.tsv"
+        tp.job_record("pretrain_finetune_base", "{ftmodel}")
     conda:
         GPU_ENV
     threads: 1
     resources:
-        gpu=lambda w: tp.finetune_base_gpus(config),
+        gpu=ft_base_gpus,
     params:
-        run=lambda w: json.dumps(
-            tp.finetune_base_config(config, w.ftmodel, FINETUNE_DATA)
-        ),
-        out=lambda w, output: os.path.dirname(output.eval),
+        run=ft_base_json,
+        out=output_dir("eval"),
     shell:
         "OMP_NUM_THREADS={threads} tapernorm train --config-json {params.run:q} "
         "--out {params.out} > {log} 2>&1"
@@ -60,18 +50,18 @@ rule finetune:
     log:
         "logs/runs/finetune/{ftrun}.log",
     benchmark:
-        f"{JOB_RECORDS}/finetune/{{ftrun}}.tsv"
+        tp.job_record("finetune", "{ftrun}")
     conda:
         GPU_ENV
     threads: 1
     resources:
-        gpu=lambda w: tp.finetune_gpus(config, ft_model(w)),
-        mem_mb=lambda w: ft_spec(w)["mem_mb"],
-        runtime=lambda w: ft_spec(w)["runtime"],
+        gpu=ft_gpus,
+        mem_mb=ft_mem_mb,
+        runtime=ft_minutes,
     params:
-        run=lambda w: json.dumps(tp.finetune_run_config(config, w.ftrun, FINETUNE_DATA)),
-        launch=lambda w: tp.finetune_launcher(config, ft_model(w)),
-        out=lambda w, output: os.path.dirname(output.eval),
+        run=ft_json,
+        launch=ft_launcher,
+        out=output_dir("eval"),
     shell:
         "OMP_NUM_THREADS={threads} {params.launch} train --config-json {params.run:q} "
         "--out {params.out} > {log} 2>&1"
@@ -88,19 +78,19 @@ rule fold_finetune:
     log:
         "logs/finetune/fold/{ftrun}.log",
     wildcard_constraints:
-        ftrun=r"all_taperln-[a-z0-9][a-z0-9.\-]*",
+        ftrun=tp.FOLDED_FINETUNE_RUN_WILDCARD,
     conda:
         GPU_ENV
     threads: 1
     resources:
-        gpu=lambda w: min(1, tp.finetune_gpus(config, ft_model(w))),
-        mem_mb=lambda w: ft_spec(w)["mem_mb"],
+        gpu=ft_check_gpus,
+        mem_mb=ft_mem_mb,
     params:
         rtol=config["fold"]["rtol"],
-        device=lambda w: "cuda" if tp.finetune_gpus(config, ft_model(w)) else "cpu",
-        model=lambda w, input: os.path.dirname(input.eval),
-        data=lambda w, input: os.path.dirname(input.meta),
-        out=lambda w, output: os.path.dirname(output.verify),
+        device=ft_device,
+        model=input_dir("eval"),
+        data=input_dir("meta"),
+        out=output_dir("verify"),
     shell:
         "OMP_NUM_THREADS={threads} tapernorm fold --model {params.model} --data {params.data} "
         "--out {params.out} --rtol {params.rtol} --device {params.device} > {log} 2>&1"
@@ -108,7 +98,7 @@ rule fold_finetune:
 
 rule prepare_eval:
     input:
-        lambda w: list(FINETUNE_DATA_FILES.values()) if w.evalset == "heldout" else [],
+        prepare_eval_inputs,
     output:
         meta="data/eval/{evalset}/meta.json",
         rows="data/eval/{evalset}/rows.bin",
@@ -117,8 +107,8 @@ rule prepare_eval:
     conda:
         "../envs/tapernorm.yaml"
     params:
-        args=lambda w: tp.prepare_eval_args(config, w.evalset, FINETUNE_DATA),
-        out=lambda w, output: os.path.dirname(output.meta),
+        args=prepare_eval_args,
+        out=output_dir("meta"),
     shell:
         "tapernorm prepare-eval {params.args} --out {params.out} > {log} 2>&1"
 
@@ -134,51 +124,50 @@ rule eval_finetune:
         GPU_ENV
     threads: 1
     resources:
-        gpu=lambda w: min(1, tp.finetune_gpus(config, ft_model(w))),
-        mem_mb=lambda w: ft_spec(w)["mem_mb"],
+        gpu=ft_check_gpus,
+        mem_mb=ft_mem_mb,
     params:
-        model=lambda w, input: os.path.dirname(input.run),
-        data=lambda w, input: os.path.dirname(input.data),
-        folded=lambda w, input: (
-            f"--folded {os.path.dirname(input.verify)}/folded"
-            if "verify" in input.keys()
-            else ""
-        ),
-        device=lambda w: "cuda" if tp.finetune_gpus(config, ft_model(w)) else "cpu",
-        dtype=config["finetune"]["eval"]["dtype"] if config["finetune"] else "float32",
-        batch=config["finetune"]["eval"]["batch_size"] if config["finetune"] else 1,
+        model=input_dir("run"),
+        data=input_dir("data"),
+        folded=folded_option,
+        device=ft_device,
+        dtype=ft_eval_setting("dtype"),
+        batch=ft_eval_setting("batch_size"),
     shell:
         "OMP_NUM_THREADS={threads} tapernorm eval --model {params.model} --data {params.data} "
         "--batch-size {params.batch} --dtype {params.dtype} --device {params.device} "
         "{params.folded} --out {output} > {log} 2>&1"
 
 
-rule finetune_table:
-    input:
-        evals=finetune_evals(),
-        runs=run_files(
-            [f"results/runs/finetune/{r}/eval.json" for r in FINETUNE_RUNS],
-            ("config.json", "eval.json"),
-        ),
-    output:
-        csv="results/tables/table{n}.csv",
-        md="results/tables/table{n}.md",
-        tex="results/tables/table{n}.tex",
-        html=report(
-            "results/tables/table{n}.html",
-            caption="../report/finetune_tables.rst",
-            category="Tables",
-        ),
-    log:
-        "logs/tables/table{n}.log",
-    wildcard_constraints:
-        n="[46]",
-    localrule: True
-    conda:
-        "../envs/tapernorm.yaml"
-    params:
-        runs=lambda w, input: dirs_of(input.runs),
-        out=lambda w, output: output.csv[: -len(".csv")],
-    shell:
-        "tapernorm table {wildcards.n} --runs {params.runs} --evals {input.evals} "
-        "--out {params.out} > {log} 2>&1"
+# One rule per table, named after it, so that each gets its own caption in the report.
+for n in tp.FINETUNE_TABLES:
+
+    rule:
+        name:
+            f"table{n}"
+        input:
+            evals=finetune_evals(),
+            runs=run_files(
+                evals("finetune", FINETUNE_RUNS), ("config.json", "eval.json")
+            ),
+        output:
+            csv=f"results/tables/table{n}.csv",
+            md=f"results/tables/table{n}.md",
+            tex=f"results/tables/table{n}.tex",
+            html=report(
+                f"results/tables/table{n}.html",
+                caption=f"../report/table{n}.rst",
+                category="Tables",
+            ),
+        log:
+            f"logs/tables/table{n}.log",
+        localrule: True
+        conda:
+            "../envs/tapernorm.yaml"
+        params:
+            n=n,
+            runs=run_dirs,
+            out=table_stem,
+        shell:
+            "tapernorm table {params.n} --runs {params.runs} --evals {input.evals} "
+            "--out {params.out} > {log} 2>&1"

@@ -12,7 +12,7 @@ rule fold:
     threads: 1
     params:
         rtol=config["fold"]["rtol"],
-        data=lambda w, input: os.path.dirname(input.meta),
+        data=input_dir("meta"),
     shell:
         "OMP_NUM_THREADS={threads} tapernorm fold --model results/runs/pretrain/{wildcards.run} "
         "--data {params.data} --out results/fold/{wildcards.run} --rtol {params.rtol} "

@@ -9,15 +9,15 @@ rule train:
     log:
         "logs/runs/{family}/{run}.log",
     benchmark:
-        f"{JOB_RECORDS}/train/{{family}}/{{run}}.tsv"
+        tp.job_record("train", "{family}", "{run}")
     conda:
         GPU_ENV
     threads: 1
     resources:
-        gpu=lambda w: int(tp.wants_gpu(config, w.family)),
-        runtime=lambda w: tp.train_runtime(config, w.family, w.run),
+        gpu=train_gpus,
+        runtime=train_minutes,
     params:
-        run=lambda w: json.dumps(tp.run_config(config, w.family, w.run, PRETRAIN_DATA)),
+        run=train_json,
     shell:
         "OMP_NUM_THREADS={threads} tapernorm train --config-json {params.run:q} "
         "--out results/runs/{wildcards.family}/{wildcards.run} > {log} 2>&1"

@@ -1,33 +1,39 @@
-rule table:
-    input:
-        runs=run_files(pretrain_evals()),
-        data=PRETRAIN_DATA_FILES["meta"],  # the corpus' name, for Table 2's caption
-    output:
-        csv="results/tables/table{n}.csv",
-        md="results/tables/table{n}.md",
-        tex="results/tables/table{n}.tex",
-        html=report(
-            "results/tables/table{n}.html",
-            caption="../report/tables.rst",
-            category="Tables",
-        ),
-    log:
-        "logs/tables/table{n}.log",
-    wildcard_constraints:
-        n="[125]",
-    localrule: True
-    conda:
-        "../envs/tapernorm.yaml"
-    params:
-        runs=lambda w, input: dirs_of(input.runs),
-    shell:
-        "tapernorm table {wildcards.n} --runs {params.runs} "
-        "--out results/tables/table{wildcards.n} > {log} 2>&1"
+# One rule per table and per figure, named after it, so that each gets its own caption in the
+# report. Tables, figures, claims and job times are local rules: on a cluster they run on the
+# submitting host (a few seconds of CPU each) instead of waiting in the GPU partition's queue.
+for n in tp.PRETRAIN_TABLES:
+
+    rule:
+        name:
+            f"table{n}"
+        input:
+            runs=run_files(pretrain_evals()),
+            data=PRETRAIN_DATA_FILES["meta"],  # the corpus' name, for Table 2's caption
+        output:
+            csv=f"results/tables/table{n}.csv",
+            md=f"results/tables/table{n}.md",
+            tex=f"results/tables/table{n}.tex",
+            html=report(
+                f"results/tables/table{n}.html",
+                caption=f"../report/table{n}.rst",
+                category="Tables",
+            ),
+        log:
+            f"logs/tables/table{n}.log",
+        localrule: True
+        conda:
+            "../envs/tapernorm.yaml"
+        params:
+            n=n,
+            runs=run_dirs,
+            out=table_stem,
+        shell:
+            "tapernorm table {params.n} --runs {params.runs} --out {params.out} > {log} 2>&1"
 
 
 rule anchor_table:
     input:
-        run_files(anchor_sweep_evals()),
+        runs=run_files(anchor_sweep_evals()),
     output:
         csv="results/tables/table_anchor.csv",
         md="results/tables/table_anchor.md",
@@ -43,22 +49,19 @@ rule anchor_table:
     conda:
         "../envs/tapernorm.yaml"
     params:
-        runs=lambda w, input: dirs_of(input),
+        runs=run_dirs,
     shell:
         "tapernorm table anchor --runs {params.runs} --out results/tables/table_anchor "
         "> {log} 2>&1"
 
 
-# One rule per figure, named after it, so that each gets its own caption in the report.
-# Tables, figures, claims and job times are local rules: on a cluster they run on the submitting
-# host (a few seconds of CPU each) instead of waiting in the GPU partition's queue.
 for fig_name, fig_runs in FIGURES.items():
 
     rule:
         name:
             fig_name
         input:
-            run_files(fig_runs),
+            runs=run_files(fig_runs),
         output:
             pdf=f"figures/{fig_name}.pdf",
             png=report(
@@ -73,7 +76,7 @@ for fig_name, fig_runs in FIGURES.items():
             "../envs/tapernorm.yaml"
         params:
             kind=fig_name.split("_")[0],
-            runs=lambda w, input: dirs_of(input),
+            runs=run_dirs,
             width=FIG_WIDTH,
         shell:
             "tapernorm figure {params.kind} --runs {params.runs} --width {params.width} "
@@ -84,7 +87,7 @@ rule claims:
     input:
         runs=run_files(pretrain_evals()),
         ablation=run_files(ablation_evals()),
-        sweep=run_files(evals(tp.SWEEP_FAMILY, tp.sweep_runs(config) if SWEEP else [])),
+        sweep=run_files(sweep_evals()),
         verify=expand("results/fold/{run}/verify.json", run=fold_names())
         + finetune_verify(),
         finetune=finetune_evals(),
@@ -100,17 +103,11 @@ rule claims:
     conda:
         "../envs/tapernorm.yaml"
     params:
-        runs=lambda w, input: dirs_of(input.runs),
-        ablation=lambda w, input: (
-            f"--ablation-runs {dirs_of(input.ablation)}" if input.ablation else ""
-        ),
-        finetune=lambda w, input: (
-            f"--finetune-evals {' '.join(input.finetune)}" if input.finetune else ""
-        ),
-        sweep=lambda w, input: (
-            f"--sweep-runs {dirs_of(input.sweep)}" if input.sweep else ""
-        ),
-        bench=lambda w, input: f"--bench {' '.join(input.bench)}" if input.bench else "",
+        runs=run_dirs,
+        ablation=optional_files("--ablation-runs", "ablation", dirs_of),
+        finetune=optional_files("--finetune-evals", "finetune"),
+        sweep=optional_files("--sweep-runs", "sweep", dirs_of),
+        bench=optional_files("--bench", "bench"),
     shell:
         "tapernorm claims --runs {params.runs} {params.ablation} {params.sweep} "
         "--verify {input.verify} {params.finetune} {params.bench} --out {output.md} "
@@ -119,7 +116,7 @@ rule claims:
 
 rule job_times:
     input:
-        [f"{JOB_RECORDS}/{record}" for record in timed_jobs()],
+        tp.timed_jobs(config),
     output:
         csv="results/tables/job_times.csv",
         md="results/tables/job_times.md",
@@ -135,9 +132,9 @@ rule job_times:
     conda:
         "../envs/tapernorm.yaml"
     params:
-        records=JOB_RECORDS,
-        jobs=" ".join(timed_jobs()),
-        out=lambda w, output: output.csv[: -len(".csv")],
+        records=job_records_dir,
+        jobs=" ".join(tp.timed_jobs(config, root=None)),
+        out=table_stem,
     shell:
         "tapernorm job-times {params.records} --jobs {params.jobs} --out {params.out} "
         "> {log} 2>&1"
