@@ -77,8 +77,6 @@ def bench_generate(
     per new token (per step of the batch), the median per-round speedup over transformers
     (quartiles beside it) and the floor ratio. `cfg`: a llama-style model, by default the paper's
     30M one (bench.variants.paper_config); float32 on the CPU."""
-    from transformers import __version__ as transformers_version
-
     from ..hf import load_hf
 
     cfg = cfg or paper_config()
@@ -107,7 +105,7 @@ def bench_generate(
         times = paired_rounds(runs, repeats, warmup)
     compile_s = first.get("compiled")
     bandwidth = max(bw_before["best_gb_s"], memory_bandwidth()["best_gb_s"])
-    load_after, env = os.getloadavg(), environment("cpu")
+    setting = _setting(cfg, ours, bandwidth, load_before[0], os.getloadavg()[0])
     floor_s = weight_bytes(ours) / (bandwidth * 1e9)
     base = times["transformers"]["s"]
     rows = []
@@ -134,21 +132,31 @@ def bench_generate(
                 "floor_ms": 1e3 * floor_s,
                 "floor_ratio": seconds / new_tokens / floor_s,
                 "compile_s": compile_s if name == "compiled" else None,
-                "weight_mb": weight_bytes(ours) / 1e6,
-                "bandwidth_gb_s": bandwidth,
-                "load_before": load_before[0],
-                "load_after": load_after[0],
-                "device_name": env["device"],
-                "threads": env["threads"],
-                "torch": env["torch"],
-                "transformers": transformers_version,
-                "n_embd": cfg.n_embd,
-                "n_layer": cfg.n_layer,
-                "n_head": cfg.n_head,
-                "vocab_size": cfg.vocab_size,
+                **setting,
             }
         )
     return rows
+
+
+def _setting(cfg: GPTConfig, ours, bandwidth: float, load_before: float, load_after: float):
+    """The columns every row of bench_generate shares: the model, the machine and its load."""
+    from transformers import __version__ as transformers_version
+
+    env = environment("cpu")
+    return {
+        "weight_mb": weight_bytes(ours) / 1e6,
+        "bandwidth_gb_s": bandwidth,
+        "load_before": load_before,
+        "load_after": load_after,
+        "device_name": env["device"],
+        "threads": env["threads"],
+        "torch": env["torch"],
+        "transformers": transformers_version,
+        "n_embd": cfg.n_embd,
+        "n_layer": cfg.n_layer,
+        "n_head": cfg.n_head,
+        "vocab_size": cfg.vocab_size,
+    }
 
 
 def markdown(rows: list[dict]) -> str:
