@@ -4,6 +4,8 @@
 
 from snakemake.utils import min_version
 
+from tapernorm.config import check_yaml_files
+
 # 8.0 brings the executor plugins of workflow/profiles/slurm*; 8.15 is the first to plan a dry run
 # (-n without --cores) of rules whose threads are workflow.cores (bench.smk)
 min_version("8.15")
@@ -12,7 +14,10 @@ min_version("8.15")
 # Each config is complete: a --configfile replaces config/config.yaml instead of being merged over it
 # (Snakemake's default would let every key it leaves out carry over from the CPU default, e.g. the
 # CPU taper window into the paper grid). Several --configfile files still merge, in order.
+# A YAML error in it is named with its line here (Snakemake's own message names none; for a
+# --configfile, which Snakemake reads before this file, `tapernorm check-config FILE` names it).
 if not workflow.overwrite_configfiles:
+    check_yaml_files(["config/config.yaml"])
 
     configfile: "config/config.yaml"
 

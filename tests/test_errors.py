@@ -1,6 +1,8 @@
 """Bad input and interruptions end in one clear line and a non-zero exit, never a traceback."""
 
 import json
+import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -68,6 +70,28 @@ def test_workflow_config_files_are_checked_for_duplicate_keys(tmp_path):
     check_yaml_files([good])
     with pytest.raises(ConfigError, match=f"config file {bad}: .*line 4.*duplicate key 'seeds'"):
         check_yaml_files([good, bad])
+
+
+def test_a_yaml_error_in_the_workflow_config_names_its_line(tmp_path):
+    """Snakemake's own message for a broken config file names no line; the Snakefile checks the
+    default config first, and `tapernorm check-config` any other (test_cli)."""
+    root = Path(__file__).resolve().parents[1]
+    shutil.copy(root / "Snakefile", tmp_path / "Snakefile")
+    shutil.copytree(root / "workflow", tmp_path / "workflow")
+    shutil.copytree(root / "config", tmp_path / "config")
+    config = tmp_path / "config/config.yaml"
+    config.write_text(config.read_text().replace("pretrain:\n", "pretrain: [\n", 1))
+    with pytest.raises(ConfigError, match="invalid YAML at line") as expected:
+        check_yaml_files([config])
+    line = str(expected.value).split("invalid YAML at ", 1)[1]  # "line 17, column 3: ..."
+    out = subprocess.run(
+        [sys.executable, "-m", "snakemake", "-n", "--cores", "1"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+    )
+    assert out.returncode != 0
+    assert f"config file config/config.yaml: invalid YAML at {line}" in out.stdout + out.stderr
 
 
 def test_config_and_config_json_are_exclusive(tmp_path, capsys):

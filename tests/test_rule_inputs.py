@@ -161,7 +161,7 @@ def test_every_command_reads_only_declared_inputs(replay):
 def test_the_trace_sees_what_the_analysis_commands_read(replay):
     """The tracer is not blind: a figure's run files, the claims' JSON, the records of job-times."""
     _, traced = replay
-    reads = {job["rule"]: r for job, _, r in traced if job["rule"] != "table"}
+    reads = {job["rule"]: r for job, _, r in traced}
     run = "results/runs/pretrain/baseline-d32-s0"
     assert {f"{run}/{f}" for f in ("config.json", "metrics.jsonl", "eval.json")} <= reads[
         "fig3_logit_norm"
