@@ -278,7 +278,7 @@ def bench_csvs(forward_rows, decode_rows, tmp_path_factory):
     root = tmp_path_factory.mktemp("bench")
     compiled = [{**r, "mode": "compiled", "compile": "torch.compile"} for r in decode_rows]
     paths = {"forward": root / "forward.csv", "decode": root / "decode.csv"}
-    calm = {"disturbed": False, "disturbed_why": ""}  # tiny cells are noisy; test_bench_trust tests the flags
+    calm = {"disturbed": False, "disturbed_why": ""}  # tiny cells are noisy: test_bench_trust
     forward = pd.DataFrame(forward_rows).assign(source="random weights", **calm)
     forward.to_csv(paths["forward"], index=False)
     pd.DataFrame(decode_rows + compiled).assign(**calm).to_csv(paths["decode"], index=False)

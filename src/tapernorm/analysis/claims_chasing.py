@@ -27,6 +27,7 @@ from .claim_rows import (
     variant_label,
 )
 from .runs import CLIPPED_COLUMNS, GRAD_COLUMNS, describe_scale
+from .stats import gradient_ratios
 
 CHASE_YES, CHASE_PARTLY = 2.0, 1.2
 CLOSE_FACTOR = 1.5
@@ -270,11 +271,10 @@ def _grad_verdict(means: pd.DataFrame, columns: Sequence[str]) -> tuple[str, str
     seps, closes, n_cluster, n_close, n_larger, s_all, c_all = [], [], 0, 0, 0, [], []
     for c in columns:
         g = means[f"{c}_end"]
-        sep = (g["final"] + g["all"]) / (g["baseline"] + g["internal"])
+        sep, close = gradient_ratios(g)
         spread = max(
             abs(math.log(g["final"] / g["all"])), abs(math.log(g["baseline"] / g["internal"]))
         )
-        close = g["all_aux"] / g["internal_aux"]
         s_all.append(sep)
         c_all.append(close)
         clusters = sep <= 1 / CLOSE_FACTOR and abs(math.log(sep)) > spread

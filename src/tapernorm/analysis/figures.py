@@ -41,6 +41,7 @@ from .runs import (
     pick_width,
     variant_order,
 )
+from .stats import gradient_ratios
 
 # tab10 blue, green, orange, purple, red, brown, grey and olive (the untied-head runs), cyan (DyT)
 _TAB10 = sns.color_palette("tab10").as_hex()
@@ -447,8 +448,7 @@ def _claim5_ratios(runs: pd.DataFrame, columns: Sequence[str]) -> str:
     g = ok.groupby("variant")[[f"{c}_end" for c in columns]].mean()
     if g.isna().any().any():
         return ""
-    split = (g.loc["final"] + g.loc["all"]) / (g.loc["baseline"] + g.loc["internal"])
-    close = g.loc["all_aux"] / g.loc["internal_aux"]
+    split, close = gradient_ratios(g.T)  # per weight type
     return (
         f"no-final/final-norm {split.min():.2f}-{split.max():.2f}x, "
         f"All-Taper (+aux)/Internal-Taper (+aux) {close.min():.2f}-{close.max():.2f}x"

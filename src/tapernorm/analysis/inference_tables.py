@@ -339,12 +339,10 @@ def fig5(df: pd.DataFrame) -> Figure:
 
 def speedup_summary(df: pd.DataFrame) -> list[dict]:
     """Per benchmark (forward; decode per mode): best and median over cells of each export's
-    speedup, in how many cells the export was faster in at least 3 of 4 rounds (q1 > 1), and how
-    many cells had a disturbed timing."""
+    speedup, and in how many cells the export was faster in at least 3 of 4 rounds (q1 > 1)."""
     out = []
     for (benchmark, mode), part in df.groupby(["benchmark", "mode"], sort=False):
         entry = {"benchmark": benchmark, "mode": mode, "cells": 0}
-        entry["disturbed"] = len(disturbed_cells(part))
         for v in shown(part)[1:]:
             mine = part[part["variant"] == v]
             entry["cells"] = max(entry["cells"], len(mine))

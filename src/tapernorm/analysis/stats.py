@@ -112,3 +112,13 @@ def stats_by_cell(runs: pd.DataFrame) -> dict[tuple[int, str], CellStats]:
         for variant in variant_order(at_width["variant"]):
             out[(int(width), variant)] = cell_stats(at_width[at_width["variant"] == variant])
     return out
+
+
+def gradient_ratios(g: pd.Series | pd.DataFrame) -> tuple:
+    """Claim 5's two ratios of end gradient norms `g` indexed by variant (a Series of one weight
+    type, or a frame with a column per variant: then per row):
+    no-final-norm over final-norm runs, (Final + All) / (Baseline + Internal), and All-Taper (+aux)
+    over Internal-Taper (+aux)."""
+    return (g["final"] + g["all"]) / (g["baseline"] + g["internal"]), g["all_aux"] / g[
+        "internal_aux"
+    ]

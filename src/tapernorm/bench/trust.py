@@ -20,12 +20,10 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-LOAD_LIMIT = (
-    0.25  # cores: idle 2-core hosts measured 0.00-0.05 beside a benchmark; one busy loop is 1
-)
-SPREAD_LIMIT = (
-    0.75  # (q3 - q1) / median of the per-round speedups; idle CPU cells measured up to 0.45
-)
+# cores of other work: the idle default run measured 0.00-0.08 beside its cells; one busy loop is ~1
+LOAD_LIMIT = 0.25
+# (q3 - q1) / median of a variant's per-round speedups: idle CPU cells measured up to 0.45
+SPREAD_LIMIT = 0.75
 RERUN = (
     "rerun it on an idle machine: snakemake --cores all --forcerun bench_forward bench_decode "
     "(or the tapernorm bench command in the log)"
