@@ -43,6 +43,15 @@ def test_invalid_configs_name_the_key(cfg, key):
         resolve_run_config(cfg)
 
 
+@pytest.mark.parametrize(
+    "key,names",
+    [("norm_mode", "model.norm says what the norms are"), ("norm_kind", "model.style sets it")],
+)
+def test_a_retired_norm_key_names_what_replaced_it(key, names):
+    with pytest.raises(ConfigError, match=f"config key model.{key}: no longer a key; {names}"):
+        resolve_run_config(base(model={key: "taper" if key == "norm_mode" else "rms"}))
+
+
 def test_yaml_file_and_overrides(tmp_path):
     p = tmp_path / "run.yaml"
     p.write_text("data: {dir: x}\ntrain: {steps: 10, warmup_steps: 2}\n")

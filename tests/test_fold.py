@@ -51,7 +51,7 @@ def test_folded_logits_equal_unfolded(style, taper, tie):
     assert not any(
         True for _ in taper_norms(folded)
     )  # no per-token statistics left in tapered spots
-    assert folded.config.norm_mode == "folded"
+    assert folded.config.norm == "folded"
     if taper in ("final", "all"):
         assert not folded.config.tie_embeddings
         assert torch.equal(folded.tok_emb.weight, m.tok_emb.weight)
@@ -90,3 +90,11 @@ def test_fold_of_untapered_model_is_identity():
     m = random_tapered("gpt2", "none")
     x = torch.randint(0, 97, (2, 16))
     assert torch.equal(m(x), fold_model(m)(x))
+
+
+def test_an_export_does_not_fold_again():
+    folded = fold_model(random_tapered("llama", "all"))
+    with pytest.raises(FoldError, match="already exported \\(norm 'folded'\\)"):
+        fold_model(folded)
+    with pytest.raises(FoldError, match="already exported \\(norm 'scale'\\)"):
+        fold_model(export_explicit_scaling(random_tapered("gpt2", "internal")))

@@ -6,7 +6,7 @@ import torch
 from tapernorm import GPT, GPTConfig, TaperNorm
 from tapernorm.decode import new_cache
 from tapernorm.model import Block, convert_norms
-from tapernorm.norms import LayerNorm, RMSNorm
+from tapernorm.norms import DyT, FakeNorm, FixedScale, LayerNorm, RMSNorm
 
 
 def tiny(style="llama", taper="none", **kw) -> GPTConfig:
@@ -121,3 +121,46 @@ def test_convert_norms_keeps_the_function():
         x = torch.randint(0, 61, (2, 10))
         assert torch.allclose(m(x), t(x), atol=1e-6)
         assert torch.equal(t.ln_f.weight_tilde, t.ln_f.weight)
+
+
+@pytest.mark.parametrize(
+    "norm,taper,tapered,plain",
+    [
+        ("default", "internal", TaperNorm, RMSNorm),
+        ("scale", "internal", FixedScale, RMSNorm),
+        ("folded", "internal", torch.nn.Identity, RMSNorm),
+        ("dyt", "none", None, DyT),
+        ("fakeln", "none", None, FakeNorm),
+    ],
+)
+def test_norm_is_the_one_selector(norm, taper, tapered, plain):
+    """GPTConfig.norm and taper alone decide every norm position (GPTConfig's table)."""
+    m = GPT(tiny("llama", taper, norm=norm))
+    assert type(m.ln_f) is plain
+    for block in m.blocks:
+        assert type(block.ln_1) is type(block.ln_2) is (tapered or plain)
+
+
+@pytest.mark.parametrize(
+    "kw,why",
+    [
+        (dict(norm="dyt", taper="all"), "must be 'none' with norm 'dyt'"),
+        (dict(norm="fakeln", taper="final"), "must be 'none' with norm 'fakeln'"),
+        (dict(norm="folded"), "must name the norms that norm 'folded' is"),
+        (dict(norm="rms"), "GPTConfig.norm: must be one of"),
+    ],
+)
+def test_norm_and_taper_that_contradict_are_refused(kw, why):
+    with pytest.raises(ValueError, match=why):
+        tiny(**kw)
+
+
+@pytest.mark.parametrize(
+    "mode,norm", [("taper", "default"), ("scale", "scale"), ("folded", "folded")]
+)
+def test_config_written_with_the_old_norm_mode_still_loads(mode, norm):
+    """config.json from before `norm` took in norm_mode (every run and fold directory of then)."""
+    old = {**tiny("gpt2", "all").to_dict(), "norm_mode": mode}
+    assert GPTConfig.from_dict(old) == tiny("gpt2", "all", norm=norm)
+    with pytest.raises(ValueError, match="norm_mode 'folded' with norm 'dyt'"):
+        GPTConfig.from_dict({**old, "taper": "none", "norm": "dyt", "norm_mode": "folded"})

@@ -74,6 +74,14 @@ PROTOCOLS: dict[str, dict[str, Any]] = {
 }
 
 
+# Model keys of an earlier norm selector, and what says the same now (model.GPTConfig's table).
+RETIRED_MODEL_KEYS = {
+    "norm_mode": "model.norm says what the norms are; its scale and folded forms are what "
+    "tapernorm fold writes, never trained",
+    "norm_kind": "model.style sets it (llama: RMSNorm, gpt2: LayerNorm)",
+}
+
+
 class ConfigError(ValueError):
     """An invalid config; the message names the offending key."""
 
@@ -271,6 +279,9 @@ def load_run_config(path: str | Path | None, overrides: list[str] = ()) -> dict:
 
 def resolve_run_config(config: dict) -> dict:
     """Validate against the run schema, apply the variant, fill derived defaults, check consistency."""
+    model = config.get("model")
+    for key in RETIRED_MODEL_KEYS.keys() & (model.keys() if isinstance(model, dict) else set()):
+        raise ConfigError(f"config key model.{key}: no longer a key; {RETIRED_MODEL_KEYS[key]}")
     variant = config.get("variant")
     if variant is not None and variant in VARIANTS:
         v = VARIANTS[variant]
@@ -321,7 +332,7 @@ def resolve_run_config(config: dict) -> dict:
 
 
 def _resolve_norm(cfg: dict) -> None:
-    """model.norm dyt / fakeln replaces every norm, so nothing tapers (the norm switches are
+    """model.norm dyt / fakeln replaces every norm, so nothing tapers (what the norms are is
     described together in model.GPTConfig's docstring). FakeLN's removal window defaults to the
     taper window, its EMA weight to taper.ema_mu."""
     tp, m, norm = cfg["taper"], cfg["model"], cfg["model"].get("norm", "default")

@@ -67,7 +67,7 @@ def norm_names(cfg: GPTConfig) -> list[str]:
 
 def _fixed_maps(model: GPT) -> dict[str, tuple[torch.Tensor, torch.Tensor | None]]:
     """(scale, shift) of every norm; ExportError if one is still a real normalization."""
-    if model.config.norm_mode == "folded":
+    if model.config.norm == "folded":
         raise ExportError(
             "export_hf: the model is folded (its norms live in the projections); "
             "export the unfolded g=0 model instead"

@@ -63,12 +63,12 @@ def _check_gates(model: GPT) -> None:
             )
 
 
-def _export(model: GPT, norm_mode: str) -> tuple[GPT, list[tuple[nn.Module, list[nn.Linear]]]]:
-    """A copy of `model` with tapered norms rebuilt in `norm_mode`; returns the (old norm, new
-    projections after it) pairs for the caller to fill in."""
+def _export(model: GPT, norm: str) -> tuple[GPT, list[tuple[nn.Module, list[nn.Linear]]]]:
+    """A copy of `model` with its tapered norms rebuilt as `norm` (scale or folded); returns the
+    (old norm, new projections after it) pairs for the caller to fill in."""
     cfg = model.config
-    if cfg.norm_mode == "folded":
-        raise FoldError("model is already folded")
+    if cfg.norm in ("scale", "folded"):
+        raise FoldError(f"model is already exported (norm {cfg.norm!r}); fold its TaperNorm model")
     if cfg.norm == "dyt":
         raise FoldError(
             "a DyT model does not fold: tanh(alpha * x) is not linear, so no projection absorbs it"
@@ -76,8 +76,8 @@ def _export(model: GPT, norm_mode: str) -> tuple[GPT, list[tuple[nn.Module, list
     if cfg.norm != "default":
         raise FoldError(f"only TaperNorm models fold here; this model has norm {cfg.norm!r}")
     final = cfg.taper in ("final", "all")
-    new_cfg = dataclasses.replace(cfg, norm_mode=norm_mode)
-    if norm_mode == "folded" and final:
+    new_cfg = dataclasses.replace(cfg, norm=norm) if cfg.taper != "none" else cfg  # (a plain copy)
+    if norm == "folded" and final:
         new_cfg = dataclasses.replace(
             new_cfg, tie_embeddings=False, head_bias=cfg.head_bias or cfg.norm_kind == "layer"
         )

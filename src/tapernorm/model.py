@@ -5,8 +5,8 @@
 llama: RMSNorm, SwiGLU (hidden 8d/3), RoPE, no biases.  gpt2: LayerNorm, GELU, learned positions, biases.
 Both tie the output head to the token embedding unless told otherwise (a folded final norm unties it).
 
-Which module each norm is comes from four GPTConfig switches, described together in GPTConfig's
-docstring (style, taper, norm, norm_mode) and applied in make_norm; every norm layer is in norms.py.
+Which module each norm is: GPTConfig.norm says what the norms are and GPTConfig.taper which of them
+taper (the table in GPTConfig's docstring, applied in make_norm); every norm layer is in norms.py.
 dyt_config(...) is DyT as its authors train LLaMA-style language models (DYT_RECIPE, docs/norm-free.md).
 
 The model knows nothing of how it is decoded: its forward takes a KV cache as an argument (one per
@@ -28,8 +28,9 @@ from .norms import DyT, FakeNorm, FixedScale, LayerNorm, RMSNorm, TaperNorm
 
 STYLES = ("llama", "gpt2")
 TAPERS = ("none", "internal", "final", "all")
-NORM_MODES = ("taper", "scale", "folded")
-NORMS = ("default", "dyt", "fakeln")
+NORMS = ("default", "dyt", "fakeln", "scale", "folded")  # GPTConfig.norm (its docstring's table)
+EVERY_NORM = ("dyt", "fakeln")  # replace every norm: nothing tapers
+EXPORTED = ("scale", "folded")  # the tapered norms at g = 0 after fold.py: only it sets these
 INIT_STD = 0.02  # every Linear and Embedding weight starts N(0, INIT_STD^2) (GPT-2's init)
 
 # DyT's alpha0 for LLaMA-style LMs by width: (width, before attention, the others), Zhu et al. 2025
@@ -56,24 +57,23 @@ DYT_RECIPE = {"norm": "dyt", "dyt_bias": False, "tie_embeddings": False, "emb_sc
 class GPTConfig:
     """Sizes and switches of a GPT.
 
-    The norm switches, in one place (make_norm applies them to ln_1, ln_2 of each block and ln_f):
+    One selector says what the norms (ln_1, ln_2 of each block and ln_f) are: `norm`. `taper`
+    (none | internal | final | all) says which of them taper: internal = ln_1 and ln_2 of every
+    block, final = ln_f. `style` fixes the kind of a plain norm (`norm_kind`: RMSNorm for llama,
+    LayerNorm for gpt2). make_norm builds each position as follows:
 
-    - `style` fixes the norm's kind, `norm_kind`: "rms" (RMSNorm) for llama, "layer" (LayerNorm)
-      for gpt2. Not a field of its own: every norm layer below takes it as `kind`.
-    - `taper` (none | internal | final | all) says which norms taper: internal = ln_1 and ln_2 of
-      every block, final = ln_f. The others are the style's plain norm.
-    - `norm` (default | dyt | fakeln) replaces every norm instead: default keeps the style's norm
-      (tapered where `taper` says); dyt makes every norm a DyT (trained from scratch, never folds;
-      alpha0 `dyt_alpha_attn` before attention, `dyt_alpha_other` before the MLP and the head, None
-      taking them from DyT's width table dyt_alpha0: 1.0 and 1.0 up to d=1024); fakeln makes every
-      norm a FakeNorm (removed during fine-tuning by fakeln.py's schedule).
-      Cross-field rule: a norm other than default replaces the tapered ones too, so it needs
-      taper="none" (checked here, and for run configs by config._resolve_norm as model.taper).
-    - `norm_mode` (taper | scale | folded) says how the tapered norms are realised and matters only
-      where `taper` is not none: taper = TaperNorm modules (training, any gate); scale = FixedScale,
-      the norm at g = 0 as an explicit multiply (export_explicit_scaling); folded = identity, the
-      scales live in the next projections' weights (fold_model). Only fold.py sets it (an export's
-      config.json carries it); a run config has no such key (schemas/run.schema.yaml).
+      norm      the norms `taper` names             the others
+      default   TaperNorm (training, any gate)      the style's norm
+      dyt       -                                   DyT (trained from scratch, never folds)
+      fakeln    -                                   FakeNorm (removed in fine-tuning, fakeln.py)
+      scale     FixedScale (g = 0 as a multiply)    the style's norm
+      folded    nothing (in the next projections)   the style's norm
+
+    dyt and fakeln replace every norm, so they need taper="none" (run configs: config._resolve_norm).
+    scale and folded are what fold.py's export_explicit_scaling and fold_model write (an export's
+    config.json carries them); a run config cannot set them (schemas/run.schema.yaml). DyT's alpha0
+    is `dyt_alpha_attn` before attention, `dyt_alpha_other` before the MLP and the head; None takes
+    them from DyT's width table dyt_alpha0 (1.0 and 1.0 up to d=1024).
     """
 
     style: str = "llama"
@@ -82,8 +82,7 @@ class GPTConfig:
     n_embd: int = 512
     vocab_size: int = 10000
     block_size: int = 512
-    taper: str = "none"  # which norms are TaperNorm: none | internal | final | all
-    norm_mode: str = "taper"  # taper | scale | folded (see module docstring)
+    taper: str = "none"  # which norms taper: none | internal | final | all
     n_kv_head: int | None = None  # grouped-query attention (llama imports); None = n_head
     mlp_hidden: int | None = None  # None: int(8d/3) for llama, 4d for gpt2
     bias: bool | None = None  # biases in linear layers and LayerNorms; None: False llama, True gpt2
@@ -93,7 +92,7 @@ class GPTConfig:
     norm_eps: float = 1e-5
     rope_theta: float = 10000.0
     hf_config: dict | None = None  # the Hugging Face config an import came from (for export_hf)
-    norm: str = "default"  # default (the style's norm) | dyt | fakeln: what every norm is
+    norm: str = "default"  # what the norms are: default | dyt | fakeln | scale | folded
     dyt_alpha_attn: float | None = None  # DyT alpha0 of ln_1 (see the docstring)
     dyt_alpha_other: float | None = None  # DyT alpha0 of ln_2 and ln_f
     dyt_bias: bool = True  # DyT's per-feature bias (DYT_RECIPE: none)
@@ -106,10 +105,11 @@ class GPTConfig:
 
         need(self.style in STYLES, "style", f"must be one of {STYLES}")
         need(self.taper in TAPERS, "taper", f"must be one of {TAPERS}")
-        need(self.norm_mode in NORM_MODES, "norm_mode", f"must be one of {NORM_MODES}")
         need(self.norm in NORMS, "norm", f"must be one of {NORMS}")
-        if self.norm != "default":
+        if self.norm in EVERY_NORM:
             need(self.taper == "none", "taper", f"must be 'none' with norm {self.norm!r}")
+        if self.norm in EXPORTED:
+            need(self.taper != "none", "taper", f"must name the norms that norm {self.norm!r} is")
         for f in ("n_layer", "n_head", "n_embd", "vocab_size", "block_size"):
             need(isinstance(getattr(self, f), int) and getattr(self, f) > 0, f, "must be > 0")
         attn, other = dyt_alpha0(self.n_embd)
@@ -150,6 +150,14 @@ class GPTConfig:
 
     @classmethod
     def from_dict(cls, d: dict) -> GPTConfig:
+        """The config a to_dict wrote; one written before `norm` took in the old `norm_mode`
+        switch (taper | scale | folded) loads with its scale or folded as `norm`."""
+        d = dict(d)
+        mode = d.pop("norm_mode", "taper")
+        if mode != "taper":
+            if d.get("norm", "default") != "default":
+                raise ValueError(f"GPTConfig: norm_mode {mode!r} with norm {d['norm']!r}")
+            d["norm"] = mode
         known = {f.name for f in fields(cls)}
         unknown = set(d) - known
         if unknown:
@@ -163,6 +171,7 @@ def dyt_config(**fields) -> GPTConfig:
 
 
 def make_norm(cfg: GPTConfig, tapered: bool, before_attn: bool = False) -> nn.Module:
+    """The norm at one position (`tapered`: one `taper` names), by GPTConfig's table."""
     kind, d = cfg.norm_kind, cfg.n_embd
     if cfg.norm == "dyt":
         return DyT(d, cfg.dyt_alpha_attn if before_attn else cfg.dyt_alpha_other, cfg.dyt_bias)
@@ -170,11 +179,11 @@ def make_norm(cfg: GPTConfig, tapered: bool, before_attn: bool = False) -> nn.Mo
         return FakeNorm(d, kind, cfg.norm_eps, cfg.bias)
     if not tapered:
         return RMSNorm(d, cfg.norm_eps) if kind == "rms" else LayerNorm(d, cfg.norm_eps, cfg.bias)
-    if cfg.norm_mode == "taper":
-        return TaperNorm(d, kind, cfg.norm_eps)
-    if cfg.norm_mode == "scale":
+    if cfg.norm == "scale":
         return FixedScale(d, kind)
-    return nn.Identity()
+    if cfg.norm == "folded":
+        return nn.Identity()
+    return TaperNorm(d, kind, cfg.norm_eps)
 
 
 def rope_tables(cfg: GPTConfig) -> tuple[torch.Tensor, torch.Tensor]:
@@ -380,10 +389,8 @@ def convert_norms(model: GPT, taper: str, norm: str = "default") -> GPT:
     norm="fakeln" makes every norm a live FakeNorm instead (the FakeLN protocol, fakeln.py).
     """
     cfg = model.config
-    if cfg.norm_mode != "taper":
-        raise ValueError(
-            f"convert_norms needs an unfolded model (norm_mode 'taper'), got {cfg.norm_mode}"
-        )
+    if cfg.norm in EXPORTED:
+        raise ValueError(f"convert_norms needs an unexported model, got norm {cfg.norm!r}")
     if cfg.norm != "default" or norm == "dyt":
         raise ValueError(
             f"convert_norms: cannot turn norm {cfg.norm!r} into {norm!r} with the same function "

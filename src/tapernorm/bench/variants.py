@@ -36,8 +36,8 @@ def random_variants(cfg: GPTConfig, seed: int = 0) -> tuple[GPT, GPT]:
     without it a random network at g = 0 overflows within a few layers).
     """
     torch.manual_seed(seed)
-    baseline = GPT(dataclasses.replace(cfg, taper="none", norm_mode="taper")).eval()
-    tapered = GPT(dataclasses.replace(cfg, taper="internal", norm_mode="taper")).eval()
+    baseline = GPT(dataclasses.replace(cfg, taper="none", norm="default")).eval()
+    tapered = GPT(dataclasses.replace(cfg, taper="internal", norm="default")).eval()
     tapered.load_state_dict(baseline.state_dict(), strict=False)  # TaperNorm state keeps its init
     for _, norm in taper_norms(tapered):
         norm.weight_tilde.uniform_(0.8, 1.25)
@@ -62,7 +62,6 @@ def random_dyt(cfg: GPTConfig, seed: int = 0) -> GPT:
     dyt = dataclasses.replace(
         cfg,
         taper="none",
-        norm_mode="taper",
         dyt_alpha_attn=None,
         dyt_alpha_other=None,
         **DYT_RECIPE,
@@ -76,8 +75,8 @@ def inference_variants(
     """The three columns of paper Table 3 and the model the exports are verified against:
     {"baseline", "explicit": `tapered` at g = 0 with its norms as fixed multiplies, "folded"}, and
     "dyt" when a DyT model is given."""
-    if tapered.config.taper == "none" or tapered.config.norm_mode != "taper":
-        raise ValueError("inference_variants needs a tapered model in norm_mode 'taper'")
+    if tapered.config.taper == "none" or tapered.config.norm != "default":
+        raise ValueError("inference_variants needs a TaperNorm model (taper set, norm 'default')")
     if dyt is not None and dyt.config.norm != "dyt":
         raise ValueError(f"inference_variants: the dyt model has norm {dyt.config.norm!r}")
     reference = tapered.eval()
@@ -118,12 +117,12 @@ def prepare_models(
     check: Callable[[GPT], object] | None = None,
 ) -> dict[str, GPT]:
     """Copies of `models` on `device` in `dtype`, in eval mode, after every export among them
-    (norm_mode scale or folded) was verified against the g = 0 `reference` in float32 at full matmul
+    (norm scale or folded) was verified against the g = 0 `reference` in float32 at full matmul
     precision: verify_fold raises FoldVerificationError beyond `rtol` (looser than the fold rule's
     1e-5 on validation text: random tokens drive a trained model's unnormalized blocks harder and
     float32 roundoff grows; a wrong fold is off by far more). `check`, if given, is called
     on each model there too (float32, on `device`). The inputs are left as they are."""
-    exports = [n for n, m in models.items() if m.config.norm_mode in ("scale", "folded")]
+    exports = [n for n, m in models.items() if m.config.norm in ("scale", "folded")]
     if exports and reference is None:
         raise ValueError(f"exported models {exports} need a reference to be verified against")
     out = {}
