@@ -1,7 +1,8 @@
 """The `tapernorm` command line: every step of the pipeline, usable without Snakemake."""
 
 # Each command is a `_cmd_NAME` function with, beside it, a `_NAME_parser(sub)` declaring its
-# arguments; build_parser (at the end) registers them, and analysis.cli's table, figure, claims.
+# arguments; build_parser (at the end) registers them, bench.cli's `bench train-step|forward|decode`
+# and analysis.cli's table, figure, claims, job-times. What they share is in cli_args.
 
 from __future__ import annotations
 
@@ -16,58 +17,18 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from . import __version__
+from .cli_args import (
+    DEVICE_HELP,
+    DEVICES,
+    NON_NEGATIVE_FLOAT,
+    POSITIVE,
+    POSITIVE_FLOAT,
+    Parser,
+    device_arg,
+    number,
+)
 
 EXTRAS = {"transformers": "hf", "datasets": "hf", "huggingface_hub": "hf"}  # module -> extra
-
-
-# ---- the parser's parts ---------------------------------------------------------------------------
-
-
-class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
-    """Appends '(default: X)' to each option's help, unless there is no default to show."""
-
-    def _get_help_string(self, action: argparse.Action) -> str | None:
-        if action.default is None or action.default is False or action.default == []:
-            return action.help
-        return super()._get_help_string(action)
-
-
-class _Parser(argparse.ArgumentParser):
-    """Usage errors as one line (and exit status 2), pointing at --help instead of the usage; help
-    with defaults (_HelpFormatter). Subcommands' parsers are of this class too (argparse makes them
-    of their parent's)."""
-
-    def __init__(self, *args, formatter_class=_HelpFormatter, **kwargs):
-        super().__init__(*args, formatter_class=formatter_class, **kwargs)
-
-    def error(self, message: str):
-        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
-
-
-def _number(kind: type, low: float, inclusive: bool = True):
-    """An argparse type: a `kind` (int or float) >= low (> low when not inclusive)."""
-    bound = f"{'>=' if inclusive else '>'} {low:g}"
-
-    def parse(text: str):
-        try:
-            value = kind(text)
-        except ValueError:
-            value = None
-        if value is None or not (value > low or (inclusive and value == low)):  # NaN fails too
-            raise argparse.ArgumentTypeError(f"expected {kind.__name__} {bound}, got {text!r}")
-        return value
-
-    return parse
-
-
-POSITIVE, NON_NEGATIVE = _number(int, 1), _number(int, 0)
-POSITIVE_FLOAT, NON_NEGATIVE_FLOAT = _number(float, 0, inclusive=False), _number(float, 0)
-DEVICES = ["auto", "cpu", "cuda"]
-DEVICE_HELP = "auto: cuda when available, else cpu"
-
-
-def _device_arg(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--device", default="auto", choices=DEVICES, help=DEVICE_HELP)
 
 
 # ---- data and training ----------------------------------------------------------------------------
@@ -216,7 +177,7 @@ def _prepare_eval_parser(sub) -> None:
     v.add_argument("--out", type=Path, required=True, help="evaluation set directory")
     v.add_argument("--shards", help="heldout: the token shards whose val split is held out")
     v.add_argument("--local-path", help="pile sets: a local copy (save_to_disk, jsonl, parquet)")
-    v.add_argument("--row-len", type=_number(int, 2), default=1024, help="tokens per row")
+    v.add_argument("--row-len", type=number(int, 2), default=1024, help="tokens per row")
     v.add_argument("--max-rows", type=POSITIVE, help="keep the first N rows")
     v.set_defaults(func=_cmd_prepare_eval)
 
@@ -260,7 +221,7 @@ def _eval_parser(sub) -> None:
         "--dtype", default="float32", choices=["auto", "float32", "bfloat16"], help="evaluation set"
     )
     e.add_argument("--folded", type=Path, help="evaluation set: also score this folded export")
-    _device_arg(e)
+    device_arg(e)
     e.add_argument("--out", type=Path, help="write the result as JSON here")
     e.set_defaults(func=_cmd_eval)
 
@@ -285,7 +246,7 @@ def _fold_parser(sub) -> None:
         "--eval-windows", type=POSITIVE, default=64, help="windows for the loss comparison"
     )
     f.add_argument("--rtol", type=POSITIVE_FLOAT, default=1e-5, help="max |dz| / max |z| allowed")
-    _device_arg(f)
+    device_arg(f)
     f.set_defaults(func=_cmd_fold)
 
 
@@ -309,7 +270,7 @@ def _export_hf_parser(sub) -> None:
     x.add_argument("--data", type=Path, help="token shards to verify on (default: the run's)")
     x.add_argument("--windows", type=POSITIVE, default=4, help="validation windows to verify on")
     x.add_argument("--rtol", type=POSITIVE_FLOAT, default=1e-4, help="max |dz| / max |z| allowed")
-    _device_arg(x)
+    device_arg(x)
     x.set_defaults(func=_cmd_export_hf)
 
 
@@ -339,7 +300,7 @@ def _taper_hf_parser(sub) -> None:
     h.add_argument("--lr", type=POSITIVE_FLOAT, default=1e-4, help="peak learning rate")
     h.add_argument("--batch-size", type=POSITIVE, default=8, help="sequences per step")
     h.add_argument("--lam", type=NON_NEGATIVE_FLOAT, default=0.1, help="scale loss weight")
-    _device_arg(h)
+    device_arg(h)
     h.set_defaults(func=_cmd_taper_hf)
 
 
@@ -425,7 +386,7 @@ def _cmd_env(args: argparse.Namespace) -> int:
 
 def _env_parser(sub) -> None:
     n = sub.add_parser("env", help="this machine's device, versions and nvidia-smi as JSON")
-    _device_arg(n)
+    device_arg(n)
     n.add_argument("--out", type=Path, help="write the JSON here too")
     n.set_defaults(func=_cmd_env)
 
@@ -451,253 +412,6 @@ def _gpu_report_parser(sub) -> None:
         help="the pipeline config whose pre-training grid is costed",
     )
     r.set_defaults(func=_cmd_gpu_report)
-
-
-# ---- bench: one subcommand per benchmark ----------------------------------------------------------
-
-
-def _bench_parser(sub) -> None:
-    b = sub.add_parser(
-        "bench",
-        help="benchmarks (medians of interleaved repeats, ratios): train-step, forward, decode",
-        description="Medians of interleaved repeats, and ratios to the baseline. train-step: "
-        "seconds per training step. forward (paper Table 3) and decode: the baseline and the "
-        "tapered model exported as explicit scaling and folded (verified against the g=0 model "
-        "first), and a DyT model. `tapernorm bench BENCHMARK --help` lists its options.",
-    )
-    benchmarks = b.add_subparsers(
-        dest="which", required=True, metavar="{train-step,forward,decode}"
-    )
-    for add in (_bench_train_step_parser, _bench_forward_parser, _bench_decode_parser):
-        add(benchmarks)
-    _reject_misplaced(b, benchmarks.choices)
-
-
-class _Misplaced(argparse.Action):
-    """An option this parser does not take (`tapernorm bench` once took every benchmark's options):
-    hidden from its help, it stops the parse with a one-line `message` saying where it goes. Being
-    declared, it also keeps abbreviations as they were: a misplaced --batch-size is this error, not
-    an abbreviation of --batch-sizes."""
-
-    def __init__(self, option_strings, dest, message: str = "", **kwargs):
-        super().__init__(
-            option_strings,
-            argparse.SUPPRESS,
-            nargs="*",
-            default=argparse.SUPPRESS,
-            help=argparse.SUPPRESS,
-        )
-        self.message = message
-
-    def __call__(self, parser, namespace, values, option_string=None):
-        parser.error(self.message)
-
-
-def _reject_misplaced(bench: argparse.ArgumentParser, benchmarks: dict) -> None:
-    """Declare on each benchmark's parser the other benchmarks' options as _Misplaced, naming the
-    benchmarks that take them; and on `bench` itself every option (it goes after the name)."""
-    owners: dict[str, list[str]] = {}  # option -> the benchmarks that take it
-    for name, parser in benchmarks.items():
-        for option in parser._option_string_actions:
-            if option not in ("-h", "--help"):
-                owners.setdefault(option, []).append(name)
-    for option, names in owners.items():
-        where = f"{bench.prog} {', '.join(names[:-1])}{' and ' if names[:-1] else ''}{names[-1]}"
-        for name, parser in benchmarks.items():
-            if option not in parser._option_string_actions:
-                message = f"{option} is an option of {where}, not of {name}"
-                parser.add_argument(option, action=_Misplaced, message=message)
-        message = (
-            f"options go after the benchmark's name: {bench.prog} {'|'.join(names)} {option} ..."
-        )
-        bench.add_argument(option, action=_Misplaced, message=message)
-
-
-def _cmd_bench_train_step(args: argparse.Namespace) -> int:
-    from .bench.train_step import bench_train_steps
-    from .checkpoint import write_json
-
-    csv_out = args.out is not None and args.out.suffix == ".csv"
-    results = bench_train_steps(
-        args.n_embd,
-        args.out if csv_out else None,
-        n_head=args.n_head,
-        n_layer=args.n_layer,
-        vocab_size=args.vocab,
-        block_size=args.block_size,
-        batch_size=args.batch_size,
-        repeats=args.repeats,
-        with_hf=not args.no_hf,
-        device=args.device,
-        dtype=args.dtype,
-        with_dyt=args.with_dyt,
-        warmup=args.warmup,
-    )
-    result = results[0] if len(results) == 1 else results
-    if args.out and not csv_out:
-        write_json(args.out, result)
-    print(json.dumps(result, indent=2))
-    return 0
-
-
-def _bench_train_step_parser(benchmarks) -> None:
-    t = benchmarks.add_parser(
-        "train-step",
-        help="seconds per training step: baseline, mid-taper, DyT, transformers' LLaMA",
-        description="Seconds per training step (forward, backward, clip, AdamW) of our baseline, "
-        "our model mid-taper (0 < g < 1, both branches computed), with --with-dyt a DyT model, and "
-        "transformers' LlamaForCausalLM on the same sizes, at each width in turn. The result as "
-        "JSON on stdout; --out FILE.csv appends rows per width as each is timed.",
-    )
-    t.add_argument(
-        "--n-embd", type=POSITIVE, nargs="+", default=[128], help="width(s), timed in turn"
-    )
-    t.add_argument("--n-layer", type=POSITIVE, default=8, help="layers")
-    t.add_argument("--n-head", type=POSITIVE, default=16, help="attention heads")
-    t.add_argument("--vocab", type=POSITIVE, default=4096, help="vocabulary size")
-    t.add_argument("--block-size", type=POSITIVE, default=256, help="tokens per sequence")
-    t.add_argument("--batch-size", type=POSITIVE, default=16, help="sequences per step")
-    t.add_argument("--no-hf", action="store_true", help="skip transformers' LLaMA")
-    t.add_argument("--with-dyt", action="store_true", help="also time a DyT model (every norm)")
-    t.add_argument("--warmup", type=NON_NEGATIVE, default=2, help="untimed rounds")
-    t.add_argument("--repeats", type=POSITIVE, default=7, help="timed rounds")
-    _device_arg(t)
-    t.add_argument(
-        "--dtype",
-        choices=["float32", "bfloat16"],
-        default="float32",
-        help="bfloat16: the step under bf16 autocast (as training)",
-    )
-    t.add_argument("--out", type=Path, help="FILE.csv: rows per width; any other name: the JSON")
-    t.set_defaults(func=_cmd_bench_train_step)
-
-
-def _cmd_bench_forward(args: argparse.Namespace) -> int:
-    return _bench_inference(args, lengths=args.seq_lens)
-
-
-def _cmd_bench_decode(args: argparse.Namespace) -> int:
-    return _bench_inference(
-        args, lengths=args.prompt_lens, new_tokens=args.new_tokens, modes=args.modes
-    )
-
-
-def _bench_inference(args: argparse.Namespace, **grid) -> int:
-    """bench forward or decode (args.which): `grid` is what only the one benchmark takes."""
-    from .bench.grid import run_inference_bench, summary_table
-
-    sizes = {"n_layer": args.n_layer, "n_head": args.n_head, "vocab_size": args.vocab}
-    df = run_inference_bench(
-        args.which,
-        random=args.random,
-        baseline=args.baseline,
-        tapered=args.tapered,
-        dyt=args.dyt,
-        batch_sizes=args.batch_sizes,
-        warmup=args.warmup,
-        repeats=args.repeats,
-        device=args.device,
-        dtype=args.dtype,
-        threads=args.threads,
-        out=args.out,
-        random_dyt=not args.no_dyt,
-        sizes={field: value for field, value in sizes.items() if value is not None},
-        **grid,
-    )
-    print(summary_table(df))
-    return 0
-
-
-def _bench_forward_parser(benchmarks) -> None:
-    f = benchmarks.add_parser(
-        "forward",
-        help="paper Table 3: one forward pass over B x T tokens (CSV)",
-        description="Paper Table 3: one forward pass over B x T tokens, last-token logits, of "
-        "the baseline, the tapered model exported as explicit scaling and folded (verified "
-        "against the g=0 model first) and a DyT model, per batch size and sequence length (CSV).",
-    )
-    batches, lengths, warmup, repeats = _default_grid("forward")
-    grid = _bench_inference_args(f, batch_sizes=batches)
-    grid.add_argument(
-        "--seq-lens", type=POSITIVE, nargs="+", help=f"sequence lengths (default: {lengths})"
-    )
-    _bench_rounds_args(f, grid, warmup=warmup, repeats=repeats)
-    f.set_defaults(func=_cmd_bench_forward)
-
-
-def _bench_decode_parser(benchmarks) -> None:
-    d = benchmarks.add_parser(
-        "decode",
-        help="greedy decoding with a KV cache, prefill and decode timed apart (CSV)",
-        description="Greedy decoding with a KV cache, prefill and decode timed apart, eager "
-        "and/or compiled, of the baseline, the tapered model exported as explicit scaling and "
-        "folded (verified against the g=0 model first) and a DyT model, per batch size and prompt "
-        "length (CSV).",
-    )
-    batches, lengths, warmup, repeats = _default_grid("decode")
-    grid = _bench_inference_args(d, batch_sizes=batches)
-    grid.add_argument(
-        "--prompt-lens", type=POSITIVE, nargs="+", help=f"prompt lengths (default: {lengths})"
-    )
-    grid.add_argument(
-        "--new-tokens", type=POSITIVE, default=256, help="decode steps after the prefill"
-    )
-    grid.add_argument(
-        "--modes",
-        nargs="+",
-        choices=["eager", "compiled"],
-        default=["eager"],
-        help="eager and/or compiled (torch.compile)",
-    )
-    _bench_rounds_args(d, grid, warmup=warmup, repeats=repeats)
-    d.set_defaults(func=_cmd_bench_decode)
-
-
-def _default_grid(which: str) -> tuple[str, str, int, int]:
-    """run_inference_bench's default grid for `which`, as the help states it."""
-    from .bench.grid import DEFAULT_GRID
-
-    batches, lengths, warmup, repeats = DEFAULT_GRID[which]
-    return " ".join(map(str, batches)), " ".join(map(str, lengths)), warmup, repeats
-
-
-def _bench_inference_args(p: argparse.ArgumentParser, batch_sizes: str):
-    """forward's and decode's models (and --random's sizes); returns the grid group, begun with
-    --batch-sizes (the default, `batch_sizes`, is run_inference_bench's)."""
-    models = p.add_argument_group("models")
-    models.add_argument("--baseline", type=Path, help="trained baseline run (or model) directory")
-    models.add_argument(
-        "--tapered", type=Path, help="trained tapered run directory (exported at g=0 twice)"
-    )
-    models.add_argument("--dyt", type=Path, help="trained DyT run directory (timed as it is)")
-    models.add_argument(
-        "--random", metavar="dWIDTH", help="random weights at the paper's config, e.g. d512"
-    )
-    models.add_argument(
-        "--no-dyt", action="store_true", help="with --random: no DyT model beside the others"
-    )
-    paper = "with --random: instead of the paper config's ({})"
-    models.add_argument("--n-layer", type=POSITIVE, help=paper.format(8))
-    models.add_argument("--n-head", type=POSITIVE, help=paper.format(16))
-    models.add_argument("--vocab", type=POSITIVE, help=paper.format(10000))
-    grid = p.add_argument_group("grid")
-    grid.add_argument(
-        "--batch-sizes", type=POSITIVE, nargs="+", help=f"batch sizes (default: {batch_sizes})"
-    )
-    return grid
-
-
-def _bench_rounds_args(p: argparse.ArgumentParser, grid, warmup: int, repeats: int) -> None:
-    """forward's and decode's rounds (the defaults, stated, are run_inference_bench's), device,
-    dtype, threads and --out."""
-    grid.add_argument("--warmup", type=NON_NEGATIVE, help=f"untimed rounds (default: {warmup})")
-    grid.add_argument("--repeats", type=POSITIVE, help=f"timed rounds (default: {repeats})")
-    _device_arg(p)
-    p.add_argument(
-        "--dtype", choices=["float32", "bfloat16"], default="float32", help="model weights"
-    )
-    p.add_argument("--threads", type=POSITIVE, help="torch CPU threads (default: torch's choice)")
-    p.add_argument("--out", type=Path, help="CSV, each cell's rows written as soon as it is timed")
 
 
 # ---- learning-rate grid ---------------------------------------------------------------------------
@@ -769,6 +483,12 @@ def _lr_grid_parser(sub) -> None:
 # ---- the parser -----------------------------------------------------------------------------------
 
 
+def _bench_parser(sub) -> None:
+    from .bench.cli import add_subcommand  # train-step, forward, decode
+
+    add_subcommand(sub)
+
+
 def _analysis_parsers(sub) -> None:
     from .analysis.cli import add_subcommands  # table, figure, claims, job-times
 
@@ -794,7 +514,7 @@ COMMANDS = (  # in the order of `tapernorm --help`
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="tapernorm", description=__doc__)
+    p = Parser(prog="tapernorm", description=__doc__)
     p.add_argument("--version", action="version", version=f"tapernorm {__version__}")
     sub = p.add_subparsers(dest="command", required=True)
     for add in COMMANDS:

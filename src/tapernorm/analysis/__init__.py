@@ -3,7 +3,7 @@
 Modules: runs (load_runs), stats (Table 2's outlier rule), paper (the published numbers), tables
 (make_table), figures (make_figure), inference_tables (Table 3, the decode table, fig5), anchor_sweep
 (table_anchor, fig7), finetune (Tables 4 and 6), claims (write_claims; the claims themselves in
-claim_rows, claims_loss, claims_chasing, claims_fold, claims_finetune and dyt), job_times (Snakemake's
-job records per rule), cli (add_subcommands). Nothing is imported here, so `tapernorm` commands
-that don't draw anything never load matplotlib.
+claim_rows, claims_loss, claims_chasing, claims_fold, claims_finetune and claims_dyt), job_times
+(Snakemake's job records per rule), cli (add_subcommands). Nothing is imported here, so `tapernorm`
+commands that don't draw anything never load matplotlib.
 """
