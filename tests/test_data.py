@@ -3,6 +3,7 @@
 import json
 import os
 import re
+import shutil
 import sys
 
 import numpy as np
@@ -477,3 +478,23 @@ def test_split_documents_matches_hugging_face(hf_cache):
     ref = datasets.Dataset.from_dict({"text": docs}).train_test_split(test_size=0.1, seed=2357)
     train, test = D.split_documents(docs, 0.1, seed=2357)
     assert train == list(ref["train"]["text"]) and test == list(ref["test"]["text"])
+
+
+def test_shards_name_their_own_tokenizer_relative_so_a_moved_work_dir_is_the_same_data(
+    sp_docs, tmp_path
+):
+    """prepare_shards' layout (tokenizer.model beside the shards): meta.json names it relative to
+    them, so a run's data fingerprint survives moving or cloning the work directory."""
+    from tapernorm.run_identity import data_fingerprint
+
+    here = tmp_path / "here" / "data"
+    tok = D.train_sentencepiece(sp_docs, 512, str(here / "tokenizer"))
+    meta = D.write_shards(DOCS_TRAIN, DOCS_VAL, tok, str(here))
+    assert meta["tokenizer"]["model"] == "tokenizer.model"
+    before = data_fingerprint(here)
+    assert before["tokenizer"] is not None
+    there = tmp_path / "there" / "data"
+    shutil.move(tmp_path / "here", tmp_path / "there")
+    assert data_fingerprint(there) == before
+    moved = D.load_tokenizer(json.loads((there / "meta.json").read_text()), str(there))
+    assert moved.encode(DOCS_VAL[0]) == tok.encode(DOCS_VAL[0])

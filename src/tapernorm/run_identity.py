@@ -46,8 +46,8 @@ def data_fingerprint(data_dir: str | Path) -> dict:
     except (OSError, ValueError, AttributeError):
         tokenizer = None
     model = tokenizer.get("model") if isinstance(tokenizer, dict) else None
-    if isinstance(model, str):
-        files["tokenizer"] = file_fingerprint(Path(model))
+    if isinstance(model, str):  # a relative model path is relative to the shards (load_tokenizer)
+        files["tokenizer"] = file_fingerprint(data_dir / model)
     return files
 
 

@@ -83,7 +83,7 @@ def write_shards(
     meta = {
         "vocab_size": tokenizer.vocab_size,
         "eot_id": tokenizer.eot_id,
-        "tokenizer": tokenizer.meta(),
+        "tokenizer": _beside(tokenizer.meta(), out),
         "dtype": "uint16",
         "train_tokens": n_train,
         "val_tokens": n_val,
@@ -96,6 +96,16 @@ def write_shards(
     meta.update(extra_meta or {})
     atomic_write_bytes(meta_path, (json.dumps(meta, indent=2) + "\n").encode("utf-8"))
     return meta
+
+
+def _beside(spec: dict, out: Path) -> dict:
+    """The tokenizer spec with a model file inside `out` named relative to it (load_tokenizer's
+    base_dir), so the shards' meta.json, and the runs' data fingerprints, do not change when the
+    work directory is moved or cloned elsewhere."""
+    model = spec.get("model")
+    if model and Path(model).resolve().is_relative_to(out.resolve()):
+        return {**spec, "model": Path(model).resolve().relative_to(out.resolve()).as_posix()}
+    return spec
 
 
 class TokenShards:
