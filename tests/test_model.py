@@ -162,5 +162,7 @@ def test_config_written_with_the_old_norm_mode_still_loads(mode, norm):
     """config.json from before `norm` took in norm_mode (every run and fold directory of then)."""
     old = {**tiny("gpt2", "all").to_dict(), "norm_mode": mode}
     assert GPTConfig.from_dict(old) == tiny("gpt2", "all", norm=norm)
+    plain = {**old, "taper": "none"}  # an untapered model's "export" was a plain copy
+    assert GPTConfig.from_dict(plain) == tiny("gpt2", "none")
     with pytest.raises(ValueError, match="norm_mode 'folded' with norm 'dyt'"):
-        GPTConfig.from_dict({**old, "taper": "none", "norm": "dyt", "norm_mode": "folded"})
+        GPTConfig.from_dict({**old, "norm": "dyt", "norm_mode": "folded"})

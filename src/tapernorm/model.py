@@ -151,10 +151,11 @@ class GPTConfig:
     @classmethod
     def from_dict(cls, d: dict) -> GPTConfig:
         """The config a to_dict wrote; one written before `norm` took in the old `norm_mode`
-        switch (taper | scale | folded) loads with its scale or folded as `norm`."""
+        switch (taper | scale | folded) loads with its scale or folded as `norm` (with nothing
+        tapered, such an export was a plain copy: norm default)."""
         d = dict(d)
         mode = d.pop("norm_mode", "taper")
-        if mode != "taper":
+        if mode != "taper" and d.get("taper", "none") != "none":
             if d.get("norm", "default") != "default":
                 raise ValueError(f"GPTConfig: norm_mode {mode!r} with norm {d['norm']!r}")
             d["norm"] = mode
