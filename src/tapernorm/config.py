@@ -279,9 +279,11 @@ def load_run_config(path: str | Path | None, overrides: list[str] = ()) -> dict:
 
 def resolve_run_config(config: dict) -> dict:
     """Validate against the run schema, apply the variant, fill derived defaults, check consistency."""
-    model = config.get("model")
-    for key in RETIRED_MODEL_KEYS.keys() & (model.keys() if isinstance(model, dict) else set()):
-        raise ConfigError(f"config key model.{key}: no longer a key; {RETIRED_MODEL_KEYS[key]}")
+    model = config.get("model") if isinstance(config.get("model"), dict) else {}
+    retired = sorted(RETIRED_MODEL_KEYS.keys() & model.keys())
+    if retired:
+        why = RETIRED_MODEL_KEYS[retired[0]]
+        raise ConfigError(f"config key model.{retired[0]}: no longer a key; {why}")
     variant = config.get("variant")
     if variant is not None and variant in VARIANTS:
         v = VARIANTS[variant]

@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .model import GPT
+from .model import EXPORTED, GPT
 from .norms import FixedScale, TaperNorm, taper_norms
 
 
@@ -67,7 +67,7 @@ def _export(model: GPT, norm: str) -> tuple[GPT, list[tuple[nn.Module, list[nn.L
     """A copy of `model` with its tapered norms rebuilt as `norm` (scale or folded); returns the
     (old norm, new projections after it) pairs for the caller to fill in."""
     cfg = model.config
-    if cfg.norm in ("scale", "folded"):
+    if cfg.norm in EXPORTED:
         raise FoldError(f"model is already exported (norm {cfg.norm!r}); fold its TaperNorm model")
     if cfg.norm == "dyt":
         raise FoldError(

@@ -16,7 +16,7 @@ from collections.abc import Callable
 import torch
 
 from ..fold import export_explicit_scaling, fold_model, verify_fold
-from ..model import DYT_RECIPE, GPT, GPTConfig
+from ..model import DYT_RECIPE, EXPORTED, GPT, GPTConfig
 from ..norms import set_gate, taper_norms
 from .timing import environment, matmul_precision
 
@@ -122,7 +122,7 @@ def prepare_models(
     1e-5 on validation text: random tokens drive a trained model's unnormalized blocks harder and
     float32 roundoff grows; a wrong fold is off by far more). `check`, if given, is called
     on each model there too (float32, on `device`). The inputs are left as they are."""
-    exports = [n for n, m in models.items() if m.config.norm in ("scale", "folded")]
+    exports = [n for n, m in models.items() if m.config.norm in EXPORTED]
     if exports and reference is None:
         raise ValueError(f"exported models {exports} need a reference to be verified against")
     out = {}
