@@ -34,10 +34,12 @@ def read_json(path: str | Path) -> dict:
 
 
 def run_summary(model_dir: str | Path) -> dict:
-    """Name, labels and outcome of the run a model directory holds (from config.json, eval.json)."""
+    """Name, labels and outcome of the run a model directory holds (from config.json, eval.json);
+    the labels without the run's provenance (its host and times)."""
     model_dir = Path(model_dir)
     cfg = read_json(model_dir / "config.json")
-    summary = {"name": cfg.get("name"), "meta": cfg.get("meta", {}), "taper": cfg["model"]["taper"]}
+    labels = {k: v for k, v in cfg.get("meta", {}).items() if k != "provenance"}
+    summary = {"name": cfg.get("name"), "meta": labels, "taper": cfg["model"]["taper"]}
     if (model_dir / "eval.json").is_file():
         outcome = read_json(model_dir / "eval.json")
         summary.update({k: outcome.get(k) for k in ("steps", "weights_step", "diverged")})

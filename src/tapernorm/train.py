@@ -41,6 +41,7 @@ from .evaluation import evaluate
 from .fakeln import FakeLNSchedule, schedule_for
 from .model import GPT, GPTConfig, convert_norms
 from .norms import Reduce, freeze, set_gate, taper_norms, update_calibration
+from .provenance import git_state, host, now, versions
 from .run_identity import run_identity
 from .run_lock import run_lock
 from .schedules import gate_at, lr_at
@@ -125,6 +126,7 @@ class Run:
     reduce: Reduce | None  # sums statistics over the processes (None for one process)
     identity: dict  # config + data and init fingerprints (run_identity): what a resume must match
     forward: Callable  # the training forward: the model, or torch.compile of it
+    provenance: dict  # what made the run: code, host, versions, threads, start (config.json meta)
 
     @property
     def tapered(self) -> bool:
@@ -177,6 +179,15 @@ def set_up(cfg: dict, out: Path, world: World, device: torch.device) -> Run:
     # train.compile: one graph per gate phase (g = 1, 0 < g < 1, g = 0): TaperNorm branches on the
     # phase and computes with the gate buffer, so a changing g does not recompile
     forward = torch.compile(model) if cfg["train"]["compile"] else model
+    provenance = {
+        **git_state(),
+        "host": host(),
+        "versions": versions(),
+        "threads": torch.get_num_threads(),
+        "device": str(device),
+        "processes": world.size,
+        "started": now(),
+    }
     return Run(
         cfg,
         out,
@@ -191,7 +202,15 @@ def set_up(cfg: dict, out: Path, world: World, device: torch.device) -> Run:
         reduce,
         identity,
         forward,
+        provenance,
     )
+
+
+def config_record(run: Run, **extra) -> dict:
+    """config.json: the resolved run config, the model's config, and in `meta.provenance` what made
+    the run (not part of its identity: a resume compares the run config, not this file)."""
+    meta = {**run.cfg.get("meta", {}), "provenance": {**run.provenance, **extra.pop("times", {})}}
+    return {**run.cfg, "meta": meta, "n_params": run.model.num_params(), **extra}
 
 
 def resume(run: Run) -> int:
@@ -221,10 +240,7 @@ def resume(run: Run) -> int:
         else:  # rewritten at the end; until then the directory does not look finished
             for name in ("eval.json", "model.safetensors"):
                 (out / name).unlink(missing_ok=True)
-        n_params = run.model.num_params()
-        write_json(
-            out / "config.json", {**cfg, "model": run.model.config.to_dict(), "n_params": n_params}
-        )
+        write_json(out / "config.json", config_record(run, model=run.model.config.to_dict()))
     barrier(world)  # every rank sees the checkpoint rank 0 kept
     if not has_checkpoint(run.ckpt):
         return 0
@@ -294,6 +310,7 @@ class Outcome:
 
     step: int  # the last step taken
     checkpoint_step: int  # the step of the last checkpoint written (or resumed from)
+    first_step: int = 0  # the step this process started from (0, or the checkpoint it resumed)
     diverged_step: int | None = None  # the step whose loss or gradient norm was not finite
     stopped: bool = False  # ended early by stop_after
 
@@ -415,7 +432,7 @@ def train_steps(run: Run, first_step: int, stop_after: int | None) -> Outcome:
     steps, accum = cfg["train"]["steps"], cfg["train"]["grad_accum"]
     tokens = cfg["train"]["batch_size"] * run.model.config.block_size * accum
     progress = Progress(cfg["name"], first_step, steps, run.world.main)
-    outcome = Outcome(step=first_step, checkpoint_step=first_step)
+    outcome = Outcome(step=first_step, checkpoint_step=first_step, first_step=first_step)
     divergence = Divergence(run.device)
     run.model.train()
     metrics_file = run.metrics_path.open("a") if run.world.main else open(os.devnull, "w")
@@ -487,9 +504,8 @@ def finish(run: Run, outcome: Outcome) -> dict:
         else:
             torch.manual_seed(cfg["seed"])  # the very init set_up built
             model.load_state_dict(build_model(cfg, run.shards.vocab_size).state_dict())
-    save_model(
-        model, run.out, {**cfg, "n_params": model.num_params(), "weights_step": weights_step}
-    )
+    finished = {"finished": now(), "resumed_from_step": outcome.first_step}
+    save_model(model, run.out, config_record(run, weights_step=weights_step, times=finished))
     val = evaluate(model, run.shards, log_cfg["eval_windows"], log_cfg["eval_batch_size"])
     result = {
         "name": cfg["name"],

@@ -1,0 +1,121 @@
+"""Where an output came from: the code's commit (and whether the tree was dirty), the config's hash,
+the host and the library versions; a stamp of them for tables and figures, and sha256 of files.
+
+Nothing here imports torch at module level: the Snakefile and the analysis commands use it too.
+The commit is that of the git work tree holding this package's source (an editable install, the
+project's layout); outside one, TAPERNORM_COMMIT names it, or it is unknown.
+"""
+
+from __future__ import annotations
+
+import datetime
+import hashlib
+import json
+import os
+import platform
+import subprocess
+import sys
+from importlib import metadata
+from pathlib import Path
+
+UNKNOWN = "unknown"
+SHORT = 12  # hex digits of a commit or a hash in a stamp
+
+
+def _git(root: Path, *args: str) -> str | None:
+    try:
+        out = subprocess.run(
+            ["git", "-C", str(root), *args], capture_output=True, text=True, timeout=30
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout if out.returncode == 0 else None
+
+
+def code_root() -> Path:
+    """The directory of this package's source (src/tapernorm in the project's checkout)."""
+    return Path(__file__).resolve().parent
+
+
+def git_state(root: str | Path | None = None) -> dict:
+    """{"commit": full sha or "unknown", "dirty": whether tracked or untracked (not ignored) files
+    differ from the commit, or None when unknown}."""
+    root = Path(root) if root is not None else code_root()
+    commit = _git(root, "rev-parse", "HEAD")
+    if commit is None:
+        return {"commit": os.environ.get("TAPERNORM_COMMIT", UNKNOWN), "dirty": None}
+    status = _git(root, "status", "--porcelain")
+    return {"commit": commit.strip(), "dirty": None if status is None else bool(status.strip())}
+
+
+def canonical_json(obj) -> bytes:
+    """The bytes whose hash identifies `obj`: sorted keys, no whitespace, non-JSON values as str."""
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), default=str).encode()
+
+
+def config_hash(config: dict) -> str:
+    """sha256 of a (validated) config's canonical JSON."""
+    return hashlib.sha256(canonical_json(config)).hexdigest()
+
+
+def cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or UNKNOWN
+
+
+def host() -> dict:
+    """The machine: CPU, logical cores, OS and architecture (no host name)."""
+    return {
+        "cpu": cpu_name(),
+        "cores": os.cpu_count(),
+        "system": f"{platform.system()} {platform.release()}",
+        "machine": platform.machine(),
+    }
+
+
+def versions() -> dict:
+    """Python and the libraries the numbers depend on (torch imported only if installed)."""
+    out = {"python": platform.python_version()}
+    for name in ("torch", "numpy", "pandas", "matplotlib"):
+        try:
+            module = sys.modules.get(name) or __import__(name)
+        except ImportError:
+            continue
+        out[name] = getattr(module, "__version__", UNKNOWN)
+    try:
+        out["tapernorm"] = metadata.version("tapernorm")
+    except metadata.PackageNotFoundError:
+        out["tapernorm"] = UNKNOWN
+    return out
+
+
+def now() -> str:
+    """The current time in UTC, ISO 8601 to the second."""
+    return datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0).isoformat()
+
+
+def short_commit(state: dict) -> str:
+    commit = state["commit"]
+    text = commit[:SHORT] if commit != UNKNOWN else "commit unknown"
+    return text + (" (dirty tree)" if state["dirty"] else "")
+
+
+def stamp(config_sha256: str | None = None, state: dict | None = None) -> str:
+    """One line naming what made an output: 'tapernorm 0123456789ab · config 89ab...'."""
+    text = f"tapernorm {short_commit(state or git_state())}"
+    if config_sha256:
+        text += f" · config {config_sha256[:SHORT]}"
+    return text
+
+
+def sha256_file(path: str | Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
