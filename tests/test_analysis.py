@@ -2,6 +2,7 @@
 
 import argparse
 import json
+import math
 import re
 import shutil
 
@@ -189,7 +190,8 @@ def test_table2_files_and_paper_column(runs, tmp_path):
     paths = tables.make_table("2", runs["main"], tmp_path / "t" / "table2")
     df = pd.read_csv(paths[0])
     assert list(df.columns) == [
-        *("Size (paper)", "Width", "Variant", "Gap against", "Seeds used", "Ours", "Paper")
+        *("Width", "Params (ours)", "Paper size at this width", "Variant", "Gap against"),
+        *("Seeds used", "Ours", "Gap paired by seed (95% interval)", "Per-seed gaps", "Paper"),
     ]
     assert len(df) == 10  # every variant at d=64, the baseline at d=32
     against = df.set_index(["Width", "Variant"])["Gap against"]
@@ -204,13 +206,22 @@ def test_table2_files_and_paper_column(runs, tmp_path):
     assert cell.loc[(64, "Final-Taper"), "Paper"] == "—"
     assert (
         cell.loc[(32, "Baseline"), "Paper"] == "—"
-        and cell.loc[(32, "Baseline"), "Size (paper)"] == "—"
+        and cell.loc[(32, "Baseline"), "Paper size at this width"] == "—"
     )
-    assert cell.loc[(64, "Baseline"), "Size (paper)"] == "1M"
+    assert cell.loc[(64, "Baseline"), "Paper size at this width"] == "1M"
+    assert cell.loc[(64, "Baseline"), "Params (ours)"].endswith("M")
+    assert cell.loc[(64, "Baseline"), "Gap paired by seed (95% interval)"] == "—"
+    paired = cell.loc[(64, "All-Taper (+aux)"), "Gap paired by seed (95% interval)"]
+    assert paired.endswith("(2 seed pairs)") and "%, " in paired
+    assert cell.loc[(64, "All-Taper (+aux)"), "Per-seed gaps"].startswith("per seed ")
     ours = cell.loc[(64, "All-Taper (+aux)"), "Ours"]
     assert " ± " in ours and "%)" in ours and "†" not in ours
     md = paths[1].read_text()
-    assert md.startswith("**Table 2.**") and "robust z-score" in md and "| Ours | Paper |" in md
+    assert (
+        md.startswith("**Table 2.**")
+        and "robust z-score" in md
+        and "| Ours | Gap paired by seed (95% interval) | Per-seed gaps | Paper |" in md
+    )
     body = paths[2].read_text().split(r"\begin{tabular}")[1]
     assert r"\toprule" in body and r"$\pm$" in body and r"\%" in body and "±" not in body
 
@@ -403,8 +414,9 @@ def test_grade_vocabulary():
         cr.unlike_paper("d=64: -2.36%", "+0.78% to +1.82%"): cr.UNLIKE,
         cr.at_deviation("Eq. 5 λ=10", "Eq. 5 λ=0.1", "no, 2.59x the baseline"): cr.AT_DEVIATION,
         cr.not_judged("disturbed timing"): cr.NOT_JUDGED,
+        "not resolved (d=64: 95% interval [-3.1%, -1.6%] straddles ±2%)": cr.NOT_RESOLVED,
         "partly (loss: 1/1; speed: 2/3)": cr.PARTLY,
-        **{g: g for g in (cr.YES, cr.PARTLY, cr.NO, cr.NOT_MEASURED)},
+        **{g: g for g in (cr.YES, cr.PARTLY, cr.NO, cr.NOT_MEASURED, cr.NOT_RESOLVED)},
     }
     assert {claims.grade_of(v): g for v, g in built.items()} == {v: v for v in built.values()}
     assert set(built.values()) == set(claims.GRADES)
@@ -426,24 +438,96 @@ def _with_losses(runs, losses):
     return df
 
 
-def test_claim2_names_a_systematic_offset_of_the_runs_without_a_final_norm(runs):
-    low = (3.90, 3.91)  # -2.5% against a baseline of 4.0 whose seeds differ by 0.01
-    losses = {"baseline": (4.0, 4.01), "final": low, "all": low, "all_aux": low}
-    row = claims.claim2(claims.ClaimInputs(runs=_with_losses(runs, losses)))
-    assert row["Holds?"].startswith("yes, unlike the paper (d=64: -2.50% vs the paper's +0.78%")
-    assert "all 3 tapered variants without a final norm sit below the baseline" in row["Comment"]
-    assert "a systematic offset" in row["Comment"]
-    noisy = {
-        "baseline": (3.9, 4.1),
-        "final": (3.8, 4.18),
-        "all": (3.85, 4.13),
-        "all_aux": (3.9, 4.08),
-    }
-    row = claims.claim2(claims.ClaimInputs(runs=_with_losses(runs, noisy)))
-    assert row["Holds?"] == "yes" and "within seed noise" in row["Comment"]
-    assert "systematic" not in row["Comment"]
-    high = {"baseline": (4.0, 4.01), "all_aux": (4.2, 4.21)}  # +5%: outside ~2%
-    assert claims.claim2(claims.ClaimInputs(runs=_with_losses(runs, high)))["Holds?"] == "no"
+def _paired(gaps: dict[str, list[float]], base=(4.0, 4.1, 4.2)) -> pd.DataFrame:
+    """A run table: the baseline at `base` per seed, each variant `gaps[v]` % above it per seed."""
+    rows = []
+    for variant, per_seed in {"baseline": [0.0] * len(base), **gaps}.items():
+        for seed, gap in enumerate(per_seed):
+            rows.append(
+                {
+                    "name": f"{variant}-d64-s{seed}",
+                    "variant": variant,
+                    "width": 64,
+                    "seed": seed,
+                    "steps": 600,
+                    "corpus": "shakespeare",
+                    "train_tokens": None,
+                    "diverged": False,
+                    "val_loss": base[seed] * (1 + gap / 100),
+                }
+            )
+    return pd.DataFrame(rows)
+
+
+T2 = stats.t975(2)  # 3 seed pairs: the interval is mean ± T2 * sd / sqrt(3)
+
+
+def _spread_to(mean: float, edge: float) -> list[float]:
+    """Three per-seed gaps with mean `mean` whose 95% interval ends exactly at `edge`."""
+    d = abs(edge - mean) * math.sqrt(3) / T2  # sd of (mean - d, mean, mean + d) is d
+    return [mean - d, mean, mean + d]
+
+
+@pytest.mark.parametrize(
+    "gaps, holds",
+    [
+        (_spread_to(1.0, 1.99), "yes"),  # the interval ends just inside +2%
+        (_spread_to(1.0, 2.01), "not resolved"),  # ... just past it: straddles the edge
+        (_spread_to(3.0, 2.01), "no"),  # wholly above +2%
+        (_spread_to(-1.0, -0.01), "yes, unlike the paper"),  # inside, wholly below 0
+        (_spread_to(-1.0, -2.01), "not resolved"),  # straddles -2%
+        (_spread_to(-3.0, -2.01), "no"),  # wholly below -2%: better than the baseline
+        ([1.0], "not resolved"),  # one pair: no interval
+    ],
+)
+def test_claims_1_and_2_verdict_follows_the_paired_interval(gaps, holds):
+    base = (4.0, 4.1, 4.2)[: len(gaps)]
+    for claim, variant in ((claims.claim1, "internal_aux"), (claims.claim2, "all_aux")):
+        row = claim(claims.ClaimInputs(runs=_paired({variant: gaps}, base)))
+        assert claims.grade_of(row["Holds?"]) == holds, row["Holds?"]
+        assert row["Ours"].startswith(f"d=64: {np.mean(gaps):+.2f}%")
+        assert f"({len(gaps)} seed pair" in row["Ours"]
+
+
+def test_paired_gap_and_its_interval():
+    gap = stats.paired_gap(_paired({"all_aux": [-2.71, -2.02, -2.5]}), 64, "all_aux", "baseline")
+    assert gap.n == 3 and gap.per_seed[1] == pytest.approx(-2.02)
+    half = T2 * np.std([-2.71, -2.02, -2.5], ddof=1) / math.sqrt(3)
+    assert gap.mean == pytest.approx(np.mean([-2.71, -2.02, -2.5]))
+    assert (gap.lo, gap.hi) == pytest.approx((gap.mean - half, gap.mean + half))
+    assert gap.seeds_text() == "per seed -2.71, -2.02, -2.50"
+    assert stats.t975(1) == 12.706 and stats.t975(10) == 2.228
+    assert stats.t975(31) == pytest.approx(2.0395, abs=1e-3) and stats.t975(10_000) == (
+        pytest.approx(1.96, abs=1e-3)
+    )
+
+
+def test_a_seed_without_its_pair_is_left_out_and_named():
+    runs = _paired({"all_aux": [-2.0, -2.5, -2.2]})
+    runs.loc[runs["name"] == "all_aux-d64-s2", ["diverged", "val_loss"]] = [True, math.nan]
+    runs = runs[runs["name"] != "baseline-d64-s1"]
+    gap = stats.paired_gap(runs, 64, "all_aux", "baseline")
+    assert gap.per_seed == pytest.approx({0: -2.0})
+    assert gap.left_out == ("seed 1 (no Baseline run)", "seed 2 (All-Taper (+aux) excluded)")
+    row = claims.claim2(claims.ClaimInputs(runs=_paired({"all_aux": [-0.1, 0.2, 0.0]})))
+    assert row["Holds?"] == "yes"
+    diverged = _paired({"all_aux": [-0.1, 0.2, 0.0, 0.1]}, (4.0, 4.1, 4.2, 4.3))
+    diverged.loc[diverged["name"] == "all_aux-d64-s3", ["diverged", "val_loss"]] = [True, math.nan]
+    assert claims.claim2(claims.ClaimInputs(runs=diverged))["Holds?"] == "partly"
+
+
+def test_claim2_names_an_offset_shared_by_the_variants_without_a_final_norm():
+    low = [-2.5, -2.6, -2.4]
+    row = claims.claim2(
+        claims.ClaimInputs(runs=_paired({"final": low, "all": low, "all_aux": low}))
+    )
+    assert claims.grade_of(row["Holds?"]) == "no"  # wholly below -2%
+    assert "All 9 seed pairs lie below the baseline" in row["Comment"]
+    assert "an offset these variants share" in row["Comment"]
+    mixed = _paired({"final": [1.0, -1.0, 0.5], "all": low, "all_aux": [0.1, -0.2, 0.3]})
+    row = claims.claim2(claims.ClaimInputs(runs=mixed))
+    assert "fall on both sides of the baseline: no shared offset" in row["Comment"]
+    assert "offset these variants share" not in row["Comment"]
 
 
 def _chasing(runs, free: float, aux: float, lam: float = 0.1):

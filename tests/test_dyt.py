@@ -17,7 +17,7 @@ from tapernorm.bench.decode import bench_decode
 from tapernorm.bench.forward import bench_forward
 from tapernorm.bench.variants import inference_variants, random_dyt, random_variants
 from tapernorm.checkpoint import load_model, save_model
-from tapernorm.config import ConfigError
+from tapernorm.config import VARIANTS, ConfigError
 from tapernorm.fold import FoldError, export_explicit_scaling
 from tapernorm.model import DYT_RECIPE, dyt_alpha0, dyt_config
 from tapernorm.norms import LayerNorm, RMSNorm, TaperNorm
@@ -219,30 +219,59 @@ def _runs(dyt_gap: float, n: int = 2, untied_taper: float | None = None) -> pd.D
                     "lr": 1e-3,
                     "val_loss": loss + 0.001 * s,
                     "diverged": False,
-                    "corpus": "data/pretrain",
+                    "corpus": "no-such-corpus",
                     "train_tokens": None,
+                    "n_layer": 8,
+                    "n_head": 4,
+                    "block_size": 128,
+                    "batch_size": 16,
                 }
             )
     return pd.DataFrame(rows)
 
 
+def _grid(taper_best: float | None, dyt_best: float | None, **scale) -> dict:
+    """An lr_grid.json at _runs' scale (or `scale`'s changes) with the arms' best-LR gaps."""
+    base = {"corpus": "no-such-corpus", "n_embd": 64, "n_layer": 8, "n_head": 4}
+    base |= {"block_size": 128, "steps": 100, "batch_size": 16, "seeds": [0, 1]}
+    gaps = [
+        {"variant": v, "label": VARIANTS[v]["label"], "against": "Baseline (untied head)",
+         "shared_lr": 1e-3, "gap_shared_pct": 1.0, "best_lr": 3e-3, "baseline_best_lr": 3e-3,
+         "gap_best_pct": g}
+        for v, g in (("internal_aux_untied", taper_best), ("dyt", dyt_best))
+    ]  # fmt: skip
+    made = {"commit": "f" * 40, "dirty": False, "host": {"cpu": "a test CPU"}}
+    return {"path": "grid", "made": made, "scale": base | scale, "cells": [], "gaps": gaps}
+
+
+def _with_quartiles(rows: pd.DataFrame, folded: tuple, dyt: tuple) -> pd.DataFrame:
+    """Benchmark rows whose folded and DyT per-round speedups have these (q1, median, q3)."""
+    out = rows.copy()
+    for variant, (q1, med, q3) in (("folded", folded), ("dyt", dyt)):
+        at = out["variant"] == variant
+        out.loc[at, ["speedup_q1", "speedup", "speedup_q3"]] = [q1, med, q3]
+    return out
+
+
 def test_claims_row_tapernorm_vs_dyt(bench_rows):
-    row = claims_dyt.claim_dyt(ClaimInputs(runs=_runs(0.10), bench=bench_rows))
-    assert claims.grade_of(row["Holds?"]) in ("yes", "partly", "no")
+    apart = _with_quartiles(bench_rows, folded=(1.2, 1.3, 1.4), dyt=(0.9, 1.0, 1.1))
+    row = claims_dyt.claim_dyt(ClaimInputs(runs=_runs(0.10), bench=apart))
+    assert row["Holds?"] == "yes"  # closer at the shared LR (no grid), folded faster everywhere
     assert (
         "d=64 at the shared LR 0.001: Internal-Taper (+aux) +1.00% vs Baseline, DyT +5.00% vs "
         "Baseline (untied head)" in row["Ours"]
     )
-    assert "folded" in row["Ours"] and "untied head" in row["Comment"]
-    assert "Criterion" in row["Comment"] and "DyT" in row["Claim"]
+    assert "folded faster than DyT in 1/1 cells" in row["Ours"] and "untied head" in row["Comment"]
+    assert "Criterion" in row["Comment"] and "no LR grid given" in row["Comment"]
+    overlapping = _with_quartiles(bench_rows, folded=(0.95, 1.05, 1.15), dyt=(0.9, 1.0, 1.1))
+    held = claims_dyt.claim_dyt(ClaimInputs(runs=_runs(0.10), bench=overlapping))
+    assert held["Holds?"].startswith("partly (loss: TaperNorm closer at the shared LR; speed: not")
     no_bench = claims_dyt.claim_dyt(ClaimInputs(runs=_runs(0.10)))
-    assert (
-        no_bench["Holds?"]
-        == "partly (loss: TaperNorm closer at 1/1 widths; speed: no DyT benchmark rows)"
+    assert no_bench["Holds?"] == (
+        "partly (loss: TaperNorm closer at the shared LR; speed: no DyT benchmark rows)"
     )
-    assert "at most partly" in no_bench["Comment"]
     worse = claims_dyt.claim_dyt(ClaimInputs(runs=_runs(0.0)))
-    assert worse["Holds?"] == "no"
+    assert worse["Holds?"].startswith("no (loss: DyT closer at the shared LR")
     none = claims_dyt.claim_dyt(ClaimInputs(runs=_runs(0.1)[lambda d: d["variant"] != "dyt"]))
     assert none["Holds?"] == "not measured"
     unmatched = _runs(0.1)[lambda d: d["variant"] != "baseline_untied"]
@@ -251,13 +280,29 @@ def test_claims_row_tapernorm_vs_dyt(bench_rows):
     assert (
         "Internal-Taper (+aux), untied head +10.00% vs Baseline (untied head)" in same_head["Ours"]
     )
-    assert same_head["Holds?"] == "no"  # the untied TaperNorm run is the one judged
-    fast = bench_rows.copy()
-    fast.loc[fast["variant"] == "folded", "speedup"] = 9.0  # timings of 2 rounds are noise:
-    fast.loc[fast["variant"] == "dyt", "speedup"] = 1.0  # fix both sides
-    assert claims_dyt.claim_dyt(ClaimInputs(runs=_runs(0.10), bench=fast))["Holds?"] == "yes"
-    assert claims_dyt.speedups(fast)["forward"][0] == 9.0
-    busy = fast.assign(disturbed=True, disturbed_why="other processes used 1.00 cores")
+    assert same_head["Holds?"].startswith("no")  # the untied TaperNorm run is the one judged
+    busy = apart.assign(disturbed=True, disturbed_why="other processes used 1.00 cores")
     held = claims_dyt.claim_dyt(ClaimInputs(runs=_runs(0.10), bench=busy))
     assert held["Holds?"].endswith("speed: not judged, disturbed timing)")
+
+
+def test_the_dyt_row_judges_the_loss_at_each_arms_best_lr_from_a_grid_at_its_scale(bench_rows):
+    apart = _with_quartiles(bench_rows, folded=(1.2, 1.3, 1.4), dyt=(0.9, 1.0, 1.1))
+    # at the shared LR TaperNorm is closer (+1% vs +5%); at each arm's best LR DyT is (-2.9%)
+    row = claims_dyt.claim_dyt(ClaimInputs(runs=_runs(0.10), bench=apart, lr_grid=_grid(1.2, -2.9)))
+    assert row["Holds?"].startswith("partly (loss: DyT closer each arm at its own best LR")
+    assert (
+        "each arm at its best LR (LR grid grid (a committed study: commit ffffffffffff"
+        in (row["Ours"])
+    )
+    assert "+1.20% (LR 0.003)" in row["Ours"] and "DyT -2.90%" in row["Ours"]
+    assert "DyT +5.00% vs Baseline (untied head)" in row["Ours"]  # the shared LR stays beside
+    other = _grid(1.2, -2.9, steps=600)  # a grid at another scale is named and not used
+    row = claims_dyt.claim_dyt(ClaimInputs(runs=_runs(0.10), bench=apart, lr_grid=other))
+    assert (
+        row["Holds?"] == "yes"
+        and "is not at this scale (steps 600 vs 100): not used" in (row["Comment"])
+    )
+    diverged = claims_dyt.claim_dyt(ClaimInputs(runs=_runs(0.10), lr_grid=_grid(1.2, None)))
+    assert "DyT diverged" in diverged["Ours"] and "TaperNorm closer each arm" in diverged["Holds?"]
     assert claims.CLAIMS[-1] is claims_dyt.claim_dyt

@@ -419,14 +419,16 @@ def test_table4_and_table6_from_the_runs(finetuned, tmp_path):
         ft.load_finetune_evals([tmp_path / "missing.json"])
 
 
-def test_claim8_on_the_tiny_runs_is_partly_measured(finetuned, tmp_path):
+def test_claim8_on_a_stand_in_is_not_judged(finetuned, tmp_path):
     out = tmp_path / "claims.md"
     evals = [str(p) for p in finetuned["evals"]]
     assert cli_main(["claims", "--finetune-evals", *evals, "--out", str(out)]) == 0
     text = out.read_text()
     row = next(line for line in text.splitlines() if line.startswith("| 8."))
     assert "FakeLN comparison not measured" in row and "max \\|ΔCE\\|" in row
-    assert "| partly |" in row or "| no |" in row
+    # a model pre-trained here, scored on its own held-out split: the protocol ran, the claim
+    # (the paper's GPT-2 models on its sets) is not what was measured
+    assert "| not judged: the protocol run end to end on one tiny stand-in model" in row
     assert "| 1. " in text and "not measured" in text  # the other claims: no inputs given
 
 

@@ -4,6 +4,7 @@ import pytest
 
 from tapernorm.analysis.job_times import job_times_table, load_job_times, write_job_times
 from tapernorm.cli import main
+from tapernorm.provenance import git_state, stamp
 
 HEADER = "s\th:m:s\tmax_rss\tmax_vms\tmax_uss\tmax_pss\tio_in\tio_out\tmean_load\tcpu_time\n"
 
@@ -70,4 +71,15 @@ def test_command_writes_the_table_or_prints_it(records, tmp_path, capsys):
     assert md == paths[1].read_text() and "| train | pretrain | 2 | 40.5 | 30.5 |" in md
     assert capsys.readouterr().out.splitlines()[1].endswith("job_times.md")
     assert main(["job-times", str(records)]) == 0
-    assert capsys.readouterr().out == md
+    printed = capsys.readouterr().out
+    assert md == f"{printed}\nMade by {stamp()}.\n"  # the files name what made them
+
+
+def test_tables_name_the_commit_and_config_that_made_them(records, tmp_path):
+    paths = write_job_times(records, tmp_path / "job_times", config_sha256="c" * 64)
+    made = f"Made by tapernorm {git_state()['commit'][:12]}"
+    md, tex, html = (p.read_text() for p in paths[1:])
+    assert made in md and "config cccccccccccc" in md
+    assert made in tex.splitlines()[-1] and tex.splitlines()[-1].startswith("% ")
+    assert made in html
+    assert "Made by" not in paths[0].read_text()  # the csv is data only

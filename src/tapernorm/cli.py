@@ -419,7 +419,7 @@ def _gpu_report_parser(sub) -> None:
 
 def _cmd_lr_grid(args: argparse.Namespace) -> int:
     from .config import yaml_load
-    from .lr_grid import grid_runs, summarize, train_missing, write_summary
+    from .lr_grid import grid_runs, grid_scale, summarize, train_missing, write_summary
     from .pipeline import validate_pipeline_config
 
     if not args.config.is_file():
@@ -433,7 +433,8 @@ def _cmd_lr_grid(args: argparse.Namespace) -> int:
         f"tapernorm lr-grid --config {args.config} --variants {' '.join(args.variants)} "
         f"--lrs {' '.join(f'{lr:g}' for lr in args.lrs)} --seeds {args.seeds} --out {args.out}"
     )
-    for path in write_summary(cells, gaps, args.out, command):
+    scale = grid_scale(config, runs, str(args.data))
+    for path in write_summary(cells, gaps, args.out, command, scale):
         print(f"wrote {path}")
     print((args.out / "lr_grid.md").read_text())
     return 0
@@ -495,6 +496,12 @@ def _analysis_parsers(sub) -> None:
     add_subcommands(sub)
 
 
+def _record_parsers(sub) -> None:
+    from .record_cli import add_subcommands  # manifest, check-manifest, snapshot, docs
+
+    add_subcommands(sub)
+
+
 COMMANDS = (  # in the order of `tapernorm --help`
     _prepare_data_parser,
     _train_parser,
@@ -505,6 +512,7 @@ COMMANDS = (  # in the order of `tapernorm --help`
     _taper_hf_parser,
     _selftest_parser,
     _analysis_parsers,
+    _record_parsers,
     _bench_parser,
     _check_config_parser,
     _env_parser,

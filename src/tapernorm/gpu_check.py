@@ -133,6 +133,7 @@ def gpu_hours(train_step: Path, config: Path) -> tuple[object, str]:
     import pandas as pd
 
     from .config import yaml_load
+    from .pipeline import seeds_of
 
     cfg = yaml_load(config.read_text(), f"config file {config}")
     steps = pd.read_csv(train_step)
@@ -143,20 +144,23 @@ def gpu_hours(train_step: Path, config: Path) -> tuple[object, str]:
         part = cfg.get(grid)
         for width in part["widths"] if part else []:
             n_steps = part["steps"][width] if isinstance(part["steps"], dict) else part["steps"]
+            seeds = [seeds_of(part, v) for v in part["variants"]]
             timed = [TIMED_AS[v] for v in part["variants"]]
             timed = [m if (m, width) in ms or m != "ours_dyt" else "ours_rmsnorm" for m in timed]
             row = {
                 "grid": grid,
                 "width": str(width),
                 "steps": f"{n_steps:,}",
-                "runs": str(len(timed) * part["seeds"]),
+                "runs": str(sum(seeds)),
                 **{
                     f"ms/step {m}": f"{ms[(m, width)]:.2f}" if (m, width) in ms else "—"
                     for m in models
                 },
             }
             if all((m, width) in ms for m in timed):
-                hours = sum(part["seeds"] * n_steps * ms[(m, width)] / 3.6e6 for m in timed)
+                hours = sum(
+                    n * n_steps * ms[(m, width)] / 3.6e6 for m, n in zip(timed, seeds, strict=True)
+                )
                 total += hours
                 row["GPU-hours"] = f"{hours:,.1f}"
             else:

@@ -169,14 +169,52 @@ def _gap(loss: float | None, base: float | None) -> float:
     return gap_pct(loss, base) if math.isfinite(loss) and math.isfinite(base) else math.inf
 
 
-def write_summary(cells: list[dict], gaps: list[dict], out: Path, command: str) -> list[Path]:
-    """lr_grid.csv (the cells) and lr_grid.md (both tables, the command that made them)."""
+def grid_scale(config: dict, runs: list[GridRun], data_dir: str) -> dict:
+    """What the grid's runs share (everything but the variant, seed and LR): the scale a reader of
+    its numbers, and the claims that quote them, must match."""
+    cfg = grid_run_config(config, runs[0], data_dir)
+    try:
+        corpus = json.loads((Path(data_dir) / "meta.json").read_text()).get("corpus")
+    except (OSError, ValueError):
+        corpus = None
+    return {
+        "corpus": corpus,
+        "n_embd": cfg["model"]["n_embd"],
+        "n_layer": cfg["model"]["n_layer"],
+        "n_head": cfg["model"]["n_head"],
+        "block_size": cfg["model"]["block_size"],
+        "steps": cfg["train"]["steps"],
+        "batch_size": cfg["train"]["batch_size"] * cfg["train"]["grad_accum"],
+        "seeds": sorted({run.seed for run in runs}),
+        "lrs": sorted({run.lr for run in runs}),
+    }
+
+
+def _null_if_not_finite(value):
+    return value if not isinstance(value, float) or math.isfinite(value) else None
+
+
+def write_summary(
+    cells: list[dict], gaps: list[dict], out: Path, command: str, scale: dict | None = None
+) -> list[Path]:
+    """lr_grid.csv (the cells), lr_grid.md (both tables, the command that made them) and
+    lr_grid.json (cells, gaps, the runs' shared scale and what made them; non-finite numbers as
+    null: an infinite mean is a cell whose every seed diverged, which `diverged` counts)."""
     import pandas as pd
 
     from .atomic import atomic_write_bytes
+    from .provenance import git_state, host, now, versions
 
     cell_df = pd.DataFrame(cells).sort_values(["variant", "lr"])
-    csv, md = out / "lr_grid.csv", out / "lr_grid.md"
+    csv, md, js = out / "lr_grid.csv", out / "lr_grid.md", out / "lr_grid.json"
+    record = {
+        "command": command,
+        "made": {**git_state(), "host": host(), "versions": versions(), "written": now()},
+        "scale": scale,
+        "cells": [{k: _null_if_not_finite(v) for k, v in c.items()} for c in cells],
+        "gaps": [{k: _null_if_not_finite(v) for k, v in g.items()} for g in gaps],
+    }
+    atomic_write_bytes(js, (json.dumps(record, indent=1, allow_nan=False) + "\n").encode())
     atomic_write_bytes(csv, cell_df.to_csv(index=False).encode())
     lines = [
         "# Learning-rate grid",
@@ -205,4 +243,4 @@ def write_summary(cells: list[dict], gaps: list[dict], out: Path, command: str) 
             f"| {g['best_lr']:g} ({g['baseline_best_lr']:g}) | {g['gap_best_pct']:+.2f}% |"
         )
     atomic_write_bytes(md, ("\n".join(lines) + "\n").encode())
-    return [csv, md]
+    return [csv, md, js]

@@ -50,11 +50,29 @@ def parse_run_name(name: str) -> tuple[str, int, int]:
     return m["variant"], int(m["width"]), int(m["seed"])
 
 
+def seeds_of(fam: dict, variant: str) -> int:
+    """How many seeds (0 .. n-1) a family trains `variant` with: `seeds`, one number or a mapping
+    with a `default` and per-variant counts."""
+    seeds = fam["seeds"]
+    return seeds if isinstance(seeds, int) else int(seeds.get(variant, seeds["default"]))
+
+
 def family_runs(config: dict, family: str, width: int | None = None) -> list[str]:
     """Run names of a family (all its widths, or one), in variant-width-seed order."""
     fam = config[family]
     widths = fam["widths"] if width is None else [width]
-    return [run_name(v, w, s) for v in fam["variants"] for w in widths for s in range(fam["seeds"])]
+    return [
+        run_name(v, w, s) for v in fam["variants"] for w in widths for s in range(seeds_of(fam, v))
+    ]
+
+
+def family_seeds(config: dict) -> dict[str, dict[str, int]]:
+    """{family: {variant: seeds}} of the training families of this config (the manifest's)."""
+    return {
+        family: {v: seeds_of(config[family], v) for v in config[family]["variants"]}
+        for family in ("pretrain", "ablation")
+        if config.get(family)
+    }
 
 
 def figure_width(config: dict, family: str = "pretrain") -> int:
@@ -78,7 +96,11 @@ def run_config(config: dict, family: str, name: str, data_dir: str) -> dict:
         return sweep_run_config(config, name, data_dir)
     variant, width, seed = parse_run_name(name)
     fam = config[family]
-    if variant not in fam["variants"] or width not in fam["widths"] or seed >= fam["seeds"]:
+    if (
+        variant not in fam["variants"]
+        or width not in fam["widths"]
+        or seed >= seeds_of(fam, variant)
+    ):
         raise ValueError(f"run {name} is not part of the {family} family in this config")
     steps = steps_for(fam, width)
     train = copy.deepcopy(fam["train"])
@@ -177,6 +199,12 @@ def validate_pipeline_config(config: dict, schema_path: str) -> dict:
                 steps_for(fam, width)
             except ValueError as e:
                 raise ConfigError(f"config key {family}.steps: {e}") from e
+        if isinstance(fam["seeds"], dict):
+            if "default" not in fam["seeds"]:
+                raise ConfigError(f"config key {family}.seeds: a mapping needs a 'default' count")
+            unknown = sorted(set(fam["seeds"]) - {"default", *fam["variants"]})
+            if unknown:
+                raise ConfigError(f"config key {family}.seeds: {unknown} not in {family}.variants")
         if fam["figure_width"] is not None and fam["figure_width"] not in fam["widths"]:
             raise ConfigError(f"config key {family}.figure_width: not one of {family}.widths")
         for name in family_runs(config, family):
@@ -554,6 +582,7 @@ FINETUNE_TABLES = (4, 6)  # of the GPT-2 fine-tuning family (rules table4, table
 # Snakemake's job records (benchmark:) of the long jobs, <rule>/<wildcards>.tsv; table job_times
 JOB_RECORDS = "results/job_records"
 BENCH_KINDS = ("forward", "decode")  # results/bench/<kind>.csv of rule bench_<kind>
+MANIFEST = "results/manifest.json"  # rule manifest: the run's last job
 
 
 def sweeps(config: dict) -> bool:
@@ -601,7 +630,8 @@ def all_targets(config: dict) -> list[str]:
     if config.get("bench"):
         targets += tables("table3", "table_decode")
         targets += [f"figures/fig5_decode_speedup.{ext}" for ext in FIGURE_FILES]
-    return targets + ["results/claims.md", "results/claims.html", *tables("job_times")]
+    claims = ["results/claims.md", "results/claims.json", "results/claims.html"]
+    return targets + claims + tables("job_times") + [MANIFEST]
 
 
 def job_record(rule: str, *wildcards: str, root: str | None = JOB_RECORDS) -> str:

@@ -178,10 +178,12 @@ def fig7(run_dirs: Sequence[str | Path], width: int | None = None):
     return fig
 
 
-def make_anchor_table(run_dirs: Sequence[str | Path], out_stem: str | Path) -> list[Path]:
+def make_anchor_table(
+    run_dirs: Sequence[str | Path], out_stem: str | Path, config_sha256: str | None = None
+) -> list[Path]:
     runs, _ = load_runs(run_dirs)
     df, caption = table_anchor(runs)
-    return write_table(df, out_stem, caption)
+    return write_table(df, out_stem, caption, config_sha256)
 
 
 def make_fig7(run_dirs: Sequence[str | Path], out: str | Path) -> list[Path]:

@@ -14,6 +14,8 @@ built from the data by the claim (never typed in):
   at a setting the paper did not use, named, beside the verdict at the paper's own (at_deviation).
 - "partly": some of the criterion's parts (widths, sources, benchmarks, cells) hold, not all.
 - "no": none holds.
+- "not resolved (why)": the measurement cannot tell: its 95% interval straddles the criterion's
+  edge, or the spread of repeated timings spans "no difference" (the reason in brackets).
 - "not measured": the inputs for the claim were not given.
 - "not judged: why": the inputs were given but cannot support a verdict (e.g. disturbed timing).
 
@@ -32,10 +34,11 @@ from ..config import VARIANTS
 YES, PARTLY, NO = "yes", "partly", "no"
 NOT_MEASURED = "not measured"
 NOT_JUDGED = "not judged"
+NOT_RESOLVED = "not resolved"
 WEAKER = "yes, weaker than the paper"
 UNLIKE = "yes, unlike the paper"
 AT_DEVIATION = "only at a deviation"
-GRADES = (YES, WEAKER, UNLIKE, AT_DEVIATION, PARTLY, NO, NOT_MEASURED, NOT_JUDGED)
+GRADES = (YES, WEAKER, UNLIKE, AT_DEVIATION, PARTLY, NO, NOT_RESOLVED, NOT_MEASURED, NOT_JUDGED)
 SIZE_FACTOR = 2.0  # "weaker": the effect is below the low end of the paper's range / SIZE_FACTOR
 COLUMNS = ("Claim", "Paper", "Ours", "Scale", "Holds?", "Comment")
 
@@ -50,6 +53,7 @@ class ClaimInputs:
     verify: list[tuple[Path, dict]] = field(default_factory=list)
     finetune: pd.DataFrame = field(default_factory=pd.DataFrame)  # finetune.load_finetune_evals
     bench: pd.DataFrame = field(default_factory=pd.DataFrame)  # inference_tables.load_bench
+    lr_grid: dict | None = None  # lr_grid.json of `tapernorm lr-grid` (the TaperNorm-vs-DyT row)
 
 
 def claim_row(

@@ -53,12 +53,14 @@ six variants only.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import pandas as pd
 
 from ..atomic import atomic_write_bytes
+from ..provenance import git_state, host, now, stamp, versions
 from . import finetune as ft
 from . import inference_tables, paper
 from .claim_rows import COLUMNS, GRADES, NOT_MEASURED, SIZE_FACTOR, ClaimInputs, grade_of
@@ -73,12 +75,14 @@ from .claims_chasing import (
     claim4,
     claim5,
 )
-from .claims_dyt import claim_dyt, paper_variants_only
+from .claims_dyt import claim_dyt, grid_source, paper_variants_only
 from .claims_finetune import claim8
 from .claims_fold import FOLD_SPEEDUP_YES, claim6, claim7, read_verify
 from .claims_loss import GAP_MAX_PCT, claim1, claim2
 from .html import markdown_page
 from .runs import describe_scale, load_runs
+from .scale_card import COLUMNS as SCALE_COLUMNS
+from .scale_card import scale_card
 from .tables import to_markdown
 
 __all__ = [
@@ -128,6 +132,78 @@ def claims_table(inp: ClaimInputs) -> pd.DataFrame:
     return pd.DataFrame([claim(inp) for claim in CLAIMS], columns=list(COLUMNS))
 
 
+def load_lr_grid(path: str | Path) -> dict:
+    """lr_grid.json of `tapernorm lr-grid` (its path recorded in it, to name the source)."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"LR grid file {path} does not exist (tapernorm lr-grid writes it)")
+    try:
+        grid = json.loads(path.read_text())
+    except json.JSONDecodeError as e:
+        raise ValueError(f"LR grid file {path} is not valid JSON: {e}") from e
+    if not isinstance(grid, dict) or "gaps" not in grid or "scale" not in grid:
+        raise ValueError(f"LR grid file {path}: not an lr_grid.json (no 'gaps' and 'scale')")
+    return {**grid, "path": str(path.parent)}
+
+
+INTRO = (
+    "Each row is one of the claims of {source} with the paper's value and ours, computed from the "
+    "inputs listed at the end, at the scale stated above. 'End' values are means over the last "
+    "10% of logged training steps; diverged runs are excluded from means and counted. Loss gaps "
+    "are paired by seed (seed s of every variant draws the same initialisation and batches) and "
+    "given with a 95% t interval. Thresholds are named constants in tapernorm/analysis/"
+    "claims_loss.py (claims 1, 2), claims_chasing.py (3-5), claims_fold.py (6, 7), "
+    "claims_finetune.py (8) and claims_dyt.py (TaperNorm vs DyT), and are stated in each comment. "
+    "'Holds?' is graded (tapernorm/analysis/claim_rows.py): 'yes' at the paper's settings and size; "
+    "'yes, weaker than the paper' or 'yes, unlike the paper' where our size is far below or on the "
+    "other side of the paper's; 'only at a deviation' where it holds only at a setting the paper "
+    "did not use (named, with the verdict at the paper's); 'partly'; 'no'; 'not resolved' where "
+    "the measurement cannot tell (an interval straddles the criterion's edge, timings whose spread "
+    "spans no difference); 'not measured' (inputs not given); 'not judged' (inputs that cannot "
+    "support a verdict). Losses, cross-entropies and timings move across CPUs and thread counts "
+    "(docs/reproducibility.md)."
+)
+
+
+def claims_record(inp: ClaimInputs, config_sha256: str | None, inputs: dict) -> dict:
+    """Everything claims.md shows, as data (results/claims.json): what made it, the scale card,
+    each row with its grade, the inputs."""
+    table = claims_table(inp)
+    rows = [{**row, "grade": grade_of(row["Holds?"])} for row in table.to_dict("records")]
+    card = scale_card(inp)
+    return {
+        "made": {**git_state(), "host": host(), "versions": versions(), "written": now()},
+        "config_sha256": config_sha256,
+        "stamp": stamp(config_sha256),
+        "scale_card": card.to_dict("records"),
+        "claims": rows,
+        "inputs": inputs,
+    }
+
+
+def claims_markdown(record: dict) -> str:
+    """claims.md from a claims record: the stamp, the scale card, the claims table, the inputs."""
+    card = pd.DataFrame(record["scale_card"], columns=list(SCALE_COLUMNS))
+    table = pd.DataFrame(record["claims"], columns=[*COLUMNS, "grade"])[list(COLUMNS)]
+    parts = [
+        "# Claims of the paper vs this reproduction",
+        "",
+        f"Made by {record['stamp']} on {record['made']['host']['cpu']} "
+        f"({record['made']['written']}).",
+        "",
+        "## The scale of these numbers",
+        "",
+        to_markdown(card, "Ours beside the paper's, from the runs' configs and outputs."),
+        "## Claims",
+        "",
+        to_markdown(table, INTRO.format(source=paper.SOURCE)),
+        "## Inputs",
+        "",
+        *(f"- {k}: {v}" for k, v in record["inputs"].items()),
+    ]
+    return "\n".join(parts) + "\n"
+
+
 def write_claims(
     out_path: str | Path,
     runs: Sequence[str | Path] = (),
@@ -137,12 +213,17 @@ def write_claims(
     extra_sections: Sequence[str] = (),
     finetune_evals: Sequence[str | Path] = (),
     bench_files: Sequence[str | Path] = (),
+    lr_grid: str | Path | None = None,
+    config_sha256: str | None = None,
 ) -> Path:
-    """Compute every claim from the given run dirs / verify files and write the markdown atomically.
+    """Compute every claim from the given run dirs / verify files; write <out>.md, .html (the
+    report's page) and .json (claims_record) atomically.
 
     `extra_sections`: markdown blocks appended after the table (e.g. other families' notes).
     `finetune_evals`: eval JSON files of the GPT-2 fine-tuning runs (claim 8).
     `bench_files`: CSVs of `tapernorm bench forward|decode` (claim 7).
+    `lr_grid`: lr_grid.json of `tapernorm lr-grid` (the TaperNorm-vs-DyT row, the scale card).
+    `config_sha256`: the workflow config's hash, named in the stamp.
     """
     inp = ClaimInputs(
         runs=load_runs(runs)[0] if runs else pd.DataFrame(),
@@ -151,38 +232,25 @@ def write_claims(
         verify=[(Path(p), read_verify(p)) for p in verify_files],
         finetune=ft.load_finetune_evals(finetune_evals) if finetune_evals else pd.DataFrame(),
         bench=inference_tables.load_bench(bench_files) if bench_files else pd.DataFrame(),
+        lr_grid=load_lr_grid(lr_grid) if lr_grid else None,
     )
-    header = (
-        "# Claims of the paper vs this reproduction\n\n"
-        f"Each row is one of the claims of {paper.SOURCE} with the paper's value and "
-        "ours, computed from the inputs listed below. 'End' values are means over the last 10% of "
-        "logged training steps; diverged runs are excluded from means and counted. Thresholds are "
-        "named constants in tapernorm/analysis/claims_loss.py (claims 1, 2), claims_chasing.py "
-        "(3-5), claims_fold.py (6, 7), claims_finetune.py (8) and claims_dyt.py (TaperNorm "
-        "vs DyT), and are stated in each comment. 'Holds?' is graded (tapernorm/analysis/"
-        "claim_rows.py): 'yes' at the paper's settings and size; 'yes, weaker than the paper' or "
-        "'yes, unlike the paper' where our size is far below or on the other side of the paper's; "
-        "'only at a deviation' where it holds only at a setting the paper did not use (named, "
-        "with the verdict at the paper's); 'partly'; 'no'; 'not measured' (inputs not given); "
-        "'not judged' (inputs that cannot support a verdict). Losses, cross-entropies and "
-        "timings move across CPUs and thread counts (docs/reproducibility.md): read them with "
-        "the seed spread each comment states, not to the last digit."
-    )
-    inputs = [
-        "## Inputs",
-        "",
-        f"- pre-training runs: {len(runs)} ({describe_scale(inp.runs) if runs else 'none'})",
-        f"- ablation runs: {len(ablation_runs)} "
+    inputs = {
+        "pre-training runs": f"{len(runs)} ({describe_scale(inp.runs) if runs else 'none'})",
+        "ablation runs": f"{len(ablation_runs)} "
         f"({describe_scale(inp.ablation) if ablation_runs else 'none'})",
-        f"- scale-loss sweep runs: {len(sweep_runs)}",
-        f"- fold verify files: {len(verify_files)}",
-        f"- fine-tuning evaluations: {len(finetune_evals)}",
-        f"- benchmark CSVs: {len(bench_files)}",
-    ]
-    text = to_markdown(claims_table(inp), header) + "\n" + "\n".join(inputs) + "\n"
+        "scale-loss sweep runs": str(len(sweep_runs)),
+        "fold verify files": str(len(verify_files)),
+        "fine-tuning evaluations": str(len(finetune_evals)),
+        "benchmark CSVs": str(len(bench_files)),
+        "LR grid": grid_source(inp.lr_grid) if inp.lr_grid else "none",
+    }
+    record = claims_record(inp, config_sha256, inputs)
+    text = claims_markdown(record)
     for section in extra_sections:
         text += "\n" + section.rstrip() + "\n"
     out = Path(out_path)
     atomic_write_bytes(out, text.encode())
     atomic_write_bytes(out.with_suffix(".html"), markdown_page(text, "claims").encode())
+    data = json.dumps(record, indent=1, ensure_ascii=False, allow_nan=False) + "\n"
+    atomic_write_bytes(out.with_suffix(".json"), data.encode())
     return out

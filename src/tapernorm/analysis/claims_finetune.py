@@ -10,7 +10,7 @@ import pandas as pd
 
 from . import finetune as ft
 from . import paper
-from .claim_rows import NO, PARTLY, YES, ClaimInputs, claim_row, not_measured
+from .claim_rows import NO, PARTLY, YES, ClaimInputs, claim_row, not_judged, not_measured
 
 CLOSE_PCT = 2.0  # a TaperLN cell is "close to Vanilla" if at most this much above it
 TAPERLN = ("internal_taperln", "all_taperln")  # the protocols claim 8 judges
@@ -108,6 +108,17 @@ def _fakeln_gaps(evals) -> str:
     return f" FakeLN (ours) vs Vanilla: {', '.join(out)}." if out else ""
 
 
+def stand_in_note(evals: pd.DataFrame) -> str:
+    """What ran where no cell is the paper's model on the paper's set: the protocol end to end."""
+    models = evals.drop_duplicates("model")
+    n = len(models)
+    what = "; ".join(f"{r['label']}, {r['steps']} steps" for _, r in models.iterrows())
+    return (
+        f"the protocol run end to end on {'one tiny stand-in model' if n == 1 else f'{n} stand-in models'}"
+        f" ({what}; one run per cell), not the paper's GPT-2 models on its evaluation sets"
+    )
+
+
 def claim8(inp: ClaimInputs) -> dict:
     claim = (
         "8. GPT-2 TaperLN fine-tuning ends close to Vanilla and at or better than FakeLN on most "
@@ -149,6 +160,9 @@ def claim8(inp: ClaimInputs) -> dict:
             "GPT-2 models on OWT/Pile, which no run here is evaluated like (at most 'partly')."
         )
     holds = _verdict(close_ok, fake_ok)
+    comparable = inp.finetune.apply(ft.paper_comparable, axis=1)
+    if not comparable.any():  # no paper model on a paper set: the protocol, not the claim
+        holds = not_judged(stand_in_note(inp.finetune))
     details = [f"{mod}/{PROTO_SHORT[p]}/{s}: {g:+.2f}%" for mod, p, s, g in cells["close"]]
     comment = (
         f"CE gap of each TaperLN cell to our Vanilla of the same model and set: {', '.join(details)}. "

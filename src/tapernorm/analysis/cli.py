@@ -22,17 +22,17 @@ def _cmd_table(args: argparse.Namespace) -> int:
     if args.which in BENCH_TABLES:
         from .inference_tables import make_bench_table
 
-        paths = make_bench_table(args.which, _bench_csvs(args), args.out)
+        paths = make_bench_table(args.which, _bench_csvs(args), args.out, args.config_hash)
     elif args.which == "anchor":  # the scale-loss dose-response
         from .anchor_sweep import make_anchor_table
 
-        paths = make_anchor_table(args.runs, args.out)
+        paths = make_anchor_table(args.runs, args.out, args.config_hash)
     elif args.which in ("4", "6"):  # the GPT-2 fine-tuning family
         from .finetune import make_finetune_table
 
-        paths = make_finetune_table(args.which, args.runs, args.evals, args.out)
+        paths = make_finetune_table(args.which, args.runs, args.evals, args.out, args.config_hash)
     else:
-        paths = make_table(args.which, args.runs, args.out)
+        paths = make_table(args.which, args.runs, args.out, args.config_hash)
     for path in paths:
         print(path)
     return 0
@@ -71,6 +71,8 @@ def _cmd_claims(args: argparse.Namespace) -> int:
         verify_files=args.verify,
         finetune_evals=args.finetune_evals,
         bench_files=args.bench,
+        lr_grid=args.lr_grid,
+        config_sha256=args.config_hash,
     )
     print(out)
     return 0
@@ -83,9 +85,18 @@ def _cmd_job_times(args: argparse.Namespace) -> int:
     if args.out is None:
         print(to_markdown(*job_times_table(*load_job_times(args.records, args.jobs))), end="")
         return 0
-    for path in write_job_times(args.records, args.out, args.jobs):
+    for path in write_job_times(args.records, args.out, args.jobs, args.config_hash):
         print(path)
     return 0
+
+
+def _config_hash_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--config-hash",
+        metavar="SHA256",
+        help="the workflow config's sha256 (tapernorm.provenance.config_hash), named in the stamp "
+        "of what made the output beside the commit",
+    )
 
 
 def add_subcommands(subparsers) -> None:
@@ -111,6 +122,7 @@ def add_subcommands(subparsers) -> None:
     t.add_argument(
         "--out", type=Path, required=True, help="output stem, e.g. results/tables/table2"
     )
+    _config_hash_option(t)
     t.set_defaults(func=_cmd_table)
 
     f = subparsers.add_parser(
@@ -146,7 +158,19 @@ def add_subcommands(subparsers) -> None:
         default=[],
         help="eval JSON files of the GPT-2 fine-tuning runs (claim 8)",
     )
-    c.add_argument("--out", type=Path, required=True, help="markdown file, e.g. results/claims.md")
+    c.add_argument(
+        "--lr-grid",
+        type=Path,
+        help="lr_grid.json of `tapernorm lr-grid` at the runs' scale (TaperNorm vs DyT at each "
+        "arm's best LR; the scale card's LR line)",
+    )
+    c.add_argument(
+        "--out",
+        type=Path,
+        required=True,
+        help="markdown file, e.g. results/claims.md (.html and .json are written beside it)",
+    )
+    _config_hash_option(c)
     c.set_defaults(func=_cmd_claims)
 
     j = subparsers.add_parser(
@@ -163,4 +187,5 @@ def add_subcommands(subparsers) -> None:
         help="only these records (relative to the directory); absent ones are counted, not an error",
     )
     j.add_argument("--out", type=Path, help="output stem (default: the markdown on stdout)")
+    _config_hash_option(j)
     j.set_defaults(func=_cmd_job_times)

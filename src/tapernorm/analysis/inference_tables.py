@@ -339,7 +339,9 @@ def fig5(df: pd.DataFrame) -> Figure:
 
 def speedup_summary(df: pd.DataFrame) -> list[dict]:
     """Per benchmark (forward; decode per mode): best and median over cells of each export's
-    speedup, and in how many cells the export was faster in at least 3 of 4 rounds (q1 > 1)."""
+    speedup, and in how many cells the export was faster in at least 3 of 4 rounds (q1 > 1:
+    `consistent`) or slower in at least 3 of 4 (q3 < 1: `slower`); in the other cells the
+    interquartile range of the per-round speedups spans 1.0 (no difference resolved)."""
     out = []
     for (benchmark, mode), part in df.groupby(["benchmark", "mode"], sort=False):
         entry = {"benchmark": benchmark, "mode": mode, "cells": 0}
@@ -350,8 +352,27 @@ def speedup_summary(df: pd.DataFrame) -> list[dict]:
                 "best": float(mine["speedup"].max()),
                 "median": float(mine["speedup"].median()),
                 "consistent": int((mine["speedup_q1"] > 1).sum()),
+                "slower": int((mine["speedup_q3"] < 1).sum()),
             }
         out.append(entry)
+    return out
+
+
+def separated(df: pd.DataFrame, a: str, b: str) -> dict[str, tuple[int, int, int]]:
+    """Per benchmark (forward; decode per mode) with rows of both variants: in how many cells a's
+    interquartile range of per-round speedups lies wholly above b's, wholly below it, and in all."""
+    out = {}
+    for (benchmark, mode), part in df.groupby(["benchmark", "mode"], sort=False):
+        keys = ["batch", "seq_len" if benchmark == "forward" else "prompt_len"]
+        rows = {v: part[part["variant"] == v].set_index(keys) for v in (a, b)}
+        both = rows[a].index.intersection(rows[b].index)
+        if not len(both):
+            continue
+        ra, rb = rows[a].loc[both], rows[b].loc[both]
+        above = int((ra["speedup_q1"] > rb["speedup_q3"]).sum())
+        below = int((ra["speedup_q3"] < rb["speedup_q1"]).sum())
+        name = "forward" if benchmark == "forward" else f"decode {mode}"
+        out[name] = (above, below, len(both))
     return out
 
 
@@ -360,12 +381,17 @@ def speedup_summary(df: pd.DataFrame) -> list[dict]:
 TABLES = {"3": table3, "decode": table_decode}
 
 
-def make_bench_table(which: str, bench_csvs: Sequence[str | Path], out_stem: str | Path):
+def make_bench_table(
+    which: str,
+    bench_csvs: Sequence[str | Path],
+    out_stem: str | Path,
+    config_sha256: str | None = None,
+) -> list[Path]:
     """Build table "3" (forward) or "decode" from benchmark CSVs and write its csv/md/tex/html."""
     if which not in TABLES:
         raise ValueError(f"unknown benchmark table {which!r}; choose from {sorted(TABLES)}")
     df, caption = TABLES[which](load_bench(bench_csvs))
-    return write_table(df, out_stem, caption)
+    return write_table(df, out_stem, caption, config_sha256)
 
 
 def make_fig5(bench_csvs: Sequence[str | Path], out: str | Path) -> list[Path]:

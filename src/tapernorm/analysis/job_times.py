@@ -81,8 +81,11 @@ def job_times_table(records: pd.DataFrame, missing: Sequence[str] = ()) -> tuple
 
 
 def write_job_times(
-    root: str | Path, out_stem: str | Path, jobs: Sequence[str | Path] | None = None
+    root: str | Path,
+    out_stem: str | Path,
+    jobs: Sequence[str | Path] | None = None,
+    config_sha256: str | None = None,
 ) -> list[Path]:
     """The job-times table of the records under `root` (or only `jobs`) as <out_stem>.csv/.md/.tex/.html."""
     table, caption = job_times_table(*load_job_times(root, jobs))
-    return write_table(table, out_stem, caption)
+    return write_table(table, out_stem, caption, config_sha256)

@@ -9,6 +9,16 @@ from dataclasses import dataclass
 
 SOURCE = "arXiv 2602.10408 v1"
 
+# The scale of the paper's pre-training (Sec. 6.1, Table 5), for the scale card (scale_card.py).
+# Tokens per parameter: 500k steps x 16 x 512 = 4.1B tokens over ~1M parameters (d=64) is ~4,000;
+# 1M steps x 8,192 = 8.2B over ~30M (d=512) is ~270.
+CORPUS = "TinyStories"
+TOKENIZER = "SentencePiece, vocabulary 10k"
+MODEL = "d=64-512, L=8, 16 heads, T=512: 1M-30M parameters"
+TRAINING = "0.5M-1M steps x 16 x 512 = 4.1-8.2B tokens per run: ~270-4,000 tokens per parameter"
+LR = "3e-4 (AdamW, 5% warmup, cosine)"
+FINETUNE = "GPT-2 S-XL (124M-1.5B parameters) from the hub, 300-800 steps of ~2^19 tokens"
+
 # model size label of each width (section 6.1: L=8, widths 64/128/256/512 -> 1M/3M/9M/30M parameters)
 SIZE_BY_WIDTH = {64: "1M", 128: "3M", 256: "9M", 512: "30M"}
 

@@ -96,6 +96,7 @@ def _run_row(run_dir: Path, cfg: dict, result: dict, records: list[dict]) -> dic
         "label": VARIANTS[variant]["label"] if variant else cfg.get("name", run_dir.name),
         "width": int(m["n_embd"]),
         "n_layer": int(m["n_layer"]),
+        "n_head": int(m["n_head"]),
         "seed": int(cfg["seed"]),
         "steps": int(t["steps"]),
         "batch_size": int(t["batch_size"]) * int(t["grad_accum"]),
@@ -157,6 +158,18 @@ def load_runs(run_dirs: Sequence[str | Path]) -> tuple[pd.DataFrame, pd.DataFram
     return runs, pd.concat(frames, ignore_index=True)
 
 
+def corpus_of(runs: pd.DataFrame) -> str:
+    """The corpus the runs trained on: the name in their data directory's meta.json (written by
+    `tapernorm prepare-data`), else the directory."""
+    names = []
+    for data_dir in sorted(set(runs["corpus"])):
+        try:
+            names.append(json.loads((Path(data_dir) / "meta.json").read_text())["corpus"])
+        except (OSError, ValueError, KeyError, TypeError):
+            names.append(str(data_dir))
+    return ", ".join(dict.fromkeys(names))
+
+
 def describe_scale(runs: pd.DataFrame) -> str:
     """Where numbers were measured, from the configs: widths, steps, seeds per variant, corpus."""
     if runs.empty:
@@ -166,7 +179,7 @@ def describe_scale(runs: pd.DataFrame) -> str:
     per_cell = runs.groupby(["width", runs["variant"].fillna(runs["name"])]).size()
     lo, hi = int(per_cell.min()), int(per_cell.max())
     seeds = f"{lo}" if lo == hi else f"{lo}-{hi}"
-    corpus = ", ".join(sorted(runs["corpus"].unique()))
+    corpus = corpus_of(runs)
     text = f"{widths}; {steps} steps; {seeds} seed(s)/variant; corpus {corpus}"
     tokens = runs["train_tokens"].dropna().unique()
     if len(tokens):

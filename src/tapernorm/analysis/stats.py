@@ -17,7 +17,10 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from ..config import VARIANTS
 from .runs import variant_order
+
+VARIANT_LABELS = {name: spec["label"] for name, spec in VARIANTS.items()}
 
 MIN_SEEDS_FOR_OUTLIERS = 4
 ROBUST_Z_MAX = 3.5
@@ -122,3 +125,95 @@ def gradient_ratios(g: pd.Series | pd.DataFrame) -> tuple:
     return (g["final"] + g["all"]) / (g["baseline"] + g["internal"]), g["all_aux"] / g[
         "internal_aux"
     ]
+
+
+# ---- gaps paired by seed ------------------------------------------------------------------------------
+# Seed s of every variant draws the same initialisation stream and the same batches (tapernorm.train:
+# torch.manual_seed(seed) before the model is built, batch_generator(seed, step, micro); a test checks
+# both), so variant and baseline at one seed differ only in the norms: their gap is a paired
+# measurement, and the spread of the per-seed gaps is what an interval rests on.
+
+# Student t quantiles t_{0.975}(df), df = 1..30 (standard tables, 3 decimals); beyond, the
+# Cornish-Fisher expansion around the normal quantile (error < 1e-4 for df > 30).
+_T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160,
+         2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056,
+         2.052, 2.048, 2.045, 2.042)  # fmt: skip
+_Z975 = 1.959964
+
+
+def t975(df: int) -> float:
+    """The 97.5% quantile of Student's t with `df` degrees of freedom (a 95% two-sided interval)."""
+    if df < 1:
+        raise ValueError(f"t quantile needs df >= 1, got {df}")
+    if df <= len(_T975):
+        return _T975[df - 1]
+    z = _Z975
+    return z + (z**3 + z) / (4 * df) + (5 * z**5 + 16 * z**3 + 3 * z) / (96 * df**2)
+
+
+@dataclass(frozen=True)
+class PairedGap:
+    """A variant's validation-loss gap to its baseline, paired by seed: per seed 100 (v_s / b_s - 1)
+    over the seeds both kept (Table 2's exclusions apply to each side), their mean and its 95% t
+    interval (NaN with fewer than two pairs)."""
+
+    variant: str
+    against: str
+    width: int
+    per_seed: dict[int, float]
+    mean: float
+    lo: float
+    hi: float
+    left_out: tuple[str, ...] = ()  # "seed 2 (Internal-Taper (+aux) diverged)", ...
+
+    @property
+    def n(self) -> int:
+        return len(self.per_seed)
+
+    def interval(self) -> str:
+        """'[+0.40%, +1.86%]', or 'no interval (1 pair)'."""
+        if not math.isfinite(self.lo):
+            return f"no interval ({self.n} pair{'s' if self.n != 1 else ''})"
+        return f"[{self.lo:+.2f}%, {self.hi:+.2f}%]"
+
+    def seeds_text(self) -> str:
+        """'per seed +0.91, +1.36, +1.11' (in seed order)."""
+        return "per seed " + ", ".join(f"{g:+.2f}" for _, g in sorted(self.per_seed.items()))
+
+    def text(self) -> str:
+        """'+1.13% [+0.40%, +1.86%] (3 seed pairs)'."""
+        if not self.n:
+            return "no seed pair"
+        return f"{self.mean:+.2f}% {self.interval()} ({self.n} seed pair{'s' * (self.n != 1)})"
+
+
+def _kept(cell: pd.DataFrame) -> dict[int, float]:
+    """seed -> validation loss of the runs Table 2's rule keeps in a cell."""
+    st = cell_stats(cell)
+    dropped = set(st.diverged) | set(st.outliers)
+    return {int(r.seed): float(r.val_loss) for r in cell.itertuples() if r.name not in dropped}
+
+
+def paired_gap(runs: pd.DataFrame, width: int, variant: str, against: str) -> PairedGap:
+    """`variant`'s gap to `against` at `width`, paired by seed (PairedGap)."""
+    at = runs[runs["width"] == width]
+    mine, base = (at[at["variant"] == v] for v in (variant, against))
+    kept_v, kept_b = _kept(mine), _kept(base)
+    per_seed = {s: gap_pct(kept_v[s], kept_b[s]) for s in sorted(kept_v) if s in kept_b}
+    left_out = []
+    for seed in sorted(set(mine["seed"]) | set(base["seed"])):
+        seed = int(seed)
+        if seed in per_seed:
+            continue
+        for v, kept, runs_v in ((variant, kept_v, mine), (against, kept_b, base)):
+            if seed not in set(runs_v["seed"]):
+                left_out.append(f"seed {seed} (no {VARIANT_LABELS.get(v, v)} run)")
+            elif seed not in kept:
+                left_out.append(f"seed {seed} ({VARIANT_LABELS.get(v, v)} excluded)")
+    gaps = np.array(list(per_seed.values()), dtype=float)
+    mean = float(gaps.mean()) if len(gaps) else math.nan
+    lo = hi = math.nan
+    if len(gaps) >= 2:
+        half = t975(len(gaps) - 1) * float(gaps.std(ddof=1)) / math.sqrt(len(gaps))
+        lo, hi = mean - half, mean + half
+    return PairedGap(variant, against, int(width), per_seed, mean, lo, hi, tuple(left_out))

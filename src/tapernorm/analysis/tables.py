@@ -9,7 +9,6 @@ all diverged reads "diverged (n/n)". The paper's numbers sit in their own column
 from __future__ import annotations
 
 import io
-import json
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -17,10 +16,11 @@ import pandas as pd
 
 from ..atomic import atomic_write_bytes
 from ..config import PAPER_VARIANTS, VARIANTS, baseline_of
+from ..provenance import stamp
 from . import paper
 from .html import markdown_page
-from .runs import load_runs
-from .stats import RULE_TEXT, fmt_cell, gap_pct, stats_by_cell
+from .runs import corpus_of, load_runs
+from .stats import RULE_TEXT, fmt_cell, gap_pct, paired_gap, stats_by_cell
 
 # ---- writers --------------------------------------------------------------------------------------
 
@@ -71,19 +71,24 @@ def to_latex(df: pd.DataFrame, caption: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_table(df: pd.DataFrame, out_stem: str | Path, caption: str) -> list[Path]:
+def write_table(
+    df: pd.DataFrame, out_stem: str | Path, caption: str, config_sha256: str | None = None
+) -> list[Path]:
     """Write <out_stem>.csv, .md, .tex and .html (the markdown as a page, which the Snakemake report
-    shows inline) atomically; returns the four paths."""
+    shows inline) atomically; returns the four paths. The md, tex and html end with the stamp of
+    what made them (provenance.stamp: the commit, the config's hash); the csv is data only (the
+    run's manifest hashes it)."""
     stem = Path(out_stem)
     if stem.suffix in (".csv", ".md", ".tex", ".html"):
         stem = stem.with_suffix("")
     buf = io.StringIO()
     df.to_csv(buf, index=False)
-    md = to_markdown(df, caption)
+    made = f"Made by {stamp(config_sha256)}."
+    md = to_markdown(df, caption) + f"\n{made}\n"
     texts = {
         ".csv": buf.getvalue(),
         ".md": md,
-        ".tex": to_latex(df, caption),
+        ".tex": to_latex(df, caption) + f"% {made}\n",
         ".html": markdown_page(md, stem.name),
     }
     paths = []
@@ -97,18 +102,6 @@ def write_table(df: pd.DataFrame, out_stem: str | Path, caption: str) -> list[Pa
 # ---- tables ---------------------------------------------------------------------------------------
 
 
-def corpus_of(runs: pd.DataFrame) -> str:
-    """The corpus the runs trained on: the name in their data directory's meta.json (written by
-    `tapernorm prepare-data`), else the directory."""
-    names = []
-    for data_dir in sorted(set(runs["corpus"])):
-        try:
-            names.append(json.loads((Path(data_dir) / "meta.json").read_text())["corpus"])
-        except (OSError, ValueError, KeyError, TypeError):
-            names.append(str(data_dir))
-    return ", ".join(dict.fromkeys(names))
-
-
 def _yes(flag: bool) -> str:
     return "yes" if flag else "no"
 
@@ -117,9 +110,32 @@ def _join(values) -> str:
     return ", ".join(f"{v:,}" for v in sorted(set(values)))
 
 
+def paired_text(runs: pd.DataFrame, variant: str) -> str:
+    """Per width, `variant`'s validation-loss gap to its matched baseline paired by seed, with its
+    95% interval and the per-seed gaps ("—" for a baseline or where no seed pairs)."""
+    against = baseline_of(variant)
+    if against is None:
+        return "—"
+    parts = []
+    for width in _widths(runs):
+        gap = paired_gap(runs, width, variant, against)
+        if gap.n:
+            parts.append(f"d={width}: {gap.text()}; {gap.seeds_text()}")
+    return " | ".join(parts) or "—"
+
+
+PAIRED_NOTE = (
+    "Gaps paired by seed: seed s of every variant draws the same initialisation and the same "
+    "batches, so per seed 100 (variant / baseline - 1) is one paired measurement; the mean of the "
+    "per-seed gaps with its 95% t interval (none with one pair). Runs that Table 2's rule excludes "
+    "are left out of the pairs."
+)
+
+
 def table1(runs: pd.DataFrame) -> tuple[pd.DataFrame, str]:
-    """Table 1: the six variants (internal taper / final taper / scale loss), with our run counts;
-    ours (DyT, the untied-head runs) too where they have runs."""
+    """Table 1: the six variants (internal taper / final taper / scale loss), with our run counts,
+    seeds and the gap to the matched baseline paired by seed; ours (DyT, the untied-head runs) too
+    where they have runs."""
     rows = []
     for name, v in VARIANTS.items():
         mine = runs[runs["variant"] == name]
@@ -133,12 +149,14 @@ def table1(runs: pd.DataFrame) -> tuple[pd.DataFrame, str]:
                 "Final taper": _yes(v["taper"] in ("final", "all")),
                 "Scale loss": _yes(v["anchor"]),
                 "Runs": len(mine),
+                "Seeds": ", ".join(str(int(s)) for s in sorted(set(mine["seed"]))) or "—",
                 "Diverged": int(mine["diverged"].sum()),
+                "Gap to its baseline, paired by seed (95% interval)": paired_text(runs, name),
             }
         )
     caption = (
         "**Table 1.** Variants (paper's Table 1) and the number of runs of each in this run set "
-        "(Diverged: runs that stopped at a non-finite loss)."
+        "(Diverged: runs that stopped at a non-finite loss). " + PAIRED_NOTE
     )
     if any(r["Name"] == "dyt" for r in rows):
         caption += (
@@ -166,14 +184,19 @@ def table2(runs: pd.DataFrame) -> tuple[pd.DataFrame, str]:
         gap = None
         if base is not None and not base.all_diverged:
             gap = gap_pct(st.mean, base.mean)
+        cell = runs[(runs["width"] == width) & (runs["variant"] == variant)]
+        paired = paired_gap(runs, width, variant, against) if against else None
         rows.append(
             {
-                "Size (paper)": paper.size_label(width),
                 "Width": width,
+                "Params (ours)": _params(cell),
+                "Paper size at this width": paper.size_label(width),
                 "Variant": VARIANTS[variant]["label"],
                 "Gap against": VARIANTS[against]["label"] if against else "—",
                 "Seeds used": f"{st.n_used}/{st.n_total}",
                 "Ours": fmt_cell(st, gap),
+                "Gap paired by seed (95% interval)": paired.text() if paired else "—",
+                "Per-seed gaps": paired.seeds_text() if paired and paired.n else "—",
                 "Paper": paper.table2_text(width, variant),
             }
         )
@@ -189,11 +212,20 @@ def table2(runs: pd.DataFrame) -> tuple[pd.DataFrame, str]:
         "against: the untied-head baseline for DyT, trained by its authors' recipe, and for the "
         "untied-head Internal-Taper (+aux); the paper's tied baseline for the paper's variants). "
         + RULE_TEXT
+        + " "
+        + PAIRED_NOTE
+        + " Params (ours) is our model's parameter count; the paper's size at the same width is "
+        "larger (its vocabulary is 10k, ours is the tokenizer's)."
         + f" Paper: {paper.TABLE2_SOURCE} (TinyStories, 6 seeds; † = 5 seeds, one outlier excluded)."
     )
     if notes:
         caption += " Excluded: " + "; ".join(notes) + "."
     return pd.DataFrame(rows), caption
+
+
+def _params(cell: pd.DataFrame) -> str:
+    values = sorted(set(cell["n_params"].dropna().astype(int)))
+    return ", ".join(f"{n / 1e6:.2f}M" for n in values) or "—"
 
 
 def _widths(runs: pd.DataFrame) -> list[int]:
@@ -256,10 +288,15 @@ TABLES: dict[str, Callable[[pd.DataFrame], tuple[pd.DataFrame, str]]] = {
 }
 
 
-def make_table(which: str, run_dirs: Sequence[str | Path], out_stem: str | Path) -> list[Path]:
+def make_table(
+    which: str,
+    run_dirs: Sequence[str | Path],
+    out_stem: str | Path,
+    config_sha256: str | None = None,
+) -> list[Path]:
     """Load the runs, build table `which` ("1", "2" or "5") and write its csv/md/tex/html."""
     if which not in TABLES:
         raise ValueError(f"unknown table {which!r}; choose from {sorted(TABLES)}")
     runs, _ = load_runs(run_dirs)
     df, caption = TABLES[which](runs)
-    return write_table(df, out_stem, caption)
+    return write_table(df, out_stem, caption, config_sha256)
