@@ -65,8 +65,11 @@ rule table3:
     localrule: True
     conda:
         "../envs/tapernorm.yaml"
+    params:
+        config_hash=CONFIG_HASH,
     shell:
-        "tapernorm table 3 --bench {input} --out results/tables/table3 > {log} 2>&1"
+        "tapernorm table 3 --bench {input} --out results/tables/table3 "
+        "--config-hash {params.config_hash} > {log} 2>&1"
 
 
 rule table_decode:
@@ -86,8 +89,11 @@ rule table_decode:
     localrule: True
     conda:
         "../envs/tapernorm.yaml"
+    params:
+        config_hash=CONFIG_HASH,
     shell:
-        "tapernorm table decode --bench {input} --out results/tables/table_decode > {log} 2>&1"
+        "tapernorm table decode --bench {input} --out results/tables/table_decode "
+        "--config-hash {params.config_hash} > {log} 2>&1"
 
 
 rule fig5:

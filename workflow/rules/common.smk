@@ -2,6 +2,7 @@ import json
 import os
 
 from tapernorm import pipeline as tp
+from tapernorm import provenance
 from tapernorm.analysis.runs import RUN_FILES
 from tapernorm.config import check_yaml_files
 from tapernorm.data import EVAL_SETS
@@ -15,6 +16,11 @@ config.update(
         config, f"{workflow.basedir}/workflow/schemas/config.schema.yaml"
     )
 )
+CONFIG_HASH = provenance.config_hash(
+    config
+)  # named in every table, figure and the claims
+# the committed LR grid (docs/norm-free.md): the claims use it where its scale is the runs'
+LR_GRID = "results/cpu/lr_grid/lr_grid.json"
 
 PRETRAIN_DATA = "data/pretrain"
 # the conda env (--sdm conda) of the rules that may hold a GPU: CUDA torch when the config uses one
@@ -328,3 +334,35 @@ def bench_grid(kind):
         return tp.bench_args(config, kind)
 
     return param
+
+
+def lr_grid_input(wildcards):
+    """The committed LR grid, where the checkout has it (the claims judge by it only at its scale)."""
+    return [LR_GRID] if os.path.isfile(LR_GRID) else []
+
+
+def config_json(wildcards):
+    return json.dumps(config)
+
+
+def manifest_files(wildcards):
+    """Every file of the run that the manifest hashes: the data it read, every run's files, the
+    fold checks, benchmarks, evaluations, job records, and every target of rule all."""
+    files = [*PRETRAIN_DATA_FILES.values()]
+    files += run_files(pretrain_evals() + ablation_evals() + sweep_evals())
+    files += expand("results/fold/{run}/verify.json", run=fold_names())
+    files += BENCH_CSVS + tp.timed_jobs(config)
+    if config["finetune"]:
+        files += [*FINETUNE_DATA_FILES.values()]
+        for s in config["finetune"]["eval"]["sets"]:
+            files += [f"data/eval/{s}/meta.json", f"data/eval/{s}/rows.bin"]
+        runs = [f"results/runs/finetune/{r}" for r in FINETUNE_RUNS]
+        runs += [
+            f"{tp.FINETUNE_BASE_ROOT}/{m}" for m in tp.finetune_base_models(config)
+        ]
+        files += [f"{run}/{f}" for run in runs for f in (*MODEL_FILES, "eval.json")]
+        files += finetune_evals() + finetune_verify()
+        for verify in finetune_verify():
+            files += model_files(f"{os.path.dirname(verify)}/folded").values()
+    files += [t for t in tp.all_targets(config) if t != tp.MANIFEST]
+    return list(dict.fromkeys(files))

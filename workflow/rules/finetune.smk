@@ -168,6 +168,7 @@ for n in tp.FINETUNE_TABLES:
             n=n,
             runs=run_dirs,
             out=table_stem,
+            config_hash=CONFIG_HASH,
         shell:
             "tapernorm table {params.n} --runs {params.runs} --evals {input.evals} "
-            "--out {params.out} > {log} 2>&1"
+            "--out {params.out} --config-hash {params.config_hash} > {log} 2>&1"

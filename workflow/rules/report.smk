@@ -27,8 +27,10 @@ for n in tp.PRETRAIN_TABLES:
             n=n,
             runs=run_dirs,
             out=table_stem,
+            config_hash=CONFIG_HASH,
         shell:
-            "tapernorm table {params.n} --runs {params.runs} --out {params.out} > {log} 2>&1"
+            "tapernorm table {params.n} --runs {params.runs} --out {params.out} "
+            "--config-hash {params.config_hash} > {log} 2>&1"
 
 
 rule anchor_table:
@@ -50,9 +52,10 @@ rule anchor_table:
         "../envs/tapernorm.yaml"
     params:
         runs=run_dirs,
+        config_hash=CONFIG_HASH,
     shell:
         "tapernorm table anchor --runs {params.runs} --out results/tables/table_anchor "
-        "> {log} 2>&1"
+        "--config-hash {params.config_hash} > {log} 2>&1"
 
 
 for fig_name, fig_runs in FIGURES.items():
@@ -92,8 +95,11 @@ rule claims:
         + finetune_verify(),
         finetune=finetune_evals(),
         bench=BENCH_CSVS,
+        lr_grid=lr_grid_input,
+        data=PRETRAIN_DATA_FILES["meta"],  # the corpus and vocabulary, for the scale card
     output:
         md="results/claims.md",
+        json="results/claims.json",
         html=report(
             "results/claims.html", caption="../report/claims.rst", category="Claims"
         ),
@@ -108,10 +114,12 @@ rule claims:
         finetune=optional_files("--finetune-evals", "finetune"),
         sweep=optional_files("--sweep-runs", "sweep", dirs_of),
         bench=optional_files("--bench", "bench"),
+        lr_grid=optional_files("--lr-grid", "lr_grid"),
+        config_hash=CONFIG_HASH,
     shell:
         "tapernorm claims --runs {params.runs} {params.ablation} {params.sweep} "
-        "--verify {input.verify} {params.finetune} {params.bench} --out {output.md} "
-        "> {log} 2>&1"
+        "--verify {input.verify} {params.finetune} {params.bench} {params.lr_grid} "
+        "--out {output.md} --config-hash {params.config_hash} > {log} 2>&1"
 
 
 rule job_times:
@@ -135,6 +143,25 @@ rule job_times:
         records=job_records_dir,
         jobs=" ".join(tp.timed_jobs(config, root=None)),
         out=table_stem,
+        config_hash=CONFIG_HASH,
     shell:
         "tapernorm job-times {params.records} --jobs {params.jobs} --out {params.out} "
-        "> {log} 2>&1"
+        "--config-hash {params.config_hash} > {log} 2>&1"
+
+
+# The run's manifest, its last job: what made it and the sha256 of every file it read and wrote
+# (`tapernorm check-manifest results/manifest.json` checks a tree, or a copy, against it).
+rule manifest:
+    input:
+        manifest_files,
+    output:
+        "results/manifest.json",
+    log:
+        "logs/manifest.log",
+    localrule: True
+    conda:
+        "../envs/tapernorm.yaml"
+    params:
+        config=config_json,
+    shell:
+        "tapernorm manifest {input} --config-json {params.config:q} --out {output} > {log} 2>&1"

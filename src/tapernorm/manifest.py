@@ -1,0 +1,136 @@
+"""The manifest of a pipeline run, and the check of a result tree against it.
+
+`results/manifest.json` (rule `manifest`, the DAG's last job) records what made the run (the
+commit and whether the tree was dirty, the validated config and its sha256, the host, the library
+versions, the training and benchmark threads, the seeds of each family, when its runs started and
+ended) and the sha256 and size of every file the run read or wrote: data shards and tokenizers,
+every run's config, weights, metrics and evaluation, fold checks, benchmarks, job records, tables,
+figures and claims. Paths are relative to the manifest's `root` (relative to the manifest's own
+directory), so a copied tree checks where it lies:
+
+    tapernorm check-manifest results/manifest.json      # names every file that changed or is gone
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable
+from pathlib import Path
+
+from .atomic import atomic_write_bytes
+from .provenance import config_hash, git_state, host, now, sha256_file, versions
+
+FORMAT = "tapernorm manifest 1"
+
+
+class ManifestError(ValueError):
+    """A manifest that cannot be read, or a file it must list that is missing."""
+
+
+def file_entry(path: Path) -> dict:
+    return {"sha256": sha256_file(path), "bytes": path.stat().st_size}
+
+
+def _run_provenance(root: Path, files: list[str]) -> list[dict]:
+    """meta.provenance of every run directory's config.json among `files`."""
+    out = []
+    for rel in files:
+        if not rel.endswith("/config.json"):
+            continue
+        try:
+            made = json.loads((root / rel).read_text()).get("meta", {}).get("provenance")
+        except (OSError, ValueError, AttributeError):
+            continue
+        if isinstance(made, dict):
+            out.append(made)
+    return out
+
+
+def _bench_threads(root: Path, files: list[str]) -> list[int]:
+    import csv
+
+    threads = set()
+    for rel in files:
+        if rel.startswith("results/bench/") and rel.endswith(".csv"):
+            with open(root / rel, newline="") as f:
+                threads |= {int(r["threads"]) for r in csv.DictReader(f) if r.get("threads")}
+    return sorted(threads)
+
+
+def build_manifest(files: Iterable[str | Path], config: dict, seeds: dict, root: Path) -> dict:
+    """The manifest of `files` (paths relative to `root`, each must exist) made under `config`."""
+    rels = sorted(dict.fromkeys(Path(f).as_posix() for f in files))
+    missing = [f for f in rels if not (root / f).is_file()]
+    if missing:
+        raise ManifestError(f"manifest: {len(missing)} listed files do not exist: {missing[:5]}")
+    runs = _run_provenance(root, rels)
+    started = [r["started"] for r in runs if r.get("started")]
+    ended = [r["finished"] for r in runs if r.get("finished")]
+    return {
+        "format": FORMAT,
+        "made": {**git_state(), "host": host(), "versions": versions(), "written": now()},
+        "config_sha256": config_hash(config),
+        "config": config,
+        "seeds": seeds,
+        "threads": {
+            "training": sorted({r["threads"] for r in runs if "threads" in r}),
+            "benchmarks": _bench_threads(root, rels),
+        },
+        "runs": {
+            "count": len(runs),
+            "first_started": min(started) if started else None,
+            "last_finished": max(ended) if ended else None,
+            "commits": sorted({r.get("commit", "unknown") for r in runs}),
+        },
+        "root": None,  # set by write_manifest
+        "files": {f: file_entry(root / f) for f in rels},
+    }
+
+
+def write_manifest(
+    out: str | Path, files: Iterable[str | Path], config: dict, seeds: dict, root: str | Path = "."
+) -> dict:
+    """Build the manifest of `files` (relative to `root`) and write it to `out`; returns it."""
+    out, root = Path(out), Path(root)
+    manifest = build_manifest(files, config, seeds, root)
+    manifest["root"] = Path(os.path.relpath(root.resolve(), out.resolve().parent)).as_posix()
+    text = json.dumps(manifest, indent=1, ensure_ascii=False, allow_nan=False) + "\n"
+    atomic_write_bytes(out, text.encode())
+    return manifest
+
+
+def read_manifest(path: str | Path) -> dict:
+    path = Path(path)
+    if not path.is_file():
+        raise ManifestError(f"manifest {path} does not exist")
+    try:
+        manifest = json.loads(path.read_text())
+    except (ValueError, UnicodeDecodeError) as e:
+        raise ManifestError(f"manifest {path} is not valid JSON: {e}") from e
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
+        raise ManifestError(f"manifest {path}: not a {FORMAT!r} file")
+    if not isinstance(manifest.get("files"), dict):
+        raise ManifestError(f"manifest {path}: no 'files' mapping")
+    return manifest
+
+
+def manifest_root(path: str | Path, manifest: dict) -> Path:
+    """The directory the manifest's paths are relative to."""
+    return (Path(path).parent / (manifest.get("root") or ".")).resolve()
+
+
+def check_manifest(path: str | Path, root: str | Path | None = None) -> tuple[int, list[str]]:
+    """(files that match, problems): 'changed: PATH' (its sha256 differs), 'missing: PATH'."""
+    manifest = read_manifest(path)
+    base = Path(root) if root is not None else manifest_root(path, manifest)
+    problems, ok = [], 0
+    for rel, entry in manifest["files"].items():
+        file = base / rel
+        if not file.is_file():
+            problems.append(f"missing: {rel}")
+        elif sha256_file(file) != entry["sha256"]:
+            problems.append(f"changed: {rel} (sha256 differs from the manifest's)")
+        else:
+            ok += 1
+    return ok, problems

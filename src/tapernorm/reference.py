@@ -1,0 +1,161 @@
+"""Committed reference runs, and the README's and docs' blocks generated from them.
+
+A reference run is one pipeline run's summary kept in the repository under
+`results/reference/<host>-<commit>/`, which no later run writes to: its claims (md, json, html),
+tables (md, csv), benchmark CSVs, figure PNGs, the run's full manifest (hashes of everything it
+read and wrote, models and data included), its Snakemake log (the run's wall time) and a manifest
+of its own files. `tapernorm snapshot` makes one from a finished run, after checking the run's
+files against its manifest.
+
+The README's and docs' numbers from a run are generated from a reference run (doc_blocks.py).
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import re
+import shutil
+from pathlib import Path
+
+from .atomic import atomic_write_bytes
+from .manifest import FORMAT, check_manifest, file_entry, manifest_root, read_manifest
+from .provenance import now
+
+REFERENCE_ROOT = Path("results/reference")
+# what a reference keeps of a run (relative to the run's root); everything else is only hashed
+KEPT = (
+    "results/claims.md",
+    "results/claims.json",
+    "results/claims.html",
+    "results/manifest.json",
+    "results/tables/*.md",
+    "results/tables/*.csv",
+    "results/bench/*.csv",
+    "figures/*.png",
+)
+LOG_NAME = "snakemake.log"
+
+
+class ReferenceError(ValueError):
+    """A reference run that cannot be made or read, or a generated block out of date."""
+
+
+# ---- making a reference run ---------------------------------------------------------------------
+
+
+def host_slug(cpu: str, cores: int | None) -> str:
+    """'intel-xeon-2c' from 'Intel(R) Xeon(R) Processor' and 2 cores."""
+    words = re.sub(r"\((r|tm)\)", " ", cpu.lower())
+    words = re.sub(r"\b(processor|cpu|with|radeon|graphics)\b", " ", words)
+    slug = re.sub(r"[^a-z0-9]+", "-", words).strip("-") or "host"
+    return f"{slug}-{cores}c" if cores else slug
+
+
+def reference_name(manifest: dict) -> str:
+    made = manifest["made"]
+    commit = str(made["commit"])[:12] + ("-dirty" if made.get("dirty") else "")
+    return f"{host_slug(made['host']['cpu'], made['host'].get('cores'))}-{commit}"
+
+
+_STAMP = re.compile(r"^\[(\w{3} \w{3} +\d+ \d\d:\d\d:\d\d \d{4})\]$")
+_DONE = re.compile(r"^(\d+) of (\d+) steps \(100%\) done$")
+
+
+def log_wall(log: Path) -> dict:
+    """Start, end and wall seconds of a finished Snakemake run from its log (the first and the
+    last timestamp line), and the jobs it ran; raises if the log does not end with every job done."""
+    lines = log.read_text(errors="replace").splitlines()
+    stamps = [
+        datetime.datetime.strptime(" ".join(m[1].split()), "%a %b %d %H:%M:%S %Y")
+        for line in lines
+        if (m := _STAMP.match(line.strip()))
+    ]
+    done = [m for line in lines if (m := _DONE.match(line.strip()))]
+    if not stamps or not done or done[-1][1] != done[-1][2]:
+        raise ReferenceError(f"Snakemake log {log}: not a finished run (no 'N of N steps done')")
+    return {
+        "started": stamps[0].isoformat(),
+        "ended": stamps[-1].isoformat(),
+        "wall_seconds": int((stamps[-1] - stamps[0]).total_seconds()),
+        "jobs": int(done[-1][2]),
+    }
+
+
+def latest_log(workdir: Path) -> Path:
+    logs = sorted((workdir / ".snakemake" / "log").glob("*.snakemake.log"))
+    if not logs:
+        raise ReferenceError(f"no Snakemake log under {workdir / '.snakemake' / 'log'}")
+    return logs[-1]
+
+
+def snapshot(
+    run_manifest: str | Path,
+    to: str | Path | None = None,
+    log: str | Path | None = None,
+    conditions: str = "",
+) -> Path:
+    """Copy a finished run's summary (KEPT) into a reference directory (default
+    results/reference/<host>-<commit>) with its Snakemake log and a manifest of the copies."""
+    run_manifest = Path(run_manifest)
+    manifest = read_manifest(run_manifest)
+    root = manifest_root(run_manifest, manifest)
+    ok, problems = check_manifest(run_manifest)
+    if problems:
+        raise ReferenceError(
+            f"{run_manifest}: the run's files differ from its manifest ({problems[0]}; "
+            f"{len(problems)} in all): rerun the pipeline first"
+        )
+    dest = Path(to) if to is not None else root / REFERENCE_ROOT / reference_name(manifest)
+    if dest.exists():
+        raise ReferenceError(f"{dest} exists: a reference run is never overwritten")
+    log = Path(log) if log is not None else latest_log(root)
+    wall = log_wall(log)
+    kept = sorted({p.relative_to(root).as_posix() for pat in KEPT for p in root.glob(pat)})
+    kept = [k for k in kept if k in manifest["files"] or k == "results/manifest.json"]
+    tmp = dest.with_name(f".{dest.name}.tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    for rel in kept:
+        (tmp / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(root / rel, tmp / rel)
+    shutil.copy2(log, tmp / LOG_NAME)
+    own = {
+        "format": FORMAT,
+        "made": manifest["made"],
+        "config_sha256": manifest["config_sha256"],
+        "config": manifest["config"],
+        "seeds": manifest["seeds"],
+        "threads": manifest["threads"],
+        "runs": manifest["runs"],
+        "snapshot": {
+            "of": "results/manifest.json",
+            "written": now(),
+            "snakemake": wall,
+            "conditions": conditions,
+        },
+        "root": ".",
+        "files": {rel: file_entry(tmp / rel) for rel in [*kept, LOG_NAME]},
+    }
+    text = json.dumps(own, indent=1, ensure_ascii=False, allow_nan=False) + "\n"
+    atomic_write_bytes(tmp / "manifest.json", text.encode())
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp.rename(dest)
+    return dest
+
+
+# ---- reading one ----------------------------------------------------------------------------------
+
+
+def load_reference(ref: str | Path) -> dict:
+    """A reference directory's manifest, claims record and the directory itself."""
+    ref = Path(ref)
+    manifest = read_manifest(ref / "manifest.json")
+    if "snapshot" not in manifest:
+        raise ReferenceError(f"{ref}: its manifest.json is a run's, not a reference run's")
+    claims = json.loads((ref / "results" / "claims.json").read_text())
+    return {"dir": ref, "manifest": manifest, "claims": claims}
+
+
+def wall_text(manifest: dict) -> str:
+    seconds = manifest["snapshot"]["snakemake"]["wall_seconds"]
+    return f"{seconds // 60} min {seconds % 60} s"
