@@ -199,3 +199,33 @@ def test_a_library_call_at_level_warning_writes_nothing(shards_dir, tmp_path, ca
     with logging_to_stderr(logging.INFO):
         train(cfg, tmp_path / "again")
     assert "[tiny] step 6/6 loss " in capfd.readouterr().err
+
+
+def test_seeds_are_paired_across_variants(shards_dir, tmp_path):
+    """Seed s of every variant starts from the same weights (where the variants share a weight)
+    and draws the same batches, so a variant's gap to the baseline at one seed is a paired
+    measurement (claims 1 and 2, Tables 1 and 2)."""
+    from tapernorm.distributed import World
+    from tapernorm.train import batch_generator, set_up
+
+    def start(variant, seed):
+        cfg = tiny_run(shards_dir, variant=variant, seed=seed)
+        return set_up(cfg, tmp_path / f"{variant}-{seed}", World.from_env(), torch.device("cpu"))
+
+    for seed in (0, 1):
+        runs = {v: start(v, seed) for v in ("baseline", "internal_aux", "all_aux", "final")}
+        base = runs["baseline"].model.state_dict()
+        for variant, run in runs.items():
+            shared = {k: v for k, v in run.model.state_dict().items() if k in base}
+            assert len(shared) == len(base), variant  # every baseline weight, same name
+            for name, tensor in shared.items():
+                assert torch.equal(tensor, base[name]), (variant, seed, name)
+        batches = {
+            v: run.shards.batch("train", 4, 32, batch_generator(seed, 7, 0))[0]
+            for v, run in runs.items()
+        }
+        assert all(torch.equal(b, batches["baseline"]) for b in batches.values())
+    other = start("baseline", 1).model.state_dict()
+    assert not torch.equal(
+        other["tok_emb.weight"], start("baseline", 0).model.state_dict()["tok_emb.weight"]
+    )

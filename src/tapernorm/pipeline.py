@@ -583,6 +583,7 @@ FINETUNE_TABLES = (4, 6)  # of the GPT-2 fine-tuning family (rules table4, table
 JOB_RECORDS = "results/job_records"
 BENCH_KINDS = ("forward", "decode")  # results/bench/<kind>.csv of rule bench_<kind>
 MANIFEST = "results/manifest.json"  # rule manifest: the run's last job
+REPORT_HOME = "results/report/home.rst"  # rule report_home: the report's home page after a run
 
 
 def sweeps(config: dict) -> bool:
@@ -630,7 +631,7 @@ def all_targets(config: dict) -> list[str]:
     if config.get("bench"):
         targets += tables("table3", "table_decode")
         targets += [f"figures/fig5_decode_speedup.{ext}" for ext in FIGURE_FILES]
-    claims = ["results/claims.md", "results/claims.json", "results/claims.html"]
+    claims = ["results/claims.md", "results/claims.json", "results/claims.html", REPORT_HOME]
     return targets + claims + tables("job_times") + [MANIFEST]
 
 

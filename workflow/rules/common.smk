@@ -21,6 +21,12 @@ CONFIG_HASH = provenance.config_hash(
 )  # named in every table, figure and the claims
 # the committed LR grid (docs/norm-free.md): the claims use it where its scale is the runs'
 LR_GRID = "results/cpu/lr_grid/lr_grid.json"
+# what reruns this run (the report's home page names it)
+RERUN_COMMAND = "snakemake --cores all" + (
+    f" --configfile {' '.join(workflow.configfiles)}"
+    if workflow.overwrite_configfiles
+    else ""
+)
 
 PRETRAIN_DATA = "data/pretrain"
 # the conda env (--sdm conda) of the rules that may hold a GPU: CUDA torch when the config uses one

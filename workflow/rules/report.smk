@@ -149,6 +149,25 @@ rule job_times:
         "--config-hash {params.config_hash} > {log} 2>&1"
 
 
+# The report's home page: what made the run, the scale card and the verdicts first (the Snakefile
+# uses it as the report's home page once it exists)
+rule report_home:
+    input:
+        "results/claims.json",
+    output:
+        tp.REPORT_HOME,
+    log:
+        "logs/report_home.log",
+    localrule: True
+    conda:
+        "../envs/tapernorm.yaml"
+    params:
+        rerun=RERUN_COMMAND,
+    shell:
+        "tapernorm report-home --claims {input} --rerun {params.rerun:q} --out {output} "
+        "> {log} 2>&1"
+
+
 # The run's manifest, its last job: what made it and the sha256 of every file it read and wrote
 # (`tapernorm check-manifest results/manifest.json` checks a tree, or a copy, against it).
 rule manifest:

@@ -1,4 +1,5 @@
-"""`tapernorm table | figure | claims | job-times`: the analysis subcommands, added to the main parser."""
+"""`tapernorm table | figure | claims | report-home | job-times`: the analysis subcommands, added to
+the main parser."""
 
 from __future__ import annotations
 
@@ -75,6 +76,13 @@ def _cmd_claims(args: argparse.Namespace) -> int:
         config_sha256=args.config_hash,
     )
     print(out)
+    return 0
+
+
+def _cmd_report_home(args: argparse.Namespace) -> int:
+    from .report_home import write_home_page
+
+    print(write_home_page(args.claims, args.out, args.rerun))
     return 0
 
 
@@ -172,6 +180,16 @@ def add_subcommands(subparsers) -> None:
     )
     _config_hash_option(c)
     c.set_defaults(func=_cmd_claims)
+
+    r = subparsers.add_parser(
+        "report-home",
+        help="the Snakemake report's home page (reStructuredText) from claims.json: what made the "
+        "run, the scale card and every verdict first",
+    )
+    r.add_argument("--claims", type=Path, required=True, help="results/claims.json")
+    r.add_argument("--rerun", default="snakemake --cores all", help="the command that reran it")
+    r.add_argument("--out", type=Path, required=True, help="e.g. results/report/home.rst")
+    r.set_defaults(func=_cmd_report_home)
 
     j = subparsers.add_parser(
         "job-times",

@@ -1,0 +1,178 @@
+"""The run manifest and its check, reference runs (tapernorm snapshot) and the README's and docs'
+generated blocks (tapernorm docs), on small trees made here and on the repository itself."""
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from tapernorm import doc_blocks, manifest, reference
+from tapernorm.cli import main
+
+ROOT = Path(__file__).resolve().parents[1]
+LOG = """Assuming unrestricted shared filesystem usage.
+  Date: 2026-12-01 23:56:02
+Job stats:
+[Tue Dec  1 23:56:03 2026]
+localrule prepare_data:
+[Tue Dec  1 23:56:45 2026]
+Finished jobid: 1 (Rule: prepare_data)
+1 of 2 steps (50%) done
+[Wed Dec  2 00:20:55 2026]
+Finished jobid: 0 (Rule: all)
+2 of 2 steps (100%) done
+"""
+
+
+def _claims_record() -> dict:
+    card = [{"": "Training", "Ours": "600 steps", "Paper": "0.5M-1M steps"}]
+    rows = [
+        {"Claim": "1. Internal-Taper (+aux) within ~2%", "Ours": "d=64: +1.13% [+0.4%, +1.9%]",
+         "Holds?": "yes", "grade": "yes"},
+        {"Claim": "TaperNorm vs DyT: ours", "Ours": "a | b", "Holds?": "partly (x)",
+         "grade": "partly"},
+    ]  # fmt: skip
+    return {"scale_card": card, "claims": rows}
+
+
+@pytest.fixture
+def run_tree(tmp_path):
+    """A finished run's tree: a run directory with its provenance, claims, a table, a figure."""
+    root = tmp_path / "work"
+    run = root / "results/runs/pretrain/baseline-d64-s0"
+    run.mkdir(parents=True)
+    made = {"commit": "a" * 40, "threads": 1, "started": "2026-12-01T23:56:10+00:00"}
+    made["finished"] = "2026-12-01T23:58:00+00:00"
+    (run / "config.json").write_text(json.dumps({"meta": {"provenance": made}}))
+    (run / "model.safetensors").write_bytes(b"\0weights")
+    (root / "results/tables").mkdir(parents=True)
+    (root / "results/tables/table1.md").write_text("| a |\n|---|\n| 1 |\n")
+    (root / "results/claims.json").write_text(json.dumps(_claims_record()))
+    (root / "results/claims.md").write_text("# claims\n")
+    (root / "figures").mkdir()
+    (root / "figures/fig6_scale_anchor.png").write_bytes(b"\x89PNG fake")
+    (root / ".snakemake/log").mkdir(parents=True)
+    (root / ".snakemake/log/2026-12-01T235602.snakemake.log").write_text(LOG)
+    files = [str(p.relative_to(root)) for p in root.rglob("*") if p.is_file()]
+    files = [f for f in files if not f.startswith(".snakemake")]
+    config = {"pretrain": {"variants": ["baseline"], "seeds": 1}}
+    manifest.write_manifest(root / "results/manifest.json", files, config, {"pretrain": {}}, root)
+    return root
+
+
+def test_the_manifest_records_what_made_the_run_and_every_file(run_tree):
+    m = manifest.read_manifest(run_tree / "results/manifest.json")
+    assert m["root"] == ".." and len(m["files"]) == 6
+    assert m["runs"] == {
+        "count": 1,
+        "first_started": "2026-12-01T23:56:10+00:00",
+        "last_finished": "2026-12-01T23:58:00+00:00",
+        "commits": ["a" * 40],
+    }
+    assert m["threads"]["training"] == [1] and m["config"]["pretrain"]["seeds"] == 1
+    assert len(m["config_sha256"]) == 64 and m["made"]["host"]["cpu"]
+    json.loads((run_tree / "results/manifest.json").read_text(), parse_constant=_no_constants)
+
+
+def _no_constants(name):
+    raise ValueError(f"non-standard JSON constant {name}")
+
+
+def test_check_names_a_one_byte_edit_and_a_missing_file_and_passes_a_copy(run_tree, capsys):
+    path = run_tree / "results/manifest.json"
+    assert main(["check-manifest", str(path)]) == 0
+    assert capsys.readouterr().out.strip().endswith("6 files match")
+    copy = run_tree.parent / "copied"
+    shutil.copytree(run_tree, copy)
+    assert manifest.check_manifest(copy / "results/manifest.json") == (6, [])
+    weights = copy / "results/runs/pretrain/baseline-d64-s0/model.safetensors"
+    data = bytearray(weights.read_bytes())
+    data[3] ^= 1  # one byte
+    weights.write_bytes(bytes(data))
+    (copy / "results/tables/table1.md").unlink()
+    assert main(["check-manifest", str(copy / "results/manifest.json")]) == 1
+    out = capsys.readouterr().out
+    assert "changed: results/runs/pretrain/baseline-d64-s0/model.safetensors" in out
+    assert "missing: results/tables/table1.md" in out and "4 files match, 2 do not" in out
+    assert manifest.check_manifest(path, root=copy)[0] == 4  # --root: the tree lies elsewhere
+
+
+def test_a_manifest_refuses_listed_files_that_do_not_exist(run_tree):
+    with pytest.raises(manifest.ManifestError, match="do not exist"):
+        manifest.write_manifest(run_tree / "m.json", ["nope.txt"], {}, {}, run_tree)
+    (run_tree / "bad.json").write_text('{"format": "something else", "files": {}}')
+    with pytest.raises(manifest.ManifestError, match="not a 'tapernorm manifest 1' file"):
+        manifest.check_manifest(run_tree / "bad.json")
+
+
+def test_host_slug():
+    assert reference.host_slug("Intel(R) Xeon(R) Processor", 2) == "intel-xeon-2c"
+    assert reference.host_slug("AMD EPYC 7B13 64-Core Processor", 2) == "amd-epyc-7b13-64-core-2c"
+
+
+def test_snakemake_log_gives_the_wall_time(tmp_path):
+    log = tmp_path / "x.snakemake.log"
+    log.write_text(LOG)
+    assert reference.log_wall(log) == {
+        "started": "2026-12-01T23:56:03",
+        "ended": "2026-12-02T00:20:55",
+        "wall_seconds": 1492,
+        "jobs": 2,
+    }
+    log.write_text(LOG.replace("2 of 2 steps (100%) done", "1 of 2 steps (50%) done"))
+    with pytest.raises(reference.ReferenceError, match="not a finished run"):
+        reference.log_wall(log)
+
+
+def test_snapshot_keeps_the_summary_with_its_own_manifest_and_never_overwrites(run_tree):
+    ref = reference.snapshot(run_tree / "results/manifest.json", conditions="a test")
+    assert ref.parent == run_tree / "results/reference"
+    made = manifest.read_manifest(run_tree / "results/manifest.json")["made"]
+    expected = reference.host_slug(made["host"]["cpu"], made["host"]["cores"])
+    expected += "-" + made["commit"][:12] + ("-dirty" if made["dirty"] else "")
+    assert ref.name == expected  # the host and the commit of the code that made the run
+    kept = sorted(str(p.relative_to(ref)) for p in ref.rglob("*") if p.is_file())
+    assert "results/runs/pretrain/baseline-d64-s0/model.safetensors" not in kept  # only hashed
+    assert {"results/claims.json", "figures/fig6_scale_anchor.png", "snakemake.log"} <= set(kept)
+    assert manifest.check_manifest(ref / "manifest.json") == (len(kept) - 1, [])
+    own = manifest.read_manifest(ref / "manifest.json")
+    assert own["snapshot"]["snakemake"]["wall_seconds"] == 1492
+    assert own["snapshot"]["conditions"] == "a test"
+    with pytest.raises(reference.ReferenceError, match="never overwritten"):
+        reference.snapshot(run_tree / "results/manifest.json")
+    (run_tree / "results/claims.md").write_text("edited\n")
+    with pytest.raises(reference.ReferenceError, match="differ from its manifest"):
+        reference.snapshot(run_tree / "results/manifest.json", to=run_tree / "other")
+
+
+def test_generated_blocks_are_rendered_from_their_source_and_checked(run_tree):
+    ref = reference.snapshot(run_tree / "results/manifest.json")
+    rel = ref.relative_to(run_tree).as_posix()
+    readme = run_tree / "README.md"
+    marker = f"<!-- generated by `tapernorm docs`: results from {rel} -->"
+    readme.write_text(f"# x\n\n{marker}\ntyped by hand\n{doc_blocks.END}\n\nafter\n")
+    changed, seen = doc_blocks.sync_documents(run_tree, check=True)
+    assert changed == [readme] and seen == 1
+    assert doc_blocks.sync_documents(run_tree) == ([readme], 1)
+    text = readme.read_text()
+    assert "typed by hand" not in text and text.endswith(f"{doc_blocks.END}\n\nafter\n")
+    assert "| 1 | Internal-Taper (+aux) within ~2% | d=64: +1.13% [+0.4%, +1.9%] | yes |" in text
+    assert "| — | TaperNorm vs DyT: ours | a \\| b | partly (x) |" in text
+    assert f"]({rel}/figures/fig6_scale_anchor.png)" in text and "took 24 min 52 s" in text
+    assert doc_blocks.sync_documents(run_tree, check=True) == ([], 1)
+    readme.write_text(text.replace("+1.13%", "+1.14%"))  # a number typed over
+    assert main(["docs", "--check", "--repo", str(run_tree)]) == 1
+    readme.write_text(text.replace("results from", "nonsense from"))
+    with pytest.raises(reference.ReferenceError, match="unknown generated block kind"):
+        doc_blocks.sync_documents(run_tree, check=True)
+
+
+def test_the_repository_docs_equal_what_their_committed_runs_give():
+    """Every number the README and docs quote from a run is generated from the committed run its
+    block names: a block that differs (typed over, or its source changed) fails here."""
+    changed, seen = doc_blocks.sync_documents(ROOT, check=True)
+    assert seen >= 1, "no generated blocks: the README's results must be generated"
+    assert changed == [], f"stale generated blocks in {changed}: run `tapernorm docs`"
+    readme = (ROOT / "README.md").read_text()
+    assert "<!-- generated by `tapernorm docs`: results from results/reference/" in readme
