@@ -23,7 +23,7 @@ CONFIG_HASH = provenance.config_hash(
 LR_GRID = "results/cpu/lr_grid/lr_grid.json"
 # what reruns this run (the report's home page names it)
 RERUN_COMMAND = "snakemake --cores all" + (
-    f" --configfile {' '.join(workflow.configfiles)}"
+    f" --configfile {' '.join(os.path.relpath(f) for f in workflow.configfiles)}"
     if workflow.overwrite_configfiles
     else ""
 )
