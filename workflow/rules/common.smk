@@ -2,6 +2,7 @@ import json
 import os
 
 from tapernorm import pipeline as tp
+from tapernorm import provenance
 from tapernorm.analysis.runs import RUN_FILES
 from tapernorm.config import check_yaml_files
 from tapernorm.data import EVAL_SETS
@@ -15,6 +16,8 @@ config.update(
         config, f"{workflow.basedir}/workflow/schemas/config.schema.yaml"
     )
 )
+# the validated config's sha256, in every figure's provenance stamp
+CONFIG_HASH = provenance.config_hash(config)
 
 PRETRAIN_DATA = "data/pretrain"
 # the conda env (--sdm conda) of the rules that may hold a GPU: CUDA torch when the config uses one
