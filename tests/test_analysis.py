@@ -246,7 +246,8 @@ def test_table2_marks_divergence_and_outliers(edited):
 
 
 def _check_saved(paths):
-    pdf, png = paths
+    pdf, png, html = paths
+    assert html.suffix == ".html" and "data:image/png;base64," in html.read_text()
     assert (
         pdf.suffix == ".pdf" and pdf.read_bytes().startswith(b"%PDF") and pdf.stat().st_size > 1000
     )
@@ -260,7 +261,7 @@ def test_figures_are_written(runs, tmp_path, which):
 
 
 def test_fig3_log_scale_dashes_and_divergence(edited, tmp_path):
-    fig = figures.fig3(edited, width=64)
+    fig, caption = figures.fig3(edited, width=64)
     assert [ax.get_yscale() for ax in fig.axes] == ["log", "log"]  # paper variants; DyT & co.
     lines = [ln for ax in fig.axes for ln in ax.get_lines()]
     by_label = {ln.get_label(): ln for ln in lines if not ln.get_label().startswith("_")}
@@ -275,11 +276,12 @@ def test_fig3_log_scale_dashes_and_divergence(edited, tmp_path):
     assert any("diverged" in lab for lab in by_label)
     assert any(ln.get_marker() == "x" for ln in lines)
     assert "d=64" in fig.get_suptitle()
-    _check_saved(figures.save_figure(fig, tmp_path / "fig3_logit_norm.pdf"))
+    assert "diverged run is a thin line of its own ending in ×" in caption
+    _check_saved(figures.save_figure(fig, tmp_path / "fig3_logit_norm.pdf", caption))
 
 
 def test_fig6_needs_geometry(runs, tmp_path):
-    fig = figures.fig6(runs["ablation"])
+    fig, caption = figures.fig6(runs["ablation"])
     titles = [ax.get_title() for ax in fig.axes if ax.get_visible()]
     assert len(titles) == 6  # logit norm, r(h), c_f r(h); margins, cos, saturation
     assert [fig.axes[i].get_yscale() for i in range(3)] == ["log"] * 3
@@ -289,7 +291,7 @@ def test_fig6_needs_geometry(runs, tmp_path):
     assert {ln.get_color() for ln in c_r.get_lines()} <= {
         figures.COLORS[v] for v in ("final", "all", "all_aux")
     }
-    _check_saved(figures.save_figure(fig, tmp_path / "fig6.png"))
+    _check_saved(figures.save_figure(fig, tmp_path / "fig6.png", caption))
     with pytest.raises(ValueError, match="geometry"):
         figures.fig6(runs["main"])
 
@@ -346,7 +348,9 @@ def test_cli_table_and_figure(runs, tmp_path):
     out = tmp_path / "figs" / "fig3_logit_norm.pdf"
     args = p.parse_args(["figure", "fig3", "--runs", *map(str, runs["main"]), "--out", str(out)])
     assert args.func(args) == 0
-    assert out.is_file() and out.with_suffix(".png").is_file()
+    assert (
+        out.is_file() and out.with_suffix(".png").is_file() and out.with_suffix(".html").is_file()
+    )
     args = p.parse_args(
         ["figure", "fig2", "--runs", str(runs["main"][0]), "--out", str(out), "--width", "128"]
     )
@@ -382,6 +386,7 @@ def test_anchor_sweep_table_figure_and_claim(runs, shards_dir, tmp_path):
     out = tmp_path / "fig7_anchor_sweep.pdf"
     args = p.parse_args(["figure", "fig7", "--runs", *map(str, dirs), "--out", str(out)])
     assert args.func(args) == 0 and out.with_suffix(".png").is_file()
+    assert "κ=" in out.with_suffix(".html").read_text()
     inp = claims.ClaimInputs(ablation=load_runs(runs["ablation"])[0], sweep=load_runs([point])[0])
     row = claims.claim4(inp)
     assert "λ sweep" in row["Comment"] and "relative (ours): λ=2:" in row["Comment"]

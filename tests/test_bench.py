@@ -312,16 +312,41 @@ def test_decode_table_per_mode(bench_csvs, tmp_path):
     assert "1.18×" in md and "1.14×" in md and "CPU" in md
 
 
-def test_fig5_draws_both_modes_and_the_paper_lines(bench_csvs, tmp_path):
-    fig = inference_tables.fig5(inference_tables.load_bench([bench_csvs["decode"]]))
+def test_fig5_compares_our_best_cell_with_the_papers_up_to(bench_csvs, tmp_path):
+    df = inference_tables.load_bench([bench_csvs["decode"]])
+    fig, caption = inference_tables.fig5(df)
     assert [ax.get_title() for ax in fig.axes] == [
         "decode speedup, eager",
         "decode speedup, compiled",
     ]
-    labels = fig.axes[0].get_legend_handles_labels()[1]
-    assert "paper: Folded up to 1.18×" in labels and "paper: Explicit scaling up to 1.14×" in labels
+    labels = [t.get_text() for t in fig.legends[0].get_texts()]
+    assert "paper: Folded, up to 1.18× (black edge)" in labels
+    assert "paper: Explicit scaling, up to 1.14× (black edge)" in labels
+    assert labels.index("Folded") < labels.index("paper: Folded, up to 1.18× (black edge)")
+    eager = fig.axes[0]
+    ticks = [t.get_text() for t in eager.get_xticklabels()]
+    assert ticks[-2:] == ["our best\ncell", "paper:\nup to"]
+    # the paper's numbers are drawn only in their own column, not as lines across the cells
+    assert not [
+        ln for ln in eager.get_lines() if 1.14 in ln.get_ydata() and len(ln.get_xdata()) > 1
+    ]
+    best_x = eager.get_xticks()[-2]
+    mine = df[(df["mode"] == "eager") & (df["variant"] == "folded")]
+    best = mine["speedup"].max()
+    drawn = [
+        y
+        for c in eager.containers
+        for x, y in c.lines[0].get_xydata()
+        if abs(x - best_x) < 0.5 and c.get_label() == "Folded"
+    ]
+    assert drawn == [pytest.approx(best)]  # the best cell: the largest per-cell median
+    row = mine.loc[mine["speedup"].idxmax()]
+    cell = f"Folded {best:.2f}× at B={int(row.batch)} P={int(row.prompt_len)}"
+    assert cell in caption and "max against max" in caption
     paths = inference_tables.make_fig5([bench_csvs["decode"]], tmp_path / "fig5_decode_speedup.pdf")
+    assert [p.suffix for p in paths] == [".pdf", ".png", ".html"]
     assert all(p.stat().st_size > 1000 for p in paths)
+    assert "max against max" in paths[2].read_text()
 
 
 def test_bench_cli_tables_and_figure(bench_csvs, tmp_path):

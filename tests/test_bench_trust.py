@@ -132,10 +132,10 @@ def test_idle_cells_carry_no_flag_and_a_verdict():
 
 
 def test_figure5_draws_disturbed_cells_hollow():
-    fig = inference_tables.fig5(decode_frame(disturbed=True))
+    fig, caption = inference_tables.fig5(decode_frame(disturbed=True))
     labels = fig.axes[0].get_legend_handles_labels()[1]
     assert "Folded, † disturbed timing (hollow)" in labels and "Folded" not in labels
-    assert "DISTURBED TIMING" in fig.get_supxlabel()
+    assert "DISTURBED TIMING" in caption and "DISTURBED" not in fig.get_supxlabel()
 
 
 def test_csvs_from_before_the_trust_columns_still_load(tmp_path):

@@ -193,8 +193,9 @@ def test_the_benchmarks_have_dyt_rows_and_tables_show_them(bench_rows):
     assert "×" in mine
     dec, _ = inference_tables.table_decode(df)
     assert "DyT speedup (IQR)" in dec.columns and "DyT tok/s" in dec.columns
-    fig = inference_tables.fig5(df)
+    fig, caption = inference_tables.fig5(df)
     assert any(label.startswith("DyT") for label in fig.axes[0].get_legend_handles_labels()[1])
+    assert "DyT: green, up triangles" in caption
     old, _ = inference_tables.table3(df[df["variant"] != "dyt"])
     assert not any("DyT" in c for c in old.columns)  # without DyT rows: the table as before
 

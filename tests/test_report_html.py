@@ -1,8 +1,10 @@
 """The HTML pages of the analysis' markdown (what Snakemake's report shows inline)."""
 
+import base64
+
 import pandas as pd
 
-from tapernorm.analysis.html import markdown_page, table_cells
+from tapernorm.analysis.html import figure_page, markdown_page, table_cells
 from tapernorm.analysis.tables import to_markdown
 
 
@@ -38,3 +40,19 @@ def test_claims_blocks_verdict_colours_and_escaping(tmp_path):
 
 def test_table_cells_keeps_empty_cells():
     assert table_cells("| a |  | c |") == ["a", "", "c"]
+
+
+def test_a_figure_page_holds_the_png_then_its_caption_as_text():
+    png = b"\x89PNG\r\n\x1a\n not really an image <&>"
+    caption = '**Figure 3.** Logit norm "x" <y>.\n\n- **Key.** Baseline: black.\n- **Paper.** 2e5.'
+    page = figure_page(png, caption + "\n\n**Provenance.** tapernorm 0123", "fig3_logit_norm")
+    assert page.startswith("<!DOCTYPE html>") and "<script" not in page
+    src = f'<img src="data:image/png;base64,{base64.b64encode(png).decode()}"'
+    assert src in page
+    assert 'alt="Figure 3. Logit norm &quot;x&quot; &lt;y&gt;."' in page  # the first paragraph
+    body = page[page.index("<img") :]
+    assert body.index("<p><strong>Figure 3.</strong>") < body.index("<li><strong>Key.</strong>")
+    assert "<ul><li><strong>Key.</strong> Baseline: black.</li><li><strong>Paper.</strong>" in body
+    assert body.rstrip().endswith(
+        "<p><strong>Provenance.</strong> tapernorm 0123</p>\n</body>\n</html>"
+    )

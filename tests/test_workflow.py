@@ -10,6 +10,9 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
+
+from tapernorm import pipeline, provenance
 
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.slow
@@ -58,8 +61,13 @@ def test_ci_pipeline_builds_every_target(ci_run):
         "fig4b_ablation_grad_norms",
         "fig6_scale_anchor",
     ):
-        for ext in ("pdf", "png"):
+        for ext in ("pdf", "png", "html"):
             assert (ci_run / "figures" / f"{name}.{ext}").stat().st_size > 1000
+    page = (ci_run / "figures/fig3_logit_norm.html").read_text()
+    raw = yaml.safe_load((ci_run / "config/ci.yaml").read_text())
+    cfg = pipeline.validate_pipeline_config(raw, str(ROOT / "workflow/schemas/config.schema.yaml"))
+    stamp = f"config {provenance.config_hash(cfg)[:12]}"  # the validated config's hash
+    assert "<strong>Provenance.</strong> tapernorm " in page and stamp in page
     for n in (1, 2, 5):
         for ext in ("csv", "md", "tex"):
             assert (ci_run / "results/tables" / f"table{n}.{ext}").stat().st_size > 0
@@ -86,7 +94,7 @@ def test_ci_pipeline_builds_every_target(ci_run):
     for name in ("table3", "table_decode"):  # inference benchmarks
         for ext in ("csv", "md", "tex"):
             assert (ci_run / "results/tables" / f"{name}.{ext}").stat().st_size > 0
-    for ext in ("pdf", "png"):
+    for ext in ("pdf", "png", "html"):
         assert (ci_run / "figures" / f"fig5_decode_speedup.{ext}").stat().st_size > 1000
     assert "measured on a cpu" in (ci_run / "results/tables/table3.md").read_text().lower()
     assert "| 7. Folding speeds inference" in claims
@@ -112,7 +120,7 @@ def test_ci_pipeline_builds_every_target(ci_run):
 def test_html_report_holds_every_figure_and_table(ci_run):
     snakemake(ci_run, "--cores", "2", "--report", "report.html", "--configfile", "config/ci.yaml")
     html = (ci_run / "report.html").read_text(errors="replace")
-    assert len(html) > 100_000 and "fig3_logit_norm.png" in html and "table2.html" in html
+    assert len(html) > 100_000 and "fig3_logit_norm.html" in html and "table2.html" in html
     assert "claims.html" in html and "is the page to open first" in html  # the home page
     for caption in (
         "Figure 1: (a) the TaperNorm layer",

@@ -207,7 +207,7 @@ def _at(table: tuple[object, str], stem: Path) -> tuple[object, Path, str]:
 
 
 def gpu_report(directory: str | Path, config: str | Path = "config/paper.yaml") -> list[str]:
-    """Build DIR/report/{table3, table_decode}.{csv,md,tex,html}, fig5_decode_speedup.{pdf,png} and
+    """Build DIR/report/{table3, table_decode}.{csv,md,tex,html}, fig5_decode_speedup.{pdf,png,html} and
     gpu_hours.{csv,md,tex,html} from the check's files in DIR; returns one line per output (its path, or
     why it was not built: a step that failed or ran out of time leaves its part out)."""
     from .analysis.inference_tables import make_bench_table, make_fig5

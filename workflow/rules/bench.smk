@@ -101,8 +101,9 @@ rule fig5:
         "results/bench/decode.csv",
     output:
         pdf="figures/fig5_decode_speedup.pdf",
-        png=report(
-            "figures/fig5_decode_speedup.png",
+        png="figures/fig5_decode_speedup.png",
+        html=report(
+            "figures/fig5_decode_speedup.html",
             caption="../report/fig5_decode_speedup.rst",
             category="Figures",
         ),
@@ -111,5 +112,8 @@ rule fig5:
     localrule: True
     conda:
         "../envs/tapernorm.yaml"
+    params:
+        config_hash=CONFIG_HASH,
     shell:
-        "tapernorm figure fig5 --bench {input} --out {output.pdf} > {log} 2>&1"
+        "tapernorm figure fig5 --bench {input} --config-hash {params.config_hash} "
+        "--out {output.pdf} > {log} 2>&1"

@@ -16,9 +16,8 @@ config.update(
         config, f"{workflow.basedir}/workflow/schemas/config.schema.yaml"
     )
 )
-CONFIG_HASH = provenance.config_hash(
-    config
-)  # named in every table, figure and the claims
+# the validated config's sha256, named in every table's, figure's and the claims' provenance stamp
+CONFIG_HASH = provenance.config_hash(config)
 # the committed LR grid (docs/norm-free.md): the claims use it where its scale is the runs'
 LR_GRID = "results/cpu/lr_grid/lr_grid.json"
 # what reruns this run (the report's home page names it)

@@ -67,8 +67,9 @@ for fig_name, fig_runs in FIGURES.items():
             runs=run_files(fig_runs),
         output:
             pdf=f"figures/{fig_name}.pdf",
-            png=report(
-                f"figures/{fig_name}.png",
+            png=f"figures/{fig_name}.png",
+            html=report(
+                f"figures/{fig_name}.html",
                 caption=f"../report/{fig_name}.rst",
                 category="Figures",
             ),
@@ -81,9 +82,10 @@ for fig_name, fig_runs in FIGURES.items():
             kind=fig_name.split("_")[0],
             runs=run_dirs,
             width=FIG_WIDTH,
+            config_hash=CONFIG_HASH,
         shell:
             "tapernorm figure {params.kind} --runs {params.runs} --width {params.width} "
-            "--out {output.pdf} > {log} 2>&1"
+            "--config-hash {params.config_hash} --out {output.pdf} > {log} 2>&1"
 
 
 rule claims:

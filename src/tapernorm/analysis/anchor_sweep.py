@@ -14,9 +14,10 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import pandas as pd
+from matplotlib.figure import Figure
 
 from ..config import VARIANTS
-from .figures import COLORS, _new_figure, save_figure
+from .figures import COLORS, LINE_NAMES, _new_figure, caption_text, save_figure
 from .runs import load_runs
 from .tables import write_table
 
@@ -123,42 +124,41 @@ def _val_loss_note(points: pd.DataFrame) -> str:
     )
 
 
-def _label_points(ax, part: pd.DataFrame, color: str, lam_max: float) -> None:
-    """Each point's stiffness kappa above it: right of the point, left of it at the largest lambda,
-    so that no label runs past the axes."""
-    for p in part.itertuples():
-        last = p.anchor_lam >= lam_max
-        ax.annotate(
-            f"κ={p.kappa:.2g}",
-            (p.anchor_lam, p.logit_ratio),
-            textcoords="offset points",
-            xytext=(-4 if last else 4, 5),
-            ha="right" if last else "left",
-            fontsize=7,
-            color=color,
-        )
+def _kappas(part: pd.DataFrame) -> str:
+    """'κ = 0.0061, 0.061, 0.61' of one form's points, in order of lambda."""
+    return "κ = " + ", ".join(f"{k:.2g}" for k in part["kappa"])
 
 
-def fig7(run_dirs: Sequence[str | Path], width: int | None = None):
-    """End logit norm over the baseline's (each point labelled with its stiffness kappa) and
-    r(h)/s_tgt against lambda, one line per form; the legend beside the axes, hiding no line."""
+def fig7(run_dirs: Sequence[str | Path], width: int | None = None) -> tuple[Figure, str]:
+    """End logit norm over the baseline's and r(h)/s_tgt against lambda, one line per form (its
+    points' stiffness kappa in its legend entry); the legend beside the axes, no text on them."""
     runs, _ = load_runs(run_dirs)
     points, ref = sweep_points(runs)
+    diverged = points[points["diverged"]]
     points = points[~points["diverged"]]
     fig, axes = _new_figure(1, 2, (11, 4.2))
     markers = {"eq5": "o", "relative": "s"}
     colors = {"eq5": COLORS["all_aux"], "relative": COLORS["internal_aux"]}
-    lam_max = points["anchor_lam"].max()
+    kappas = []
     for form, part in points.groupby("anchor_form"):
-        style = {"marker": markers[form], "color": colors[form], "label": FORM_LABELS[form]}
+        label = f"{FORM_LABELS[form]}: {_kappas(part)}"
+        style = {"marker": markers[form], "color": colors[form], "label": label}
         axes[0].plot(part["anchor_lam"], part["logit_ratio"], **style)
         axes[1].plot(part["anchor_lam"], part["scale_ratio"], **style)
-        _label_points(axes[0], part, colors[form], lam_max)
-    refs = [1.0]
+        kappas.append(
+            f"{FORM_LABELS[form]} "
+            + ", ".join(
+                f"λ={p.anchor_lam:g}: κ={p.kappa:.2g} (logit norm {p.logit_ratio:.2f}x, "
+                f"r(h)/s_tgt {p.scale_ratio:.2f})"
+                for p in part.itertuples()
+            )
+        )
+    refs, unanchored = [1.0], []
     for v, ls in (("final", "--"), ("all", ":")):
         if v in ref:
             refs.append(ref[v] / ref["baseline"])
             axes[0].axhline(refs[-1], color=COLORS[v], ls=ls, label=f"{VARIANTS[v]['label']}")
+            unanchored.append(f"{VARIANTS[v]['label']} {refs[-1]:.2f}x ({LINE_NAMES[ls]})")
     axes[0].axhspan(1 / HOLD_FACTOR, HOLD_FACTOR, color="0.85", zorder=0, label="within 1.5x")
     axes[0].set_ylabel("end logit norm / Baseline's")
     axes[0].set_ylim(0, 1.15 * max([*refs, *points["logit_ratio"], HOLD_FACTOR]))
@@ -175,7 +175,34 @@ def fig7(run_dirs: Sequence[str | Path], width: int | None = None):
         handles + extra[0][-1:], labels + extra[1][-1:], loc="outside right upper", fontsize=8
     )
     fig.suptitle(f"Scale loss dose-response: All-Taper (+aux), {_where(points)}", fontsize=11)
-    return fig
+    caption = caption_text(
+        "**Figure 7** (not in the paper). The scale loss's dose-response: All-Taper (+aux) of the "
+        f"scale-anchor ablation ({_where(points)}, one run per point) retrained at other "
+        "scale-loss weights λ, with the paper's Eq. 5 (circles) and our relative form (squares). "
+        "Left: the end logit norm over the Baseline's; horizontal lines: the unanchored "
+        f"Final-Taper (dashed) and All-Taper (dotted) runs; grey band: within {HOLD_FACTOR:g}x of "
+        "the Baseline. Right: the end pre-logit scale r(h) over its target s_tgt (dotted: r(h) = "
+        "s_tgt). End = the mean over the last 10% of logged steps. κ, in the legend: the stiffness "
+        "of the restoring force on ln r (Prop. 4.3), λ·s_tgt² for Eq. 5, λ for the relative form.",
+        ("Points", "; ".join(kappas) + "."),
+        (
+            "References here",
+            f"Baseline end logit norm {ref['baseline']:.3g}"
+            + (f"; unanchored, over it: {', '.join(unanchored)}" if unanchored else "")
+            + ".",
+        ),
+        (
+            "Left out",
+            f"{len(diverged)} diverged point(s): "
+            + ", ".join(
+                f"{FORM_LABELS[p.anchor_form]} λ={p.anchor_lam:g}" for p in diverged.itertuples()
+            )
+            + "."
+            if len(diverged)
+            else "",
+        ),
+    )
+    return fig, caption
 
 
 def make_anchor_table(
@@ -186,5 +213,9 @@ def make_anchor_table(
     return write_table(df, out_stem, caption, config_sha256)
 
 
-def make_fig7(run_dirs: Sequence[str | Path], out: str | Path) -> list[Path]:
-    return save_figure(fig7(run_dirs), out)
+def make_fig7(
+    run_dirs: Sequence[str | Path], out: str | Path, stamp: str | None = None
+) -> list[Path]:
+    """Figure 7 from the ablation and anchor_sweep runs, saved as <out stem>.pdf, .png and .html."""
+    fig, caption = fig7(run_dirs)
+    return save_figure(fig, out, caption, stamp)

@@ -40,22 +40,25 @@ def _cmd_table(args: argparse.Namespace) -> int:
 
 
 def _cmd_figure(args: argparse.Namespace) -> int:
+    from .. import provenance
+
+    stamp = provenance.stamp(args.config_hash)
     if args.which in BENCH_FIGURES:
         from .inference_tables import make_fig5
 
-        paths = make_fig5(_bench_csvs(args), args.out)
+        paths = make_fig5(_bench_csvs(args), args.out, stamp)
     elif args.which == "fig7":
         from .anchor_sweep import make_fig7
 
         if not args.runs:
             raise ValueError("figure fig7 needs --runs")
-        paths = make_fig7(args.runs, args.out)
+        paths = make_fig7(args.runs, args.out, stamp)
     else:
         from .figures import make_figure
 
         if not args.runs:
             raise ValueError(f"figure {args.which} needs --runs")
-        paths = make_figure(args.which, args.runs, args.out, width=args.width)
+        paths = make_figure(args.which, args.runs, args.out, width=args.width, stamp=stamp)
     for path in paths:
         print(path)
     return 0
@@ -134,7 +137,9 @@ def add_subcommands(subparsers) -> None:
     t.set_defaults(func=_cmd_table)
 
     f = subparsers.add_parser(
-        "figure", help="paper figure from run directories or benchmark CSVs -> .pdf and .png"
+        "figure",
+        help="paper figure from run directories or benchmark CSVs -> .pdf, .png and .html (the "
+        "PNG with its caption as text), each stamped with the commit and config hash",
     )
     f.add_argument(
         "which", choices=["fig1", "fig2", "fig3", "fig4", "fig4b", "fig5", "fig6", "fig7"]
@@ -143,6 +148,11 @@ def add_subcommands(subparsers) -> None:
     f.add_argument("--bench", type=Path, nargs="+", default=[], help="fig5: decode " + bench_help)
     f.add_argument("--out", type=Path, required=True, help="e.g. figures/fig3_logit_norm.pdf")
     f.add_argument("--width", type=int, help="model width for figs 2-4 (default: the largest)")
+    f.add_argument(
+        "--config-hash",
+        metavar="HASH",
+        help="sha256 of the workflow config the inputs came from, for the figure's provenance stamp",
+    )
     f.set_defaults(func=_cmd_figure)
 
     c = subparsers.add_parser("claims", help="results/claims.md: paper's claims vs ours")

@@ -1,22 +1,22 @@
 """Figures 1-4, the scale-anchor ablation (fig6) and its gradient norms (fig4b) from run directories;
-each saved as .pdf (TrueType fonts) and .png.
+each saved as .pdf (TrueType fonts), .png and .html (the PNG with its caption as text).
 
-Figures are built on matplotlib Figure objects (no pyplot, no global backend state) and returned, so
-callers and tests can inspect them. Across figures each variant has one colour, one line style (what
-happens to the final norm) and one marker (what happens to the internal norms), so no two variants
-differ in colour alone. The paper's six variants and the runs beyond the paper (DyT and the untied-head
-runs it is matched against) are drawn on separate axes: their scales can differ by orders of
-magnitude. Curves are the mean over the non-diverged seeds of a variant with a shaded 2.5-97.5
-percentile band; a diverged run is drawn as a thin line of its own that ends in an 'x' at its
-divergence step, and the legend says how many diverged. The paper's values appear only as a labelled
-note under a figure.
+Figures are built on matplotlib Figure objects (no pyplot, no global backend state) and returned with
+their caption (markdown: what is drawn, this run's numbers, the paper's), so callers and tests can
+inspect both. Each variant has one colour from a colour-blind-safe palette (COLORS), its own marker,
+and a line style that says what happens to the final norm, so no two variants differ in colour
+alone. The paper's six variants and the runs beyond the paper (DyT and the untied-head runs it is
+matched against) are drawn on separate axes: their scales can differ by orders of magnitude. Curves
+are the mean over the non-diverged seeds of a variant, with a band over the seeds where there are
+several (seed_band); a diverged run is drawn as a thin line of its own that ends in an 'x' at its
+divergence step, and the legend says how many diverged. The paper's values appear only in the
+caption. save_figure writes every figure and stamps it with the code's commit and the config's hash.
 """
 
 from __future__ import annotations
 
 import io
 import math
-import textwrap
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -28,10 +28,12 @@ from matplotlib.colors import to_rgba
 from matplotlib.figure import Figure, SubFigure
 from matplotlib.patches import Circle, FancyArrowPatch, FancyBboxPatch
 
+from .. import provenance
 from ..atomic import atomic_write_bytes
 from ..config import PAPER_VARIANTS, VARIANTS
 from ..pipeline import FIG2_VARIANTS
 from . import paper
+from .html import figure_page
 from .runs import (
     CLIPPED_COLUMNS,
     END_FRACTION,
@@ -43,21 +45,75 @@ from .runs import (
 )
 from .stats import gradient_ratios
 
-# tab10 blue, green, orange, purple, red, brown, grey and olive (the untied-head runs), cyan (DyT)
-_TAB10 = sns.color_palette("tab10").as_hex()
-COLORS = dict(zip(VARIANTS, [_TAB10[i] for i in (0, 2, 1, 4, 3, 5, 7, 8, 9)], strict=True))
+# Colour-blind-safe colours (Okabe and Ito's orange, sky blue and black; Paul Tol's rose, indigo,
+# teal and green; ColorBrewer's brown; Okabe and Ito's blue), chosen so that any two variants drawn
+# on the same axes stay at least 35 CIELAB units apart in normal vision and in simulated
+# deuteranopia and protanopia (tests/test_figures.py checks a margin of 20); none is pale on white.
+COLORS = {
+    "baseline": "#000000",
+    "internal": "#56B4E9",
+    "internal_aux": "#E69F00",
+    "final": "#CC6677",
+    "all": "#8C510A",
+    "all_aux": "#332288",
+    "baseline_untied": "#0072B2",
+    "internal_aux_untied": "#44AA99",
+    "dyt": "#117733",
+}
+COLOR_NAMES = {
+    "#000000": "black",
+    "#56B4E9": "sky blue",
+    "#E69F00": "orange",
+    "#CC6677": "rose",
+    "#8C510A": "brown",
+    "#332288": "indigo",
+    "#0072B2": "blue",
+    "#44AA99": "teal",
+    "#117733": "green",
+}
+MARKERS = {  # one per variant, drawn hollow
+    "baseline": "o",
+    "internal": "s",
+    "internal_aux": "D",
+    "final": "v",
+    "all": "^",
+    "all_aux": "P",
+    "baseline_untied": "<",
+    "internal_aux_untied": ">",
+    "dyt": "*",
+}
+MARKER_NAMES = {
+    "o": "circles",
+    "s": "squares",
+    "D": "diamonds",
+    "v": "down triangles",
+    "^": "up triangles",
+    "P": "plus signs",
+    "<": "left triangles",
+    ">": "right triangles",
+    "*": "stars",
+}
+LINE_NAMES = {"-": "solid", "--": "dashed", ":": "dotted", "-.": "dash-dot"}
+LINE_MEANINGS = {
+    "-": "final norm kept",
+    "--": "final norm tapered",
+    ":": "untied head",
+    "-.": "DyT",
+}
 GRAD_TITLES = {
     "grad_attn_qkv": "attention QKV",
     "grad_attn_out": "attention $W_o$",
     "grad_mlp_in": "MLP $W_1$",
     "grad_mlp_out": "MLP $W_2$",
 }
-BAND = (0.025, 0.975)
-BAND_ALPHA = 0.3
+PERCENTILE_BAND = (0.025, 0.975)  # the band from PERCENTILE_SEEDS seeds on
+PERCENTILE_SEEDS = 10  # below this (and from 2 seeds) the band is the seeds' min-max
+BAND_ALPHA = 0.2
 PAPER_GROUP = "the paper's variants"
 BEYOND_GROUP = "beyond the paper: DyT and the untied-head runs it is matched against"
 _MARKS_PER_LINE = 8
 PDF_FONTS = {"pdf.fonttype": 42, "ps.fonttype": 42}  # TrueType (Type 42), not Type 3
+STAMP_FONTSIZE = 8
 
 
 def linestyle(variant: str) -> str:
@@ -71,14 +127,8 @@ def linestyle(variant: str) -> str:
 
 
 def marker(variant: str) -> str:
-    """The internal norms: no marker where they stay RMSNorm, a circle where they taper, a square
-    where they taper with the scale loss on, a triangle for DyT."""
-    spec = VARIANTS[variant]
-    if spec.get("norm") == "dyt":
-        return "^"
-    if spec["taper"] in ("internal", "all"):
-        return "s" if spec["anchor"] else "o"
-    return "None"
+    """The variant's own marker (MARKERS)."""
+    return MARKERS[variant]
 
 
 def line_style(variant: str, n_points: int) -> dict:
@@ -91,7 +141,7 @@ def line_style(variant: str, n_points: int) -> dict:
         "linestyle": linestyle(variant),
         "marker": marker(variant),
         "markevery": (offset, every),
-        "ms": 4.5,
+        "ms": 5,
         "mfc": "white",
         "mew": 1.2,
     }
@@ -108,44 +158,103 @@ def variant_groups(variants) -> list[tuple[str, list[str]]]:
     return [(title, group) for title, group in groups if group]
 
 
-_LINE_WORDS = {
-    "-": "final norm kept (solid)",
-    "--": "final norm tapered (dashed)",
-    ":": "untied head (dotted)",
-    "-.": "DyT (dash-dot)",
-}
-_MARKER_WORDS = {
-    "None": "internal norms kept (no marker)",
-    "o": "internal norms tapered (○)",
-    "s": "tapered with the scale loss (□)",
-    "^": "DyT (△)",
-}
-
-
 def style_key(variants) -> str:
-    """What the line styles and markers of these variants mean, for the note under a figure."""
+    """The legend in words: each variant's colour, line style and marker, then what the line styles
+    mean."""
     present = variant_order(variants)
-    lines = {linestyle(v) for v in present}
-    marks = {marker(v) for v in present}
-    return (
-        "Line: "
-        + ", ".join(w for k, w in _LINE_WORDS.items() if k in lines)
-        + "; marker: "
-        + ", ".join(w for k, w in _MARKER_WORDS.items() if k in marks)
+    styles = "; ".join(
+        f"{VARIANTS[v]['label']}: {COLOR_NAMES[COLORS[v]]}, {LINE_NAMES[linestyle(v)]}, "
+        f"{MARKER_NAMES[marker(v)]}"
+        for v in present
     )
+    used = {linestyle(v) for v in present}
+    meanings = ", ".join(f"{LINE_NAMES[k]} = {w}" for k, w in LINE_MEANINGS.items() if k in used)
+    return f"{styles}. Line style: {meanings}."
 
 
-def save_figure(fig: Figure, out: str | Path) -> list[Path]:
-    """Write <out stem>.pdf (TrueType fonts) and <out stem>.png (dpi 150), each rendered in memory,
-    then written atomically."""
+def seed_band(wide: pd.DataFrame) -> tuple[pd.Series, pd.Series] | None:
+    """The band over the seeds (one column each) of a curve: none for one seed, the min-max for
+    fewer than PERCENTILE_SEEDS, the 2.5-97.5 percentile from there on."""
+    n = wide.shape[1]
+    if n < 2:
+        return None
+    if n < PERCENTILE_SEEDS:
+        return wide.min(axis=1), wide.max(axis=1)
+    return wide.quantile(PERCENTILE_BAND[0], axis=1), wide.quantile(PERCENTILE_BAND[1], axis=1)
+
+
+def band_name(n: int) -> str:
+    """What seed_band draws for n seeds, for captions."""
+    if n < 2:
+        return "no band"
+    if n < PERCENTILE_SEEDS:
+        return f"band: min-max over the {n} seeds"
+    return f"band: 2.5-97.5 percentile over the {n} seeds"
+
+
+def bands_text(runs: pd.DataFrame, variants: Sequence[str]) -> str:
+    """The caption's sentence on lines and bands: per count of non-diverged seeds, what is drawn
+    (naming the variants when the counts differ), and how diverged runs are drawn."""
+    ok = runs[~runs["diverged"]].groupby("variant").size()
+    present = variant_order(variants)
+    by_count: dict[int, list[str]] = {}
+    for v in present:
+        by_count.setdefault(int(ok.get(v, 0)), []).append(VARIANTS[v]["label"])
+    parts = []
+    for n, labels in sorted(by_count.items()):
+        if n == 0:
+            what = "every run diverged: no mean line"
+        elif n == 1:
+            what = "one seed: the line is that run, no band"
+        else:
+            what = f"{n} seeds: the line is their mean, {band_name(n)}"
+        parts.append(what if len(by_count) == 1 else f"{what} ({', '.join(labels)})")
+    text = "; ".join(parts)
+    text = text[0].upper() + text[1:] + "."
+    if runs["diverged"].any():
+        text += " A diverged run is a thin line of its own ending in × at its divergence step."
+    return text
+
+
+def caption_text(head: str, *items: tuple[str, str]) -> str:
+    """A figure's caption as markdown: the head paragraph, then one bullet per (name, text) item that
+    has text."""
+    bullets = [f"- **{name}.** {text}" for name, text in items if text]
+    return head + ("\n\n" + "\n".join(bullets) if bullets else "")
+
+
+def stamp_figure(fig: Figure, stamp: str) -> None:
+    """The provenance stamp as one line at the bottom of the figure."""
+    fig.supxlabel(stamp, fontsize=STAMP_FONTSIZE, x=0.005, ha="left", color="0.3")
+
+
+def save_figure(
+    fig: Figure, out: str | Path, caption: str = "", stamp: str | None = None
+) -> list[Path]:
+    """Write <out stem>.pdf (TrueType fonts), <out stem>.png (dpi 150) and <out stem>.html (the PNG
+    inline, the caption below it as text), each rendered in memory, then written atomically.
+
+    Each carries the provenance stamp (default: provenance.stamp() of this code, no config hash): a
+    line at the bottom of the image, the PDF's and PNG's Subject metadata, the page's last line."""
     out = Path(out)
-    paths = []
-    for fmt, extra in (("pdf", {"metadata": {"CreationDate": None}}), ("png", {"dpi": 150})):
+    stamp = provenance.stamp() if stamp is None else stamp
+    stamp_figure(fig, stamp)
+    meta = {"Title": out.stem, "Subject": stamp}
+    images = {}
+    for fmt, extra in (
+        ("pdf", {"metadata": meta | {"CreationDate": None}}),
+        ("png", {"dpi": 150, "metadata": meta}),
+    ):
         buf = io.BytesIO()
         with mpl.rc_context(PDF_FONTS):
             fig.savefig(buf, format=fmt, bbox_inches="tight", **extra)
+        images[fmt] = buf.getvalue()
+    text = (f"{caption}\n\n" if caption else "") + f"**Provenance.** {stamp}"
+    images["html"] = figure_page(images["png"], text, out.stem).encode()
+    paths = []
+    for fmt, data in images.items():
         path = out.with_suffix(f".{fmt}")
-        atomic_write_bytes(path, buf.getvalue())
+        atomic_write_bytes(path, data)
         paths.append(path)
     return paths
 
@@ -189,8 +298,8 @@ def _at_width(run_dirs, width: int | None) -> tuple[pd.DataFrame, pd.DataFrame, 
 
 
 def plot_variant(ax: Axes, runs: pd.DataFrame, metrics: pd.DataFrame, variant: str, column: str):
-    """Mean over the variant's non-diverged runs with a 2.5-97.5 percentile band; diverged runs as
-    thin lines ending in an 'x' at the divergence step."""
+    """Mean over the variant's non-diverged runs with its seed_band; diverged runs as thin lines
+    ending in an 'x' at the divergence step."""
     mine = runs[runs["variant"] == variant]
     ok, bad = mine[~mine["diverged"]], mine[mine["diverged"]]
     label = VARIANTS[variant]["label"]
@@ -203,8 +312,9 @@ def plot_variant(ax: Axes, runs: pd.DataFrame, metrics: pd.DataFrame, variant: s
         wide = rows[rows["run"].isin(ok["run"])].pivot(index="step", columns="run", values=column)
         style = line_style(variant, len(wide))
         ax.plot(wide.index, wide.mean(axis=1), label=label, lw=1.5, **style)
-        lo, hi = wide.quantile(BAND[0], axis=1), wide.quantile(BAND[1], axis=1)
-        ax.fill_between(wide.index, lo, hi, color=COLORS[variant], alpha=BAND_ALPHA, lw=0)
+        band = seed_band(wide)
+        if band is not None:
+            ax.fill_between(wide.index, *band, color=COLORS[variant], alpha=BAND_ALPHA, lw=0)
         label = None
     for run in bad.itertuples():
         d = rows[rows["run"] == run.run].sort_values("step")
@@ -241,10 +351,6 @@ def _end_values(runs: pd.DataFrame, column: str, variants: Sequence[str]) -> str
         for v in variants
         if v in means and math.isfinite(means[v])
     )
-
-
-def _note(fig: Figure, text: str) -> None:
-    fig.supxlabel(textwrap.fill(text, 150), fontsize=7, x=0.01, ha="left", color="0.35")
 
 
 # ---- figure 1: the layer and the gate schedule ------------------------------------------------------
@@ -295,7 +401,7 @@ def draw_tapernorm(ax: Axes) -> None:
     ax.set_title("(a) TaperNorm: g = 1 is RMSNorm, g = 0 a fixed linear map", fontsize=10)
 
 
-def fig1(run_dirs: Sequence[str | Path], width: int | None = None) -> Figure:
+def fig1(run_dirs: Sequence[str | Path], width: int | None = None) -> tuple[Figure, str]:
     """(a) the layer; (b) the gate g(k) read from a tapered run's metrics, taper start/end marked."""
     runs, metrics, width = _at_width(run_dirs, width)
     tapered = runs[runs["final_taper"] | runs["internal_taper"]].sort_values(["seed", "variant"])
@@ -326,13 +432,21 @@ def fig1(run_dirs: Sequence[str | Path], width: int | None = None) -> Figure:
     ax_b.set_title(
         f"(b) gate schedule logged by run {run['name']} ({run['steps']:,} steps)", fontsize=10
     )
-    return fig
+    caption = caption_text(
+        "**Figure 1.** (a) The TaperNorm layer: a normalizing branch h/r(h)·γ weighted g plus a "
+        "sample-independent linear branch c·h·γ̃ weighted 1-g (c frozen at the taper start), "
+        "summed; g = 1 is RMSNorm, g = 0 a fixed linear map. (b) The gate g(k) as logged by run "
+        f"{run['name']} ({VARIANTS[run['variant']]['label']}, {run['steps']:,} steps): 1 until "
+        f"the taper starts at step {run['taper_start']:,}, 0 from step {run['taper_end']:,} on "
+        "(dotted lines).",
+    )
+    return fig, caption
 
 
 # ---- figures 2-4 --------------------------------------------------------------------------------
 
 
-def fig2(run_dirs: Sequence[str | Path], width: int | None = None) -> Figure:
+def fig2(run_dirs: Sequence[str | Path], width: int | None = None) -> tuple[Figure, str]:
     """Training loss vs step: Baseline vs Internal-Taper (+aux) (and DyT with its untied-head
     baseline, if given) at one width; one axes (the losses share a scale)."""
     runs, metrics, width = _at_width(run_dirs, width)
@@ -347,18 +461,31 @@ def fig2(run_dirs: Sequence[str | Path], width: int | None = None) -> Figure:
     ax.set_ylabel("training loss (CE)")
     ax.set_title(f"Training loss ({_scale(runs)})", fontsize=10)
     ax.legend(fontsize=8)
+    variants = variant_order(runs["variant"])
     ref = paper.FIG2_FINAL_LOSS
-    _note(
-        fig,
-        f"{style_key(runs['variant'])}. Band: 2.5-97.5 percentile over seeds. End of training "
-        f"here: {_end_values(runs, 'loss', variant_order(runs['variant']))}. "
-        f"Paper reference ({paper.FIG2_SOURCE}): final training loss ≈{ref['internal_aux']:.2f} "
-        f"(Internal-Taper (+aux)) vs ≈{ref['baseline']:.2f} (Baseline).",
+    caption = caption_text(
+        f"**Figure 2.** Training loss (cross-entropy) vs step at {_scale(runs)}: Baseline and "
+        "Internal-Taper (+aux)"
+        + (
+            ", and DyT with the untied-head runs it is matched against"
+            if set(variants) - {"baseline", "internal_aux"}
+            else ""
+        )
+        + ".",
+        ("Key", style_key(variants)),
+        ("Lines and bands", bands_text(runs, variants)),
+        ("End of training here", _end_values(runs, "loss", variants) + "."),
+        (
+            "Paper",
+            f"{paper.FIG2_SOURCE}: final training loss ≈{ref['internal_aux']:.2f} "
+            f"(Internal-Taper (+aux)) vs ≈{ref['baseline']:.2f} (Baseline), at the paper's "
+            "scale and corpus, not this run's.",
+        ),
     )
-    return fig
+    return fig, caption
 
 
-def fig3(run_dirs: Sequence[str | Path], width: int | None = None) -> Figure:
+def fig3(run_dirs: Sequence[str | Path], width: int | None = None) -> tuple[Figure, str]:
     """Mean logit L2 norm vs step (log y) at one width: (a) the paper's variants, (b) DyT and the
     untied-head runs, each on axes fitted to its own curves."""
     runs, metrics, width = _at_width(run_dirs, width)
@@ -370,17 +497,32 @@ def fig3(run_dirs: Sequence[str | Path], width: int | None = None) -> Figure:
         ax.set_title(f"({'ab'[i]}) {title}", fontsize=10)
         _legend_below(ax)
     fig.suptitle(f"Logit norm ({_scale(runs)})", fontsize=11)
+    variants = variant_order(runs["variant"])
     lo, hi = paper.FIG3_ANCHORED_RANGE
-    _note(
-        fig,
-        f"{style_key(runs['variant'])}. Band: 2.5-97.5 percentile over seeds. End of training "
-        f"here: {_end_values(runs, 'logit_norm', variant_order(runs['variant']))}. "
-        f"Paper reference ({paper.FIG3_SOURCE}): end of training All-Taper ≈"
-        f"{paper.FIG3_END_LOGIT_NORM['all']:.0e}, Final-Taper ≈"
-        f"{paper.FIG3_END_LOGIT_NORM['final']:.1e}, anchored runs ≈{lo:.0e}-{hi:.0e}; "
-        f"split at ~{paper.FIG3_SPLIT_PROGRESS[0]:.0%}-{paper.FIG3_SPLIT_PROGRESS[1]:.0%} of training.",
+    split = paper.FIG3_SPLIT_PROGRESS
+    caption = caption_text(
+        f"**Figure 3.** Mean logit L2 norm vs step (log scale) at {_scale(runs)}: (a) the paper's "
+        "variants"
+        + (
+            "; (b) DyT and the untied-head runs it is matched against, on axes of their own"
+            if len(groups) > 1
+            else ""
+        )
+        + ". Removing the final norm lets the logit scale grow (logit chasing).",
+        ("Key", style_key(variants)),
+        ("Lines and bands", bands_text(runs, variants)),
+        ("End of training here", _end_values(runs, "logit_norm", variants) + "."),
+        (
+            "Paper",
+            f"{paper.FIG3_SOURCE}: at the end of training All-Taper ≈"
+            f"{paper.FIG3_END_LOGIT_NORM['all']:.0e}, Final-Taper ≈"
+            f"{paper.FIG3_END_LOGIT_NORM['final']:.1e}, the anchored runs ≈{lo:.0e}-{hi:.0e}; the "
+            f"curves split at ~{split[0]:.0%}-{split[1]:.0%} of training. Those are magnitudes "
+            "after the paper's full run; compare the ratios between variants, not the values "
+            "(claim 3 in the claims report does).",
+        ),
     )
-    return fig
+    return fig, caption
 
 
 def _grad_row(
@@ -409,7 +551,68 @@ def _figure_legend(fig: Figure, axes: Sequence[Axes]) -> None:
     fig.legend(list(entries.values()), list(entries), loc="outside right upper", fontsize=8)
 
 
-def fig4(run_dirs: Sequence[str | Path], width: int | None = None) -> Figure:
+def end_gradients(runs: pd.DataFrame, columns: Sequence[str]) -> pd.DataFrame | None:
+    """Mean over the non-diverged runs of each paper variant (rows) of the end gradient norm of each
+    weight type (columns `columns`); None unless all six paper variants have them."""
+    ok = runs[~runs["diverged"]]
+    if set(PAPER_VARIANTS) - set(ok["variant"]):
+        return None
+    g = ok.groupby("variant")[[f"{c}_end" for c in columns]].mean()
+    return None if g.isna().any().any() else g
+
+
+def _x_range(values: pd.Series) -> str:
+    lo, hi = float(values.min()), float(values.max())
+    return f"{lo:.2f}x" if f"{lo:.2f}" == f"{hi:.2f}" else f"{lo:.2f}-{hi:.2f}x"
+
+
+def _claim5_ratios(runs: pd.DataFrame, columns: Sequence[str]) -> str:
+    """The ratios claim 5 compares, over the weight types, of the non-diverged runs' end means:
+    no-final-norm over final-norm runs ((Final + All) / (Baseline + Internal)) and All-Taper (+aux)
+    over Internal-Taper (+aux); '' unless all six paper variants have them."""
+    g = end_gradients(runs, columns)
+    if g is None:
+        return ""
+    split, close = gradient_ratios(g.T)  # per weight type
+    return (
+        f"no-final/final-norm {_x_range(split)}, "
+        f"All-Taper (+aux)/Internal-Taper (+aux) {_x_range(close)}"
+    )
+
+
+def direction_text(runs: pd.DataFrame, columns: Sequence[str]) -> str:
+    """Whether the runs without a final norm (Final-Taper, All-Taper) end with smaller gradient norms
+    than those with one (Baseline, Internal-Taper), as in the paper's Fig. 4, or larger (the opposite),
+    per weight type, from the end means; '' unless all six paper variants have them."""
+    g = end_gradients(runs, columns)
+    if g is None:
+        return ""
+    split, _ = gradient_ratios(g.T)
+    lo, hi = paper.FIG4_NO_FINAL_NORM_GRAD
+    no_final = g.loc[["final", "all"]]
+    here = (
+        f"(Final + All) / (Baseline + Internal) = {_x_range(split)} over the {len(split)} weight "
+        f"types (means over the last {END_FRACTION:.0%} of logged steps; Final-Taper and "
+        f"All-Taper end at {no_final.min().min():.3g}-{no_final.max().max():.3g})"
+    )
+    paper_says = f"in the paper's Fig. 4 they decay toward ~{lo}-{hi}"
+    if (split > 1).all():
+        return (
+            "**The opposite of the paper's Fig. 4:** here the runs without a final norm end with "
+            f"LARGER gradient norms than the runs with one, {here}; {paper_says}."
+        )
+    if (split < 1).all():
+        return (
+            f"As in the paper's Fig. 4, the runs without a final norm end with smaller gradient "
+            f"norms than the runs with one: {here}; {paper_says}."
+        )
+    return (
+        "Mixed: the runs without a final norm end with larger gradient norms than the runs with "
+        f"one for some weight types and smaller for others, {here}; {paper_says}."
+    )
+
+
+def fig4(run_dirs: Sequence[str | Path], width: int | None = None) -> tuple[Figure, str]:
     """Gradient norms before clipping of the four weight types (averaged over blocks) vs step, log y:
     one row for the paper's variants, one for DyT and the untied-head runs."""
     runs, metrics, width = _at_width(run_dirs, width)
@@ -419,14 +622,28 @@ def fig4(run_dirs: Sequence[str | Path], width: int | None = None) -> Figure:
         _grad_row(row, row_axes, runs, metrics, GRAD_COLUMNS, variants, f"({'ab'[i]}) {title}")
     _figure_legend(fig, [row_axes[0] for row_axes in axes])
     fig.suptitle(f"Gradient norms before clipping ({_scale(runs)})", fontsize=11)
-    lo, hi = paper.FIG4_NO_FINAL_NORM_GRAD
-    _note(
-        fig,
-        f"{style_key(runs['variant'])}. Band: 2.5-97.5 percentile over seeds. Paper reference "
-        f"({paper.FIG4_SOURCE}): without an anchor, no-final-norm gradient norms decay toward "
-        f"~{lo}-{hi}; with the scale loss All-Taper matches Internal-Taper.",
+    variants = variant_order(runs["variant"])
+    direction = direction_text(runs, GRAD_COLUMNS)
+    caption = caption_text(
+        "**Figure 4.** Gradient Frobenius norms before clipping, averaged over blocks, vs step (log "
+        f"scale) at {_scale(runs)}, one panel per weight type: (a) the paper's variants"
+        + (
+            "; (b) DyT and the untied-head runs it is matched against, on axes of their own"
+            if len(groups) > 1
+            else ""
+        )
+        + ". Claim 5 is judged on the scale-anchor ablation (Figure 4b).",
+        ("Key", style_key(variants)),
+        ("Lines and bands", bands_text(runs, variants)),
+        ("Direction", direction),
+        (
+            "Paper",
+            f"{paper.FIG4_SOURCE}: without an anchor, no-final-norm gradient norms decay toward "
+            f"~{paper.FIG4_NO_FINAL_NORM_GRAD[0]}-{paper.FIG4_NO_FINAL_NORM_GRAD[1]}; with the "
+            "scale loss All-Taper matches Internal-Taper.",
+        ),
     )
-    return fig
+    return fig, caption
 
 
 def _end_window_start(metrics: pd.DataFrame) -> float:
@@ -438,24 +655,7 @@ def _end_window_start(metrics: pd.DataFrame) -> float:
     return float(min(starts))
 
 
-def _claim5_ratios(runs: pd.DataFrame, columns: Sequence[str]) -> str:
-    """The ratios claim 5 compares, over the weight types, of the non-diverged runs' end means:
-    no-final-norm over final-norm runs ((Final + All) / (Baseline + Internal)) and All-Taper (+aux)
-    over Internal-Taper (+aux); '' unless all six paper variants have them."""
-    ok = runs[~runs["diverged"]]
-    if set(PAPER_VARIANTS) - set(ok["variant"]):
-        return ""
-    g = ok.groupby("variant")[[f"{c}_end" for c in columns]].mean()
-    if g.isna().any().any():
-        return ""
-    split, close = gradient_ratios(g.T)  # per weight type
-    return (
-        f"no-final/final-norm {split.min():.2f}-{split.max():.2f}x, "
-        f"All-Taper (+aux)/Internal-Taper (+aux) {close.min():.2f}-{close.max():.2f}x"
-    )
-
-
-def fig4b(run_dirs: Sequence[str | Path], width: int | None = None) -> Figure:
+def fig4b(run_dirs: Sequence[str | Path], width: int | None = None) -> tuple[Figure, str]:
     """Gradient norms of the scale-anchor ablation (where claim 5 is judged) per weight type, before
     clipping and (where logged) after clipping, the paper's six variants; the end window that claim 5
     averages is shaded."""
@@ -472,32 +672,41 @@ def fig4b(run_dirs: Sequence[str | Path], width: int | None = None) -> Figure:
         len(conventions), len(GRAD_COLUMNS), (17, 3.9 * len(conventions) + 0.8)
     )
     end = _end_window_start(metrics)
-    notes = []
+    ratios = []
     for i, (row, row_axes, (name, columns)) in enumerate(zip(rows, axes, conventions, strict=True)):
         _grad_row(row, row_axes, runs, metrics, columns, variants, f"({'ab'[i]}) {name}")
         for ax in row_axes:
             ax.axvspan(end, metrics["step"].max(), color="0.88", zorder=0, lw=0)
-        ratios = _claim5_ratios(runs, columns)
-        if ratios:
-            notes.append(f"{name}: {ratios}")
+        text = _claim5_ratios(runs, columns)
+        if text:
+            ratios.append(f"{name}: {text}")
     _figure_legend(fig, [axes[0][0]])
     tokens = runs["train_tokens"].dropna().unique()
     data = f", first {int(tokens[0]):,} train tokens" if len(tokens) == 1 else ""
     fig.suptitle(f"Scale-anchor ablation: gradient norms ({_scale(runs)}{data})", fontsize=11)
-    _note(
-        fig,
-        f"{style_key(runs['variant'])}. Averaged over blocks; band: 2.5-97.5 percentile over "
-        f"seeds; grey: the end window (last {END_FRACTION:.0%} of logged steps) whose means claim 5 compares"
-        + (f" ({'; '.join(notes)})" if notes else "")
-        + ".",
+    caption = caption_text(
+        "**Figure 4b** (not in the paper). Gradient Frobenius norms of the scale-anchor ablation's "
+        f"runs ({_scale(runs)}{data}), where claim 5 is judged, averaged over blocks, vs step (log "
+        "scale), one panel per weight type: "
+        + (
+            "(a) before gradient clipping, (b) after it."
+            if len(conventions) > 1
+            else "before clipping."
+        )
+        + f" Grey: the end window (the last {END_FRACTION:.0%} of logged steps) whose means claim 5 "
+        "compares.",
+        ("Key", style_key(variants)),
+        ("Lines and bands", bands_text(runs, variants)),
+        ("Claim 5's ratios here", "; ".join(ratios) + "." if ratios else ""),
+        ("Direction (before clipping)", direction_text(runs, GRAD_COLUMNS)),
     )
-    return fig
+    return fig, caption
 
 
 # ---- figure 6: the scale-anchor ablation ----------------------------------------------------------
 
 
-def fig6(run_dirs: Sequence[str | Path], width: int | None = None) -> Figure:
+def fig6(run_dirs: Sequence[str | Path], width: int | None = None) -> tuple[Figure, str]:
     """The ablation's pre-logit geometry vs step: logit norm, r(h) and c_f r(h) (log y); fraction of
     tokens with a positive margin, cos(grad_h CE, h), and softmax saturation."""
     runs, metrics, width = _at_width(run_dirs, width)
@@ -539,13 +748,25 @@ def fig6(run_dirs: Sequence[str | Path], width: int | None = None) -> Figure:
     tokens = runs["train_tokens"].dropna().unique()
     data = f", first {int(tokens[0]):,} train tokens" if len(tokens) == 1 else ""
     fig.suptitle(f"Scale-anchor ablation ({_scale(runs)}{data})", fontsize=11)
-    _note(
-        fig, f"{style_key(runs['variant'])}. Band (with 2+ seeds): 2.5-97.5 percentile over seeds."
+    variants = variant_order(runs["variant"])
+    caption = caption_text(
+        "**Figure 6** (not in the paper). The scale-anchor ablation, a small slice of the corpus "
+        f"trained for many epochs ({_scale(runs)}{data}), vs step: the mean logit norm, the mean "
+        "pre-logit scale r(h) (what Eq. 5's scale loss holds at its target) and the final taper's "
+        "scale c_f·r(h) over a norm's (1 = what an RMSNorm gives; only variants whose final norm "
+        "tapers), on log scales; the fraction of tokens with a positive margin; the mean cosine "
+        "between the loss gradient at the pre-logit state and that state (about 0 with a final "
+        "norm, Prop. 4.1; negative without one once margins are positive, Prop. 4.2; dotted: 0); "
+        "softmax saturation, the mean ||softmax(z) - e_y||, the size of the loss gradient with "
+        "respect to the logits.",
+        ("Key", style_key(variants)),
+        ("Lines and bands", bands_text(runs, variants)),
+        ("End of training here (logit norm)", _end_values(runs, "logit_norm", variants) + "."),
     )
-    return fig
+    return fig, caption
 
 
-FIGURES: dict[str, Callable[..., Figure]] = {
+FIGURES: dict[str, Callable[..., tuple[Figure, str]]] = {
     "fig1": fig1,
     "fig2": fig2,
     "fig3": fig3,
@@ -556,9 +777,15 @@ FIGURES: dict[str, Callable[..., Figure]] = {
 
 
 def make_figure(
-    which: str, run_dirs: Sequence[str | Path], out: str | Path, width: int | None = None
+    which: str,
+    run_dirs: Sequence[str | Path],
+    out: str | Path,
+    width: int | None = None,
+    stamp: str | None = None,
 ) -> list[Path]:
-    """Build figure `which` from the runs and save it as <out stem>.pdf and .png."""
+    """Build figure `which` from the runs and save it as <out stem>.pdf, .png and .html, stamped
+    with `stamp` (default: provenance.stamp())."""
     if which not in FIGURES:
         raise ValueError(f"unknown figure {which!r}; choose from {sorted(FIGURES)}")
-    return save_figure(FIGURES[which](run_dirs, width), out)
+    fig, caption = FIGURES[which](run_dirs, width)
+    return save_figure(fig, out, caption, stamp)

@@ -1,11 +1,13 @@
 """The markdown the analysis writes (tables: a caption and a pipe table; claims.md: headings,
-paragraphs, a pipe table, bullet lists) as a self-contained HTML page, which Snakemake's report
-shows inline (a .md or .csv there is only a download). tables.write_table and
-claims.write_claims write one beside each markdown file.
+paragraphs, a pipe table, bullet lists; figure captions) as a self-contained HTML page, which
+Snakemake's report shows inline (a .md or .csv there is only a download). tables.write_table and
+claims.write_claims write one beside each markdown file, figures.save_figure one per figure: the PNG
+inline, its caption below it as text.
 """
 
 from __future__ import annotations
 
+import base64
 import html
 import re
 
@@ -20,6 +22,7 @@ td { min-width: 5em; } td.long { width: 45%; }
 code { background: #f3f3f3; padding: 0 0.2em; }
 td.yes { background: #e3f4e3 !important; } td.no { background: #fbe3e3 !important; }
 td.mixed { background: #fdf2dc !important; } td.unjudged { background: #eeeeee !important; }
+img { max-width: 100%; height: auto; display: block; margin: 0.5em 0 1em; }
 """
 VERDICT_COLUMN = "Holds?"
 HEADING = re.compile(r"^(#{1,3}) (.*)")
@@ -118,10 +121,29 @@ def markdown_body(text: str) -> str:
     return "\n".join(blocks)
 
 
-def markdown_page(text: str, title: str) -> str:
-    """A self-contained HTML page (inline style, no scripts) of the analysis' markdown `text`."""
+def page(body: str, title: str) -> str:
+    """A self-contained HTML page (inline style, no scripts) around the HTML `body`."""
     return (
         '<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
         f"<title>{html.escape(title)}</title>\n<style>{STYLE}</style>\n</head>\n<body>\n"
-        f"{markdown_body(text)}\n</body>\n</html>\n"
+        f"{body}\n</body>\n</html>\n"
     )
+
+
+def markdown_page(text: str, title: str) -> str:
+    """A self-contained HTML page (inline style, no scripts) of the analysis' markdown `text`."""
+    return page(markdown_body(text), title)
+
+
+def plain(text: str) -> str:
+    """Markdown `text` without its **bold** and `code` marks."""
+    return re.sub(r"\*\*(.+?)\*\*|`([^`]+)`", lambda m: m[1] or m[2], text)
+
+
+def figure_page(png: bytes, caption: str, title: str) -> str:
+    """A self-contained page of a figure: the PNG inline (base64), then its markdown `caption` as
+    text; the image's alt text is the caption's first paragraph."""
+    alt = html.escape(plain(caption.split("\n\n")[0]))
+    data = base64.b64encode(png).decode()
+    image = f'<img src="data:image/png;base64,{data}" alt="{alt}">'
+    return page(f"{image}\n{markdown_body(caption)}", title)
