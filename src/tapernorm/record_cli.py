@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 from pathlib import Path
 
 REFERENCE_KINDS = ("results", "cost", "job-times", "dyt-rows")  # blocks quoting one reference run
@@ -43,7 +44,8 @@ def _cmd_snapshot(args: argparse.Namespace) -> int:
     dest = snapshot(args.manifest, args.to, args.log, args.conditions)
     print(f"reference run: {dest}")
     if args.docs:
-        for path in repoint(Path("."), REFERENCE_KINDS, dest.as_posix()):
+        source = Path(os.path.relpath(dest.resolve(), Path.cwd())).as_posix()
+        for path in repoint(Path("."), REFERENCE_KINDS, source):
             print(f"points at it now: {path}")
     return 0
 

@@ -83,10 +83,16 @@ def log_wall(log: Path) -> dict:
 
 
 def latest_log(workdir: Path) -> Path:
-    logs = sorted((workdir / ".snakemake" / "log").glob("*.snakemake.log"))
-    if not logs:
-        raise ReferenceError(f"no Snakemake log under {workdir / '.snakemake' / 'log'}")
-    return logs[-1]
+    """The newest Snakemake log of a run that finished every job (a --report or dry run logs
+    too, and finishes none)."""
+    logs = sorted((workdir / ".snakemake" / "log").glob("*.snakemake.log"), reverse=True)
+    for log in logs:
+        try:
+            log_wall(log)
+        except ReferenceError:
+            continue
+        return log
+    raise ReferenceError(f"no finished run's Snakemake log under {workdir / '.snakemake' / 'log'}")
 
 
 def snapshot(
