@@ -125,14 +125,10 @@ def snapshot(
         (tmp / rel).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(root / rel, tmp / rel)
     shutil.copy2(log, tmp / LOG_NAME)
+    run = ("made", "config_sha256", "config", "seeds", "threads", "runs")
     own = {
         "format": FORMAT,
-        "made": manifest["made"],
-        "config_sha256": manifest["config_sha256"],
-        "config": manifest["config"],
-        "seeds": manifest["seeds"],
-        "threads": manifest["threads"],
-        "runs": manifest["runs"],
+        **{key: manifest[key] for key in run},
         "snapshot": {
             "of": "results/manifest.json",
             "written": now(),

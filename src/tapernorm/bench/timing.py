@@ -18,18 +18,9 @@ from pathlib import Path
 
 import torch
 
+from ..provenance import cpu_name  # one reader of the CPU name (gpu_check imports it here)
+
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-
-
-def cpu_name() -> str:
-    """The CPU's model name (Linux /proc/cpuinfo), else what platform knows."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def environment(device: str | torch.device | None = None) -> dict:
