@@ -124,6 +124,19 @@ FIGURE_RUNS = {  # the runs each figure plots
     "fig7_anchor_sweep": anchor_sweep_evals(),
 }
 FIGURES = {name: FIGURE_RUNS[name] for name in tp.figures(config)}  # this config's
+ABLATION_FIGURES = (
+    "fig4b_ablation_grad_norms",
+    "fig6_scale_anchor",
+    "fig7_anchor_sweep",
+)
+
+
+def figure_width(wildcards, output):
+    """--width of a figure: the ablation's for the ablation's figures, else figures 2-4's."""
+    name = os.path.basename(output.pdf).removesuffix(".pdf")
+    family = "ablation" if name in ABLATION_FIGURES else "pretrain"
+    return tp.figure_width(config, family)
+
 
 # GPT-2 fine-tuning family (Tables 4 and 6, claim 8): runs <protocol>-<model>
 FINETUNE_DATA = "data/finetune"

@@ -81,7 +81,7 @@ for fig_name, fig_runs in FIGURES.items():
         params:
             kind=fig_name.split("_")[0],
             runs=run_dirs,
-            width=FIG_WIDTH,
+            width=figure_width,
             config_hash=CONFIG_HASH,
         shell:
             "tapernorm figure {params.kind} --runs {params.runs} --width {params.width} "
