@@ -16,7 +16,7 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file, save_file
 
 from . import jsonio
-from .atomic import atomic_path, atomic_write_bytes  # noqa: F401 (training_state imports it here)
+from .atomic import atomic_path
 from .digests import safetensors_header, tensors_sha256
 from .model import GPT, GPTConfig
 
