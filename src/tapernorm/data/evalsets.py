@@ -59,7 +59,7 @@ def _dataset_rows(ds, row_len: int, name: str) -> tuple[np.ndarray, dict]:
         rows = rows_from_sequences(values, lengths, row_len)
         return rows, {"column": column, "tokenization": "pre-tokenized (ids read as stored)"}
     if "text" not in ds.column_names:
-        raise KeyError(
+        raise ValueError(
             f"{name}: no token column {list(TOKEN_COLUMNS)} and no 'text' column "
             f"(columns: {ds.column_names})"
         )
