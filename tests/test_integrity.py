@@ -150,15 +150,26 @@ def test_a_finished_run_is_left_as_it_is(shards_dir, tmp_path, capfd):
 # ---- a record that cannot vanish -----------------------------------------------------------------
 
 
-def test_a_record_deleted_while_training_is_put_back(
-    shards_dir, reference, tmp_path, monkeypatch, capfd
+def _written_over(path: Path) -> None:
+    data = path.read_bytes()
+    path.write_bytes(data.replace(b'"step": 2,', b'"step": 9,'))  # in place, the same size
+
+
+@pytest.mark.parametrize("how", ["deleted", "cut short in place", "written over in place"])
+def test_a_record_lost_while_training_is_put_back(
+    how, shards_dir, reference, tmp_path, monkeypatch, capfd
 ):
     out = tmp_path / "run"
-    at_step(monkeypatch, 5, lambda: (out / METRICS).unlink())
+    lose = {
+        "deleted": lambda: (out / METRICS).unlink(),
+        "cut short in place": lambda: os.truncate(out / METRICS, 10),
+        "written over in place": lambda: _written_over(out / METRICS),
+    }[how]
+    at_step(monkeypatch, 5, lose)
     with logging_to_stderr(logging.INFO):
         train(short_run(shards_dir), out)
     err = capfd.readouterr().err
-    assert f"{out / METRICS} was deleted or replaced while the run was training: put back" in err
+    assert f"{out / METRICS} was deleted or changed while the run was training: put back" in err
     assert same_run(out, reference)
     assert [r["step"] for r in read_records(out / "ckpt" / METRICS)] == list(range(1, 15))
 

@@ -1,9 +1,10 @@
 """A run's metrics record, metrics.jsonl: one JSON object a line, each with an integer "step".
 
-While a run trains, the record is the file it holds open (MetricsLog). A write that finds the path
-deleted or replaced (a user's rm, Snakemake cleaning up after another invocation's job) first puts
-the whole record back at the path from the open file, with a warning, so the record cannot vanish;
-a failed write (a full disk) is an error naming the file.
+While a run trains, the record is kept by the run (MetricsLog) and mirrored to the file. A write
+that finds the file deleted, replaced or of another size (a user's rm, Snakemake cleaning up after
+another invocation's job), and a checkpoint or the end that finds other bytes in it, first puts
+the whole record back, with a warning, so the record cannot vanish; a failed write (a full disk)
+is an error naming the file.
 
 Each checkpoint keeps a copy of the record up to its step, with its sha256 and number of lines in
 state.json; a resume restores the record from it (restore_metrics), and says so when the record
@@ -27,46 +28,50 @@ METRICS = "metrics.jsonl"
 
 
 class MetricsLog:
-    """metrics.jsonl open for appending (see the module docstring); `name` labels the warnings."""
+    """metrics.jsonl open for appending (see the module docstring); `name` labels the warnings.
+
+    The record is also kept in memory (a line a logged step: megabytes at most), so it survives
+    the path being deleted, replaced, cut short or written over in place."""
 
     def __init__(self, path: Path, name: str):
         self.path, self.name = path, name
-        self.file = open(path, "a+b")  # noqa: SIM115 (open for the whole run; closed by close)
+        self.data = bytearray(path.read_bytes()) if path.exists() else bytearray()
+        self.file = open(path, "ab")  # noqa: SIM115 (open for the whole run; closed by close)
 
     def write(self, record: dict) -> None:
         """Append `record` as one line, and flush it."""
         self.keep()
+        line = (jsonio.dumps(record) + "\n").encode()
         try:
-            self.file.write((jsonio.dumps(record) + "\n").encode())
+            self.file.write(line)
             self.file.flush()
         except OSError as e:
             raise OSError(e.errno, e.strerror, str(self.path)) from None  # name the file
+        self.data += line
 
     def content(self) -> bytes:
-        """Every byte written so far, read from the open file (whatever became of the path)."""
-        self.file.flush()
-        fd = self.file.fileno()
-        return os.pread(fd, os.fstat(fd).st_size, 0)
+        """Every byte of the record so far."""
+        return bytes(self.data)
 
-    def keep(self) -> None:
-        """Put the record back at its path if the path no longer names the open file."""
+    def keep(self, whole: bool = False) -> None:
+        """Put the record back at its path if the path no longer holds it: another file (or none)
+        there, or one of another size; with `whole`, also one of other bytes."""
         own = os.fstat(self.file.fileno())
         try:
             here = os.stat(self.path)
-            if (here.st_dev, here.st_ino) == (own.st_dev, own.st_ino):
-                return
+            if (here.st_dev, here.st_ino, here.st_size) == (own.st_dev, own.st_ino, len(self.data)):
+                if not whole or self.path.read_bytes() == self.data:
+                    return
         except FileNotFoundError:
             pass
-        data = self.content()
-        atomic_write_bytes(self.path, data)
+        atomic_write_bytes(self.path, bytes(self.data))
         self.file.close()
-        self.file = open(self.path, "a+b")  # noqa: SIM115
+        self.file = open(self.path, "ab")  # noqa: SIM115
         log.warning(
-            "[%s] %s was deleted or replaced while the run was training: put back from the open "
-            "record (%d lines)",
+            "[%s] %s was deleted or changed while the run was training: put back (%d lines)",
             self.name,
             self.path,
-            data.count(b"\n"),
+            self.data.count(b"\n"),
         )
 
     def close(self) -> None:

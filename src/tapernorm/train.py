@@ -488,7 +488,7 @@ def train_steps(run: Run, first_step: int, stop_after: int | None) -> Outcome:
             metrics.write({"step": step, "val_loss": final_loss(run, run.model)})
         if ckpt_due and metrics is not None:
             run.inputs.check()  # the steps since the last checkpoint read the pinned data
-            metrics.keep()
+            metrics.keep(whole=True)
             save_training_state(
                 run.ckpt,
                 run.model,
@@ -553,7 +553,7 @@ def finish(run: Run, outcome: Outcome) -> dict:
         "processes": world.size,
     }
     run.inputs.check()  # (the final evaluation read val.bin)
-    run.metrics.keep()
+    run.metrics.keep(whole=True)
     write_json(run.out / "eval.json", result)
     barrier(world)
     return result
