@@ -16,10 +16,10 @@ from test_errors import one_line, run_cli
 from test_train import _strip_timing, logging_to_stderr, read_metrics
 
 from tapernorm.checkpoint import load_model
+from tapernorm.metrics_log import read_records, restore_metrics
 from tapernorm.run_identity import differences, run_identity
 from tapernorm.run_lock import LOCK_NAME, RunLocked, run_lock
 from tapernorm.train import train
-from tapernorm.metrics_log import read_records, restore_metrics
 
 
 def same_weights(a, b) -> bool:

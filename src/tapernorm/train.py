@@ -485,7 +485,7 @@ def train_steps(run: Run, first_step: int, stop_after: int | None) -> Outcome:
                 metrics.write(record)
             progress.report(step, loss, record["gate"], record["lr"], tokens_per_s)
         if eval_due and metrics is not None:
-            metrics.write({"step": step, "val_loss": final_loss(run, run.model)})
+            metrics.write({"step": step, "val_loss": validation_loss(run, run.model)})
         if ckpt_due and metrics is not None:
             run.inputs.check()  # the steps since the last checkpoint read the pinned data
             metrics.keep(whole=True)
@@ -510,7 +510,7 @@ def train_steps(run: Run, first_step: int, stop_after: int | None) -> Outcome:
 # ---- the end: weights, final evaluation, eval.json ------------------------------------------------
 
 
-def final_loss(run: Run, model: GPT) -> float:
+def validation_loss(run: Run, model: GPT) -> float:
     """The validation loss of `model` on the run's fixed windows, at g = 0."""
     log_cfg = run.cfg["log"]
     n, batch = log_cfg["eval_windows"], log_cfg["eval_batch_size"]
@@ -537,7 +537,7 @@ def finish(run: Run, outcome: Outcome) -> dict:
             model.load_state_dict(build_model(cfg, run.shards.vocab_size).state_dict())
     finished = {"finished": now(), "resumed_from_step": outcome.first_step}
     save_model(model, run.out, config_record(run, weights_step=weights_step, times=finished))
-    val = final_loss(run, model)
+    val = validation_loss(run, model)
     result = {
         "name": cfg["name"],
         "variant": cfg.get("variant"),
