@@ -23,7 +23,6 @@ with the load average before and after, so a busy machine shows.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import sys
@@ -32,7 +31,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from tapernorm import load_hf
+from tapernorm import jsonio, load_hf
 from tapernorm.bench.decode import bench_decode, greedy
 from tapernorm.bench.generate import memory_bandwidth, weight_bytes
 from tapernorm.bench.timing import Clock, environment, paired_rounds, timed
@@ -213,7 +212,7 @@ def main(argv: list[str] | None = None) -> int:
         "hf_identity_speedup": hf_identity,
     }
     print(markdown(result))
-    print(json.dumps({k: v for k, v in result.items() if k != "fold"}, indent=2))
+    print(jsonio.dumps({k: v for k, v in result.items() if k != "fold"}, indent=2))
     if args.out:
         write_json(args.out, result)
     return 0 if all(versus["same_tokens"].values()) else 1

@@ -390,7 +390,7 @@ def test_load_hf_text_save_to_disk(hf_cache, tmp_path):
     path = str(tmp_path / "ds")
     assert D.load_hf_text("toy", "train", local_path=path) == [t for t in texts if t]
     assert D.load_hf_text("toy", "whatever", local_path=path, max_docs=3) == texts[:1] + texts[2:3]
-    with pytest.raises(KeyError, match="story"):
+    with pytest.raises(ValueError, match="story"):
         D.load_hf_text("toy", "train", local_path=path, text_field="story")
 
     dd = datasets.DatasetDict(
@@ -401,7 +401,7 @@ def test_load_hf_text_save_to_disk(hf_cache, tmp_path):
     path = str(tmp_path / "dd")
     assert D.load_hf_text("toy", "validation", path, text_field="story") == ["v1", "v2"]
     assert D.load_hf_text("toy", "train", path, text_field="story") == ["a", "b", "c"]
-    with pytest.raises(KeyError, match="test"):
+    with pytest.raises(ValueError, match="test"):
         D.load_hf_text("toy", "test", path, text_field="story")
 
 

@@ -293,6 +293,7 @@ def _trained(shards_dir, tmp_path, capsys) -> tuple[str, Path]:
 
 def test_broken_run_files_are_one_line_naming_the_file(shards_dir, tmp_path, capsys):
     cfg, out = _trained(shards_dir, tmp_path, capsys)
+    (out / "eval.json").unlink()  # not finished: a rerun resumes (a finished run is left alone)
     train = ["train", "--config", cfg, "--out", str(out)]
     state = out / "ckpt" / "state.safetensors"
     good = state.read_bytes()

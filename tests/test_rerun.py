@@ -90,9 +90,9 @@ def checkpoint_step(wd: Path) -> int:
         return 0
 
 
-def start_and_kill_after_a_checkpoint(wd: Path, kill) -> None:
-    """Start the target in its own process group; once the run has checkpointed (and before it
-    ends), kill(snakemake process, train pid)."""
+def start_after_a_checkpoint(wd: Path) -> subprocess.Popen:
+    """Start the target afresh in its own process group; return once the run has checkpointed
+    (and before it ends)."""
     shutil.rmtree(wd / RUN)
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
     args = command(TARGET, "--cores", "2", "--configfile", "config/ci.yaml", "longer.yaml")
@@ -100,17 +100,25 @@ def start_and_kill_after_a_checkpoint(wd: Path, kill) -> None:
         args,
         cwd=wd,
         env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
         start_new_session=True,
     )
+    deadline = time.monotonic() + 300
+    while checkpoint_step(wd) < 40 and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.01)
+    step = checkpoint_step(wd)
+    assert 40 <= step < 160 and not (wd / RUN / "eval.json").exists(), step
+    return proc
+
+
+def start_and_kill_after_a_checkpoint(wd: Path, kill) -> None:
+    """Start the target in its own process group; once the run has checkpointed (and before it
+    ends), kill(snakemake process, train pid)."""
+    proc = start_after_a_checkpoint(wd)
     try:
-        deadline = time.monotonic() + 300
-        while checkpoint_step(wd) < 40 and time.monotonic() < deadline and proc.poll() is None:
-            time.sleep(0.01)
-        step = checkpoint_step(wd)
         owner = json.loads((wd / RUN / "train.lock").read_text())
-        assert 40 <= step < 160 and not (wd / RUN / "eval.json").exists(), step
         kill(proc, owner["pid"])
         proc.wait(timeout=120)
         for _ in range(500):  # the train process is gone (it holds the lock until it is)
@@ -159,3 +167,42 @@ def test_a_changed_input_starts_the_run_over(wd, reference):
     log = train_log(wd)
     assert "is from other data (meta.json): starting over" in log and "resumed" not in log
     check_complete(wd, reference)  # the same tokens: the same run
+
+
+def test_a_second_invocation_cannot_delete_a_running_jobs_outputs(wd, reference):
+    """`--nolock --rerun-incomplete` while the job runs (held still meanwhile: SIGSTOP): Snakemake
+    deletes the running job's outputs and starts the job again; that job waits for the run's lock
+    (instead of failing, which would have Snakemake delete the outputs once more), the running job
+    puts its record back and ends whole, and the second job finds the run finished."""
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
+    first = start_after_a_checkpoint(wd)
+    second = None
+    try:
+        owner = json.loads((wd / RUN / "train.lock").read_text())["pid"]
+        os.kill(owner, signal.SIGSTOP)
+        args = command(TARGET, "--cores", "2", "--configfile", "config/ci.yaml", "longer.yaml")
+        second = subprocess.Popen(
+            [*args, "--nolock", "--rerun-incomplete"],
+            cwd=wd,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,
+        )
+        deadline = time.monotonic() + 120
+        while "waiting for pid" not in train_log(wd) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert f"waiting for pid {owner} " in train_log(wd)
+        assert not (wd / RUN / "metrics.jsonl").exists()  # the second invocation deleted it
+        os.kill(owner, signal.SIGCONT)
+        out_second, _ = second.communicate(timeout=300)
+        out_first, _ = first.communicate(timeout=300)
+    finally:
+        for proc in (first, second):
+            if proc is not None and proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+    assert first.returncode == 0 and second.returncode == 0, out_first + out_second
+    assert "holds this run, finished: nothing to do" in train_log(wd)
+    check_complete(wd, reference)

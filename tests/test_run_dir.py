@@ -16,10 +16,10 @@ from test_errors import one_line, run_cli
 from test_train import _strip_timing, logging_to_stderr, read_metrics
 
 from tapernorm.checkpoint import load_model
+from tapernorm.metrics_log import read_records, restore_metrics
 from tapernorm.run_identity import differences, run_identity
 from tapernorm.run_lock import LOCK_NAME, RunLocked, run_lock
 from tapernorm.train import train
-from tapernorm.training_state import read_records, restore_metrics
 
 
 def same_weights(a, b) -> bool:
@@ -71,7 +71,7 @@ def test_identity_names_each_part_that_differs(own_shards, tmp_path):
         f.write(b"\x01\x00")
     other = tiny_run(own_shards, train={"lr": 1e-3}, init={"from": str(tmp_path / "m")})
     assert differences(before, run_identity(other)) == [
-        "another config (train.lr, init.from)",
+        "another config (train.lr)",  # (init.from is compared by what it names: the third part)
         "other data (val.bin)",
         "another init checkpoint",
     ]
@@ -248,7 +248,7 @@ def test_train_threads_default_and_option(shards_dir, tmp_path, monkeypatch, cap
 
     seen = []
     monkeypatch.setattr(
-        tapernorm.train, "train", lambda cfg, out: seen.append(torch.get_num_threads()) or {}
+        tapernorm.train, "train", lambda cfg, out, wait: seen.append(torch.get_num_threads()) or {}
     )
     base = ["train", "--set", f"data.dir={shards_dir}", "--set", "train.steps=1"]
     base += ["--set", "train.device=cpu", "--out", str(tmp_path)]

@@ -1,18 +1,27 @@
-"""Models and training state as safetensors + JSON (no pickles), written atomically."""
+"""Models and training state as safetensors + JSON (no pickles), written atomically.
+
+Every safetensors file written here carries the sha256 of its tensors in its header
+(`__metadata__`, digests.tensors_sha256), and reading one verifies it: a file damaged after it was
+written is an error naming it, never weights loaded silently wrong.
+"""
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 from pathlib import Path
 
 import torch
-from safetensors import SafetensorError
+from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file, save_file
 
-from .atomic import atomic_path, atomic_write_bytes  # atomic_write_bytes: callers import it here
+from . import jsonio
+from .atomic import atomic_path
+from .digests import safetensors_header, tensors_sha256
 from .model import GPT, GPTConfig
+
+DIGEST_KEY = "sha256"  # the key of the tensors' digest in a safetensors file's __metadata__
+_PLACEHOLDER = "0" * 64
 
 
 class CheckpointError(RuntimeError):
@@ -20,17 +29,20 @@ class CheckpointError(RuntimeError):
 
 
 def write_json(path: str | Path, obj) -> None:
-    atomic_write_bytes(path, (json.dumps(obj, indent=2, sort_keys=False) + "\n").encode())
+    """`obj` as standard JSON (jsonio: no NaN or Infinity), replacing `path` atomically."""
+    jsonio.write_json(path, obj)
 
 
 def read_json(path: str | Path) -> dict:
-    path = Path(path)
-    if not path.is_file():
-        raise CheckpointError(f"{path} does not exist")
+    """The JSON object in `path`; CheckpointError naming the file if it is missing, not UTF-8,
+    not JSON or not an object."""
     try:
-        return json.loads(path.read_text())
-    except json.JSONDecodeError as e:
-        raise CheckpointError(f"{path} is not valid JSON (truncated?): {e}") from e
+        obj = jsonio.read_json(path)
+    except jsonio.FileError as e:
+        raise CheckpointError(str(e)) from None
+    if not isinstance(obj, dict):
+        raise CheckpointError(f"{path} holds a JSON {type(obj).__name__}, not an object")
+    return obj
 
 
 def run_summary(model_dir: str | Path) -> dict:
@@ -47,17 +59,51 @@ def run_summary(model_dir: str | Path) -> dict:
 
 
 def save_tensors(path: str | Path, tensors: dict[str, torch.Tensor]) -> None:
+    """Write `tensors` to `path` atomically, with their digest in the header."""
     with atomic_path(path) as tmp:
         try:
-            save_file({k: v.detach().contiguous().cpu() for k, v in tensors.items()}, tmp)
+            tensors = {k: v.detach().contiguous().cpu() for k, v in tensors.items()}
+            save_file(tensors, tmp, metadata={DIGEST_KEY: _PLACEHOLDER})
         except SafetensorError as e:  # e.g. a full disk: "IoError(Os { code: 28, ... })"
             raise CheckpointError(f"could not write {path}: {e} (is the disk full?)") from e
+        _write_digest(tmp)
 
 
-def load_tensors(path: str | Path) -> dict[str, torch.Tensor]:
+def _write_digest(path: Path) -> None:
+    """Put the digest of the tensors of `path` in place of the placeholder in its header (the same
+    length, so nothing moves; the digest leaves __metadata__ out)."""
+    digest = tensors_sha256(path)
+    with open(path, "r+b") as f:
+        _, end = safetensors_header(f)
+        f.seek(0)
+        head = f.read(end)
+        at = head.index(f'"{DIGEST_KEY}":"{_PLACEHOLDER}"'.encode()) + len(DIGEST_KEY) + 4
+        f.seek(at)
+        f.write(digest.encode())
+
+
+def verify_tensor_file(path: str | Path) -> None:
+    """CheckpointError naming `path` unless it is a readable safetensors file whose tensors match
+    the digest written with them (a file without one is only read)."""
     path = Path(path)
     if not path.is_file():
         raise CheckpointError(f"checkpoint file {path} does not exist")
+    try:
+        with safe_open(str(path), "pt") as f:
+            recorded = (f.metadata() or {}).get(DIGEST_KEY)
+        actual = tensors_sha256(path) if recorded is not None else None
+    except (SafetensorError, OSError, ValueError) as e:
+        raise CheckpointError(f"checkpoint file {path} is unreadable (truncated?): {e}") from e
+    if actual != recorded:
+        raise CheckpointError(
+            f"checkpoint file {path} is damaged: its tensors' sha256 is {actual[:12]}..., the one "
+            f"written with it {recorded[:12]}...; restore it from a copy or rerun what wrote it"
+        )
+
+
+def load_tensors(path: str | Path) -> dict[str, torch.Tensor]:
+    """The tensors of `path`, verified against the digest in its header when it has one."""
+    verify_tensor_file(path)
     try:
         return load_file(path)
     except (SafetensorError, OSError, ValueError) as e:
@@ -72,16 +118,32 @@ def model_tensors(model: GPT) -> dict[str, torch.Tensor]:
     return state
 
 
-def load_model_tensors(model: GPT, tensors: dict[str, torch.Tensor], where: str = "") -> None:
-    if model.config.tie_embeddings:
-        tensors = {**tensors, "lm_head.weight": tensors.get("tok_emb.weight")}
-    missing = set(model.state_dict()) - set(tensors)
-    unexpected = set(tensors) - set(model.state_dict())
+def check_shapes(model: GPT, shapes: dict[str, list[int]], where: str, against: str) -> None:
+    """CheckpointError unless `shapes` ({name: shape} of the tensors in `where`) are exactly the
+    model's (the tied head's duplicate aside); `against` names what the model was built from."""
+    if model.config.tie_embeddings and "tok_emb.weight" in shapes:
+        shapes = {**shapes, "lm_head.weight": shapes["tok_emb.weight"]}
+    state = model.state_dict()
+    missing = sorted(set(state) - set(shapes))
+    unexpected = sorted(set(shapes) - set(state))
     if missing or unexpected:
         raise CheckpointError(
-            f"checkpoint {where} does not match the model: missing {sorted(missing)[:5]}, "
-            f"unexpected {sorted(unexpected)[:5]}"
+            f"checkpoint {where} does not match {against}: missing {missing[:5]}, "
+            f"unexpected {unexpected[:5]}"
         )
+    for name, shape in shapes.items():
+        if list(shape) != list(state[name].shape):
+            raise CheckpointError(
+                f"checkpoint {where} does not match {against}: {name} has shape {list(shape)}, "
+                f"the model wants {list(state[name].shape)}"
+            )
+
+
+def load_model_tensors(model: GPT, tensors: dict[str, torch.Tensor], where: str = "") -> None:
+    """Load `tensors` (read from `where`) into `model`, once their names and shapes match it."""
+    check_shapes(model, {k: list(v.shape) for k, v in tensors.items()}, where, "the model")
+    if model.config.tie_embeddings:
+        tensors = {**tensors, "lm_head.weight": tensors["tok_emb.weight"]}
     model.load_state_dict(tensors)
 
 
@@ -92,19 +154,54 @@ def save_model(model: GPT, out_dir: str | Path, config_extra: dict | None = None
     write_json(out_dir / "config.json", {**(config_extra or {}), "model": model.config.to_dict()})
 
 
+def model_config(model_dir: str | Path) -> GPTConfig:
+    """The GPTConfig of the 'model' entry of model_dir/config.json (CheckpointError naming it)."""
+    path = Path(model_dir) / "config.json"
+    config = read_json(path)
+    if "model" not in config:
+        raise CheckpointError(f"{path} has no 'model' entry")
+    try:
+        return GPTConfig.from_dict(config["model"])
+    except (TypeError, ValueError, KeyError, AttributeError) as e:
+        raise CheckpointError(f"{path}: invalid 'model' entry: {e}") from e
+
+
+def header_shapes(path: str | Path) -> dict[str, list[int]]:
+    """{name: shape} of the tensors of a safetensors file, from its header alone."""
+    try:
+        with open(path, "rb") as f:
+            header, _ = safetensors_header(f)
+    except FileNotFoundError:
+        raise CheckpointError(f"checkpoint file {path} does not exist") from None
+    except ValueError as e:
+        raise CheckpointError(f"checkpoint file {path} is unreadable: {e}") from None
+    header.pop("__metadata__", None)
+    try:
+        return {name: list(entry["shape"]) for name, entry in header.items()}
+    except (TypeError, KeyError) as e:
+        raise CheckpointError(
+            f"checkpoint file {path}: a header entry has no shape ({e})"
+        ) from None
+
+
 def load_model(model_dir: str | Path, device: str | torch.device = "cpu") -> GPT:
-    """A GPT from a directory holding config.json (with a "model" entry) and model.safetensors."""
+    """A GPT from a directory holding config.json (with a "model" entry) and model.safetensors.
+    The weights' names and shapes are checked against the config before any memory is taken for
+    them, and their digest when they are read."""
     model_dir = Path(model_dir)
     if not model_dir.is_dir():
         raise CheckpointError(f"model directory {model_dir} does not exist")
-    config = read_json(model_dir / "config.json")
-    if "model" not in config:
-        raise CheckpointError(f"{model_dir / 'config.json'} has no 'model' entry")
-    try:
-        model = GPT(GPTConfig.from_dict(config["model"]))
-    except (TypeError, ValueError, KeyError) as e:
-        raise CheckpointError(f"{model_dir / 'config.json'}: invalid 'model' entry: {e}") from e
-    load_model_tensors(model, load_tensors(model_dir / "model.safetensors"), str(model_dir))
+    config = model_config(model_dir)
+    weights = model_dir / "model.safetensors"
+    with torch.device("meta"):  # shapes only
+        check_shapes(
+            GPT(config),
+            header_shapes(weights),
+            str(weights),
+            f"the 'model' entry of {model_dir / 'config.json'}",
+        )
+    model = GPT(config)
+    load_model_tensors(model, load_tensors(weights), str(weights))
     return model.to(device)
 
 

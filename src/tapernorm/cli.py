@@ -16,7 +16,7 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
-from . import __version__
+from . import __version__, jsonio
 from .cli_args import (
     DEVICE_HELP,
     DEVICES,
@@ -27,6 +27,7 @@ from .cli_args import (
     device_arg,
     number,
 )
+from .run_lock import WAIT_ENV
 
 EXTRAS = {"transformers": "hf", "datasets": "hf", "huggingface_hub": "hf"}  # module -> extra
 
@@ -47,7 +48,7 @@ def _cmd_prepare_data(args: argparse.Namespace) -> int:
         tokenizer_chars=args.tokenizer_chars,
         byte_fallback=not args.no_byte_fallback,
     )
-    print(json.dumps(meta, indent=2))
+    print(jsonio.dumps(meta, indent=2))
     return 0
 
 
@@ -98,7 +99,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
     if threads is not None:
         torch.set_num_threads(threads)
     try:
-        result = train(cfg, args.out)
+        result = train(cfg, args.out, wait=args.wait)
     except KeyboardInterrupt:
         from .training_state import resume_step
 
@@ -108,7 +109,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
     finally:
         torch.set_num_threads(previous)  # (main may be called again in one process)
     if int(os.environ.get("RANK", "0")) == 0:  # under torchrun, rank 0 speaks for all
-        print(json.dumps(result, indent=2))
+        print(jsonio.dumps(result, indent=2))
     return 0
 
 
@@ -121,9 +122,12 @@ def _train_config(args: argparse.Namespace) -> dict:
     if args.config is not None or args.set:
         raise ValueError("--config-json is the whole config: give no --config or --set with it")
     try:
-        return resolve_run_config(json.loads(args.config_json))
+        config = json.loads(args.config_json)
     except json.JSONDecodeError as e:
         raise ValueError(f"--config-json is not valid JSON: {e}") from None
+    if not isinstance(config, dict):
+        raise ValueError(f"--config-json: top level must be an object, not {type(config).__name__}")
+    return resolve_run_config(config)
 
 
 def _train_parser(sub) -> None:
@@ -142,6 +146,13 @@ def _train_parser(sub) -> None:
         default=[],
         metavar="KEY=VALUE",
         help="override a config key, e.g. --set train.steps=100 (repeatable)",
+    )
+    t.add_argument(
+        "--wait",
+        action=argparse.BooleanOptionalAction,
+        default=os.environ.get(WAIT_ENV, "") not in ("", "0"),
+        help="if another tapernorm train is writing --out, wait for it to end instead of stopping "
+        f"(default: no, unless {WAIT_ENV} is set, as the workflow sets it for its jobs)",
     )
     t.add_argument(
         "--threads",
@@ -163,7 +174,7 @@ def _cmd_prepare_eval(args: argparse.Namespace) -> int:
         local_path=args.local_path,
         max_rows=args.max_rows,
     )
-    print(json.dumps(meta, indent=2))
+    print(jsonio.dumps(meta, indent=2))
     return 0
 
 
@@ -201,7 +212,7 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     )
     if args.out:
         write_json(args.out, result)
-    print(json.dumps(result, indent=2))
+    print(jsonio.dumps(result, indent=2))
     return 0
 
 
@@ -232,7 +243,7 @@ def _cmd_fold(args: argparse.Namespace) -> int:
     report = fold_run(
         args.model, args.data, args.out, args.windows, args.eval_windows, args.rtol, args.device
     )
-    print(json.dumps(report, indent=2))
+    print(jsonio.dumps(report, indent=2))
     return 0
 
 
@@ -256,7 +267,7 @@ def _cmd_export_hf(args: argparse.Namespace) -> int:
 
     device = resolve_device(args.device, setting="--device").type
     report = export_run(args.model, args.out, args.data, args.windows, args.rtol, device)
-    print(json.dumps(report, indent=2))
+    print(jsonio.dumps(report, indent=2))
     return 0
 
 
@@ -282,7 +293,7 @@ def _cmd_taper_hf(args: argparse.Namespace) -> int:
     result = taper_hf(
         args.model, args.data, args.out, args.steps, args.lr, args.batch_size, args.lam, device
     )
-    print(json.dumps(result, indent=2))
+    print(jsonio.dumps(result, indent=2))
     return 0
 
 
@@ -380,7 +391,7 @@ def _cmd_env(args: argparse.Namespace) -> int:
     report = environment_report(args.device)
     if args.out:
         write_json(args.out, report)
-    print(json.dumps(report, indent=2))
+    print(jsonio.dumps(report, indent=2))
     return 0
 
 
@@ -542,19 +553,40 @@ def _missing_extra(e: ImportError) -> str | None:
     )
 
 
-def _one_line(e: BaseException) -> tuple[str, int] | None:
+def _out_of_memory(e: BaseException) -> bool:
+    if not isinstance(e, (MemoryError, RuntimeError)):
+        return False
+    if "torch" not in sys.modules:  # (then no torch error can be out of memory)
+        return isinstance(e, MemoryError)
+    from .device import is_out_of_memory
+
+    return is_out_of_memory(e)
+
+
+def _memory_advice(e: BaseException, command: str) -> str:
+    """What to lower: what the error names (an evaluation's OutOfMemory), else by command."""
+    if type(e).__name__ == "OutOfMemory":
+        return f"error: {e}"
+    if command == "train":
+        return (
+            "error: out of memory: use a smaller model (model.n_embd, n_layer, vocab_size), "
+            "batch (train.batch_size) or context (model.block_size), or a larger machine"
+        )
+    return (
+        "error: out of memory: lower the command's sizes (--batch-size, --windows, ... where it "
+        "has them), or use a larger machine"
+    )
+
+
+def _one_line(e: BaseException, command: str = "") -> tuple[str, int] | None:
     """The message and exit status of an error the user can act on; None for a bug (a traceback)."""
     if isinstance(e, KeyboardInterrupt):
         return f"interrupted{'; ' + str(e) if str(e) else ''}", 130
     if isinstance(e, ImportError):
         missing = _missing_extra(e)
         return None if missing is None else (missing, 2)
-    if isinstance(e, MemoryError):
-        return (
-            "error: out of memory: use a smaller model (model.n_embd, n_layer, vocab_size), "
-            "batch (train.batch_size) or context (model.block_size), or a larger machine",
-            2,
-        )
+    if _out_of_memory(e):
+        return _memory_advice(e, command), 2
     if isinstance(e, OSError) and e.errno == errno.ENOSPC:
         where = f" writing {e.filename}" if e.filename else ""
         return f"error: no space left on device{where}: free some space and rerun the command", 2
@@ -610,7 +642,7 @@ def main(argv: list[str] | None = None) -> int:
         with _library_logs_to_stderr():
             return args.func(args)
     except (Exception, KeyboardInterrupt) as e:
-        reported = _one_line(e)
+        reported = _one_line(e, args.command)
         if reported is None or os.environ.get("TAPERNORM_TRACEBACK"):
             raise
     message, status = reported

@@ -132,11 +132,21 @@ def _yaml_problem(e: yaml.YAMLError) -> str:
     return f"invalid YAML at line {mark.line + 1}, column {mark.column + 1}: {problem}"
 
 
+def config_text(path: str | Path) -> str:
+    """The text of a config file; ConfigError naming it (and the line) if it is not UTF-8."""
+    from .jsonio import FileError, read_text
+
+    try:
+        return read_text(path)
+    except FileError as e:
+        raise ConfigError(f"config file {e}") from None
+
+
 def check_yaml_files(paths: list[str | Path]) -> None:
     """Raise ConfigError if a YAML file has a syntax error or a duplicate key (for config files that
     other tools, e.g. Snakemake, load themselves)."""
     for path in paths:
-        yaml_load(Path(path).read_text(), f"config file {path}")
+        yaml_load(config_text(path), f"config file {path}")
 
 
 def _integral(sub: dict, value):
@@ -200,26 +210,53 @@ def _schema(name: str) -> dict:
     return yaml.safe_load(text)
 
 
+INT64 = (-(2**63), 2**63 - 1)  # what torch and numpy hold an integer in
+FLOAT32_MAX = 3.4028234663852886e38  # the largest float32: a run computes in float32 at most
+
+
 def validate(config: dict, schema: dict) -> dict:
     """Fill defaults into a copy of `config` and validate it; raise ConfigError naming the key.
-    Every number must be finite (NaN passes every bound of a schema, inf every lower one)."""
+    Every number must be finite (NaN passes every bound of a schema, inf every lower one) and every
+    integer fit 64 bits (torch and numpy would overflow on it mid-run)."""
+    if not isinstance(config, dict):
+        raise ConfigError(f"config: top level must be a mapping, not {type(config).__name__}")
     config = copy.deepcopy(config)
-    _check_finite(config)
+    _check_numbers(config)
     errors = sorted(_validator()(schema).iter_errors(config), key=lambda e: list(e.absolute_path))
     if errors:
         raise ConfigError(_describe(errors[0]))
+    _check_numbers(config)  # again: integers written as floats (1e30) are ints now
     return config
 
 
-def _check_finite(node, path: str = "") -> None:
+def _numbers(node, path: str = ""):
+    """(dotted key, value) of every number in a config (bools are not numbers)."""
     if isinstance(node, dict):
         for key, value in node.items():
-            _check_finite(value, f"{path}.{key}" if path else str(key))
+            yield from _numbers(value, f"{path}.{key}" if path else str(key))
     elif isinstance(node, list):
         for i, value in enumerate(node):
-            _check_finite(value, f"{path}.{i}")
-    elif isinstance(node, float) and not math.isfinite(node):
-        raise ConfigError(f"config key {path or '<top level>'}: {node} is not a finite number")
+            yield from _numbers(value, f"{path}.{i}")
+    elif isinstance(node, (int, float)) and not isinstance(node, bool):
+        yield path or "<top level>", node
+
+
+def _check_numbers(config: dict) -> None:
+    for key, value in _numbers(config):
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ConfigError(f"config key {key}: {value} is not a finite number")
+        if isinstance(value, int) and not INT64[0] <= value <= INT64[1]:
+            raise ConfigError(f"config key {key}: {value} does not fit a 64-bit integer")
+
+
+def _check_float32(config: dict) -> None:
+    """A run computes in float32 at most: a number beyond its range would be inf on the device."""
+    for key, value in _numbers(config):
+        if isinstance(value, float) and abs(value) > FLOAT32_MAX:
+            raise ConfigError(
+                f"config key {key}: {value:g} overflows float32 (at most {FLOAT32_MAX:.4g}), the "
+                "type a run computes in"
+            )
 
 
 def _describe(e: jsonschema.ValidationError) -> str:
@@ -269,7 +306,7 @@ def load_run_config(path: str | Path | None, overrides: list[str] = ()) -> dict:
         path = Path(path)
         if not path.is_file():
             raise ConfigError(f"config file {path} does not exist")
-        config = yaml_load(path.read_text(), f"config file {path}") or {}
+        config = yaml_load(config_text(path), f"config file {path}") or {}
         if not isinstance(config, dict):
             raise ConfigError(f"config file {path}: top level must be a mapping")
     for key, value in parse_overrides(list(overrides)):
@@ -279,13 +316,15 @@ def load_run_config(path: str | Path | None, overrides: list[str] = ()) -> dict:
 
 def resolve_run_config(config: dict) -> dict:
     """Validate against the run schema, apply the variant, fill derived defaults, check consistency."""
+    if not isinstance(config, dict):
+        raise ConfigError(f"run config: top level must be a mapping, not {type(config).__name__}")
     model = config.get("model") if isinstance(config.get("model"), dict) else {}
     retired = sorted(RETIRED_MODEL_KEYS.keys() & model.keys())
     if retired:
         why = RETIRED_MODEL_KEYS[retired[0]]
         raise ConfigError(f"config key model.{retired[0]}: no longer a key; {why}")
     variant = config.get("variant")
-    if variant is not None and variant in VARIANTS:
+    if isinstance(variant, str) and variant in VARIANTS:
         v = VARIANTS[variant]
         implied = (
             ("model.taper", v["taper"]),
@@ -305,6 +344,7 @@ def resolve_run_config(config: dict) -> dict:
             if key != "model.norm" or "norm" in v:  # (an absent model.norm is the default)
                 set_key(config, key, value)
     cfg = validate(config, load_schema("run"))
+    _check_float32(cfg)
     m, t, tp = cfg["model"], cfg["train"], cfg["taper"]
     if m["n_embd"] % m["n_head"]:
         raise ConfigError(

@@ -22,6 +22,14 @@ def resolve_device(
     return device
 
 
+def is_out_of_memory(e: BaseException) -> bool:
+    """Whether `e` says memory ran out: MemoryError, torch's OutOfMemoryError (a GPU) or its CPU
+    allocator's RuntimeError."""
+    if isinstance(e, (MemoryError, torch.OutOfMemoryError)):
+        return True
+    return isinstance(e, RuntimeError) and "can't allocate memory" in str(e)
+
+
 def autocast_for(device: torch.device, dtype: str) -> AbstractContextManager:
     """bf16 autocast when train.dtype is bfloat16, or auto on a GPU; otherwise no autocast."""
     use_bf16 = dtype == "bfloat16" or (dtype == "auto" and device.type == "cuda")

@@ -10,9 +10,15 @@ import torch.nn.functional as F
 
 from .checkpoint import load_model, run_summary
 from .data import EvalSet, TokenShards
-from .device import autocast_for, resolve_device
+from .device import autocast_for, is_out_of_memory, resolve_device
 from .model import GPT
 from .norms import set_gate, taper_norms
+
+CLI_SETTINGS = ("--windows", "--batch-size")  # what `tapernorm eval` calls n_windows, batch_size
+
+
+class OutOfMemory(MemoryError):
+    """Memory ran out in an evaluation; the message names the setting to lower."""
 
 
 @torch.no_grad()
@@ -46,15 +52,48 @@ def mean_ce(
     return total / count
 
 
-def evaluate(model: GPT, shards: TokenShards, n_windows: int, batch_size: int) -> float:
-    """Mean CE over the fixed validation windows, with every TaperNorm at g = 0."""
+def validation_windows(
+    shards: TokenShards, n_windows: int, block_size: int, setting: str = CLI_SETTINGS[0]
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """shards.val_windows; OutOfMemory naming `setting` (what sets n_windows) if they do not fit."""
+    try:
+        return shards.val_windows(n_windows, block_size)
+    except (MemoryError, RuntimeError) as e:
+        if not is_out_of_memory(e):
+            raise
+        size = 2 * 8 * n_windows * (block_size + 1) / 2**30
+        raise OutOfMemory(
+            f"out of memory: the {n_windows} validation windows of {setting} take {size:.3g} GiB; "
+            f"lower {setting}"
+        ) from None
+
+
+def evaluate(
+    model: GPT,
+    shards: TokenShards,
+    n_windows: int,
+    batch_size: int,
+    windows: tuple[torch.Tensor, torch.Tensor] | None = None,
+    settings: tuple[str, str] = CLI_SETTINGS,
+) -> float:
+    """Mean CE over the fixed validation windows (`windows`, made before, or made here), with
+    every TaperNorm at g = 0. `settings` name n_windows and batch_size in an out-of-memory error."""
     if shards.vocab_size > model.config.vocab_size:
         raise ValueError(
             f"the shards in {shards.data_dir} have a vocabulary of {shards.vocab_size}, the model "
             f"only {model.config.vocab_size}: evaluate it on shards of its own tokenizer"
         )
-    x_all, y_all = shards.val_windows(n_windows, model.config.block_size)
-    return mean_ce(model, x_all, y_all, batch_size)
+    block_size = model.config.block_size
+    x_all, y_all = windows or validation_windows(shards, n_windows, block_size, settings[0])
+    try:
+        return mean_ce(model, x_all, y_all, batch_size)
+    except (MemoryError, RuntimeError) as e:
+        if not is_out_of_memory(e):
+            raise
+        raise OutOfMemory(
+            f"out of memory evaluating {len(x_all)} windows of {block_size} tokens in batches of "
+            f"{batch_size}: lower {settings[1]}"
+        ) from None
 
 
 def evaluate_rows(
@@ -78,7 +117,15 @@ def evaluate_rows(
             f"model's vocabulary of {model.config.vocab_size}"
         )
     autocast = autocast_for(model.tok_emb.weight.device, dtype)
-    loss = mean_ce(model, rows[:, :-1], rows[:, 1:], batch_size, autocast)
+    try:
+        loss = mean_ce(model, rows[:, :-1], rows[:, 1:], batch_size, autocast)
+    except (MemoryError, RuntimeError) as e:
+        if not is_out_of_memory(e):
+            raise
+        raise OutOfMemory(
+            f"out of memory evaluating {len(rows)} rows of {rows.shape[1]} tokens in batches of "
+            f"{batch_size}: lower --batch-size"
+        ) from None
     return {"loss": loss, "rows": len(rows), "tokens": len(rows) * (rows.shape[1] - 1)}
 
 

@@ -26,12 +26,14 @@ from __future__ import annotations
 import json
 import os
 import re
+from pathlib import Path
 from typing import Any
 
 import torch
 from torch import nn
 
 from . import hub
+from .digests import safetensors_header
 from .model import GPT, GPTConfig
 
 SUPPORTED = ("gpt2", "llama", "mistral", "qwen2")  # HF model_type values we import
@@ -112,8 +114,14 @@ def _resolve(src: str | os.PathLike) -> nn.Module:
 
 
 def _load_pretrained(src: str, local_files_only: bool) -> nn.Module:
+    """The model of a save_pretrained directory or hub id, its weights checked against its config:
+    a weight file cut short, a weight the config needs and the files lack (transformers would
+    initialise it at random), or a layer beyond the config's, is an error naming them."""
     import transformers
 
+    if os.path.isdir(src):
+        for path in sorted(Path(src).glob("*.safetensors")):
+            _check_safetensors(path)
     config = transformers.AutoConfig.from_pretrained(src, local_files_only=local_files_only)
     classes = {k: getattr(transformers, v) for k, v in LLAMA_FAMILY.items()}
     classes["gpt2"] = transformers.GPT2LMHeadModel
@@ -122,7 +130,46 @@ def _load_pretrained(src: str, local_files_only: bool) -> nn.Module:
             f"load_hf: {src!r} has model_type {config.model_type!r}; supported: {SUPPORTED}"
         )
     cls = classes[config.model_type]
-    return cls.from_pretrained(src, config=config, local_files_only=local_files_only)
+    model, info = cls.from_pretrained(
+        src, config=config, local_files_only=local_files_only, output_loading_info=True
+    )
+    layers = config.num_hidden_layers
+    beyond = [k for k in info["unexpected_keys"] if (_layer_of(k) or 0) >= layers]
+    problems = []
+    if info["missing_keys"]:
+        problems.append(f"missing {sorted(info['missing_keys'])[:3]}")
+    if beyond:
+        problems.append(f"layers beyond its {layers}: {sorted(beyond)[:3]}")
+    if info["mismatched_keys"]:
+        problems.append(f"other shapes: {sorted(info['mismatched_keys'])[:3]}")
+    if problems:
+        raise ValueError(
+            f"load_hf: the weights of {src} do not match its config.json ({layers} layers, "
+            f"vocab_size {config.vocab_size}): {'; '.join(problems)}"
+        )
+    return model
+
+
+def _layer_of(key: str) -> int | None:
+    found = re.search(r"\.(?:h|layers)\.(\d+)\.", key)
+    return int(found.group(1)) if found else None
+
+
+def _check_safetensors(path: Path) -> None:
+    """ValueError naming `path` unless its header parses and its tensors fill the file exactly."""
+    try:
+        with open(path, "rb") as f:
+            header, start = safetensors_header(f)
+        header.pop("__metadata__", None)
+        end = max((entry["data_offsets"][1] for entry in header.values()), default=0)
+    except (ValueError, KeyError, TypeError, IndexError) as e:
+        raise ValueError(f"load_hf: {path} is not a whole safetensors file ({e})") from None
+    size = path.stat().st_size
+    if size != start + end:
+        raise ValueError(
+            f"load_hf: {path} is truncated or damaged: its header says {start + end} bytes, the "
+            f"file has {size}; copy it again, or save the model again with save_pretrained"
+        )
 
 
 def _is_connection_error(e: BaseException) -> bool:

@@ -11,7 +11,6 @@ the shared LR (the config's) and with both arms at their best LR. docs/norm-free
 from __future__ import annotations
 
 import copy
-import json
 import math
 import os
 import statistics
@@ -21,6 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+from . import jsonio
 from .analysis.stats import gap_pct
 from .config import VARIANTS, ConfigError, baseline_of
 from .pipeline import figure_width, run_config, run_name
@@ -80,7 +80,7 @@ def train_missing(
 
     def train(item: tuple[GridRun, Path]) -> str | None:
         run, run_dir = item
-        cfg = json.dumps(grid_run_config(config, run, data_dir))
+        cfg = jsonio.dumps(grid_run_config(config, run, data_dir))
         log = out / "logs" / f"{run.name}.log"
         log.parent.mkdir(parents=True, exist_ok=True)
         cmd = [sys.executable, "-m", "tapernorm.cli", "train", "--config-json", cfg]
@@ -110,7 +110,7 @@ def summarize(runs: list[GridRun], out: Path, shared_lr: float) -> tuple[list[di
     variant its gap to the matched baseline at the shared LR and with both at their best LR."""
     losses: dict[tuple[str, float], list[float]] = {}
     for run in runs:
-        result = json.loads((out / "runs" / run.name / "eval.json").read_text())
+        result = jsonio.read_json(out / "runs" / run.name / "eval.json")
         loss = math.inf if result["diverged"] else float(result["val_loss"])
         losses.setdefault((run.variant, run.lr), []).append(loss)
     cells = [

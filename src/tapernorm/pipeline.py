@@ -167,6 +167,35 @@ def sweep_run_config(config: dict, name: str, data_dir: str) -> dict:
     return resolve_run_config(cfg)
 
 
+def check_config_files(paths: list[str], schema_path: str) -> None:
+    """The workflow's config files (workflow.configfiles) as Snakemake read them: YAML syntax and
+    duplicate keys (naming the line), then top-level keys that the schema knows, naming the file.
+    A file with none of them is most likely a target written after --configfile, which reads every
+    path after it as a config file: the error says so."""
+    import yaml
+
+    from .config import ConfigError, check_yaml_files, config_text, yaml_load
+
+    check_yaml_files(paths)
+    with open(schema_path) as f:
+        allowed = list(yaml.safe_load(f)["properties"])
+    for path in paths:
+        data = yaml_load(config_text(path), f"config file {path}")
+        keys = [str(k) for k in data] if isinstance(data, dict) else []
+        unknown = [k for k in keys if k not in allowed]
+        if data is not None and (not keys or len(unknown) == len(keys)):
+            raise ConfigError(
+                f"config file {path}: not a workflow config (top-level keys {keys[:4]}, none of "
+                f"{', '.join(allowed)}); a target written after --configfile is read as one more "
+                "config file: put targets first (snakemake --cores all TARGET --configfile FILE)"
+            )
+        if unknown:
+            raise ConfigError(
+                f"config file {path}: config key {unknown[0]}: unknown key; allowed: "
+                f"{', '.join(allowed)}"
+            )
+
+
 def validate_pipeline_config(config: dict, schema_path: str) -> dict:
     """Validate the workflow config against its schema (filling defaults) and check what a schema
     can't: every run of every family resolves to a valid run config. Raises ConfigError naming the

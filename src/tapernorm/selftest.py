@@ -20,7 +20,6 @@ selftest needs no jsonschema: it runs on a bare GPU machine with torch and numpy
 from __future__ import annotations
 
 import copy
-import json
 import logging
 import tempfile
 import time
@@ -33,6 +32,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from . import jsonio
 from .model import DYT_RECIPE
 
 VOCAB, STEPS, TAPER_START, TAPER_END = 96, 6, 2, 5  # g = 1 for steps 1-2, 0 from step 5
@@ -162,7 +162,7 @@ def write_random_shards(data_dir: Path, seed: int = 0) -> None:
         "train_docs": 1,
         "val_docs": 1,
     }
-    (data_dir / "meta.json").write_text(json.dumps(meta))
+    (data_dir / "meta.json").write_text(jsonio.dumps(meta))
 
 
 def save_gpt2_init(model_dir: Path) -> None:

@@ -9,17 +9,17 @@ Data parallel: launched by `torchrun --nproc_per_node W` (WORLD_SIZE > 1), rank 
 r, r + W, ... of every step, gradients, losses and calibration statistics are summed over ranks, so the
 W processes take the very steps one process would (same global batch), and only rank 0 writes files.
 
-train() = set_up (data, model, optimizer) -> resume (from out/ckpt) -> train_steps (the loop) -> finish
-(final weights, rolled back if the run diverged; final evaluation; eval.json).
+train() = set_up (inputs pinned, data, model, optimizer) -> resume (from out/ckpt) -> train_steps (the
+loop) -> finish (final weights, rolled back if the run diverged; final evaluation; eval.json). A run
+found finished (finished_result) is left as it is. The data and init files are checked at every
+checkpoint and at the end (run_identity.Inputs): a file changed mid-run stops the run.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import math
-import os
 import sys
 import time
 from collections.abc import Callable
@@ -32,30 +32,36 @@ import torch.nn.functional as F
 from tqdm import tqdm
 
 from .anchor import ScaleAnchor
-from .checkpoint import CheckpointError, load_model, save_model, write_json
+from .checkpoint import load_model, save_model, write_json
 from .data import TokenShards
 from .device import autocast_for, resolve_device
 from .diagnostics import clipped, grad_norms, output_stats, prelogit_geometry
 from .distributed import World, barrier, make_reduce, process_group, rank_micro_batches, sum_grads
-from .evaluation import evaluate
+from .evaluation import evaluate, validation_windows
 from .fakeln import FakeLNSchedule, schedule_for
+from .metrics_log import MetricsLog, restore_metrics
 from .model import GPT, GPTConfig, convert_norms
 from .norms import Reduce, freeze, set_gate, taper_norms, update_calibration
 from .provenance import git_state, host, now, versions
-from .run_identity import run_identity
+from .run_identity import Inputs, run_identity
 from .run_lock import run_lock
 from .schedules import gate_at, lr_at
 from .training_state import (
     checkpoint_mismatch,
     clear_run,
+    finished_result,
     has_checkpoint,
     load_training_state,
+    read_state,
     readable_checkpoint,
-    restore_metrics,
+    recorded_inputs,
     save_training_state,
 )
 
 log = logging.getLogger(__name__)
+
+
+EVAL_KEYS = ("log.eval_windows", "log.eval_batch_size")  # what an evaluation's OutOfMemory names
 
 
 def batch_generator(seed: int, step: int, micro: int) -> torch.Generator:
@@ -127,6 +133,9 @@ class Run:
     identity: dict  # config + data and init fingerprints (run_identity): what a resume must match
     forward: Callable  # the training forward: the model, or torch.compile of it
     provenance: dict  # what made the run: code, host, versions, threads, start (config.json meta)
+    inputs: Inputs  # the data and init files, pinned: checked at each checkpoint and at the end
+    val_windows: tuple[torch.Tensor, torch.Tensor]  # the fixed validation windows (made up front)
+    metrics: MetricsLog | None = None  # metrics.jsonl, open from resume on (rank 0)
 
     @property
     def tapered(self) -> bool:
@@ -157,7 +166,9 @@ class Run:
 
 
 def set_up(cfg: dict, out: Path, world: World, device: torch.device) -> Run:
-    """Data, model (the same init in every process), scale anchor, optimizer, FakeLN schedule."""
+    """Inputs pinned (hashed before they are read), data, model (the same init in every
+    process), scale anchor, optimizer, FakeLN schedule, validation windows."""
+    inputs = Inputs(cfg, recorded_inputs(out / "ckpt"))
     torch.manual_seed(cfg["seed"])
     shards = TokenShards(cfg["data"]["dir"], cfg["data"]["train_tokens"])
     model = build_model(cfg, shards.vocab_size).to(device)
@@ -175,7 +186,9 @@ def set_up(cfg: dict, out: Path, world: World, device: torch.device) -> Run:
         ).to(device)
     opt = make_optimizer(model, cfg["train"])
     fakeln = schedule_for(cfg, model)
-    identity = run_identity(cfg)
+    identity = run_identity(cfg, inputs)
+    log_cfg = cfg["log"]
+    val_windows = validation_windows(shards, log_cfg["eval_windows"], mcfg.block_size, EVAL_KEYS[0])
     # train.compile: one graph per gate phase (g = 1, 0 < g < 1, g = 0): TaperNorm branches on the
     # phase and computes with the gate buffer, so a changing g does not recompile
     forward = torch.compile(model) if cfg["train"]["compile"] else model
@@ -203,6 +216,8 @@ def set_up(cfg: dict, out: Path, world: World, device: torch.device) -> Run:
         identity,
         forward,
         provenance,
+        inputs,
+        val_windows,
     )
 
 
@@ -216,7 +231,8 @@ def config_record(run: Run, **extra) -> dict:
 def resume(run: Run) -> int:
     """The step the run continues from: its checkpoint's (loaded, metrics.jsonl restored to it) or
     0. A checkpoint of another config, data or init is not resumed: the run starts over, and every
-    file of the old run is removed first. Rank 0 writes config.json."""
+    file of the old run is removed first; one whose state.json is unreadable is an error. Rank 0
+    writes config.json and opens the record (run.metrics)."""
     cfg, out, world = run.cfg, run.out, run.world
     if world.main:
         out.mkdir(parents=True, exist_ok=True)
@@ -242,16 +258,17 @@ def resume(run: Run) -> int:
                 (out / name).unlink(missing_ok=True)
         write_json(out / "config.json", config_record(run, model=run.model.config.to_dict()))
     barrier(world)  # every rank sees the checkpoint rank 0 kept
-    if not has_checkpoint(run.ckpt):
-        return 0
-    try:
+    step = 0
+    if has_checkpoint(run.ckpt):
         step = load_training_state(run.ckpt, run.model, run.opt, run.anchor)
-    except CheckpointError as e:
-        raise CheckpointError(f"{e}; delete {run.ckpt} to start the run over") from e
     if world.main:
-        restored = restore_metrics(run.metrics_path, readable_checkpoint(run.ckpt), step)
-        note = f" ({run.metrics_path.name} restored: {restored} records)" if restored else ""
-        log.info("[%s] resumed from step %d%s", cfg["name"], step, note)
+        if step:
+            saved = read_state(run.ckpt).get("metrics")
+            ckpt = readable_checkpoint(run.ckpt)
+            restored = restore_metrics(run.metrics_path, ckpt, step, saved, cfg["name"])
+            note = f" ({run.metrics_path.name} restored: {restored} records)" if restored else ""
+            log.info("[%s] resumed from step %d%s", cfg["name"], step, note)
+        run.metrics = MetricsLog(run.metrics_path, cfg["name"])
     return step
 
 
@@ -435,53 +452,57 @@ def train_steps(run: Run, first_step: int, stop_after: int | None) -> Outcome:
     outcome = Outcome(step=first_step, checkpoint_step=first_step, first_step=first_step)
     divergence = Divergence(run.device)
     run.model.train()
-    metrics_file = run.metrics_path.open("a") if run.world.main else open(os.devnull, "w")
-    with metrics_file:
-        for step in range(first_step + 1, steps + 1):
-            record = start_step(run, step)
-            logged = step == 1 or step % log_cfg["every"] == 0 or step == steps or len(record) > 3
-            result = train_step(run, record, logged)
-            divergence.track(result)
-            progress.step_done(tokens)
-            eval_due = log_cfg["eval_every"] and step % log_cfg["eval_every"] == 0 and step < steps
-            ckpt_due = step % log_cfg["ckpt_every"] == 0 or step == steps
-            stop = stop_after is not None and step >= stop_after
-            if not (logged or eval_due or ckpt_due or stop):
-                continue
+    metrics = run.metrics  # None on ranks other than 0
+    for step in range(first_step + 1, steps + 1):
+        record = start_step(run, step)
+        logged = step == 1 or step % log_cfg["every"] == 0 or step == steps or len(record) > 3
+        result = train_step(run, record, logged)
+        divergence.track(result)
+        progress.step_done(tokens)
+        eval_due = log_cfg["eval_every"] and step % log_cfg["eval_every"] == 0 and step < steps
+        ckpt_due = step % log_cfg["ckpt_every"] == 0 or step == steps
+        stop = stop_after is not None and step >= stop_after
+        if not (logged or eval_due or ckpt_due or stop):
+            continue
 
-            # a boundary: read what the steps since the last one left on the device
-            bad = divergence.read()
-            if bad is not None:
-                outcome.diverged_step, outcome.step = bad[0], bad[0] - 1
-                log.warning("[%s] non-finite %s at step %d: stopping", cfg["name"], bad[1], bad[0])
-                break
-            outcome.step = step
-            if logged:
-                loss, aux_loss = result.losses.tolist()
-                grad_norm = result.grad_norm.item()
-                record = host_values(result.record)
-                record.update(result.norms, **clipped(result.norms, grad_norm, run.clip))
-                tokens_per_s = progress.tokens_per_s()
-                record.update(
-                    loss=loss, aux_loss=aux_loss, grad_norm=grad_norm, tokens_per_s=tokens_per_s
-                )
-                metrics_file.write(json.dumps(record) + "\n")
-                metrics_file.flush()
-                progress.report(step, loss, record["gate"], record["lr"], tokens_per_s)
-            if eval_due and run.world.main:
-                val = evaluate(
-                    run.model, run.shards, log_cfg["eval_windows"], log_cfg["eval_batch_size"]
-                )
-                metrics_file.write(json.dumps({"step": step, "val_loss": val}) + "\n")
-            if ckpt_due and run.world.main:
-                metrics_file.flush()
-                save_training_state(
-                    run.ckpt, run.model, run.opt, run.anchor, step, run.identity, run.metrics_path
-                )
-                outcome.checkpoint_step = step
-            if stop:
-                outcome.stopped = True
-                break
+        # a boundary: read what the steps since the last one left on the device
+        bad = divergence.read()
+        if bad is not None:
+            outcome.diverged_step, outcome.step = bad[0], bad[0] - 1
+            log.warning("[%s] non-finite %s at step %d: stopping", cfg["name"], bad[1], bad[0])
+            break
+        outcome.step = step
+        if logged:
+            loss, aux_loss = result.losses.tolist()
+            grad_norm = result.grad_norm.item()
+            record = host_values(result.record)
+            record.update(result.norms, **clipped(result.norms, grad_norm, run.clip))
+            tokens_per_s = progress.tokens_per_s()
+            record.update(
+                loss=loss, aux_loss=aux_loss, grad_norm=grad_norm, tokens_per_s=tokens_per_s
+            )
+            if metrics is not None:
+                metrics.write(record)
+            progress.report(step, loss, record["gate"], record["lr"], tokens_per_s)
+        if eval_due and metrics is not None:
+            metrics.write({"step": step, "val_loss": validation_loss(run, run.model)})
+        if ckpt_due and metrics is not None:
+            run.inputs.check()  # the steps since the last checkpoint read the pinned data
+            metrics.keep(whole=True)
+            save_training_state(
+                run.ckpt,
+                run.model,
+                run.opt,
+                run.anchor,
+                step,
+                run.identity,
+                metrics.content(),
+                run.inputs.record(),
+            )
+            outcome.checkpoint_step = step
+        if stop:
+            outcome.stopped = True
+            break
     progress.close()
     return outcome
 
@@ -489,13 +510,23 @@ def train_steps(run: Run, first_step: int, stop_after: int | None) -> Outcome:
 # ---- the end: weights, final evaluation, eval.json ------------------------------------------------
 
 
+def validation_loss(run: Run, model: GPT) -> float:
+    """The validation loss of `model` on the run's fixed windows, at g = 0."""
+    log_cfg = run.cfg["log"]
+    n, batch = log_cfg["eval_windows"], log_cfg["eval_batch_size"]
+    return evaluate(model, run.shards, n, batch, run.val_windows, EVAL_KEYS)
+
+
 def finish(run: Run, outcome: Outcome) -> dict:
     """Rank 0 saves the weights (rolled back to the last checkpoint if the run diverged), evaluates
-    them at g = 0 and writes eval.json last; returns its dict. Other ranks wait for it."""
+    them at g = 0 and writes eval.json last; returns its dict. Other ranks wait for it. The inputs
+    are checked before anything is written and again before eval.json, and the record is put back
+    if it went missing."""
     cfg, model, log_cfg, world = run.cfg, run.model, run.cfg["log"], run.world
     if not world.main:
         barrier(world)  # wait for rank 0's final evaluation
         return {"rank": world.rank, "step": outcome.step}
+    run.inputs.check()
     weights_step = outcome.step
     if outcome.diverged_step is not None:  # roll back to the last good checkpoint, or the init
         weights_step = outcome.checkpoint_step
@@ -506,7 +537,7 @@ def finish(run: Run, outcome: Outcome) -> dict:
             model.load_state_dict(build_model(cfg, run.shards.vocab_size).state_dict())
     finished = {"finished": now(), "resumed_from_step": outcome.first_step}
     save_model(model, run.out, config_record(run, weights_step=weights_step, times=finished))
-    val = evaluate(model, run.shards, log_cfg["eval_windows"], log_cfg["eval_batch_size"])
+    val = validation_loss(run, model)
     result = {
         "name": cfg["name"],
         "variant": cfg.get("variant"),
@@ -521,16 +552,21 @@ def finish(run: Run, outcome: Outcome) -> dict:
         "block_size": model.config.block_size,
         "processes": world.size,
     }
+    run.inputs.check()  # (the final evaluation read val.bin)
+    run.metrics.keep(whole=True)
     write_json(run.out / "eval.json", result)
     barrier(world)
     return result
 
 
-def train(cfg: dict, out_dir: str | Path, stop_after: int | None = None) -> dict:
+def train(
+    cfg: dict, out_dir: str | Path, stop_after: int | None = None, wait: bool = False
+) -> dict:
     """Run (or resume) one training run described by a resolved run config; returns eval.json's dict.
 
     Writes out_dir/{config.json, metrics.jsonl, ckpt/, model.safetensors, eval.json}; eval.json last,
-    holding out_dir/train.lock meanwhile (a second train() on out_dir is refused).
+    holding out_dir/train.lock meanwhile (a second train() on out_dir is refused, or with `wait`
+    waits for the first to end). A run found finished is left as it is (its eval.json returned).
     `stop_after` ends the process early (as if killed) after that many steps: used by resume tests.
     Under torchrun (WORLD_SIZE > 1) it joins the process group (NCCL on GPUs, gloo on CPUs);
     ranks other than 0 return {"rank": r, "step": k} and write nothing.
@@ -539,9 +575,21 @@ def train(cfg: dict, out_dir: str | Path, stop_after: int | None = None) -> dict
     device = resolve_device(cfg["train"]["device"], world.local_rank, "train.device")
     with process_group(world, device):
         run = set_up(cfg, Path(out_dir), world, device)
-        lock = run_lock(run.out, cfg["name"]) if world.main else contextlib.nullcontext()
+        lock = run_lock(run.out, cfg["name"], wait) if world.main else contextlib.nullcontext()
         with lock:  # one writer per run directory
-            outcome = train_steps(run, resume(run), stop_after)
-            if outcome.stopped:
-                return {"stopped_at": outcome.step}
-            return finish(run, outcome)
+            done = finished_result(run.out, run.ckpt, run.identity)
+            if done is not None:
+                if world.main:
+                    log.info(
+                        "[%s] %s holds this run, finished: nothing to do", cfg["name"], run.out
+                    )
+                    return done
+                return {"rank": world.rank, "step": done["weights_step"]}
+            try:
+                outcome = train_steps(run, resume(run), stop_after)
+                if outcome.stopped:
+                    return {"stopped_at": outcome.step}
+                return finish(run, outcome)
+            finally:
+                if run.metrics is not None:
+                    run.metrics.close()

@@ -1,13 +1,14 @@
 """The training state a run checkpoints and resumes from: weights, AdamW moments, the scale
-anchor's statistics, the step, the run's identity (run_identity) and a copy of metrics.jsonl up
-to that step, as safetensors + JSON in out/ckpt (replaced atomically, all together).
+anchor's statistics, the step, the run's identity (run_identity), the file states of its pinned
+inputs and a copy of metrics.jsonl up to that step (with its sha256), as safetensors + JSON in
+out/ckpt (replaced atomically, all together).
 
 The copy of the record is what makes a resume whole when the live metrics.jsonl is gone or short
 (Snakemake deletes a job's declared outputs before rerunning it; ckpt/ is not one of them)."""
 
 from __future__ import annotations
 
-import json
+import hashlib
 import logging
 import shutil
 from pathlib import Path
@@ -15,23 +16,24 @@ from pathlib import Path
 import torch
 
 from .anchor import ScaleAnchor
+from .atomic import atomic_write_bytes
 from .checkpoint import (
     CheckpointError,
-    atomic_write_bytes,
     load_model_tensors,
     load_tensors,
     model_tensors,
     read_json,
     replace_dir,
     save_tensors,
+    verify_tensor_file,
     write_json,
 )
+from .metrics_log import METRICS, record_lines
 from .model import GPT
-from .run_identity import differences, run_identity
+from .run_identity import Inputs, differences, run_identity
 
 log = logging.getLogger(__name__)
 
-METRICS = "metrics.jsonl"
 # Every file a run writes in its directory, eval.json first (it is written last: its presence
 # says the run finished). A restart removes them all, so no directory mixes two runs.
 RUN_FILES = ("eval.json", "model.safetensors", METRICS, "config.json")
@@ -50,10 +52,12 @@ def save_training_state(
     anchor: ScaleAnchor | None,
     step: int,
     identity: dict,
-    metrics: Path | None = None,
+    metrics: bytes | None = None,
+    inputs: dict | None = None,
 ) -> None:
     """Write the state after `step` to `ckpt` (via ckpt.tmp, so a kill never leaves half of one),
-    with the run's identity and a copy of the `metrics` file (flushed up to `step`)."""
+    with the run's identity, its inputs' file states (Inputs.record) and a copy of the record
+    (`metrics`: metrics.jsonl's bytes up to `step`)."""
     tmp = ckpt.with_name(ckpt.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)  # what a kill mid-save left
     tensors = {f"model.{k}": v for k, v in model_tensors(model).items()}
@@ -64,15 +68,20 @@ def save_training_state(
     if anchor is not None:
         tensors.update({f"anchor.{k}": v for k, v in anchor.state_dict().items()})
     save_tensors(tmp / "state.safetensors", tensors)
-    if metrics is not None and metrics.is_file():
-        shutil.copyfile(metrics, tmp / METRICS)
     meta = {
         "step": step,
         "param_groups": opt_state["param_groups"],
         "run_config": identity["config"],
         "data": identity["data"],
         "init": identity["init"],
+        "inputs": inputs or {},
     }
+    if metrics is not None:
+        atomic_write_bytes(tmp / METRICS, metrics)
+        meta["metrics"] = {
+            "sha256": hashlib.sha256(metrics).hexdigest(),
+            "records": metrics.count(b"\n"),
+        }
     write_json(tmp / "state.json", meta)
     replace_dir(tmp, ckpt)
 
@@ -86,16 +95,42 @@ def readable_checkpoint(ckpt: Path) -> Path | None:
     return old if old.is_dir() else None
 
 
+def read_state(ckpt: Path) -> dict:
+    """state.json of the checkpoint `ckpt` (or ckpt.old). One that cannot be read is an error that
+    leaves the checkpoint alone: nothing can say whether it is this run's."""
+    path = readable_checkpoint(ckpt) or ckpt
+    try:
+        return read_json(path / "state.json")
+    except CheckpointError as e:
+        raise CheckpointError(
+            f"{e}; so the checkpoint in {path} cannot be matched to the run and is left as it is: "
+            f"restore the file, or delete {path} to start the run over"
+        ) from None
+
+
+def recorded_inputs(ckpt: Path) -> dict:
+    """The input file states the checkpoint `ckpt` recorded (Inputs' `known`); {} if none."""
+    if readable_checkpoint(ckpt) is None:
+        return {}
+    try:
+        inputs = read_state(ckpt).get("inputs")
+    except CheckpointError:
+        return {}  # (resume says what is wrong with it)
+    return inputs if isinstance(inputs, dict) else {}
+
+
 def load_training_state(
     ckpt: Path, model: GPT, opt: torch.optim.Optimizer, anchor: ScaleAnchor | None
 ) -> int:
     """Load the state in `ckpt` (or ckpt.old) into model, optimizer and anchor; returns its step."""
+    meta = read_state(ckpt)
     ckpt = readable_checkpoint(ckpt) or ckpt
-    meta = read_json(ckpt / "state.json")
-    tensors = load_tensors(ckpt / "state.safetensors")
-    load_model_tensors(
-        model, {k[6:]: v for k, v in tensors.items() if k.startswith("model.")}, str(ckpt)
-    )
+    try:
+        tensors = load_tensors(ckpt / "state.safetensors")
+        weights = {k[6:]: v for k, v in tensors.items() if k.startswith("model.")}
+        load_model_tensors(model, weights, str(ckpt / "state.safetensors"))
+    except CheckpointError as e:
+        raise CheckpointError(f"{e}; delete {ckpt} to start the run over") from None
     state: dict = {}
     for k, v in tensors.items():
         if k.startswith("optim."):
@@ -122,15 +157,32 @@ def has_checkpoint(ckpt: Path) -> bool:
 
 def checkpoint_mismatch(ckpt: Path, identity: dict) -> list[str] | None:
     """None if there is no checkpoint; else what differs between the identity it recorded and
-    `identity` (empty: it may be resumed)."""
-    path = readable_checkpoint(ckpt)
-    if path is None:
+    `identity` (empty: it may be resumed). CheckpointError if its state.json is unreadable."""
+    if readable_checkpoint(ckpt) is None:
+        return None
+    recorded = read_state(ckpt)
+    return differences({**recorded, "config": recorded.get("run_config")}, identity)
+
+
+def finished_result(out: Path, ckpt: Path, identity: dict) -> dict | None:
+    """eval.json's dict if `out` holds this run, finished: its checkpoint is this run's, eval.json
+    (written last) records the checkpoint's step as its weights', and the other outputs are there
+    and whole (the weights' digest verified). Else None: the run is resumed, its outputs written
+    again. CheckpointError if the checkpoint's state.json is unreadable."""
+    if checkpoint_mismatch(ckpt, identity) != []:
         return None
     try:
-        recorded = read_json(path / "state.json")
-    except CheckpointError:
-        return ["checkpoint (its state.json is unreadable)"]
-    return differences({**recorded, "config": recorded.get("run_config")}, identity)
+        result = read_json(out / "eval.json")
+        if result.get("weights_step") != read_state(ckpt).get("step"):
+            return None
+        if result.get("steps") != identity["config"]["train"]["steps"]:
+            return None
+        read_json(out / "config.json")
+        record_lines(out / METRICS)
+        verify_tensor_file(out / "model.safetensors")
+    except (CheckpointError, ValueError, OSError):
+        return None
+    return result
 
 
 def clear_run(out: Path, ckpt: Path) -> list[str]:
@@ -152,62 +204,12 @@ def clear_run(out: Path, ckpt: Path) -> list[str]:
 def resume_step(cfg: dict, out_dir: str | Path) -> int:
     """The step a rerun of run `cfg` in `out_dir` resumes from: its checkpoint's, or 0 if none."""
     ckpt = Path(out_dir) / "ckpt"
-    if checkpoint_mismatch(ckpt, run_identity(cfg)):
-        return 0
-    path = readable_checkpoint(ckpt)
-    if path is None:
+    if readable_checkpoint(ckpt) is None:
         return 0
     try:
-        return int(read_json(path / "state.json")["step"])
+        identity = run_identity(cfg, Inputs(cfg, recorded_inputs(ckpt)))
+        if checkpoint_mismatch(ckpt, identity):
+            return 0
+        return int(read_state(ckpt)["step"])
     except (CheckpointError, KeyError, ValueError, TypeError):
         return 0
-
-
-def _record_lines(path: Path) -> list[tuple[int, str]]:
-    """(step, line) of each record of a metrics file. A torn last line (a crash or a full disk
-    mid-write) is dropped, said once; a broken line elsewhere is an error naming the file and line."""
-    lines = path.read_text().split("\n")
-    kept = []
-    for i, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-            if not isinstance(record, dict) or not isinstance(record.get("step"), int):
-                raise ValueError("not a record with an integer 'step'")
-        except ValueError as e:
-            if i == len(lines):  # no newline after it: the write was cut short
-                log.warning("%s: dropped its torn last line %d (%r...)", path, i, line[:40])
-                break
-            raise ValueError(
-                f"{path} line {i} is not a metrics record ({e}): delete that line or the file"
-            ) from None
-        kept.append((record["step"], line))
-    return kept
-
-
-def read_records(path: Path) -> list[dict]:
-    """The records of a metrics file (see _record_lines for a torn or broken line)."""
-    return [json.loads(line) for _, line in _record_lines(path)]
-
-
-def restore_metrics(path: Path, ckpt: Path, step: int) -> int | None:
-    """Make `path` the record up to `step`: the copy saved with the checkpoint `ckpt` when there
-    is one, else the live file cut after `step`. Returns how many records were restored when the
-    live file was missing or short, else None."""
-    saved = ckpt / METRICS
-    if not saved.is_file():
-        keep = _record_lines(path) if path.exists() else []
-        _write_lines(path, [line for s, line in keep if s <= step])
-        return None
-    lines = [line for s, line in _record_lines(saved) if s <= step]
-    try:
-        live = sum(s <= step for s, _ in _record_lines(path)) if path.exists() else 0
-    except ValueError:
-        live = 0  # a broken line: the saved copy replaces it
-    _write_lines(path, lines)
-    return len(lines) if live < len(lines) else None
-
-
-def _write_lines(path: Path, lines: list[str]) -> None:
-    atomic_write_bytes(path, "".join(line + "\n" for line in lines).encode())

@@ -4,18 +4,19 @@ import os
 from tapernorm import pipeline as tp
 from tapernorm import provenance
 from tapernorm.analysis.runs import RUN_FILES
-from tapernorm.config import check_yaml_files
 from tapernorm.data import EVAL_SETS
 from tapernorm.run_identity import MODEL_FILES
+from tapernorm.run_lock import WAIT_ENV
 
-# Snakemake's YAML loader keeps the last of two equal keys: reject them (and name the line).
-check_yaml_files(workflow.configfiles)
+CONFIG_SCHEMA = f"{workflow.basedir}/workflow/schemas/config.schema.yaml"
+# Snakemake's YAML loader keeps the last of two equal keys: reject them (and name the line); a
+# target written after --configfile, which Snakemake reads as a config file, is named as such.
+tp.check_config_files(workflow.configfiles, CONFIG_SCHEMA)
 # Validate (and complete with defaults) before any job runs; errors name the offending key.
-config.update(
-    tp.validate_pipeline_config(
-        config, f"{workflow.basedir}/workflow/schemas/config.schema.yaml"
-    )
-)
+config.update(tp.validate_pipeline_config(config, CONFIG_SCHEMA))
+# A train job whose run another invocation is writing waits for it instead of failing (Snakemake
+# deletes a failed job's outputs: the running job's); docs/usage.md, "Rerunning a run".
+os.environ.setdefault(WAIT_ENV, "1")
 # the validated config's sha256, named in every table's, figure's and the claims' provenance stamp
 CONFIG_HASH = provenance.config_hash(config)
 # the committed LR grid (docs/norm-free.md): the claims use it where its scale is the runs'

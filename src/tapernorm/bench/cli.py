@@ -4,9 +4,9 @@ own options, added to the main parser (tapernorm.cli)."""
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
+from .. import jsonio
 from ..cli_args import NON_NEGATIVE, POSITIVE, device_arg
 
 
@@ -90,7 +90,7 @@ def _cmd_bench_train_step(args: argparse.Namespace) -> int:
     result = results[0] if len(results) == 1 else results
     if args.out and not csv_out:
         write_json(args.out, result)
-    print(json.dumps(result, indent=2))
+    print(jsonio.dumps(result, indent=2))
     return 0
 
 

@@ -5,13 +5,13 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
 import torch
 
 from ..atomic import atomic_write_bytes
+from ..jsonio import read_json, write_json
 from .hf_datasets import load_hf_dataset, text_column
 from .shards import TokenShards
 from .tokenizers import GPT2_EOT_ID, gpt2_tokenizer
@@ -59,7 +59,7 @@ def _dataset_rows(ds, row_len: int, name: str) -> tuple[np.ndarray, dict]:
         rows = rows_from_sequences(values, lengths, row_len)
         return rows, {"column": column, "tokenization": "pre-tokenized (ids read as stored)"}
     if "text" not in ds.column_names:
-        raise KeyError(
+        raise ValueError(
             f"{name}: no token column {list(TOKEN_COLUMNS)} and no 'text' column "
             f"(columns: {ds.column_names})"
         )
@@ -91,7 +91,7 @@ def write_eval_set(rows: np.ndarray, vocab_size: int, out_dir: str, extra_meta: 
         "dtype": "uint16",
         **extra_meta,
     }
-    atomic_write_bytes(meta_path, (json.dumps(meta, indent=2) + "\n").encode("utf-8"))
+    write_json(meta_path, meta)
     return meta
 
 
@@ -150,15 +150,22 @@ class EvalSet:
                 f"no evaluation set in {data_dir}: {meta_path} is missing (written last, so the "
                 f"set is absent or incomplete). Create it with {PREPARE_EVAL_HINT}."
             )
-        self.meta = json.loads(meta_path.read_text(encoding="utf-8"))
+        self.meta = read_json(meta_path)
+        try:
+            n_rows, row_len = (int(self.meta[key]) for key in ("n_rows", "row_len"))
+        except (KeyError, TypeError, ValueError) as e:
+            raise ValueError(
+                f"{meta_path}: no valid n_rows and row_len ({type(e).__name__}: {e}); recreate "
+                f"the set with {PREPARE_EVAL_HINT}."
+            ) from None
         path = Path(data_dir) / "rows.bin"
-        expected = 2 * self.meta["n_rows"] * self.meta["row_len"]
+        expected = 2 * n_rows * row_len
         if not path.is_file() or path.stat().st_size != expected:
             raise ValueError(
                 f"{path} is missing or has the wrong size (expected {expected} bytes): recreate "
                 f"it with {PREPARE_EVAL_HINT}."
             )
-        self._rows = np.memmap(path, dtype=np.uint16, mode="r").reshape(-1, self.meta["row_len"])
+        self._rows = np.memmap(path, dtype=np.uint16, mode="r").reshape(-1, row_len)
 
     @property
     def n_rows(self) -> int:

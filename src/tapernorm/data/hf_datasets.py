@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .. import hub
+from ..jsonio import read_text
 
 if TYPE_CHECKING:
     import datasets
@@ -64,14 +65,30 @@ def _unavailable_message(
     )
 
 
-def text_column(ds, text_field: str, max_docs: int | None) -> list[str]:
-    """The non-empty values of a Dataset's text column (the first `max_docs` rows, or all)."""
+def text_column(ds, text_field: str, max_docs: int | None, source: str = "dataset") -> list[str]:
+    """The non-empty values of a Dataset's text column (the first `max_docs` rows, or all).
+    `source` (its files) is named in the error for a value that is not UTF-8."""
     if text_field not in ds.column_names:
-        raise KeyError(f"dataset has no column '{text_field}' (columns: {ds.column_names})")
+        raise ValueError(f"{source} has no column '{text_field}' (columns: {ds.column_names})")
     if max_docs is not None:
         ds = ds.select(range(min(max_docs, len(ds))))
     column = ds.with_format("arrow")[text_field]  # far faster than row-by-row access
-    return [t for t in column.to_pylist() if t]
+    try:
+        return [t for t in column.to_pylist() if t]
+    except UnicodeDecodeError as e:
+        row = next(i for i, value in enumerate(column) if not _decodes(value))
+        raise ValueError(
+            f"{source}: record {row + 1} (its '{text_field}') is not UTF-8 text ({e.reason} at "
+            f"byte {e.start}); fix or drop that record"
+        ) from None
+
+
+def _decodes(value) -> bool:
+    try:
+        value.as_py()
+    except UnicodeDecodeError:
+        return False
+    return True
 
 
 _SPLIT_ALIASES = {
@@ -88,7 +105,7 @@ def _names_split(filename: str, split: str) -> bool:
 
 def _txt_documents(path: Path) -> list[str]:
     """A .txt file is one document, or several separated by lines holding only <|endoftext|>."""
-    text = path.read_text(encoding="utf-8")
+    text = read_text(path)  # (not UTF-8: an error naming the file and line)
     parts = re.split(r"^\s*<\|endoftext\|>\s*$", text, flags=re.MULTILINE)
     return [p.strip("\n") for p in parts if p.strip()]
 
@@ -104,7 +121,7 @@ def _load_saved(path: Path, split: str):
     ds = datasets.load_from_disk(str(path))
     if isinstance(ds, datasets.DatasetDict):
         if split not in ds:
-            raise KeyError(f"{path} has splits {list(ds)}, not '{split}'")
+            raise ValueError(f"{path} has splits {list(ds)}, not '{split}'")
         ds = ds[split]
     return ds
 
@@ -141,12 +158,13 @@ def _load_local_text(local_path: str, split: str, text_field: str, max_docs: int
     if not path.exists():
         raise FileNotFoundError(f"data.local_path {local_path} does not exist")
     if path.is_dir() and any((path / f).exists() for f in _SAVED_MARKERS):
-        return text_column(_load_saved(path, split), text_field, max_docs)
+        return text_column(_load_saved(path, split), text_field, max_docs, str(path))
     files = _local_files(path, split)
     if files[0].suffix == ".txt":
         docs = [d for f in files for d in _txt_documents(f)]
         return docs[:max_docs] if max_docs is not None else docs
-    return text_column(_load_files(files), text_field, max_docs)
+    names = str(files[0]) if len(files) == 1 else f"{path} ({len(files)} files)"
+    return text_column(_load_files(files), text_field, max_docs, names)
 
 
 def _hub_dataset(name: str, split: str, key: str = "data.local_path", take: int | None = None):

@@ -14,7 +14,8 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from ..atomic import atomic_open, atomic_write_bytes
+from ..atomic import atomic_open
+from ..jsonio import write_json
 from .tokenizers import Tokenizer
 
 # How a user creates shards; named in errors when they are missing.
@@ -94,7 +95,7 @@ def write_shards(
     if clash:
         raise ValueError(f"extra_meta may not override {sorted(clash)}")
     meta.update(extra_meta or {})
-    atomic_write_bytes(meta_path, (json.dumps(meta, indent=2) + "\n").encode("utf-8"))
+    write_json(meta_path, meta)
     return meta
 
 
