@@ -174,8 +174,8 @@ def grid_scale(config: dict, runs: list[GridRun], data_dir: str) -> dict:
     its numbers, and the claims that quote them, must match."""
     cfg = grid_run_config(config, runs[0], data_dir)
     try:
-        corpus = json.loads((Path(data_dir) / "meta.json").read_text()).get("corpus")
-    except (OSError, ValueError):
+        corpus = jsonio.read_json(Path(data_dir) / "meta.json").get("corpus")
+    except (OSError, ValueError, AttributeError):
         corpus = None
     return {
         "corpus": corpus,
@@ -190,16 +190,13 @@ def grid_scale(config: dict, runs: list[GridRun], data_dir: str) -> dict:
     }
 
 
-def _null_if_not_finite(value):
-    return value if not isinstance(value, float) or math.isfinite(value) else None
-
-
 def write_summary(
     cells: list[dict], gaps: list[dict], out: Path, command: str, scale: dict | None = None
 ) -> list[Path]:
     """lr_grid.csv (the cells), lr_grid.md (both tables, the command that made them) and
-    lr_grid.json (cells, gaps, the runs' shared scale and what made them; non-finite numbers as
-    null: an infinite mean is a cell whose every seed diverged, which `diverged` counts)."""
+    lr_grid.json (cells, gaps, the runs' shared scale and what made them; a non-finite number as
+    null, named under its object's "non_finite": an infinite mean is a cell whose every seed
+    diverged, which `diverged` counts)."""
     import pandas as pd
 
     from .atomic import atomic_write_bytes
@@ -211,10 +208,10 @@ def write_summary(
         "command": command,
         "made": {**git_state(), "host": host(), "versions": versions(), "written": now()},
         "scale": scale,
-        "cells": [{k: _null_if_not_finite(v) for k, v in c.items()} for c in cells],
-        "gaps": [{k: _null_if_not_finite(v) for k, v in g.items()} for g in gaps],
+        "cells": cells,
+        "gaps": gaps,
     }
-    atomic_write_bytes(js, (json.dumps(record, indent=1, allow_nan=False) + "\n").encode())
+    jsonio.write_json(js, record)
     atomic_write_bytes(csv, cell_df.to_csv(index=False).encode())
     lines = [
         "# Learning-rate grid",

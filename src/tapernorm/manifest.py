@@ -18,7 +18,7 @@ import os
 from collections.abc import Iterable
 from pathlib import Path
 
-from .atomic import atomic_write_bytes
+from .jsonio import write_json
 from .provenance import config_hash, git_state, host, now, sha256_file, versions
 
 FORMAT = "tapernorm manifest 1"
@@ -95,8 +95,7 @@ def write_manifest(
     out, root = Path(out), Path(root)
     manifest = build_manifest(files, config, seeds, root)
     manifest["root"] = Path(os.path.relpath(root.resolve(), out.resolve().parent)).as_posix()
-    text = json.dumps(manifest, indent=1, ensure_ascii=False, allow_nan=False) + "\n"
-    atomic_write_bytes(out, text.encode())
+    write_json(out, manifest)
     return manifest
 
 

@@ -18,7 +18,7 @@ import re
 import shutil
 from pathlib import Path
 
-from .atomic import atomic_write_bytes
+from .jsonio import write_json
 from .manifest import FORMAT, check_manifest, file_entry, manifest_root, read_manifest
 from .provenance import now
 
@@ -138,8 +138,7 @@ def snapshot(
         "root": ".",
         "files": {rel: file_entry(tmp / rel) for rel in [*kept, LOG_NAME]},
     }
-    text = json.dumps(own, indent=1, ensure_ascii=False, allow_nan=False) + "\n"
-    atomic_write_bytes(tmp / "manifest.json", text.encode())
+    write_json(tmp / "manifest.json", own)
     dest.parent.mkdir(parents=True, exist_ok=True)
     tmp.rename(dest)
     return dest

@@ -60,6 +60,7 @@ from pathlib import Path
 import pandas as pd
 
 from ..atomic import atomic_write_bytes
+from ..jsonio import write_json
 from ..provenance import git_state, host, now, stamp, versions
 from . import finetune as ft
 from . import inference_tables, paper
@@ -251,6 +252,5 @@ def write_claims(
     out = Path(out_path)
     atomic_write_bytes(out, text.encode())
     atomic_write_bytes(out.with_suffix(".html"), markdown_page(text, "claims").encode())
-    data = json.dumps(record, indent=1, ensure_ascii=False, allow_nan=False) + "\n"
-    atomic_write_bytes(out.with_suffix(".json"), data.encode())
+    write_json(out.with_suffix(".json"), record)
     return out
