@@ -53,7 +53,12 @@ def without_timing(metrics: bytes) -> list[dict]:
 
 
 def train_log(wd: Path) -> str:
-    return (wd / "logs/runs/pretrain/baseline-d32-s0.log").read_text()
+    """The run's job log so far ("" while Snakemake, rerunning the job, has removed it and the new
+    job has not yet created it)."""
+    try:
+        return (wd / "logs/runs/pretrain/baseline-d32-s0.log").read_text()
+    except FileNotFoundError:
+        return ""
 
 
 def check_complete(wd: Path, reference: dict[str, bytes]) -> None:

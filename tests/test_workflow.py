@@ -121,7 +121,11 @@ def test_html_report_holds_every_figure_and_table(ci_run):
     snakemake(ci_run, "--cores", "2", "--report", "report.html", "--configfile", "config/ci.yaml")
     html = (ci_run / "report.html").read_text(errors="replace")
     assert len(html) > 100_000 and "fig3_logit_norm.html" in html and "table2.html" in html
-    assert "claims.html" in html and "is the page to open first" in html  # the home page
+    assert "claims.html" in html
+    # the home page: what made the run, the scale card and every verdict first
+    home = html.split("The paper's claims, and whether they hold here", 1)
+    assert len(home) == 2 and "The scale of these numbers" in home[0] and "Made by" in home[0]
+    assert "1. Internal-Taper (+aux) validation loss within ~2% of the baseline" in home[1]
     for caption in (
         "Figure 1: (a) the TaperNorm layer",
         "Figure 3: mean logit",
