@@ -18,8 +18,9 @@ import os
 from collections.abc import Iterable
 from pathlib import Path
 
+from .digests import file_sha256
 from .jsonio import write_json
-from .provenance import config_hash, git_state, host, now, sha256_file, versions
+from .provenance import config_hash, git_state, host, now, versions
 
 FORMAT = "tapernorm manifest 1"
 
@@ -29,7 +30,7 @@ class ManifestError(ValueError):
 
 
 def file_entry(path: Path) -> dict:
-    return {"sha256": sha256_file(path), "bytes": path.stat().st_size}
+    return {"sha256": file_sha256(path), "bytes": path.stat().st_size}
 
 
 def _run_provenance(root: Path, files: list[str]) -> list[dict]:
@@ -128,7 +129,7 @@ def check_manifest(path: str | Path, root: str | Path | None = None) -> tuple[in
         file = base / rel
         if not file.is_file():
             problems.append(f"missing: {rel}")
-        elif sha256_file(file) != entry["sha256"]:
+        elif file_sha256(file) != entry["sha256"]:
             problems.append(f"changed: {rel} (sha256 differs from the manifest's)")
         else:
             ok += 1

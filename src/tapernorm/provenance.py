@@ -9,14 +9,14 @@ project's layout); outside one, TAPERNORM_COMMIT names it, or it is unknown.
 from __future__ import annotations
 
 import datetime
-import hashlib
-import json
 import os
 import platform
 import subprocess
 import sys
 from importlib import metadata
 from pathlib import Path
+
+from .digests import json_sha256
 
 UNKNOWN = "unknown"
 SHORT = 12  # hex digits of a commit or a hash in a stamp
@@ -48,14 +48,9 @@ def git_state(root: str | Path | None = None) -> dict:
     return {"commit": commit.strip(), "dirty": None if status is None else bool(status.strip())}
 
 
-def canonical_json(obj) -> bytes:
-    """The bytes whose hash identifies `obj`: sorted keys, no whitespace, non-JSON values as str."""
-    return json.dumps(obj, sort_keys=True, separators=(",", ":"), default=str).encode()
-
-
 def config_hash(config: dict) -> str:
-    """sha256 of a (validated) config's canonical JSON."""
-    return hashlib.sha256(canonical_json(config)).hexdigest()
+    """sha256 of a (validated) config's canonical JSON (sorted keys, no whitespace)."""
+    return json_sha256(config)
 
 
 def cpu_name() -> str:
@@ -111,11 +106,3 @@ def stamp(config_sha256: str | None = None, state: dict | None = None) -> str:
     if config_sha256:
         text += f" · config {config_sha256[:SHORT]}"
     return text
-
-
-def sha256_file(path: str | Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()

@@ -4,7 +4,6 @@ an end-of-text token."""
 
 from __future__ import annotations
 
-import hashlib
 import importlib.util
 import io
 import os
@@ -14,6 +13,7 @@ from pathlib import Path
 from typing import Protocol
 
 from ..atomic import atomic_write_bytes
+from ..digests import file_sha256
 
 EOT_TEXT = "<|endoftext|>"
 
@@ -31,14 +31,6 @@ class Tokenizer(Protocol):
     def encode_batch(self, texts: list[str], num_threads: int = 2) -> list[list[int]]: ...
 
     def meta(self) -> dict: ...
-
-
-def _sha256(path: str | Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 class SentencePieceTokenizer:
@@ -73,7 +65,7 @@ class SentencePieceTokenizer:
             "kind": self.kind,
             "model": self.model_path,
             "name": self.name,
-            "sha256": _sha256(self.model_path),
+            "sha256": file_sha256(self.model_path),
         }
 
 
@@ -174,9 +166,9 @@ def _gpt2_files() -> tuple[Path, Path] | None:
     vocab_bpe, encoder_json = data / "vocab.bpe", data / "encoder.json"
     if not (vocab_bpe.is_file() and encoder_json.is_file()):
         return None
-    if _sha256(vocab_bpe) != GPT2_VOCAB_BPE_SHA256:
+    if file_sha256(vocab_bpe) != GPT2_VOCAB_BPE_SHA256:
         return None
-    if _sha256(encoder_json) != GPT2_ENCODER_JSON_SHA256:
+    if file_sha256(encoder_json) != GPT2_ENCODER_JSON_SHA256:
         return None
     return vocab_bpe, encoder_json
 
