@@ -12,7 +12,6 @@ typed by hand, so no quoted number can drift from the committed files it names.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from collections.abc import Callable
@@ -21,6 +20,7 @@ from pathlib import Path
 import pandas as pd
 
 from .atomic import atomic_write_bytes
+from .jsonio import read_json
 from .reference import ReferenceError, load_reference, wall_text
 
 BEGIN = re.compile(
@@ -153,7 +153,7 @@ def references_block(source: Path, doc_dir: Path) -> str:
 
 def lr_grid_block(source: Path, doc_dir: Path) -> str:
     """The LR grid's cells (mean ± std over seeds) and each arm's gap at the shared and best LR."""
-    grid = json.loads((source / "lr_grid.json").read_text())
+    grid = read_json(source / "lr_grid.json")
     made, scale = grid["made"], grid["scale"]
     cells = pd.DataFrame(grid["cells"])
     labels = list(dict.fromkeys(cells["label"]))

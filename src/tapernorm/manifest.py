@@ -19,7 +19,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from .digests import file_sha256
-from .jsonio import write_json
+from .jsonio import FileError, read_json, write_json
 from .provenance import config_hash, git_state, host, now, versions
 
 FORMAT = "tapernorm manifest 1"
@@ -101,13 +101,10 @@ def write_manifest(
 
 
 def read_manifest(path: str | Path) -> dict:
-    path = Path(path)
-    if not path.is_file():
-        raise ManifestError(f"manifest {path} does not exist")
     try:
-        manifest = json.loads(path.read_text())
-    except (ValueError, UnicodeDecodeError) as e:
-        raise ManifestError(f"manifest {path} is not valid JSON: {e}") from e
+        manifest = read_json(path)
+    except FileError as e:
+        raise ManifestError(f"manifest: {e}") from None
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
         raise ManifestError(f"manifest {path}: not a {FORMAT!r} file")
     if not isinstance(manifest.get("files"), dict):

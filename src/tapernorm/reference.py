@@ -13,12 +13,11 @@ The README's and docs' numbers from a run are generated from a reference run (do
 from __future__ import annotations
 
 import datetime
-import json
 import re
 import shutil
 from pathlib import Path
 
-from .jsonio import write_json
+from .jsonio import read_json, write_json
 from .manifest import FORMAT, check_manifest, file_entry, manifest_root, read_manifest
 from .provenance import now
 
@@ -153,7 +152,7 @@ def load_reference(ref: str | Path) -> dict:
     manifest = read_manifest(ref / "manifest.json")
     if "snapshot" not in manifest:
         raise ReferenceError(f"{ref}: its manifest.json is a run's, not a reference run's")
-    claims = json.loads((ref / "results" / "claims.json").read_text())
+    claims = read_json(ref / "results" / "claims.json")
     return {"dir": ref, "manifest": manifest, "claims": claims}
 
 

@@ -53,14 +53,13 @@ six variants only.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import pandas as pd
 
 from ..atomic import atomic_write_bytes
-from ..jsonio import write_json
+from ..jsonio import read_json, write_json
 from ..provenance import git_state, host, now, stamp, versions
 from . import finetune as ft
 from . import inference_tables, paper
@@ -136,12 +135,7 @@ def claims_table(inp: ClaimInputs) -> pd.DataFrame:
 def load_lr_grid(path: str | Path) -> dict:
     """lr_grid.json of `tapernorm lr-grid` (its path recorded in it, to name the source)."""
     path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"LR grid file {path} does not exist (tapernorm lr-grid writes it)")
-    try:
-        grid = json.loads(path.read_text())
-    except json.JSONDecodeError as e:
-        raise ValueError(f"LR grid file {path} is not valid JSON: {e}") from e
+    grid = read_json(path)  # names the file when it is missing, not UTF-8 or not JSON
     if not isinstance(grid, dict) or "gaps" not in grid or "scale" not in grid:
         raise ValueError(f"LR grid file {path}: not an lr_grid.json (no 'gaps' and 'scale')")
     return {**grid, "path": str(path.parent)}

@@ -10,10 +10,10 @@ tables are HTML (the same renderer as the claims page), so no text of a claim is
 from __future__ import annotations
 
 import html
-import json
 from pathlib import Path
 
 from ..atomic import atomic_write_bytes
+from ..jsonio import read_json
 from .html import render_table
 from .tables import to_markdown
 
@@ -81,6 +81,6 @@ def _rst(text: str) -> str:
 
 
 def write_home_page(claims_json: str | Path, out: str | Path, rerun: str) -> Path:
-    record = json.loads(Path(claims_json).read_text())
+    record = read_json(claims_json)
     atomic_write_bytes(out, home_page(record, rerun).encode())
     return Path(out)
