@@ -402,6 +402,27 @@ def _env_parser(sub) -> None:
     n.set_defaults(func=_cmd_env)
 
 
+def _cmd_rehearsal_inputs(args: argparse.Namespace) -> int:
+    from .data.standins import make_standins
+
+    record = make_standins(args.out, seed=args.seed)
+    print(jsonio.dumps(record, indent=2))
+    return 0
+
+
+def _rehearsal_inputs_parser(sub) -> None:
+    r = sub.add_parser(
+        "rehearsal-inputs",
+        help="offline stand-ins of the paper config's data sets and GPT-2 checkpoints "
+        "(config/rehearsal.yaml)",
+    )
+    r.add_argument(
+        "--out", type=Path, required=True, help="writes the stand-ins, standins.json last"
+    )
+    r.add_argument("--seed", type=int, default=0, help="fixes every stand-in (default: 0)")
+    r.set_defaults(func=_cmd_rehearsal_inputs)
+
+
 def _cmd_gpu_report(args: argparse.Namespace) -> int:
     from .gpu_check import gpu_report
 
@@ -529,6 +550,7 @@ COMMANDS = (  # in the order of `tapernorm --help`
     _env_parser,
     _gpu_report_parser,
     _lr_grid_parser,
+    _rehearsal_inputs_parser,
 )
 
 

@@ -100,9 +100,20 @@ def short_commit(state: dict) -> str:
     return text + (" (dirty tree)" if state["dirty"] else "")
 
 
-def stamp(config_sha256: str | None = None, state: dict | None = None) -> str:
-    """One line naming what made an output: 'tapernorm 0123456789ab · config 89ab...'."""
+REHEARSAL = "REHEARSAL on stand-in data and models, not results"
+REHEARSAL_NOTE = (
+    "REHEARSAL: this run is a rehearsal of the paper path (config/rehearsal.yaml) on offline "
+    "stand-ins of its data sets and GPT-2 models, with steps, sizes and seeds shrunk for a CPU. "
+    "Its numbers exercise the code and measure nothing about the method: no verdict here is a result."
+)
+
+
+def stamp(
+    config_sha256: str | None = None, state: dict | None = None, rehearsal: bool = False
+) -> str:
+    """One line naming what made an output: 'tapernorm 0123456789ab · config 89ab...', led by
+    REHEARSAL for a rehearsal of the paper path (config/rehearsal.yaml)."""
     text = f"tapernorm {short_commit(state or git_state())}"
     if config_sha256:
         text += f" · config {config_sha256[:SHORT]}"
-    return text
+    return f"{REHEARSAL} · {text}" if rehearsal else text

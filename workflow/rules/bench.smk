@@ -66,10 +66,10 @@ rule table3:
     conda:
         "../envs/tapernorm.yaml"
     params:
-        config_hash=CONFIG_HASH,
+        stamp=STAMP_ARGS,
     shell:
         "tapernorm table 3 --bench {input} --out results/tables/table3 "
-        "--config-hash {params.config_hash} > {log} 2>&1"
+        "{params.stamp} > {log} 2>&1"
 
 
 rule table_decode:
@@ -90,10 +90,10 @@ rule table_decode:
     conda:
         "../envs/tapernorm.yaml"
     params:
-        config_hash=CONFIG_HASH,
+        stamp=STAMP_ARGS,
     shell:
         "tapernorm table decode --bench {input} --out results/tables/table_decode "
-        "--config-hash {params.config_hash} > {log} 2>&1"
+        "{params.stamp} > {log} 2>&1"
 
 
 rule fig5:
@@ -113,7 +113,7 @@ rule fig5:
     conda:
         "../envs/tapernorm.yaml"
     params:
-        config_hash=CONFIG_HASH,
+        stamp=STAMP_ARGS,
     shell:
-        "tapernorm figure fig5 --bench {input} --config-hash {params.config_hash} "
+        "tapernorm figure fig5 --bench {input} {params.stamp} "
         "--out {output.pdf} > {log} 2>&1"

@@ -19,6 +19,10 @@ config.update(tp.validate_pipeline_config(config, CONFIG_SCHEMA))
 os.environ.setdefault(WAIT_ENV, "1")
 # the validated config's sha256, named in every table's, figure's and the claims' provenance stamp
 CONFIG_HASH = provenance.config_hash(config)
+# the stamp arguments of every table, figure, the claims and job times: a rehearsal says so in each
+STAMP_ARGS = f"--config-hash {CONFIG_HASH}" + (
+    " --rehearsal" if config["rehearsal"] else ""
+)
 # the committed LR grid (docs/norm-free.md): the claims use it where its scale is the runs'
 LR_GRID = "results/cpu/lr_grid/lr_grid.json"
 # what reruns this run (the report's home page names it)
@@ -29,6 +33,11 @@ RERUN_COMMAND = "snakemake --cores all" + (
 )
 
 PRETRAIN_DATA = "data/pretrain"
+# a rehearsal's stand-ins of the external inputs (rule rehearsal_inputs): what the data and
+# fine-tuning rules wait for; nothing in a real run
+REHEARSAL_INPUTS = (
+    [f"{config['rehearsal']['inputs']}/standins.json"] if config["rehearsal"] else []
+)
 # the conda env (--sdm conda) of the rules that may hold a GPU: CUDA torch when the config uses one
 GPU_ENV = tp.gpu_rules_env(config)
 # Snakemake's job records (benchmark:) of the long jobs, <rule>/<wildcards>.tsv; results/tables/job_times
@@ -170,7 +179,7 @@ def ft_spec(w):
 
 
 def finetune_inputs(w):
-    inputs = dict(FINETUNE_DATA_FILES)
+    inputs = dict(FINETUNE_DATA_FILES, rehearsal=REHEARSAL_INPUTS)
     if ft_model(w) in tp.finetune_base_models(config):
         base = f"{tp.FINETUNE_BASE_ROOT}/{ft_model(w)}"
         inputs |= model_files(base, prefix="base_")
@@ -324,8 +333,11 @@ def folded_option(wildcards, input):
 
 
 def prepare_eval_inputs(wildcards):
-    """The held-out set is cut from the fine-tuning shards; the others come from the hub."""
-    return list(FINETUNE_DATA_FILES.values()) if wildcards.evalset == "heldout" else []
+    """The held-out set is cut from the fine-tuning shards; the others come from the hub (in a
+    rehearsal, from its stand-ins)."""
+    if wildcards.evalset == "heldout":
+        return list(FINETUNE_DATA_FILES.values())
+    return REHEARSAL_INPUTS
 
 
 def prepare_eval_args(wildcards):

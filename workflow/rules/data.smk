@@ -1,4 +1,6 @@
 rule prepare_data:
+    input:
+        REHEARSAL_INPUTS,
     output:
         **PRETRAIN_DATA_FILES,
     log:

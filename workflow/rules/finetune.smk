@@ -4,6 +4,8 @@
 
 
 rule prepare_finetune_data:
+    input:
+        REHEARSAL_INPUTS,
     output:
         **FINETUNE_DATA_FILES,
     log:
@@ -168,7 +170,7 @@ for n in tp.FINETUNE_TABLES:
             n=n,
             runs=run_dirs,
             out=table_stem,
-            config_hash=CONFIG_HASH,
+            stamp=STAMP_ARGS,
         shell:
             "tapernorm table {params.n} --runs {params.runs} --evals {input.evals} "
-            "--out {params.out} --config-hash {params.config_hash} > {log} 2>&1"
+            "--out {params.out} {params.stamp} > {log} 2>&1"

@@ -27,10 +27,10 @@ for n in tp.PRETRAIN_TABLES:
             n=n,
             runs=run_dirs,
             out=table_stem,
-            config_hash=CONFIG_HASH,
+            stamp=STAMP_ARGS,
         shell:
             "tapernorm table {params.n} --runs {params.runs} --out {params.out} "
-            "--config-hash {params.config_hash} > {log} 2>&1"
+            "{params.stamp} > {log} 2>&1"
 
 
 rule anchor_table:
@@ -52,10 +52,10 @@ rule anchor_table:
         "../envs/tapernorm.yaml"
     params:
         runs=run_dirs,
-        config_hash=CONFIG_HASH,
+        stamp=STAMP_ARGS,
     shell:
         "tapernorm table anchor --runs {params.runs} --out results/tables/table_anchor "
-        "--config-hash {params.config_hash} > {log} 2>&1"
+        "{params.stamp} > {log} 2>&1"
 
 
 for fig_name, fig_runs in FIGURES.items():
@@ -82,10 +82,10 @@ for fig_name, fig_runs in FIGURES.items():
             kind=fig_name.split("_")[0],
             runs=run_dirs,
             width=figure_width,
-            config_hash=CONFIG_HASH,
+            stamp=STAMP_ARGS,
         shell:
             "tapernorm figure {params.kind} --runs {params.runs} --width {params.width} "
-            "--config-hash {params.config_hash} --out {output.pdf} > {log} 2>&1"
+            "{params.stamp} --out {output.pdf} > {log} 2>&1"
 
 
 rule claims:
@@ -117,11 +117,11 @@ rule claims:
         sweep=optional_files("--sweep-runs", "sweep", dirs_of),
         bench=optional_files("--bench", "bench"),
         lr_grid=optional_files("--lr-grid", "lr_grid"),
-        config_hash=CONFIG_HASH,
+        stamp=STAMP_ARGS,
     shell:
         "tapernorm claims --runs {params.runs} {params.ablation} {params.sweep} "
         "--verify {input.verify} {params.finetune} {params.bench} {params.lr_grid} "
-        "--out {output.md} --config-hash {params.config_hash} > {log} 2>&1"
+        "--out {output.md} {params.stamp} > {log} 2>&1"
 
 
 rule job_times:
@@ -145,10 +145,10 @@ rule job_times:
         records=job_records_dir,
         jobs=" ".join(tp.timed_jobs(config, root=None)),
         out=table_stem,
-        config_hash=CONFIG_HASH,
+        stamp=STAMP_ARGS,
     shell:
         "tapernorm job-times {params.records} --jobs {params.jobs} --out {params.out} "
-        "--config-hash {params.config_hash} > {log} 2>&1"
+        "{params.stamp} > {log} 2>&1"
 
 
 # The report's home page: what made the run, the scale card and the verdicts first (the Snakefile

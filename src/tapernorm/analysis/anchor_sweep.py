@@ -206,11 +206,14 @@ def fig7(run_dirs: Sequence[str | Path], width: int | None = None) -> tuple[Figu
 
 
 def make_anchor_table(
-    run_dirs: Sequence[str | Path], out_stem: str | Path, config_sha256: str | None = None
+    run_dirs: Sequence[str | Path],
+    out_stem: str | Path,
+    config_sha256: str | None = None,
+    rehearsal: bool = False,
 ) -> list[Path]:
     runs, _ = load_runs(run_dirs)
     df, caption = table_anchor(runs)
-    return write_table(df, out_stem, caption, config_sha256)
+    return write_table(df, out_stem, caption, config_sha256, rehearsal)
 
 
 def make_fig7(

@@ -60,7 +60,7 @@ import pandas as pd
 
 from ..atomic import atomic_write_bytes
 from ..jsonio import read_json, write_json
-from ..provenance import git_state, host, now, stamp, versions
+from ..provenance import REHEARSAL_NOTE, git_state, host, now, stamp, versions
 from . import finetune as ft
 from . import inference_tables, paper
 from .claim_rows import COLUMNS, GRADES, NOT_MEASURED, SIZE_FACTOR, ClaimInputs, grade_of
@@ -160,16 +160,19 @@ INTRO = (
 )
 
 
-def claims_record(inp: ClaimInputs, config_sha256: str | None, inputs: dict) -> dict:
-    """Everything claims.md shows, as data (results/claims.json): what made it, the scale card,
-    each row with its grade, the inputs."""
+def claims_record(
+    inp: ClaimInputs, config_sha256: str | None, inputs: dict, rehearsal: bool = False
+) -> dict:
+    """Everything claims.md shows, as data (results/claims.json): what made it (and whether it is
+    a rehearsal on stand-ins), the scale card, each row with its grade, the inputs."""
     table = claims_table(inp)
     rows = [{**row, "grade": grade_of(row["Holds?"])} for row in table.to_dict("records")]
     card = scale_card(inp)
     return {
         "made": {**git_state(), "host": host(), "versions": versions(), "written": now()},
         "config_sha256": config_sha256,
-        "stamp": stamp(config_sha256),
+        "rehearsal": rehearsal,
+        "stamp": stamp(config_sha256, rehearsal=rehearsal),
         "scale_card": card.to_dict("records"),
         "claims": rows,
         "inputs": inputs,
@@ -183,6 +186,7 @@ def claims_markdown(record: dict) -> str:
     parts = [
         "# Claims of the paper vs this reproduction",
         "",
+        *([f"**{REHEARSAL_NOTE}**", ""] if record.get("rehearsal") else []),
         f"Made by {record['stamp']} on {record['made']['host']['cpu']} "
         f"({record['made']['written']}).",
         "",
@@ -210,6 +214,7 @@ def write_claims(
     bench_files: Sequence[str | Path] = (),
     lr_grid: str | Path | None = None,
     config_sha256: str | None = None,
+    rehearsal: bool = False,
 ) -> Path:
     """Compute every claim from the given run dirs / verify files; write <out>.md, .html (the
     report's page) and .json (claims_record) atomically.
@@ -219,6 +224,8 @@ def write_claims(
     `bench_files`: CSVs of `tapernorm bench forward|decode` (claim 7).
     `lr_grid`: lr_grid.json of `tapernorm lr-grid` (the TaperNorm-vs-DyT row, the scale card).
     `config_sha256`: the workflow config's hash, named in the stamp.
+    `rehearsal`: a rehearsal of the paper path on stand-ins (config/rehearsal.yaml): said at the top
+    and in the stamp.
     """
     inp = ClaimInputs(
         runs=load_runs(runs)[0] if runs else pd.DataFrame(),
@@ -239,7 +246,7 @@ def write_claims(
         "benchmark CSVs": str(len(bench_files)),
         "LR grid": grid_source(inp.lr_grid) if inp.lr_grid else "none",
     }
-    record = claims_record(inp, config_sha256, inputs)
+    record = claims_record(inp, config_sha256, inputs, rehearsal)
     text = claims_markdown(record)
     for section in extra_sections:
         text += "\n" + section.rstrip() + "\n"

@@ -20,20 +20,21 @@ def _bench_csvs(args: argparse.Namespace) -> list[Path]:
 def _cmd_table(args: argparse.Namespace) -> int:
     from .tables import make_table
 
+    stamp = (args.config_hash, args.rehearsal)  # what each table's stamp names
     if args.which in BENCH_TABLES:
         from .inference_tables import make_bench_table
 
-        paths = make_bench_table(args.which, _bench_csvs(args), args.out, args.config_hash)
+        paths = make_bench_table(args.which, _bench_csvs(args), args.out, *stamp)
     elif args.which == "anchor":  # the scale-loss dose-response
         from .anchor_sweep import make_anchor_table
 
-        paths = make_anchor_table(args.runs, args.out, args.config_hash)
+        paths = make_anchor_table(args.runs, args.out, *stamp)
     elif args.which in ("4", "6"):  # the GPT-2 fine-tuning family
         from .finetune import make_finetune_table
 
-        paths = make_finetune_table(args.which, args.runs, args.evals, args.out, args.config_hash)
+        paths = make_finetune_table(args.which, args.runs, args.evals, args.out, *stamp)
     else:
-        paths = make_table(args.which, args.runs, args.out, args.config_hash)
+        paths = make_table(args.which, args.runs, args.out, *stamp)
     for path in paths:
         print(path)
     return 0
@@ -42,7 +43,7 @@ def _cmd_table(args: argparse.Namespace) -> int:
 def _cmd_figure(args: argparse.Namespace) -> int:
     from .. import provenance
 
-    stamp = provenance.stamp(args.config_hash)
+    stamp = provenance.stamp(args.config_hash, rehearsal=args.rehearsal)
     if args.which in BENCH_FIGURES:
         from .inference_tables import make_fig5
 
@@ -77,6 +78,7 @@ def _cmd_claims(args: argparse.Namespace) -> int:
         bench_files=args.bench,
         lr_grid=args.lr_grid,
         config_sha256=args.config_hash,
+        rehearsal=args.rehearsal,
     )
     print(out)
     return 0
@@ -96,7 +98,9 @@ def _cmd_job_times(args: argparse.Namespace) -> int:
     if args.out is None:
         print(to_markdown(*job_times_table(*load_job_times(args.records, args.jobs))), end="")
         return 0
-    for path in write_job_times(args.records, args.out, args.jobs, args.config_hash):
+    for path in write_job_times(
+        args.records, args.out, args.jobs, args.config_hash, args.rehearsal
+    ):
         print(path)
     return 0
 
@@ -107,6 +111,12 @@ def _config_hash_option(parser: argparse.ArgumentParser) -> None:
         metavar="SHA256",
         help="the workflow config's sha256 (tapernorm.provenance.config_hash), named in the stamp "
         "of what made the output beside the commit",
+    )
+    parser.add_argument(
+        "--rehearsal",
+        action="store_true",
+        help="the inputs come from a rehearsal on stand-ins (config/rehearsal.yaml): the stamp and "
+        "the text say so",
     )
 
 
@@ -148,11 +158,7 @@ def add_subcommands(subparsers) -> None:
     f.add_argument("--bench", type=Path, nargs="+", default=[], help="fig5: decode " + bench_help)
     f.add_argument("--out", type=Path, required=True, help="e.g. figures/fig3_logit_norm.pdf")
     f.add_argument("--width", type=int, help="model width for figs 2-4 (default: the largest)")
-    f.add_argument(
-        "--config-hash",
-        metavar="HASH",
-        help="sha256 of the workflow config the inputs came from, for the figure's provenance stamp",
-    )
+    _config_hash_option(f)
     f.set_defaults(func=_cmd_figure)
 
     c = subparsers.add_parser("claims", help="results/claims.md: paper's claims vs ours")

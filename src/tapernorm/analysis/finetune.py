@@ -281,6 +281,7 @@ def make_finetune_table(
     eval_files: Sequence[str | Path],
     out_stem: str | Path,
     config_sha256: str | None = None,
+    rehearsal: bool = False,
 ) -> list[Path]:
     """Table 4 (from eval files) or 6 (from run directories) as csv/md/tex/html."""
     if which == "4":
@@ -293,4 +294,4 @@ def make_finetune_table(
         df, caption = table6(run_dirs)
     else:
         raise ValueError(f"not a fine-tuning table: {which!r}")
-    return write_table(df, out_stem, caption, config_sha256)
+    return write_table(df, out_stem, caption, config_sha256, rehearsal)

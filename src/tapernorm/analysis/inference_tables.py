@@ -465,12 +465,13 @@ def make_bench_table(
     bench_csvs: Sequence[str | Path],
     out_stem: str | Path,
     config_sha256: str | None = None,
+    rehearsal: bool = False,
 ) -> list[Path]:
     """Build table "3" (forward) or "decode" from benchmark CSVs and write its csv/md/tex/html."""
     if which not in TABLES:
         raise ValueError(f"unknown benchmark table {which!r}; choose from {sorted(TABLES)}")
     df, caption = TABLES[which](load_bench(bench_csvs))
-    return write_table(df, out_stem, caption, config_sha256)
+    return write_table(df, out_stem, caption, config_sha256, rehearsal)
 
 
 def make_fig5(

@@ -85,7 +85,8 @@ def write_job_times(
     out_stem: str | Path,
     jobs: Sequence[str | Path] | None = None,
     config_sha256: str | None = None,
+    rehearsal: bool = False,
 ) -> list[Path]:
     """The job-times table of the records under `root` (or only `jobs`) as <out_stem>.csv/.md/.tex/.html."""
     table, caption = job_times_table(*load_job_times(root, jobs))
-    return write_table(table, out_stem, caption, config_sha256)
+    return write_table(table, out_stem, caption, config_sha256, rehearsal)

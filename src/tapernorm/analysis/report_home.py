@@ -14,6 +14,7 @@ from pathlib import Path
 
 from ..atomic import atomic_write_bytes
 from ..jsonio import read_json
+from ..provenance import REHEARSAL_NOTE
 from .html import render_table
 from .tables import to_markdown
 
@@ -50,8 +51,9 @@ def home_page(record: dict, rerun: str) -> str:
     )
     indented = "\n".join(f"   {line}" for line in body.splitlines())
     host = made["host"]
+    banner = f"**{_rst(REHEARSAL_NOTE)}**\n\n" if record.get("rehearsal") else ""
     return f"""{{% raw %}}
-**Made by** {_rst(record["stamp"])} on {_rst(host["cpu"])} ({host["cores"]} cores),
+{banner}**Made by** {_rst(record["stamp"])} on {_rst(host["cpu"])} ({host["cores"]} cores),
 torch {_rst(made["versions"].get("torch", "?"))}, {_rst(made["written"])}. The config's full
 text and the sha256 of every file of the run are in ``results/manifest.json``
 (``tapernorm check-manifest results/manifest.json`` checks a tree, or a copy, against it).

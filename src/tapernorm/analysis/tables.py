@@ -72,18 +72,22 @@ def to_latex(df: pd.DataFrame, caption: str) -> str:
 
 
 def write_table(
-    df: pd.DataFrame, out_stem: str | Path, caption: str, config_sha256: str | None = None
+    df: pd.DataFrame,
+    out_stem: str | Path,
+    caption: str,
+    config_sha256: str | None = None,
+    rehearsal: bool = False,
 ) -> list[Path]:
     """Write <out_stem>.csv, .md, .tex and .html (the markdown as a page, which the Snakemake report
     shows inline) atomically; returns the four paths. The md, tex and html end with the stamp of
-    what made them (provenance.stamp: the commit, the config's hash); the csv is data only (the
-    run's manifest hashes it)."""
+    what made them (provenance.stamp: the commit, the config's hash, and REHEARSAL for a rehearsal);
+    the csv is data only (the run's manifest hashes it)."""
     stem = Path(out_stem)
     if stem.suffix in (".csv", ".md", ".tex", ".html"):
         stem = stem.with_suffix("")
     buf = io.StringIO()
     df.to_csv(buf, index=False)
-    made = f"Made by {stamp(config_sha256)}."
+    made = f"Made by {stamp(config_sha256, rehearsal=rehearsal)}."
     md = to_markdown(df, caption) + f"\n{made}\n"
     texts = {
         ".csv": buf.getvalue(),
@@ -293,10 +297,11 @@ def make_table(
     run_dirs: Sequence[str | Path],
     out_stem: str | Path,
     config_sha256: str | None = None,
+    rehearsal: bool = False,
 ) -> list[Path]:
     """Load the runs, build table `which` ("1", "2" or "5") and write its csv/md/tex/html."""
     if which not in TABLES:
         raise ValueError(f"unknown table {which!r}; choose from {sorted(TABLES)}")
     runs, _ = load_runs(run_dirs)
     df, caption = TABLES[which](runs)
-    return write_table(df, out_stem, caption, config_sha256)
+    return write_table(df, out_stem, caption, config_sha256, rehearsal)
