@@ -224,8 +224,14 @@ def caption_text(head: str, *items: tuple[str, str]) -> str:
 
 
 def stamp_figure(fig: Figure, stamp: str) -> None:
-    """The provenance stamp as one line at the bottom of the figure."""
+    """The provenance stamp as one line at the bottom of the figure; a rehearsal's figure also
+    carries REHEARSAL across it, so that no copy of it passes for a result."""
     fig.supxlabel(stamp, fontsize=STAMP_FONTSIZE, x=0.005, ha="left", color="0.3")
+    if stamp.startswith(provenance.REHEARSAL):
+        fig.text(
+            0.5, 0.5, "REHEARSAL", fontsize=64, color="red", alpha=0.18, rotation=25,
+            ha="center", va="center", weight="bold", zorder=10,
+        )  # fmt: skip
 
 
 def save_figure(

@@ -26,15 +26,16 @@ from ..jsonio import write_json
 from .shakespeare import shakespeare_plays
 from .tokenizers import GPT2_EOT_ID
 
-# GPT-2 S/M/L/XL shrunk for a CPU (the real ones: 12/24/36/48 layers, width 768/1024/1280/1600);
-# the widths keep their order so that each stand-in is larger than the one before
+# GPT-2 S/M/L/XL shrunk for a CPU (the real ones: 12/24/36/48 layers, width 768/1024/1280/1600,
+# 1024 positions: the fine-tuning block); the widths keep their order, each stand-in larger than
+# the one before
 GPT2_STANDINS = {
     "gpt2": {"n_layer": 2, "n_embd": 32, "n_head": 2},
     "gpt2-medium": {"n_layer": 2, "n_embd": 48, "n_head": 2},
     "gpt2-large": {"n_layer": 2, "n_embd": 64, "n_head": 4},
     "gpt2-xl": {"n_layer": 3, "n_embd": 64, "n_head": 4},
 }
-GPT2_VOCAB, GPT2_POSITIONS = GPT2_EOT_ID + 1, 1024  # as the real checkpoints
+GPT2_VOCAB, GPT2_POSITIONS = GPT2_EOT_ID + 1, 128  # GPT-2's vocabulary; a block a CPU trains
 TINYSTORIES_FILES = {  # the repository's text files, by version and split
     "v1": {"train": "TinyStories-train.txt", "valid": "TinyStories-valid.txt"},
     "v2": {"train": "TinyStoriesV2-GPT4-train.txt", "valid": "TinyStoriesV2-GPT4-valid.txt"},
