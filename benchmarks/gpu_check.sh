@@ -14,18 +14,18 @@
 # A step that fails or runs out of time is recorded and the next one runs; benchmark steps append
 # their CSV rows cell by cell (flushed), so a step stopped at its limit keeps the cells it finished.
 #
-# | step                 | limit (s) | what                                                         |
-# |----------------------|-----------|--------------------------------------------------------------|
-# | env                  | 45        | env.json: device, versions, nvidia-smi; absorbs the cold     |
-# |                      |           | `import torch` (15-18 s seen on a loaded host) + CUDA init    |
-# | wheels               | 20        | only with --wheels: the offline install                      |
-# | selftest             | 60        | tapernorm selftest --device cuda --no-compile                |
-# | train_step           | 45        | bench train-step, bf16 autocast, d=512/256/128/64, paper config|
-# | forward              | 40        | Table 3's grid at d=512 in bf16 (B 1,4 x T 128,256,512)      |
-# | decode_eager         | 90        | KV-cache decoding, eager, B 1,4,16 x prompt 128,512, 256 new  |
-# | decode_compiled_p128 | 100 + bank| compiled (CUDA graphs, verified), B 1,4,16, prompt 128       |
-# | decode_compiled_p512 | 100 + bank| compiled (CUDA graphs, verified), B 1,4,16, prompt 512       |
-# | pack                 | 5         | results.tar.gz                                               |
+# | step                 | limit (s)  | what                                                     |
+# |----------------------|------------|----------------------------------------------------------|
+# | env                  | 45         | env.json: device, versions, nvidia-smi; takes the cold   |
+# |                      |            | `import torch` (15-18 s on a loaded host) and CUDA init  |
+# | wheels               | 20         | only with --wheels: the offline install                  |
+# | selftest             | 60         | tapernorm selftest --device cuda --no-compile            |
+# | train_step           | 45         | bench train-step, bf16 autocast, d=512/256/128/64        |
+# | forward              | 40         | Table 3's grid at d=512 in bf16 (B 1,4 x T 128,256,512)  |
+# | decode_eager         | 90         | eager KV-cache decoding, B 1,4,16 x prompt 128,512       |
+# | decode_compiled_p128 | 100 + bank | compiled (CUDA graphs, verified), B 1,4,16, prompt 128   |
+# | decode_compiled_p512 | 100 + bank | compiled (CUDA graphs, verified), B 1,4,16, prompt 512   |
+# | pack                 | 5          | results.tar.gz                                           |
 #
 # Budget (one 600 s command on the device machine, start-up of each step's python included in its
 # step): the limits add up to 505 s; with a 3 s kill grace for each of the 9 steps, 532 s. Each step
@@ -37,10 +37,10 @@
 # at least 60 s inside the 600 s a device command may run.
 #
 # What comes back: the device tool returns only files written directly under OUT_DIR, at most 8 of
-# them, no subdirectories. OUT_DIR ends with exactly 3 files: summary.md (each step's status, exit
-# code, time, limit, rows; the end of a failed step's log), env.json, results.tar.gz (results/: the
-# CSVs, env.json, summary.md, logs/), packed again after every step. Tables and figure 5 from them,
-# on any machine: tapernorm gpu-report OUT_DIR (benchmarks/README.md).
+# them, no subdirectories. OUT_DIR (empty before) ends with 3 files: summary.md (each step's status,
+# exit code, time, limit, rows; the end of a failed step's log), env.json, results.tar.gz (results/:
+# the CSVs, env.json, summary.md, logs/), packed again after every step. Tables and figure 5 from
+# them, on any machine: tapernorm gpu-report OUT_DIR (benchmarks/README.md).
 set -uo pipefail # no -e: a failing step must not stop the later ones
 
 usage() { echo "usage: [SMOKE=1] $0 OUT_DIR [--wheels DIR]" >&2; exit 2; }
