@@ -237,7 +237,7 @@ def test_the_gpu_checks_bench_command_lines_parse(branch):
     assert [step.split()[1] for step in steps] == ["train-step", "forward", "decode", "decode"]
     for step in steps:
         step = re.sub(r'"\$\{(\w+)\[@\]\}"', lambda m: " ".join(arrays[m.group(1)].split()), step)
-        args = parse(re.sub(r'"\$WORK/[^"]*"', "out.csv", step).replace('"$3"', prompt))
+        args = parse(re.sub(r'"\$WORK/[^"]*"', "out.csv", step).replace('"$2"', prompt))
         assert args.out == Path("out.csv")
         assert args.device == ("cpu" if branch == "smoke" else "cuda")
         if args.which == "train-step":

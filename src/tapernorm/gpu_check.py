@@ -56,7 +56,7 @@ def _version(package: str) -> str | None:
 
 def _nvidia_smi(*args: str) -> str:
     try:
-        proc = subprocess.run(["nvidia-smi", *args], capture_output=True, text=True, timeout=20)
+        proc = subprocess.run(["nvidia-smi", *args], capture_output=True, text=True, timeout=10)
         return proc.stdout + proc.stderr
     except (OSError, subprocess.SubprocessError) as e:
         return f"nvidia-smi: {e}"
