@@ -204,7 +204,8 @@ def test_the_workflows_bench_command_lines_parse(config):
     shells = {
         which: head + tail
         for head, which, tail in re.findall(
-            r'"OMP_NUM_THREADS=\{threads\} (tapernorm bench (\w+) [^"]*)"\s*"([^"]*)"', rules
+            r'"OMP_NUM_THREADS=\{threads\} \{params.gpus\} (tapernorm bench (\w+) [^"]*)"\s*"([^"]*)"',
+            rules,
         )
     }
     assert set(shells) == {"forward", "decode"}

@@ -20,6 +20,7 @@ from . import __version__, jsonio
 from .cli_args import (
     DEVICE_HELP,
     DEVICES,
+    NON_NEGATIVE,
     NON_NEGATIVE_FLOAT,
     POSITIVE,
     POSITIVE_FLOAT,
@@ -161,6 +162,47 @@ def _train_parser(sub) -> None:
         "bit-reproducible; with more they differ in the last bits from run to run)",
     )
     t.set_defaults(func=_cmd_train)
+
+
+def _cmd_gpus(args: argparse.Namespace) -> int:
+    from .gpu_slots import run_on_gpus
+
+    if args.argv[:1] and args.argv[0].startswith("-"):
+        raise ValueError(
+            f"{args.argv[0]}: options go before N (tapernorm gpus [--device D] [--ranks R] N -- "
+            "COMMAND ...)"
+        )
+    run_on_gpus(args.gpus, args.argv, args.device, args.ranks, wait=not args.no_wait)
+    return 0  # (not reached: the command took this process's place)
+
+
+def _gpus_parser(sub) -> None:
+    g = sub.add_parser(
+        "gpus",
+        help="run a command on N GPUs of its own: claimed on this machine, CUDA_VISIBLE_DEVICES",
+        description="Claim N free GPUs of this machine (exclusive locks in $TAPERNORM_GPU_SLOTS, "
+        "default /tmp/tapernorm-gpu-slots), held while COMMAND runs, and run COMMAND with only "
+        "them visible. Nothing is claimed for N=0, on the CPU, or where a scheduler already "
+        "granted the GPUs (CUDA_VISIBLE_DEVICES in a SLURM job). The workflow's GPU jobs run "
+        "through it: tapernorm gpus [--device D] [--ranks R] N -- COMMAND ...",
+    )
+    g.add_argument(
+        "--device",
+        default="auto",
+        choices=DEVICES,
+        help="the command's device: cpu claims nothing, auto only where torch sees a GPU",
+    )
+    g.add_argument(
+        "--ranks",
+        type=POSITIVE,
+        default=1,
+        help="processes COMMAND starts, one per GPU (torchrun's --nproc_per_node): refused if "
+        "more than the GPUs the job holds",
+    )
+    g.add_argument("--no-wait", action="store_true", help="fail instead of waiting for free GPUs")
+    g.add_argument("gpus", type=NON_NEGATIVE, metavar="N", help="GPUs the job holds")
+    g.add_argument("argv", nargs=argparse.REMAINDER, metavar="-- COMMAND ...")
+    g.set_defaults(func=_cmd_gpus)
 
 
 def _cmd_prepare_eval(args: argparse.Namespace) -> int:
@@ -537,6 +579,7 @@ def _record_parsers(sub) -> None:
 COMMANDS = (  # in the order of `tapernorm --help`
     _prepare_data_parser,
     _train_parser,
+    _gpus_parser,
     _prepare_eval_parser,
     _eval_parser,
     _fold_parser,

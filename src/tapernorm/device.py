@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from contextlib import AbstractContextManager, nullcontext
 
 import torch
@@ -11,7 +12,8 @@ def resolve_device(
     name: str | torch.device, local_rank: int = 0, setting: str = "device"
 ) -> torch.device:
     """auto is cuda when torch sees a GPU, else cpu; a bare cuda is GPU `local_rank` (torchrun's
-    LOCAL_RANK). `setting` names the option in the error raised when CUDA is asked for but absent."""
+    LOCAL_RANK). `setting` names the option in the error raised when CUDA is asked for but absent,
+    or the GPU is not among those visible (more torchrun processes than GPUs)."""
     if str(name) == "auto":
         name = "cuda" if torch.cuda.is_available() else "cpu"
     device = torch.device(name)
@@ -19,6 +21,14 @@ def resolve_device(
         raise RuntimeError(f"{setting} is '{name}' but no CUDA device is available")
     if device.type == "cuda" and device.index is None:
         device = torch.device("cuda", local_rank)
+    if device.type == "cuda" and device.index >= torch.cuda.device_count():
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+        raise RuntimeError(
+            f"{setting} is '{name}': this process's GPU is cuda:{device.index}, but "
+            f"{torch.cuda.device_count()} GPU(s) are visible"
+            + (f" (CUDA_VISIBLE_DEVICES={visible})" if visible is not None else "")
+            + ": start at most one process per visible GPU (torchrun --nproc_per_node)"
+        )
     return device
 
 

@@ -7,12 +7,21 @@ import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import timedelta
 
 import torch
 import torch.distributed as dist
 
 from .model import GPT
 from .norms import Reduce
+
+# How long a process waits in a collective for the others before the group gives up (NCCL's
+# default: 10 minutes). Rank 0 alone writes each checkpoint while the other ranks wait in the next
+# step's all-reduce: for GPT-2 XL, 1.56B fp32 weights and AdamW's two moments, ~19 GB written and
+# read back for its digest, 6.5 minutes at 100 MB/s and 13 at 50; its final evaluation and weights
+# come on top at the end. An hour lets a shared filesystem be that slow (~11 MB/s) without
+# killing the run; a rank that really hangs still ends it, an hour later.
+PROCESS_GROUP_TIMEOUT = timedelta(hours=1)
 
 
 @dataclass(frozen=True)
@@ -37,14 +46,16 @@ class World:
 
 @contextmanager
 def process_group(world: World, device: torch.device) -> Iterator[None]:
-    """Joined to torchrun's process group (NCCL on GPUs, gloo on CPUs) inside the block, unless
-    this is the only process or the group exists already."""
+    """Joined to torchrun's process group (NCCL on GPUs, gloo on CPUs; collectives wait up to
+    PROCESS_GROUP_TIMEOUT) inside the block, unless this is the only process or the group exists
+    already."""
     if world.size == 1 or dist.is_initialized():
         yield
         return
     if device.type == "cuda":
         torch.cuda.set_device(device)
-    dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
+    backend = "nccl" if device.type == "cuda" else "gloo"
+    dist.init_process_group(backend, timeout=PROCESS_GROUP_TIMEOUT)
     try:
         yield
     finally:

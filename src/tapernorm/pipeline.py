@@ -271,6 +271,21 @@ def wants_gpu(config: dict, family: str) -> bool:
     return device_is_gpu(config[trains_like]["train"]["device"])
 
 
+def train_device(config: dict, family: str) -> str:
+    """The configured train.device (auto | cpu | cuda) of a training family's runs."""
+    return config["ablation" if family == SWEEP_FAMILY else family]["train"]["device"]
+
+
+def gpu_prefix(gpus: int, device: str, ranks: int = 1) -> str:
+    """The command prefix that gives a job its GPUs on a workstation: `tapernorm gpus` (claims
+    `gpus` free GPUs, Snakemake's granted resources.gpu, and shows the command only them; refuses a
+    command of more `ranks` than that; tapernorm.gpu_slots); "" for a job that holds none."""
+    if gpus <= 0 or device == "cpu":
+        return ""
+    ranks_option = f" --ranks {ranks}" if ranks > 1 else ""
+    return f"tapernorm gpus --device {device}{ranks_option} {gpus} --"
+
+
 def train_runtime(config: dict, family: str, name: str, default: int = 30) -> int:
     """Minutes a training job asks a cluster for: 1.5x its steps at its family's `gpu_step_ms`
     for its width, plus 15 minutes of set-up and evaluation; `default` without an estimate."""
@@ -449,12 +464,106 @@ def finetune_base_gpus(config: dict) -> int:
     return int(device_is_gpu(config["finetune"]["pretrain"]["train"]["device"]))
 
 
+def finetune_ranks(config: dict, model: str) -> int:
+    """Processes of a fine-tuning run of `model`: one per GPU (torchrun), or one."""
+    return max(1, finetune_gpus(config, model))
+
+
 def finetune_launcher(config: dict, model: str) -> str:
     """`tapernorm`, or for a run on several GPUs torchrun starting one process per GPU."""
-    n = finetune_gpus(config, model)
-    if n <= 1:
+    n = finetune_ranks(config, model)
+    if n == 1:
         return "tapernorm"
     return f"torchrun --standalone --nproc_per_node {n} -m tapernorm.cli"
+
+
+def finetune_device(config: dict) -> str:
+    """The configured device of the fine-tuning runs, their fold checks and evaluations: auto is
+    passed on as it is and resolved where each job runs."""
+    return config["finetune"]["train"]["device"]
+
+
+# GPT-2's hub sizes (layers, width), its vocabulary and context
+GPT2_SIZES = {
+    "gpt2": (12, 768),
+    "gpt2-medium": (24, 1024),
+    "gpt2-large": (36, 1280),
+    "gpt2-xl": (48, 1600),
+}
+GPT2_VOCAB, GPT2_CONTEXT = 50257, 1024
+
+
+def gpt2_params(
+    n_layer: int, n_embd: int, vocab: int = GPT2_VOCAB, context: int = GPT2_CONTEXT
+) -> int:
+    """Parameters of a GPT-2 with a tied head: token and position embeddings; per layer attention
+    and a 4x MLP with biases and two LayerNorms (12 d^2 + 13 d); the final LayerNorm."""
+    d = n_embd
+    return (vocab + context) * d + n_layer * (12 * d * d + 13 * d) + 2 * d
+
+
+def finetune_shape(config: dict, model: str) -> tuple[int, int]:
+    """(parameters, context) of fine-tuning model `model`: the base pre-trained here from its
+    config; a hub model by its GPT-2 size (hf:gpt2-xl, or a local copy named so), else the size of
+    the paper row it stands for (`paper`), else GPT-2 XL's (the largest)."""
+    spec = finetune_model(config, model)
+    if spec["init"] == "pretrain":
+        m = config["finetune"]["pretrain"]["model"]
+        return gpt2_params(m["n_layer"], m["n_embd"], context=m["block_size"]), m["block_size"]
+    name = spec["init"].removeprefix("hf:").rstrip("/").rsplit("/", 1)[-1]
+    size = name if name in GPT2_SIZES else spec["paper"] or "gpt2-xl"
+    return gpt2_params(*GPT2_SIZES[size]), GPT2_CONTEXT
+
+
+# The jobs that load a fine-tuned model whole (fold_finetune, eval_finetune, export_hf_finetune),
+# sized by its parameter count P and the sequences each runs through it. Estimates from this
+# arithmetic, not measured on a GPU (tests/test_cluster.py prints the paper config's):
+FOLD_WINDOWS, FOLD_EVAL_WINDOWS = 8, 64  # tapernorm fold's --windows and --eval-windows defaults
+EXPORT_WINDOWS = 4  # tapernorm export-hf's --windows default
+EVAL_ROWS = 10_000  # rows of an evaluation set without finetune.eval.max_rows (the paper's count)
+MODEL_COPIES = {"fold": 4, "eval": 3, "export": 4}  # fp32 copies in host memory at once (below)
+MODEL_FILES = {"fold": 3, "eval": 2, "export": 3}  # model-sized files read or written
+HOST_BASE_MB = {"cpu": 1000, "gpu": 3000}  # Python and torch; on a GPU, CUDA's host side too
+FLOPS = {"cpu": 2e10, "gpu": 2e13}  # one CPU thread in float32; one GPU in float32 (A100's peak)
+DISK_BYTES_S = 1e8  # a slow shared filesystem
+
+
+def model_job_resources(config: dict, model: str, job: str) -> dict[str, int]:
+    """mem_mb and runtime (minutes) of a `job` on fine-tuned model `model`: fold (the run, its
+    folded and explicit-scaling exports and a load buffer in memory; 4 forward passes over
+    FOLD_WINDOWS and 2 over FOLD_EVAL_WINDOWS; reads one model file, writes two), eval (one
+    evaluation set, the run and its folded twin: 2 passes over its rows) or export (on one CPU
+    thread: ours, the Hugging Face model, the one loaded back to verify: 2 passes over
+    EXPORT_WINDOWS). Runtime: 1.5x (2 P flops a token + the files at DISK_BYTES_S) + 15 minutes,
+    as a training job's."""
+    params, context = finetune_shape(config, model)
+    ev = config["finetune"]["eval"]
+    sequences, length = {
+        "fold": (4 * FOLD_WINDOWS + 2 * FOLD_EVAL_WINDOWS, context),
+        "eval": (2 * (ev["max_rows"] or EVAL_ROWS), ev["row_len"]),
+        "export": (2 * EXPORT_WINDOWS, context),
+    }[job]
+    where = "gpu" if job != "export" and finetune_gpus(config, model) else "cpu"
+    seconds = 2 * params * sequences * length / FLOPS[where]
+    seconds += MODEL_FILES[job] * 4 * params / DISK_BYTES_S
+    return {
+        "mem_mb": math.ceil(HOST_BASE_MB[where] + MODEL_COPIES[job] * 4 * params / 2**20),
+        "runtime": math.ceil(1.5 * seconds / 60) + 15,
+    }
+
+
+HF_CACHE_ENVS = ("HF_HOME", "HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE", "HF_DATASETS_CACHE")
+HF_HOME_DEFAULT = "data/hf_home"  # in the work directory, beside the shards made from it
+
+
+def hf_cache_env(environ: dict, workdir: str) -> dict[str, str]:
+    """{"HF_HOME": WORKDIR/data/hf_home} for the workflow's jobs, unless the environment already
+    says where the Hugging Face caches go (HF_HOME or one of the caches' own variables): hub
+    models (up to 6 GB each) and datasets (OpenWebText, the Pile sets: far more) then land on the
+    work directory's disk, not in the home directory."""
+    if any(environ.get(k) for k in HF_CACHE_ENVS):
+        return {}
+    return {"HF_HOME": f"{workdir.rstrip('/')}/{HF_HOME_DEFAULT}"}
 
 
 def finetune_prepare_args(config: dict) -> str:

@@ -10,8 +10,9 @@ r, r + W, ... of every step, gradients, losses and calibration statistics are su
 W processes take the very steps one process would (same global batch), and only rank 0 writes files.
 
 train() = set_up (inputs pinned, data, model, optimizer) -> resume (from out/ckpt) -> train_steps (the
-loop) -> finish (final weights, rolled back if the run diverged; final evaluation; eval.json). A run
-found finished (finished_result) is left as it is. The data and init files are checked at every
+loop) -> finish (final weights, rolled back if the run diverged; final evaluation; eval.json; the
+checkpoint pruned to what a rerun reads unless the run diverged). A run found finished
+(finished_result) is left as it is. The data and init files are checked at every
 checkpoint and at the end (run_identity.Inputs): a file changed mid-run stops the run.
 """
 
@@ -32,7 +33,7 @@ import torch.nn.functional as F
 from tqdm import tqdm
 
 from .anchor import ScaleAnchor
-from .checkpoint import load_model, save_model, write_json
+from .checkpoint import CheckpointError, load_model, save_model, write_json
 from .data import TokenShards
 from .device import autocast_for, resolve_device
 from .diagnostics import clipped, grad_norms, output_stats, prelogit_geometry
@@ -52,6 +53,7 @@ from .training_state import (
     finished_result,
     has_checkpoint,
     load_training_state,
+    prune_checkpoint,
     read_state,
     readable_checkpoint,
     recorded_inputs,
@@ -556,7 +558,21 @@ def finish(run: Run, outcome: Outcome) -> dict:
     run.metrics.keep(whole=True)
     write_json(run.out / "eval.json", result)
     barrier(world)
+    if not result["diverged"]:
+        prune(run.ckpt, cfg["name"])
     return result
+
+
+def prune(ckpt: Path, name: str) -> None:
+    """The finished run's checkpoint without the optimizer's moments (prune_checkpoint); a failure
+    to prune keeps it whole and only says so: the run is finished either way."""
+    try:
+        if prune_checkpoint(ckpt):
+            log.debug("[%s] finished: pruned %s to what a rerun reads", name, ckpt)
+    except (CheckpointError, OSError) as e:
+        log.warning(
+            "[%s] finished; its checkpoint %s is kept whole (not pruned: %s)", name, ckpt, e
+        )
 
 
 def train(
@@ -583,6 +599,8 @@ def train(
                     log.info(
                         "[%s] %s holds this run, finished: nothing to do", cfg["name"], run.out
                     )
+                    if not done.get("diverged"):  # (one that ended before pruning it)
+                        prune(run.ckpt, cfg["name"])
                     return done
                 return {"rank": world.rank, "step": done["weights_step"]}
             try:

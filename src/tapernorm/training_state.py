@@ -4,7 +4,14 @@ inputs and a copy of metrics.jsonl up to that step (with its sha256), as safeten
 out/ckpt (replaced atomically, all together).
 
 The copy of the record is what makes a resume whole when the live metrics.jsonl is gone or short
-(Snakemake deletes a job's declared outputs before rerunning it; ckpt/ is not one of them)."""
+(Snakemake deletes a job's declared outputs before rerunning it; ckpt/ is not one of them).
+
+Once a run has finished (eval.json written) without diverging, its checkpoint is pruned
+(prune_checkpoint): the optimizer's moments, two thirds of it, are dropped. What stays is what a
+rerun reads: state.json (identity, step, inputs), the copy of the record, and the final weights
+(and scale-anchor statistics), from which a rerun whose outputs Snakemake deleted (`-f`) writes
+the same weights, record and eval.json again without a step. A diverged run keeps its checkpoint
+whole: it holds the weights the run was rolled back to, and a rerun trains on from it."""
 
 from __future__ import annotations
 
@@ -14,6 +21,7 @@ import shutil
 from pathlib import Path
 
 import torch
+from safetensors import safe_open
 
 from .anchor import ScaleAnchor
 from .atomic import atomic_write_bytes
@@ -37,6 +45,8 @@ log = logging.getLogger(__name__)
 # Every file a run writes in its directory, eval.json first (it is written last: its presence
 # says the run finished). A restart removes them all, so no directory mixes two runs.
 RUN_FILES = ("eval.json", "model.safetensors", METRICS, "config.json")
+OPTIMIZER_PREFIX = "optim."  # the optimizer's tensors in state.safetensors
+PRUNED_KEY = "pruned"  # in state.json: the optimizer's moments were dropped (prune_checkpoint)
 
 
 def checkpoint_dirs(ckpt: Path) -> tuple[Path, Path]:
@@ -64,7 +74,7 @@ def save_training_state(
     opt_state = opt.state_dict()
     for idx, state in opt_state["state"].items():
         for k, v in state.items():
-            tensors[f"optim.{idx}.{k}"] = v if torch.is_tensor(v) else torch.tensor(v)
+            tensors[f"{OPTIMIZER_PREFIX}{idx}.{k}"] = v if torch.is_tensor(v) else torch.tensor(v)
     if anchor is not None:
         tensors.update({f"anchor.{k}": v for k, v in anchor.state_dict().items()})
     save_tensors(tmp / "state.safetensors", tensors)
@@ -84,6 +94,30 @@ def save_training_state(
         }
     write_json(tmp / "state.json", meta)
     replace_dir(tmp, ckpt)
+
+
+def prune_checkpoint(ckpt: Path) -> bool:
+    """Drop the optimizer's moments from the checkpoint of a finished, not diverged run (see the
+    module's docstring), replacing it atomically; the rest is verified and kept as it is. Returns
+    whether it was pruned now (False: no checkpoint, or pruned before)."""
+    path = readable_checkpoint(ckpt)
+    if path is None:
+        return False
+    meta = read_state(ckpt)
+    if meta.get(PRUNED_KEY):
+        return False
+    state = path / "state.safetensors"
+    verify_tensor_file(state)  # (a damaged checkpoint is not copied under a fresh digest)
+    with safe_open(str(state), "pt") as f:
+        kept = {k: f.get_tensor(k) for k in f.keys() if not k.startswith(OPTIMIZER_PREFIX)}
+    tmp = ckpt.with_name(ckpt.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    save_tensors(tmp / "state.safetensors", kept)
+    if (path / METRICS).is_file():
+        atomic_write_bytes(tmp / METRICS, (path / METRICS).read_bytes())
+    write_json(tmp / "state.json", {**meta, PRUNED_KEY: True})
+    replace_dir(tmp, ckpt)
+    return True
 
 
 def readable_checkpoint(ckpt: Path) -> Path | None:
@@ -122,7 +156,8 @@ def recorded_inputs(ckpt: Path) -> dict:
 def load_training_state(
     ckpt: Path, model: GPT, opt: torch.optim.Optimizer, anchor: ScaleAnchor | None
 ) -> int:
-    """Load the state in `ckpt` (or ckpt.old) into model, optimizer and anchor; returns its step."""
+    """Load the state in `ckpt` (or ckpt.old) into model, optimizer and anchor; returns its step.
+    A pruned checkpoint (a finished run's) leaves the optimizer without moments: no step follows."""
     meta = read_state(ckpt)
     ckpt = readable_checkpoint(ckpt) or ckpt
     try:
@@ -133,7 +168,7 @@ def load_training_state(
         raise CheckpointError(f"{e}; delete {ckpt} to start the run over") from None
     state: dict = {}
     for k, v in tensors.items():
-        if k.startswith("optim."):
+        if k.startswith(OPTIMIZER_PREFIX):
             _, idx, name = k.split(".", 2)
             state.setdefault(int(idx), {})[name] = v
     try:

@@ -19,11 +19,12 @@ rule bench_forward:
     resources:
         gpu=BENCH_GPU,
     params:
+        gpus=gpu_claim(bench_device),
         models=bench_models,
         grid=bench_grid("forward"),
     shell:
-        "OMP_NUM_THREADS={threads} tapernorm bench forward {params.models} {params.grid} "
-        "--threads {threads} --out {output} > {log} 2>&1"
+        "OMP_NUM_THREADS={threads} {params.gpus} tapernorm bench forward {params.models} "
+        "{params.grid} --threads {threads} --out {output} > {log} 2>&1"
 
 
 rule bench_decode:
@@ -41,11 +42,12 @@ rule bench_decode:
     resources:
         gpu=BENCH_GPU,
     params:
+        gpus=gpu_claim(bench_device),
         models=bench_models,
         grid=bench_grid("decode"),
     shell:
-        "OMP_NUM_THREADS={threads} tapernorm bench decode {params.models} {params.grid} "
-        "--threads {threads} --out {output} > {log} 2>&1"
+        "OMP_NUM_THREADS={threads} {params.gpus} tapernorm bench decode {params.models} "
+        "{params.grid} --threads {threads} --out {output} > {log} 2>&1"
 
 
 rule table3:

@@ -17,6 +17,9 @@ config.update(tp.validate_pipeline_config(config, CONFIG_SCHEMA))
 # A train job whose run another invocation is writing waits for it instead of failing (Snakemake
 # deletes a failed job's outputs: the running job's); docs/usage.md, "Rerunning a run".
 os.environ.setdefault(WAIT_ENV, "1")
+# Hugging Face's caches (hub models, datasets) in data/hf_home unless HF_HOME or a cache variable
+# is set (docs/usage.md, "Data"); the jobs inherit it, on a cluster too (sbatch --export=ALL)
+os.environ.update(tp.hf_cache_env(os.environ, os.getcwd()))
 # the validated config's sha256, named in every table's, figure's and the claims' provenance stamp
 CONFIG_HASH = provenance.config_hash(config)
 # the stamp arguments of every table, figure, the claims and job times: a rehearsal says so in each
@@ -266,8 +269,23 @@ def train_json(wildcards):
     )
 
 
+def gpu_claim(device, ranks=lambda wildcards: 1):
+    """A params function: the `tapernorm gpus` prefix that gives the job the GPUs it holds
+    (resources.gpu, as Snakemake granted it) on a workstation, for a command on device(wildcards)
+    of ranks(wildcards) processes; "" for a job that holds none."""
+
+    def param(wildcards, resources):
+        return tp.gpu_prefix(resources.gpu, device(wildcards), ranks(wildcards))
+
+    return param
+
+
 def train_gpus(wildcards):
     return int(tp.wants_gpu(config, wildcards.family))
+
+
+def train_device(wildcards):
+    return tp.train_device(config, wildcards.family)
 
 
 def train_minutes(wildcards):
@@ -293,11 +311,26 @@ def ft_check_gpus(wildcards):
 
 
 def ft_device(wildcards):
-    return "cuda" if ft_gpus(wildcards) else "cpu"
+    """The configured device (auto: resolved where the job runs)."""
+    return tp.finetune_device(config)
+
+
+def ft_ranks(wildcards):
+    return tp.finetune_ranks(config, ft_model(wildcards))
 
 
 def ft_launcher(wildcards):
     return tp.finetune_launcher(config, ft_model(wildcards))
+
+
+def ft_job(job, key):
+    """A resources function: `key` (mem_mb, runtime) of a fold, eval or export job, sized by the
+    fine-tuned model's parameter count (tp.model_job_resources)."""
+
+    def resource(wildcards):
+        return tp.model_job_resources(config, ft_model(wildcards), job)[key]
+
+    return resource
 
 
 def ft_json(wildcards):
@@ -306,6 +339,10 @@ def ft_json(wildcards):
 
 def ft_base_gpus(wildcards):
     return tp.finetune_base_gpus(config)
+
+
+def ft_base_device(wildcards):
+    return config["finetune"]["pretrain"]["train"]["device"]
 
 
 def ft_base_json(wildcards):
@@ -347,6 +384,10 @@ def prepare_eval_args(wildcards):
 def all_cores(wildcards):
     """threads of a benchmark: every core (a function: --unlock and -n need no --cores)."""
     return workflow.cores
+
+
+def bench_device(wildcards):
+    return config["bench"]["device"]
 
 
 def bench_models(wildcards):

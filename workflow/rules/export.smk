@@ -17,7 +17,8 @@ rule export_hf_finetune:
         "../envs/tapernorm.yaml"
     threads: 1
     resources:
-        mem_mb=ft_mem_mb,
+        mem_mb=ft_job("export", "mem_mb"),
+        runtime=ft_job("export", "runtime"),
     params:
         model=input_dir("eval"),
         data=input_dir("meta"),

@@ -36,9 +36,10 @@ rule pretrain_finetune_base:
         gpu=ft_base_gpus,
     params:
         run=ft_base_json,
+        gpus=gpu_claim(ft_base_device),
         out=output_dir("eval"),
     shell:
-        "OMP_NUM_THREADS={threads} tapernorm train --config-json {params.run:q} "
+        "OMP_NUM_THREADS={threads} {params.gpus} tapernorm train --config-json {params.run:q} "
         "--out {params.out} > {log} 2>&1"
 
 
@@ -58,15 +59,17 @@ rule finetune:
     threads: 1
     resources:
         gpu=ft_gpus,
+        nodes=1,  # torchrun --standalone: every process on one node (SLURM: --nodes=1)
         mem_mb=ft_mem_mb,
         runtime=ft_minutes,
     params:
         run=ft_json,
+        gpus=gpu_claim(ft_device, ft_ranks),
         launch=ft_launcher,
         out=output_dir("eval"),
     shell:
-        "OMP_NUM_THREADS={threads} {params.launch} train --config-json {params.run:q} "
-        "--out {params.out} > {log} 2>&1"
+        "OMP_NUM_THREADS={threads} {params.gpus} {params.launch} train "
+        "--config-json {params.run:q} --out {params.out} > {log} 2>&1"
 
 
 rule fold_finetune:
@@ -86,16 +89,19 @@ rule fold_finetune:
     threads: 1
     resources:
         gpu=ft_check_gpus,
-        mem_mb=ft_mem_mb,
+        mem_mb=ft_job("fold", "mem_mb"),
+        runtime=ft_job("fold", "runtime"),
     params:
         rtol=config["fold"]["rtol"],
         device=ft_device,
+        gpus=gpu_claim(ft_device),
         model=input_dir("eval"),
         data=input_dir("meta"),
         out=output_dir("verify"),
     shell:
-        "OMP_NUM_THREADS={threads} tapernorm fold --model {params.model} --data {params.data} "
-        "--out {params.out} --rtol {params.rtol} --device {params.device} > {log} 2>&1"
+        "OMP_NUM_THREADS={threads} {params.gpus} tapernorm fold --model {params.model} "
+        "--data {params.data} --out {params.out} --rtol {params.rtol} "
+        "--device {params.device} > {log} 2>&1"
 
 
 rule prepare_eval:
@@ -127,18 +133,20 @@ rule eval_finetune:
     threads: 1
     resources:
         gpu=ft_check_gpus,
-        mem_mb=ft_mem_mb,
+        mem_mb=ft_job("eval", "mem_mb"),
+        runtime=ft_job("eval", "runtime"),
     params:
         model=input_dir("run"),
         data=input_dir("data"),
         folded=folded_option,
         device=ft_device,
+        gpus=gpu_claim(ft_device),
         dtype=ft_eval_setting("dtype"),
         batch=ft_eval_setting("batch_size"),
     shell:
-        "OMP_NUM_THREADS={threads} tapernorm eval --model {params.model} --data {params.data} "
-        "--batch-size {params.batch} --dtype {params.dtype} --device {params.device} "
-        "{params.folded} --out {output} > {log} 2>&1"
+        "OMP_NUM_THREADS={threads} {params.gpus} tapernorm eval --model {params.model} "
+        "--data {params.data} --batch-size {params.batch} --dtype {params.dtype} "
+        "--device {params.device} {params.folded} --out {output} > {log} 2>&1"
 
 
 # One rule per table, named after it, so that each gets its own caption in the report.

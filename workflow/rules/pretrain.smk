@@ -18,6 +18,7 @@ rule train:
         runtime=train_minutes,
     params:
         run=train_json,
+        gpus=gpu_claim(train_device),
     shell:
-        "OMP_NUM_THREADS={threads} tapernorm train --config-json {params.run:q} "
+        "OMP_NUM_THREADS={threads} {params.gpus} tapernorm train --config-json {params.run:q} "
         "--out results/runs/{wildcards.family}/{wildcards.run} > {log} 2>&1"
