@@ -13,6 +13,7 @@ from conftest import blow_up_at, tiny_run
 from test_cluster import ROOT, SCHEMA
 
 from tapernorm import distributed
+from tapernorm import job_resources as jr
 from tapernorm import pipeline as tp
 from tapernorm.checkpoint import load_tensors
 from tapernorm.train import train
@@ -129,7 +130,7 @@ def test_the_process_group_waits_for_a_slow_checkpoint(monkeypatch):
     paper = tp.validate_pipeline_config(
         yaml.safe_load((ROOT / "config/paper.yaml").read_text()), SCHEMA
     )
-    xl = tp.finetune_shape(paper, "gpt2-xl")[0]
+    xl = jr.finetune_shape(paper, "gpt2-xl")[0]
     write_and_read = timedelta(seconds=2 * 3 * 4 * xl / 50e6)
     assert timedelta(minutes=10) < write_and_read < distributed.PROCESS_GROUP_TIMEOUT
 

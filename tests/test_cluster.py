@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tapernorm import job_resources as jr
 from tapernorm import pipeline as tp
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -112,7 +113,7 @@ def test_parameter_counts_of_the_fine_tuned_models():
     from tapernorm.model import GPT, GPTConfig
 
     paper = _config("config/paper.yaml")
-    counts = {m: tp.finetune_shape(paper, m)[0] for m in tp.finetune_models(paper)}
+    counts = {m: jr.finetune_shape(paper, m)[0] for m in tp.finetune_models(paper)}
     # Hugging Face's GPT2LMHeadModel counts (tied head once)
     assert counts == {
         "gpt2": 124_439_808,
@@ -125,8 +126,8 @@ def test_parameter_counts_of_the_fine_tuned_models():
     base = tp.finetune_base_config(ci, model, "data")["model"]
     fields = {k: v for k, v in base.items() if k != "vocab_size"}
     with torch.device("meta"):
-        built = GPT(GPTConfig(vocab_size=tp.GPT2_VOCAB, **fields))
-    assert tp.finetune_shape(ci, model) == (built.num_params(), base["block_size"])
+        built = GPT(GPTConfig(vocab_size=jr.GPT2_VOCAB, **fields))
+    assert jr.finetune_shape(ci, model) == (built.num_params(), base["block_size"])
 
 
 def test_fold_eval_and_export_are_sized_by_the_model():
@@ -134,7 +135,7 @@ def test_fold_eval_and_export_are_sized_by_the_model():
     loads a fine-tuned model whole now asks for memory and time that grow with it."""
     paper = _config("config/paper.yaml")
     sized = {
-        (m, job): tp.model_job_resources(paper, m, job)
+        (m, job): jr.model_job_resources(paper, m, job)
         for m in tp.finetune_models(paper)
         for job in ("fold", "eval", "export")
     }
@@ -150,7 +151,7 @@ def test_fold_eval_and_export_are_sized_by_the_model():
     assert sized["gpt2-xl", "fold"]["mem_mb"] < tp.finetune_model(paper, "gpt2-xl")["mem_mb"]
     ci = _config("config/ci.yaml")
     (model,) = tp.finetune_models(ci)
-    assert tp.model_job_resources(ci, model, "eval")["mem_mb"] < 1100  # a tiny model on a CPU
+    assert jr.model_job_resources(ci, model, "eval")["mem_mb"] < 1100  # a tiny model on a CPU
 
 
 def test_the_sizing_uses_the_commands_defaults():
@@ -160,11 +161,11 @@ def test_the_sizing_uses_the_commands_defaults():
     from tapernorm.fold import fold_run
 
     fold = inspect.signature(fold_run).parameters
-    assert (tp.FOLD_WINDOWS, tp.FOLD_EVAL_WINDOWS) == (
+    assert (jr.FOLD_WINDOWS, jr.FOLD_EVAL_WINDOWS) == (
         fold["windows"].default,
         fold["eval_windows"].default,
     )
-    assert tp.EXPORT_WINDOWS == inspect.signature(export_run).parameters["windows"].default
+    assert jr.EXPORT_WINDOWS == inspect.signature(export_run).parameters["windows"].default
     rules = {
         name: block
         for smk in ("finetune.smk", "export.smk")
@@ -181,12 +182,12 @@ def test_the_sizing_uses_the_commands_defaults():
 
 
 def test_the_hugging_face_cache_goes_to_the_work_directory_unless_set():
-    assert tp.hf_cache_env({}, "/scratch/me/tapernorm/") == {
+    assert jr.hf_cache_env({}, "/scratch/me/tapernorm/") == {
         "HF_HOME": "/scratch/me/tapernorm/data/hf_home"
     }
-    for var in tp.HF_CACHE_ENVS:
-        assert tp.hf_cache_env({var: "/big/disk/hf"}, "/work") == {}
-    assert tp.hf_cache_env({"HF_HOME": ""}, "/work") == {"HF_HOME": "/work/data/hf_home"}
+    for var in jr.HF_CACHE_ENVS:
+        assert jr.hf_cache_env({var: "/big/disk/hf"}, "/work") == {}
+    assert jr.hf_cache_env({"HF_HOME": ""}, "/work") == {"HF_HOME": "/work/data/hf_home"}
 
 
 # ---- the workflow's GPU jobs (slow: Snakemake dry runs, one CPU rehearsal) -------------------------
@@ -259,13 +260,13 @@ def test_slurm_asks_for_one_node_for_torchrun_and_sized_checks(workdir):
     for rule, job in (("fold_finetune", "fold"), ("eval_finetune", "eval")):
         for block in _jobs(out, rule):
             model = tp.parse_finetune_run(re.search(r"ftrun=([\w.-]+)", block)[1])[1]
-            expected = tp.model_job_resources(paper, model, job)
+            expected = jr.model_job_resources(paper, model, job)
             got = _resources(block)
             assert (got["mem_mb"], got["runtime"]) == (expected["mem_mb"], expected["runtime"])
     (export,) = [j for j in _jobs(out, "export_hf_finetune") if "gpt2-xl" in j]
     assert (
         _resources(export)["runtime"]
-        == tp.model_job_resources(paper, "gpt2-xl", "export")["runtime"]
+        == jr.model_job_resources(paper, "gpt2-xl", "export")["runtime"]
     )
 
 

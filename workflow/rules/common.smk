@@ -2,6 +2,7 @@ import json
 import os
 
 from tapernorm import pipeline as tp
+from tapernorm import job_resources as jr
 from tapernorm import provenance
 from tapernorm.analysis.runs import RUN_FILES
 from tapernorm.data import EVAL_SETS
@@ -19,7 +20,7 @@ config.update(tp.validate_pipeline_config(config, CONFIG_SCHEMA))
 os.environ.setdefault(WAIT_ENV, "1")
 # Hugging Face's caches (hub models, datasets) in data/hf_home unless HF_HOME or a cache variable
 # is set (docs/usage.md, "Data"); the jobs inherit it, on a cluster too (sbatch --export=ALL)
-os.environ.update(tp.hf_cache_env(os.environ, os.getcwd()))
+os.environ.update(jr.hf_cache_env(os.environ, os.getcwd()))
 # the validated config's sha256, named in every table's, figure's and the claims' provenance stamp
 CONFIG_HASH = provenance.config_hash(config)
 # the stamp arguments of every table, figure, the claims and job times: a rehearsal says so in each
@@ -325,10 +326,10 @@ def ft_launcher(wildcards):
 
 def ft_job(job, key):
     """A resources function: `key` (mem_mb, runtime) of a fold, eval or export job, sized by the
-    fine-tuned model's parameter count (tp.model_job_resources)."""
+    fine-tuned model's parameter count (jr.model_job_resources)."""
 
     def resource(wildcards):
-        return tp.model_job_resources(config, ft_model(wildcards), job)[key]
+        return jr.model_job_resources(config, ft_model(wildcards), job)[key]
 
     return resource
 
