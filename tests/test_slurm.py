@@ -283,3 +283,27 @@ def test_node_fault_fails_the_run_in_bounded_time_and_a_rerun_completes_it(runs,
     want = {k: v for k, v in val_losses(runs["local"]).items() if f"{k}/eval.json" in targets}
     assert len(want) == 2
     assert_same_losses(val_losses(wd), want)
+
+
+def test_the_rehearsal_finetuning_family_on_slurm(cluster, tmp_path):
+    """The paper config's GPT-2 fine-tuning family, rehearsed (config/rehearsal.yaml) on SLURM:
+    the stand-ins, the OWT shards, all 16 fine-tunes (GPT-2 L and XL as 2 gloo processes under
+    torchrun, on one node), the folds, the 48 evaluations, the stock-HF exports, Tables 4 and 6,
+    each a SLURM job (the tables local), every one finished and the tables marked REHEARSAL."""
+    wd = copy_workflow(tmp_path / "wf")
+    configs = ("--configfile", "config/paper.yaml", "config/rehearsal.yaml")
+    targets = [f"results/tables/table{n}.md" for n in (4, 6)]
+    _, plan = snakemake(wd, "-n", *targets, *configs)
+    export = sorted(set(re.findall(r"results/export/[\w.-]+/verify\.json", plan)))
+    _, plan = snakemake(wd, "-n", *targets, *export, *configs)
+    planned = int(re.findall(r"^total\s+(\d+)$", plan, re.M)[-1])
+    t0 = time.monotonic()
+    _, out = snakemake(wd, *targets, *export, "--profile", PROFILE, *configs)
+    print(f"\nrehearsal fine-tuning family on SLURM: {planned} jobs, {time.monotonic() - t0:.0f} s")
+    assert len(re.findall(r"submitted with SLURM jobid \d+", out)) >= 16 + 48
+    assert f"{planned} of {planned} steps (100%) done" in out
+    for name in ("gpt2-large", "gpt2-xl"):
+        run = json.loads((wd / f"results/runs/finetune/vanilla-{name}/eval.json").read_text())
+        assert run["processes"] == 2, name
+    for target in targets:
+        assert "REHEARSAL" in (wd / target).read_text()

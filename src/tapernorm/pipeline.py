@@ -465,12 +465,13 @@ def finetune_base_gpus(config: dict) -> int:
 
 
 def finetune_ranks(config: dict, model: str) -> int:
-    """Processes of a fine-tuning run of `model`: one per GPU (torchrun), or one."""
-    return max(1, finetune_gpus(config, model))
+    """Processes of a fine-tuning run of `model`: its `gpus` (torchrun: one per GPU on CUDA, gloo
+    processes on a CPU, as the rehearsal runs GPT-2 L and XL), or one."""
+    return max(1, finetune_model(config, model)["gpus"])
 
 
 def finetune_launcher(config: dict, model: str) -> str:
-    """`tapernorm`, or for a run on several GPUs torchrun starting one process per GPU."""
+    """`tapernorm`, or for a run of several ranks torchrun starting one process per rank."""
     n = finetune_ranks(config, model)
     if n == 1:
         return "tapernorm"
