@@ -4,9 +4,10 @@ command only those (CUDA_VISIBLE_DEVICES) and holds them for the command's lifet
 Snakemake counts the `gpu` resource but assigns no device: without this, every job that holds one
 GPU would train on cuda:0. A GPU is claimed by an exclusive flock on its slot file,
 <slots>/gpu-<id>.lock (SLOTS_ENV, default DEFAULT_SLOTS: one directory per machine, shared by every
-checkout and user of it). The open slot files are passed to the command (exec: same pid), so the
-claim lasts exactly as long as the command and whatever it starts (torchrun's ranks); the kernel
-drops it when they end, crashed or not, and a slot file left behind holds nothing.
+checkout and user of it). `tapernorm gpus` then becomes the command (exec: same pid, the slot
+files still open), so the claim lasts exactly as long as the command's process (torchrun, which
+stops its ranks when it ends); the kernel drops it when that ends, crashed or not, and a slot file
+left behind holds nothing.
 
 Nothing is claimed when the job holds no GPU, runs on the CPU (device cpu, or auto where torch sees
 no GPU), or already has its GPUs: CUDA_VISIBLE_DEVICES set by a scheduler (inside a SLURM job) or
@@ -181,7 +182,7 @@ def claim(
     poll_s: float = POLL_S,
 ) -> dict[str, int]:
     """Exclusive locks on `n` free GPUs of `pool`, {device: open slot file}: held until the files
-    are closed or their process (and every process that inherited them) ends. Waits while fewer
+    are closed or their process (and any process that inherited them) ends. Waits while fewer
     than `n` are free (logging once who holds them), or with wait=False raises GpuSlotError."""
     logged = False
     while True:
