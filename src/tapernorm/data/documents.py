@@ -1,13 +1,14 @@
 """Documents streamed from files, one at a time, so that no corpus is ever held in memory whole.
 
 txt_documents    a .txt file: documents separated by lines holding only <|endoftext|>
+jsonl_texts      .jsonl files: the text field of each record, parsed a block at a time by pyarrow
 arrow_texts      the text column of Arrow record batches (a `datasets` Dataset, streamed or not)
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
 from ..jsonio import FileError
@@ -77,6 +78,50 @@ def txt_documents(path: str | Path, read_bytes: int = READ_BYTES) -> Iterator[st
 def _document(part: str) -> Iterator[str]:
     if part.strip():
         yield part.strip("\n")
+
+
+def jsonl_texts(
+    files: Sequence[Path], text_field: str, max_rows: int | None = None, source: str = "dataset"
+) -> Iterator[str]:
+    """The non-empty `text_field` values of JSON-lines files, in order, from the first `max_rows`
+    records (or all): the values `datasets`' json loader reads (pyarrow's JSON parser, which it
+    uses too), at pyarrow's speed (`datasets` streams JSON row by row, some 20 times slower). The
+    other fields are not parsed."""
+    import pyarrow as pa
+    import pyarrow.json as pj
+
+    parse = pj.ParseOptions(
+        explicit_schema=pa.schema([(text_field, pa.string())]), unexpected_field_behavior="ignore"
+    )
+    read = pj.ReadOptions(block_size=1 << 24)
+
+    def batches() -> Iterator:
+        for path in files:
+            first = _first_record(path)
+            if first is None:
+                continue
+            if text_field not in first:
+                raise ValueError(f"{source} has no column '{text_field}' (columns: {list(first)})")
+            yield from pj.open_json(path, read_options=read, parse_options=parse)
+
+    return arrow_texts(batches(), text_field, max_rows, source)
+
+
+def _first_record(path: Path) -> dict | None:
+    """The first record of a JSON-lines file (None if it has none)."""
+    import json
+
+    with open(path, "rb") as f:
+        for line in f:
+            if line.strip():
+                try:
+                    record = json.loads(line)
+                except ValueError as e:
+                    raise ValueError(f"{path}: line 1 is not JSON ({e})") from None
+                if not isinstance(record, dict):
+                    raise ValueError(f"{path}: a record is {type(record).__name__}, not an object")
+                return record
+    return None
 
 
 def arrow_texts(

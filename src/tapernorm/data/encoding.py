@@ -11,8 +11,10 @@ the same bytes.
 
 from __future__ import annotations
 
+import logging
 import multiprocessing
 import os
+import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Executor, ProcessPoolExecutor
@@ -28,6 +30,7 @@ BATCH_CHARS = 1 << 21
 BATCH_DOCS = 4096
 IN_FLIGHT_PER_WORKER = 2
 
+log = logging.getLogger(__name__)
 T = TypeVar("T")
 R = TypeVar("R")
 
@@ -153,9 +156,11 @@ def encode_to_file(
     batch_chars: int = BATCH_CHARS,
     desc: str | None = None,
 ) -> Encoded:
-    """Write the non-empty documents' tokens, EOT after each, to `out` as uint16, in order."""
+    """Write the non-empty documents' tokens, EOT after each, to `out` as uint16, in order; log
+    what was written and how fast (logger tapernorm.data.encoding, INFO)."""
     n_tokens = n_docs = 0
     lengths: list[np.ndarray] = []
+    start = time.perf_counter()
     with tqdm(desc=desc, unit="doc", disable=None) as bar:
         for tokens, doc_lengths in encoded_batches(docs, tokenizer, workers, batch_chars):
             out.write(tokens.tobytes())
@@ -164,5 +169,14 @@ def encode_to_file(
             if keep_lengths:
                 lengths.append(doc_lengths)
             bar.update(len(doc_lengths))
+    seconds = time.perf_counter() - start
+    log.info(
+        "%s: %d documents, %d tokens in %.1f s with %d worker(s)",
+        desc or "encoded",
+        n_docs,
+        n_tokens,
+        seconds,
+        workers,
+    )
     kept = np.concatenate(lengths) if lengths else np.zeros(0, dtype=np.int64)
     return Encoded(n_tokens, n_docs, kept if keep_lengths else None)

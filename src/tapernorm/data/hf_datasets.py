@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .. import hub
-from .documents import arrow_texts, txt_documents
+from .documents import arrow_texts, jsonl_texts, txt_documents
 
 if TYPE_CHECKING:
     import datasets
@@ -187,6 +187,9 @@ def _iter_local_text(
         yield from itertools.islice(docs, max_docs)
         return
     names = str(files[0]) if len(files) == 1 else f"{path} ({len(files)} files)"
+    if files[0].suffix == ".jsonl":
+        yield from jsonl_texts(files, text_field, max_docs, names)
+        return
     yield from dataset_texts(_load_files(files, streaming=True), text_field, max_docs, names)
 
 

@@ -8,8 +8,10 @@ memory does not grow with its size.
 from __future__ import annotations
 
 import itertools
+import logging
+import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -21,6 +23,8 @@ from .shakespeare import load_shakespeare
 from .shards import held_out_order, write_shards, write_split_shards
 from .tinystories import tinystories_files
 from .tokenizers import Tokenizer, gpt2_tokenizer, train_sentencepiece
+
+log = logging.getLogger(__name__)
 
 HF_CORPORA = {  # name -> (HF dataset, train split, validation split or None: split off the train)
     "tinystories": ("roneneldan/TinyStories", "train", "validation"),
@@ -56,7 +60,6 @@ class Corpus:
     val: Callable[[], Iterator[str]] | None
     held_out: tuple[float, int] | None = None
     max_train_docs: int | None = None
-    meta: dict = field(default_factory=dict)
 
 
 def corpus_source(
@@ -76,7 +79,6 @@ def corpus_source(
         return Corpus(
             lambda: itertools.islice(txt_documents(files["train"]), max_docs),
             lambda: txt_documents(files["validation"]),
-            meta={"tinystories": tinystories},
         )
     if name == "openwebtext":
         dataset, train_split, _ = HF_CORPORA[name]
@@ -129,6 +131,7 @@ def prepare_shards(
     src = corpus_source(corpus, local_path, max_docs, tinystories=tinystories)
     workers = available_cpus() if workers is None else workers
     if tokenizer == "sentencepiece":
+        start = time.perf_counter()
         tok: Tokenizer = train_sentencepiece(
             src.train(),
             vocab_size,
@@ -137,11 +140,14 @@ def prepare_shards(
             max_chars=tokenizer_chars,
             byte_fallback=byte_fallback,
         )
+        log.info(
+            "tokenizer: SentencePiece %d trained in %.1f s", vocab_size, time.perf_counter() - start
+        )
     elif tokenizer == "gpt2":
         tok = gpt2_tokenizer()
     else:
         raise ValueError(f"unknown tokenizer {tokenizer!r}; choose 'sentencepiece' or 'gpt2'")
-    meta = {"corpus": corpus, **src.meta}
+    meta = {"corpus": corpus}
     if src.val is None:
         test_size, split_seed = src.held_out
         return write_split_shards(

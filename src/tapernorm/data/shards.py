@@ -8,9 +8,11 @@ token; `meta.json` describes them and is written last, so its presence means the
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 import tempfile
+import time
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -21,6 +23,8 @@ from ..atomic import atomic_open
 from ..jsonio import write_json
 from .encoding import Encoded, encode_to_file
 from .tokenizers import Tokenizer
+
+log = logging.getLogger(__name__)
 
 # How a user creates shards; named in errors when they are missing.
 PREPARE_HINT = "`tapernorm prepare-data` (the Snakemake `prepare_data` rule)"
@@ -166,12 +170,22 @@ def write_split_shards(
         train_order, val_order = held_out_order(len(lengths), test_size, seed)
         if max_train_docs is not None:
             train_order = train_order[:max_train_docs]
+        start = time.perf_counter()
         source = os.open(name, os.O_RDONLY)
         try:
             n_train = _gather(source, starts, lengths, train_order, out / "train.bin")
             n_val = _gather(source, starts, lengths, val_order, out / "val.bin")
         finally:
             os.close(source)
+        log.info(
+            "held-out split (test_size=%s, seed=%d): %d train and %d val documents gathered "
+            "in %.1f s",
+            test_size,
+            seed,
+            len(train_order),
+            len(val_order),
+            time.perf_counter() - start,
+        )
     finally:
         os.unlink(name)
     train, val = (n_train, len(train_order)), (n_val, len(val_order))
