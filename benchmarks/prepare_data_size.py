@@ -5,7 +5,8 @@
 Writes a TinyStories-like copy (the repository's v2 .txt files) and an OpenWebText-like .jsonl of
 --mb MB of training text each (tapernorm.data.synthetic, from --seed), then runs prepare-data on
 each as the paper config does (SentencePiece 10k on the first 200M characters; GPT-2 BPE with the
-held-out split) under /usr/bin/time -v, once per --workers. The process tree (the command, its
+held-out split) under /usr/bin/time -v, once per --workers, and the TinyStories tokenizer's
+training alone (a fixed cost: 200M characters whatever the corpus). The process tree (the command, its
 forkserver and workers) is sampled every 0.5 s for its summed CPU time and memory: resident (RSS,
 pages shared by the forked workers counted in each) and proportional (PSS, each page counted
 once: what the machine holds); the machine's other load over the run is reported beside it.
@@ -92,7 +93,7 @@ def run_measured(argv: list[str], log_path: Path) -> dict:
         "log": [
             line
             for line in text.splitlines()
-            if re.match(r"(tokenizer|train|val|corpus|held-out split):", line)
+            if re.match(r"(tokenizer|train|val|corpus|held-out split)\b", line)
         ],
     }
 
@@ -102,6 +103,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--work", type=Path, required=True, help="scratch directory (needs ~4x --mb)")
     p.add_argument("--mb", type=float, default=300, help="MB (1e6 bytes) of training text each")
     p.add_argument("--workers", type=int, nargs="+", default=[1, 2])
+    p.add_argument(
+        "--corpora",
+        nargs="+",
+        choices=["tinystories", "openwebtext"],
+        default=["tinystories", "openwebtext"],
+    )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--keep", action="store_true", help="keep the corpora and shards")
     args = p.parse_args(argv)
@@ -111,8 +118,11 @@ def main(argv: list[str] | None = None) -> int:
     tapernorm = [sys.executable, "-m", "tapernorm.cli", "prepare-data"]
     try:
         t = time.perf_counter()
-        ts = write_tinystories_copy(work / "tinystories", n_bytes, n_bytes // 100, args.seed)
-        owt = {"train": write_jsonl(work / "owt.jsonl", openwebtext_like(args.seed), n_bytes)}
+        ts = owt = {}
+        if "tinystories" in args.corpora:
+            ts = write_tinystories_copy(work / "tinystories", n_bytes, n_bytes // 100, args.seed)
+        if "openwebtext" in args.corpora:
+            owt = {"train": write_jsonl(work / "owt.jsonl", openwebtext_like(args.seed), n_bytes)}
         print(f"corpora written in {time.perf_counter() - t:.0f} s: {ts} {owt}", flush=True)
         corpora = {
             "tinystories": (
@@ -128,7 +138,23 @@ def main(argv: list[str] | None = None) -> int:
             ),
         }
         rows = []
-        for name, (made, corpus_args) in corpora.items():
+        if "tinystories" in args.corpora:  # its tokenizer alone: a fixed cost, whatever the corpus
+            train_file = work / "tinystories" / "TinyStoriesV2-GPT4-train.txt"
+            code = (
+                "from tapernorm.data import txt_documents, train_sentencepiece; "
+                f"train_sentencepiece(txt_documents({str(train_file)!r}), 10000, "
+                f"{str(work / 'tokenizer-only' / 'tokenizer')!r}, "
+                f"max_chars={PAPER_TOKENIZER_CHARS})"
+            )
+            r = run_measured([sys.executable, "-c", code], work / "tokenizer-only.log")
+            r.update(corpus="tinystories tokenizer", workers=0, text_mb=PAPER_TOKENIZER_CHARS / 1e6)
+            r.update(
+                cores_used=round(r["tree_cpu_s"] / r["wall_s"], 2), mb_per_s="", mb_per_cpu_s=""
+            )
+            rows.append(r)
+            print(json.dumps(r), flush=True)
+        for name in args.corpora:
+            made, corpus_args = corpora[name]
             text_mb = sum(size for _, size in made.values()) / 1e6
             for workers in args.workers:
                 out = work / f"shards-{name}-{workers}"

@@ -16,10 +16,11 @@ from ..jsonio import FileError
 # A separator line and the blank lines around it (the whole-file split of a .txt copy).
 EOT_LINE = re.compile(r"^\s*<\|endoftext\|>\s*$", flags=re.MULTILINE)
 _NON_SPACE = re.compile(r"\S")
-READ_BYTES = 1 << 24
+READ_BYTES = 1 << 24  # a .txt file is read this many bytes at a time
+JSONL_BLOCK_BYTES = 1 << 24  # .jsonl: pyarrow parses blocks of this size
 
 
-def _utf8_pieces(path: Path, read_bytes: int = READ_BYTES) -> Iterator[str]:
+def _utf8_pieces(path: Path, read_bytes: int) -> Iterator[str]:
     """The UTF-8 text of `path` in pieces of whole lines (the last one may lack its newline);
     FileError naming the file, line and column of a byte that is not UTF-8, as
     jsonio.read_text does for a whole file."""
@@ -52,7 +53,7 @@ def _utf8_pieces(path: Path, read_bytes: int = READ_BYTES) -> Iterator[str]:
                 return
 
 
-def txt_documents(path: str | Path, read_bytes: int = READ_BYTES) -> Iterator[str]:
+def txt_documents(path: str | Path, read_bytes: int | None = None) -> Iterator[str]:
     """The documents of a .txt file: the parts between separator lines (<|endoftext|> alone on its
     line), newlines stripped at both ends, blank parts dropped. Read in blocks of whole lines: the
     same documents as splitting the whole text with EOT_LINE, holding one block at a time.
@@ -62,7 +63,7 @@ def txt_documents(path: str | Path, read_bytes: int = READ_BYTES) -> Iterator[st
     text, so a block boundary never changes where a document starts or ends.
     """
     buffer = ""
-    for piece in _utf8_pieces(Path(path), read_bytes):
+    for piece in _utf8_pieces(Path(path), read_bytes or READ_BYTES):
         buffer = buffer + piece if buffer else piece
         start = 0
         for m in EOT_LINE.finditer(buffer):
@@ -93,7 +94,7 @@ def jsonl_texts(
     parse = pj.ParseOptions(
         explicit_schema=pa.schema([(text_field, pa.string())]), unexpected_field_behavior="ignore"
     )
-    read = pj.ReadOptions(block_size=1 << 24)
+    read = pj.ReadOptions(block_size=JSONL_BLOCK_BYTES)
 
     def batches() -> Iterator:
         for path in files:

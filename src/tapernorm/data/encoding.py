@@ -11,6 +11,8 @@ the same bytes.
 
 from __future__ import annotations
 
+import functools
+import json
 import logging
 import multiprocessing
 import os
@@ -18,6 +20,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Executor, ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from typing import BinaryIO, TypeVar
 
@@ -51,9 +54,11 @@ class Encoded:
 
 
 def doc_batches(
-    docs: Iterable[str], batch_chars: int = BATCH_CHARS, batch_docs: int = BATCH_DOCS
+    docs: Iterable[str], batch_chars: int | None = None, batch_docs: int = BATCH_DOCS
 ) -> Iterator[list[str]]:
-    """The non-empty documents in batches of about `batch_chars` characters (or `batch_docs`)."""
+    """The non-empty documents in batches of about `batch_chars` characters (default BATCH_CHARS)
+    or `batch_docs` documents."""
+    batch_chars = batch_chars or BATCH_CHARS
     batch: list[str] = []
     chars = 0
     for doc in docs:
@@ -81,17 +86,16 @@ def encode_batch(tokenizer: Tokenizer, texts: list[str]) -> tuple[np.ndarray, np
     return out, lengths
 
 
-_worker_tokenizer: Tokenizer | None = None
+_worker_tokenizers: dict[str, Tokenizer] = {}
 
 
-def _start_worker(spec: dict) -> None:
-    global _worker_tokenizer
-    _worker_tokenizer = load_tokenizer(spec)
-
-
-def _encode_in_worker(texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
-    assert _worker_tokenizer is not None
-    return encode_batch(_worker_tokenizer, texts)
+def _encode_in_worker(spec: dict, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
+    """encode_batch in a worker process, its tokenizer loaded from `spec` on first use (an error
+    loading it reaches the caller as itself)."""
+    key = json.dumps(spec, sort_keys=True)
+    if key not in _worker_tokenizers:
+        _worker_tokenizers[key] = load_tokenizer(spec)
+    return encode_batch(_worker_tokenizers[key], texts)
 
 
 def ordered_map(
@@ -112,23 +116,21 @@ def ordered_map(
             future.cancel()
 
 
-def _process_pool(workers: int, spec: dict) -> ProcessPoolExecutor:
+def _process_pool(workers: int) -> ProcessPoolExecutor:
     # forkserver: workers fork from a clean server process, not from this one (which may hold
     # threads); spawn where there is no forkserver
     methods = multiprocessing.get_all_start_methods()
     context = multiprocessing.get_context("forkserver" if "forkserver" in methods else "spawn")
     if context.get_start_method() == "forkserver":
         context.set_forkserver_preload([__name__])
-    return ProcessPoolExecutor(
-        workers, mp_context=context, initializer=_start_worker, initargs=(spec,)
-    )
+    return ProcessPoolExecutor(workers, mp_context=context)
 
 
 def encoded_batches(
     docs: Iterable[str],
     tokenizer: Tokenizer,
     workers: int = 1,
-    batch_chars: int = BATCH_CHARS,
+    batch_chars: int | None = None,
 ) -> Iterator[tuple[np.ndarray, np.ndarray]]:
     """encode_batch over the documents' batches, in order; `workers` > 1 tokenizes in that many
     processes, each loading the tokenizer from its meta() (a SentencePiece model by its file)."""
@@ -139,9 +141,15 @@ def encoded_batches(
         for texts in batches:
             yield encode_batch(tokenizer, texts)
         return
-    with _process_pool(workers, tokenizer.meta()) as pool:
+    encode = functools.partial(_encode_in_worker, tokenizer.meta())
+    with _process_pool(workers) as pool:
         try:
-            yield from ordered_map(pool, _encode_in_worker, batches, IN_FLIGHT_PER_WORKER * workers)
+            yield from ordered_map(pool, encode, batches, IN_FLIGHT_PER_WORKER * workers)
+        except BrokenProcessPool as e:
+            pool.shutdown(wait=True, cancel_futures=True)
+            raise RuntimeError(
+                f"a tokenizing process died ({e}): out of memory? Run with fewer --workers"
+            ) from e
         except BaseException:
             pool.shutdown(wait=True, cancel_futures=True)
             raise
@@ -153,7 +161,7 @@ def encode_to_file(
     out: BinaryIO,
     workers: int = 1,
     keep_lengths: bool = False,
-    batch_chars: int = BATCH_CHARS,
+    batch_chars: int | None = None,
     desc: str | None = None,
 ) -> Encoded:
     """Write the non-empty documents' tokens, EOT after each, to `out` as uint16, in order; log

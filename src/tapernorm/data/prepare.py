@@ -35,6 +35,7 @@ OWT_TEST_SIZE, OWT_SPLIT_SEED = 0.0005, 2357  # the OpenWebText held-out split o
 # the same repository holds it as 80 parquet files (8,013,769 documents), which they read.
 OWT_REVISION = "79d93d786212f7344586290adb811d4ae6a1762c"
 HUB_REVISIONS = {"Skylion007/openwebtext": OWT_REVISION}
+OWT_KEYS = "finetune.data.local_path"  # where the paper config reads OpenWebText
 
 
 def split_documents(
@@ -85,7 +86,9 @@ def corpus_source(
         revision = HUB_REVISIONS[dataset]
 
         def docs() -> Iterator[str]:
-            return iter_hf_text(dataset, train_split, local_path=local_path, revision=revision)
+            return iter_hf_text(
+                dataset, train_split, local_path=local_path, revision=revision, key=OWT_KEYS
+            )
 
         return Corpus(docs, None, (OWT_TEST_SIZE, OWT_SPLIT_SEED), max_docs)
     choices = ["shakespeare", *HF_CORPORA]

@@ -122,21 +122,17 @@ GATHER_DOCS = 1 << 16
 
 def _gather(source: int, starts: np.ndarray, lengths: np.ndarray, order, path: Path) -> int:
     """Copy documents' token runs (starts, lengths in tokens) of the uint16 file open as
-    descriptor `source` into `path`, in `order`; the tokens written."""
+    descriptor `source` into `path`, in `order`, one document at a time; the tokens written."""
     written = 0
     with atomic_open(path) as f:
         for lo in range(0, len(order), GATHER_DOCS):
             chunk = order[lo : lo + GATHER_DOCS]
-            buffer = bytearray(2 * int(lengths[chunk].sum()))
-            pos = 0
             for start, n in zip(starts[chunk].tolist(), lengths[chunk].tolist(), strict=True):
                 run = os.pread(source, 2 * n, 2 * start)
                 if len(run) != 2 * n:
                     raise OSError(f"short read of the temporary token file for {path}")
-                buffer[pos : pos + 2 * n] = run
-                pos += 2 * n
-            f.write(buffer)
-            written += pos // 2
+                f.write(run)
+                written += n
     return written
 
 
