@@ -30,6 +30,7 @@ from pathlib import Path
 
 import psutil
 
+from tapernorm import jsonio
 from tapernorm.data.synthetic import openwebtext_like, write_jsonl, write_tinystories_copy
 
 PAPER_TOKENIZER_CHARS = 200_000_000  # config/paper.yaml data.tokenizer_chars
@@ -152,7 +153,7 @@ def main(argv: list[str] | None = None) -> int:
                 cores_used=round(r["tree_cpu_s"] / r["wall_s"], 2), mb_per_s="", mb_per_cpu_s=""
             )
             rows.append(r)
-            print(json.dumps(r), flush=True)
+            print(jsonio.dumps(r), flush=True)
         for name in args.corpora:
             made, corpus_args = corpora[name]
             text_mb = sum(size for _, size in made.values()) / 1e6
@@ -174,7 +175,7 @@ def main(argv: list[str] | None = None) -> int:
                     load_before=round(load, 2),
                 )
                 rows.append(r)
-                print(json.dumps(r), flush=True)
+                print(jsonio.dumps(r), flush=True)
                 shutil.rmtree(out)
     finally:
         if not args.keep:

@@ -393,8 +393,11 @@ def test_a_refused_loading_script_is_data_unavailable_with_a_recipe(
     message = str(info.value)
     assert "loading-script dataset" in message and SCRIPT_REFUSED in message
     assert f"revision='{D.OWT_REVISION}'" in message and "save_to_disk('PATH')" in message
-    with pytest.raises(D.DataUnavailableError, match="loading-script"):
+    assert "trust_remote_code" not in message  # (the pinned revision needs no script)
+    with pytest.raises(D.DataUnavailableError, match="loading-script") as info:
         D.load_hf_dataset("some/script-dataset", "train")
+    assert "pip install 'datasets<4'" in str(info.value)
+    assert "load_dataset('some/script-dataset', trust_remote_code=True)" in str(info.value)
     argv = ["prepare-data", "--corpus", "openwebtext", "--tokenizer", "gpt2", "--workers", "1"]
     status = cli.main([*argv, "--out", str(tmp_path / "o")])
     err = capsys.readouterr().err.strip().splitlines()

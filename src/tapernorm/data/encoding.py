@@ -12,7 +12,6 @@ the same bytes.
 from __future__ import annotations
 
 import functools
-import json
 import logging
 import multiprocessing
 import os
@@ -92,7 +91,7 @@ _worker_tokenizers: dict[str, Tokenizer] = {}
 def _encode_in_worker(spec: dict, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
     """encode_batch in a worker process, its tokenizer loaded from `spec` on first use (an error
     loading it reaches the caller as itself)."""
-    key = json.dumps(spec, sort_keys=True)
+    key = repr(sorted(spec.items()))
     if key not in _worker_tokenizers:
         _worker_tokenizers[key] = load_tokenizer(spec)
     return encode_batch(_worker_tokenizers[key], texts)

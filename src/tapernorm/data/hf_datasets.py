@@ -47,8 +47,12 @@ def _hub_offline_mode() -> Iterator[None]:
             setattr(module, attr, value)
 
 
-def _load_call(name: str, split: str, take: int | None, revision: str | None) -> str:
+def _load_call(
+    name: str, split: str, take: int | None, revision: str | None, script: bool = False
+) -> str:
     rev = f", revision='{revision}'" if revision else ""
+    if script:  # (only a datasets release before 4.0 runs a loading script)
+        rev += ", trust_remote_code=True"
     if take is not None:  # a slice of a big dataset: stream its first rows
         return (
             f"datasets.Dataset.from_list(list(datasets.load_dataset('{name}', split='{split}'"
@@ -75,10 +79,15 @@ def _unavailable_message(
             "no network access to the Hub was possible and no cached copy was found "
             f"({type(err).__name__}: {err})"
         )
+    script = script_refused(err) and revision is None
+    where = "on a machine with internet"
+    if script:
+        where += ", with a datasets release before 4.0 (pip install 'datasets<4'),"
+    call = _load_call(name, split, take, revision, script)
     return (
         f"Could not load the Hugging Face dataset '{name}' (split '{split}'): {cause}.\n"
-        "To use a local copy: on a machine with internet run\n"
-        f'    python -c "import datasets; {_load_call(name, split, take, revision)}'
+        f"To use a local copy: {where} run\n"
+        f'    python -c "import datasets; {call}'
         ".save_to_disk('PATH')\"\n"
         f"copy PATH to this machine and set the config key `{key}: PATH` "
         "(or pass `--local-path PATH`)."
