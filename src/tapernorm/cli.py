@@ -48,6 +48,8 @@ def _cmd_prepare_data(args: argparse.Namespace) -> int:
         max_docs=args.max_docs,
         tokenizer_chars=args.tokenizer_chars,
         byte_fallback=not args.no_byte_fallback,
+        workers=args.workers,
+        tinystories=args.tinystories,
     )
     print(jsonio.dumps(meta, indent=2))
     return 0
@@ -79,6 +81,18 @@ def _prepare_data_parser(sub) -> None:
         "--no-byte-fallback",
         action="store_true",
         help="SentencePiece without the 256 byte pieces (closed corpora, tiny vocabularies)",
+    )
+    d.add_argument(
+        "--tinystories",
+        choices=["v1", "v2"],
+        default="v2",
+        help="TinyStories version: v2 (GPT-4 stories, default) or v1; only its files are read",
+    )
+    d.add_argument(
+        "--workers",
+        type=POSITIVE,
+        help="processes tokenizing the corpus (default: every CPU this process may use); "
+        "the shards are the same for any number",
     )
     d.set_defaults(func=_cmd_prepare_data)
 

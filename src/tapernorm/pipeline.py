@@ -327,6 +327,8 @@ def prepare_data_args(data: dict) -> str:
         args.append(f"--vocab-size {data['vocab_size']}")
         if not data["byte_fallback"]:
             args.append("--no-byte-fallback")
+    if data["corpus"] == "tinystories":
+        args.append(f"--tinystories {data['tinystories']}")
     for key in ("local_path", "max_docs", "tokenizer_chars"):
         if data[key] is not None:
             args.append(f"--{key.replace('_', '-')} {shlex.quote(str(data[key]))}")
@@ -488,6 +490,8 @@ def finetune_prepare_args(config: dict) -> str:
     """The `tapernorm prepare-data` arguments of the fine-tuning corpus (GPT-2 BPE)."""
     data = config["finetune"]["data"]
     args = [f"--corpus {data['corpus']}", "--tokenizer gpt2"]
+    if data["corpus"] == "tinystories":
+        args.append(f"--tinystories {data['tinystories']}")
     for key in ("local_path", "max_docs"):
         if data[key] is not None:
             args.append(f"--{key.replace('_', '-')} {shlex.quote(str(data[key]))}")

@@ -12,11 +12,12 @@ rule prepare_finetune_data:
         "logs/finetune/prepare_data.log",
     conda:
         "../envs/tapernorm.yaml"
+    threads: all_cores  # tokenizing processes (a cluster profile sets its own: set-threads)
     params:
         args=ft_prepare_args,
         out=output_dir("meta"),
     shell:
-        "tapernorm prepare-data {params.args} --out {params.out} > {log} 2>&1"
+        "tapernorm prepare-data {params.args} --workers {threads} --out {params.out} > {log} 2>&1"
 
 
 rule pretrain_finetune_base:

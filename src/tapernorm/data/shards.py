@@ -2,101 +2,190 @@
 token; `meta.json` describes them and is written last, so its presence means the shards are complete.
 
     write_shards(train_docs, val_docs, tokenizer, out_dir) -> TokenShards(out_dir).batch(...)
+    write_split_shards(docs, tokenizer, out_dir, test_size, seed)   (a held-out split of one corpus)
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Iterator, Sequence
+import logging
+import math
+import os
+import tempfile
+import time
+from collections.abc import Iterable
 from pathlib import Path
 
 import numpy as np
 import torch
-from tqdm import tqdm
 
 from ..atomic import atomic_open
 from ..jsonio import write_json
+from .encoding import Encoded, encode_to_file
 from .tokenizers import Tokenizer
+
+log = logging.getLogger(__name__)
 
 # How a user creates shards; named in errors when they are missing.
 PREPARE_HINT = "`tapernorm prepare-data` (the Snakemake `prepare_data` rule)"
 
 
-def _doc_batches(docs: Sequence[str], max_chars: int = 1 << 22) -> Iterator[list[str]]:
-    batch: list[str] = []
-    chars = 0
-    for doc in docs:
-        batch.append(doc)
-        chars += len(doc)
-        if chars >= max_chars or len(batch) >= 4096:
-            yield batch
-            batch, chars = [], 0
-    if batch:
-        yield batch
+META_KEYS = (  # meta.json's own keys, in order; extra_meta adds others after them
+    "vocab_size",
+    "eot_id",
+    "tokenizer",
+    "dtype",
+    "train_tokens",
+    "val_tokens",
+    "train_docs",
+    "val_docs",
+)
 
 
-def _write_split(
-    docs: Sequence[str], tokenizer: Tokenizer, path: Path, num_threads: int, desc: str
-) -> tuple[int, int]:
-    """Encode docs (skipping empty ones), EOT after each, into a uint16 file; (tokens, docs)."""
-    n_tokens = n_docs = 0
-    with tqdm(total=len(docs), desc=desc, unit="doc", disable=None) as bar, atomic_open(path) as f:
-        for batch in _doc_batches(docs):
-            texts = [d for d in batch if d]
-            encoded = tokenizer.encode_batch(texts, num_threads=num_threads) if texts else []
-            out = np.empty(sum(len(ids) + 1 for ids in encoded), dtype=np.uint16)
-            pos = 0
-            for ids in encoded:
-                out[pos : pos + len(ids)] = ids
-                out[pos + len(ids)] = tokenizer.eot_id
-                pos += len(ids) + 1
-            f.write(out.tobytes())
-            n_tokens += len(out)
-            n_docs += len(encoded)
-            bar.update(len(batch))
-    return n_tokens, n_docs
-
-
-def write_shards(
-    train_docs: Sequence[str],
-    val_docs: Sequence[str],
-    tokenizer: Tokenizer,
-    out_dir: str,
-    extra_meta: dict | None = None,
-    num_threads: int = 2,
-) -> dict:
-    """Tokenize documents into out_dir/{train,val}.bin (uint16, EOT after each doc) + meta.json.
-
-    Every file is written under a temporary name and renamed; an old meta.json is removed first and
-    the new one written last, so meta.json exists only when the shards beside it are complete.
-    Empty documents are skipped. Returns the meta dict.
-    """
+def _start(out_dir: str, tokenizer: Tokenizer, extra_meta: dict | None) -> Path:
+    """The shards directory, created, without its meta.json (written last, by _finish)."""
     if tokenizer.vocab_size > 1 << 16:
         raise ValueError(
             f"vocab_size {tokenizer.vocab_size} does not fit the uint16 shards (at most 65536)"
         )
+    clash = set(META_KEYS) & set(extra_meta or {})
+    if clash:
+        raise ValueError(f"extra_meta may not override {sorted(clash)}")
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    meta_path = out / "meta.json"
-    meta_path.unlink(missing_ok=True)
-    n_train, d_train = _write_split(train_docs, tokenizer, out / "train.bin", num_threads, "train")
-    n_val, d_val = _write_split(val_docs, tokenizer, out / "val.bin", num_threads, "val")
+    (out / "meta.json").unlink(missing_ok=True)
+    return out
+
+
+def _write_split(
+    docs: Iterable[str], tokenizer: Tokenizer, path: Path, workers: int, desc: str
+) -> Encoded:
+    """Encode docs (skipping empty ones), EOT after each, into a uint16 file."""
+    with atomic_open(path) as f:
+        return encode_to_file(docs, tokenizer, f, workers=workers, desc=desc)
+
+
+def _finish(
+    out: Path, tokenizer: Tokenizer, train: tuple[int, int], val: tuple[int, int], extra_meta
+) -> dict:
+    """meta.json (written last) for shards of (tokens, docs) in train and val."""
     meta = {
         "vocab_size": tokenizer.vocab_size,
         "eot_id": tokenizer.eot_id,
         "tokenizer": _beside(tokenizer.meta(), out),
         "dtype": "uint16",
-        "train_tokens": n_train,
-        "val_tokens": n_val,
-        "train_docs": d_train,
-        "val_docs": d_val,
+        "train_tokens": train[0],
+        "val_tokens": val[0],
+        "train_docs": train[1],
+        "val_docs": val[1],
     }
-    clash = set(meta) & set(extra_meta or {})
-    if clash:
-        raise ValueError(f"extra_meta may not override {sorted(clash)}")
     meta.update(extra_meta or {})
-    write_json(meta_path, meta)
+    write_json(out / "meta.json", meta)
     return meta
+
+
+def write_shards(
+    train_docs: Iterable[str],
+    val_docs: Iterable[str],
+    tokenizer: Tokenizer,
+    out_dir: str,
+    extra_meta: dict | None = None,
+    workers: int = 1,
+) -> dict:
+    """Tokenize documents into out_dir/{train,val}.bin (uint16, EOT after each doc) + meta.json.
+
+    The documents may be any iterables (streamed: read once, in order); `workers` processes
+    tokenize them (the same bytes for any number). Every file is written under a temporary name
+    and renamed; an old meta.json is removed first and the new one written last, so meta.json
+    exists only when the shards beside it are complete. Empty documents are skipped. Returns the
+    meta dict.
+    """
+    out = _start(out_dir, tokenizer, extra_meta)
+    train = _write_split(train_docs, tokenizer, out / "train.bin", workers, "train")
+    val = _write_split(val_docs, tokenizer, out / "val.bin", workers, "val")
+    return _finish(out, tokenizer, (train.tokens, train.docs), (val.tokens, val.docs), extra_meta)
+
+
+def held_out_order(n: int, test_size: float | int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """(train, test) document indices of a deterministic split, in their order: the rows and order
+    of Hugging Face `Dataset.train_test_split(test_size, seed=seed)` (a permutation of the n
+    documents; a float test_size takes ceil(test_size * n) of them, an int that many)."""
+    n_test = math.ceil(test_size * n) if isinstance(test_size, float) else int(test_size)
+    if not 0 < n_test < n:
+        raise ValueError(f"test_size={test_size} gives {n_test} of {n} documents; need 0 < k < n")
+    perm = np.random.default_rng(seed).permutation(n)
+    return perm[n_test:], perm[:n_test]
+
+
+GATHER_DOCS = 1 << 16
+
+
+def _gather(source: int, starts: np.ndarray, lengths: np.ndarray, order, path: Path) -> int:
+    """Copy documents' token runs (starts, lengths in tokens) of the uint16 file open as
+    descriptor `source` into `path`, in `order`, one document at a time; the tokens written."""
+    written = 0
+    with atomic_open(path) as f:
+        for lo in range(0, len(order), GATHER_DOCS):
+            chunk = order[lo : lo + GATHER_DOCS]
+            for start, n in zip(starts[chunk].tolist(), lengths[chunk].tolist(), strict=True):
+                run = os.pread(source, 2 * n, 2 * start)
+                if len(run) != 2 * n:
+                    raise OSError(f"short read of the temporary token file for {path}")
+                f.write(run)
+                written += n
+    return written
+
+
+def write_split_shards(
+    docs: Iterable[str],
+    tokenizer: Tokenizer,
+    out_dir: str,
+    test_size: float | int,
+    seed: int,
+    max_train_docs: int | None = None,
+    extra_meta: dict | None = None,
+    workers: int = 1,
+) -> dict:
+    """Shards of a corpus that ships one split: its non-empty documents held out as by
+    held_out_order (the first `max_train_docs` of the train order kept, if given).
+
+    The documents are read once and tokenized in their order into a temporary file beside the
+    shards (its per-document token counts kept, 8 bytes a document); the shards then gather each
+    document's tokens in the split's order. Same bytes as tokenizing
+    split_documents(list(docs), test_size, seed), without holding the texts.
+    """
+    out = _start(out_dir, tokenizer, extra_meta)
+    fd, name = tempfile.mkstemp(prefix=".source-order.", suffix=".tmp", dir=out)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            encoded = encode_to_file(
+                docs, tokenizer, f, workers=workers, keep_lengths=True, desc="corpus"
+            )
+        lengths = encoded.lengths
+        starts = np.concatenate(([0], np.cumsum(lengths)[:-1])).astype(np.int64)
+        train_order, val_order = held_out_order(len(lengths), test_size, seed)
+        if max_train_docs is not None:
+            train_order = train_order[:max_train_docs]
+        start = time.perf_counter()
+        source = os.open(name, os.O_RDONLY)
+        try:
+            n_train = _gather(source, starts, lengths, train_order, out / "train.bin")
+            n_val = _gather(source, starts, lengths, val_order, out / "val.bin")
+        finally:
+            os.close(source)
+        log.info(
+            "held-out split (test_size=%s, seed=%d): %d train and %d val documents gathered "
+            "in %.1f s",
+            test_size,
+            seed,
+            len(train_order),
+            len(val_order),
+            time.perf_counter() - start,
+        )
+    finally:
+        os.unlink(name)
+    train, val = (n_train, len(train_order)), (n_val, len(val_order))
+    return _finish(out, tokenizer, train, val, extra_meta)
 
 
 def _beside(spec: dict, out: Path) -> dict:

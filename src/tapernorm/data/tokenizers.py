@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import importlib.util
 import io
+import itertools
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator
 from functools import lru_cache
 from pathlib import Path
 from typing import Protocol
@@ -69,52 +70,52 @@ class SentencePieceTokenizer:
         }
 
 
-def _training_lines(docs: Iterable[str], max_chars: int | None) -> list[str]:
-    """Non-blank lines (newline kept) of the documents, up to max_chars characters in all."""
-    lines: list[str] = []
+def _training_lines(docs: Iterable[str], max_chars: int | None) -> Iterator[str]:
+    """Non-blank lines (newline kept) of the documents, up to max_chars characters in all; read
+    from the documents as they come (the corpus is never held whole)."""
     total = 0
     for doc in docs:
         for line in doc.splitlines(keepends=True):
             if not line.strip():
                 continue
             if max_chars is not None and total + len(line) > max_chars:
-                return lines
-            lines.append(line)
+                return
+            yield line
             total += len(line)
-    return lines
 
 
-def train_sentencepiece(
-    docs: Sequence[str],
-    vocab_size: int,
-    out_prefix: str,
-    seed: int = 0,
-    max_chars: int | None = None,
-    byte_fallback: bool = True,
-) -> SentencePieceTokenizer:
-    """Train a SentencePiece BPE model on the documents; write .model and .vocab.
+# SentencePiece's trainer records its thread count in the model file: a fixed count keeps the
+# model's bytes (and the shards' data fingerprint) the same on every machine.
+TRAIN_THREADS = 2
 
-    Text round-trips exactly: identity normalization, whitespace kept, newline a piece of its own,
-    no dummy prefix. Ids: 0 unk, 1 end-of-text (the eos piece, a control symbol that no text
-    encodes to), then newline, the 256 byte pieces (with byte_fallback), characters and merges.
-    With byte_fallback unk is never produced; without it the 256 ids go to merges instead (worth it
-    for tiny vocabularies on a closed corpus, where every character is seen in training).
-    Same documents and seed give the same model bytes.
-    """
-    import sentencepiece as spm
 
-    n_reserved = 3 + (256 if byte_fallback else 0)  # unk, eot, newline (+ byte pieces)
-    if vocab_size <= n_reserved:
-        raise ValueError(
-            f"vocab_size must exceed {n_reserved} (byte_fallback={byte_fallback}), got {vocab_size}"
-        )
-    lines = _training_lines(docs, max_chars)
-    if not lines:
-        raise ValueError("no text to train the tokenizer on")
-    model = io.BytesIO()
-    spm.set_random_generator_seed(seed)
+class _Source:
+    """An iterator that keeps the error its source raised: SentencePiece's trainer turns an error
+    of its sentence iterator into a RuntimeError naming it, and the caller re-raises the original
+    (a corpus file's FileError, say) instead."""
+
+    def __init__(self, it: Iterator[str]) -> None:
+        self.it = it
+        self.error: BaseException | None = None
+
+    def __iter__(self) -> _Source:
+        return self
+
+    def __next__(self) -> str:
+        try:
+            return next(self.it)
+        except StopIteration:
+            raise
+        except BaseException as e:
+            self.error = e
+            raise
+
+
+def _train(
+    spm, sentences: Iterator[str], model: io.BytesIO, vocab_size: int, byte_fallback
+) -> None:
     spm.SentencePieceTrainer.train(
-        sentence_iterator=iter(lines),
+        sentence_iterator=sentences,
         model_writer=model,
         model_type="bpe",
         vocab_size=vocab_size,
@@ -132,10 +133,51 @@ def train_sentencepiece(
         input_sentence_size=0,
         shuffle_input_sentence=False,
         max_sentence_length=1 << 16,
-        num_threads=2,
+        num_threads=TRAIN_THREADS,
         minloglevel=2,
     )
+
+
+def train_sentencepiece(
+    docs: Iterable[str],
+    vocab_size: int,
+    out_prefix: str,
+    seed: int = 0,
+    max_chars: int | None = None,
+    byte_fallback: bool = True,
+) -> SentencePieceTokenizer:
+    """Train a SentencePiece BPE model on the documents; write .model and .vocab.
+
+    Text round-trips exactly: identity normalization, whitespace kept, newline a piece of its own,
+    no dummy prefix. Ids: 0 unk, 1 end-of-text (the eos piece, a control symbol that no text
+    encodes to), then newline, the 256 byte pieces (with byte_fallback), characters and merges.
+    With byte_fallback unk is never produced; without it the 256 ids go to merges instead (worth it
+    for tiny vocabularies on a closed corpus, where every character is seen in training).
+    Same documents and seed give the same model bytes. The documents are streamed: only the
+    lines handed to the trainer (at most max_chars characters) are held, by SentencePiece.
+    """
+    import sentencepiece as spm
+
+    n_reserved = 3 + (256 if byte_fallback else 0)  # unk, eot, newline (+ byte pieces)
+    if vocab_size <= n_reserved:
+        raise ValueError(
+            f"vocab_size must exceed {n_reserved} (byte_fallback={byte_fallback}), got {vocab_size}"
+        )
+    lines = _training_lines(docs, max_chars)
+    first = next(lines, None)
+    if first is None:
+        raise ValueError("no text to train the tokenizer on")
+    model = io.BytesIO()
+    sentences = _Source(itertools.chain([first], lines))
+    spm.set_random_generator_seed(seed)
+    try:
+        _train(spm, sentences, model, vocab_size, byte_fallback)
+    except RuntimeError:
+        if sentences.error is not None:  # reading the corpus failed: that error, as raised
+            raise sentences.error from None
+        raise
     out = Path(out_prefix)
+
     out.parent.mkdir(parents=True, exist_ok=True)
     model_path = out.with_name(out.name + ".model")
     atomic_write_bytes(model_path, model.getvalue())
