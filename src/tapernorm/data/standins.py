@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..jsonio import write_json
+from ..jsonio import dumps, write_json
 from .shakespeare import shakespeare_plays
 from .tokenizers import GPT2_EOT_ID
 
@@ -76,11 +76,9 @@ def _tinystories(out: Path, plays: dict[str, str]) -> dict:
 
 
 def _openwebtext(out: Path, plays: dict[str, str]) -> int:
-    import json
-
     out.mkdir(parents=True, exist_ok=True)
     docs = _documents([plays[n] for n in sorted(plays)], WEB_LINES)
-    lines = (json.dumps({"text": d}, ensure_ascii=False) + "\n" for d in docs)
+    lines = (dumps({"text": d}) + "\n" for d in docs)
     (out / "openwebtext.jsonl").write_text("".join(lines), encoding="utf-8")
     return len(docs)
 
