@@ -160,10 +160,8 @@ def run_inference_bench(
     def on_rows(rows: list[dict]) -> None:
         write([{**row, "source": source, **extra} for row in rows])
 
-    rows = []
-    if not models:
-        pass  # every column skipped
-    elif which == "forward":
+    rows = []  # (none when every column is skipped)
+    if models and which == "forward":
         rows = bench_forward(
             models,
             batch_sizes,
@@ -175,7 +173,7 @@ def run_inference_bench(
             reference=reference,
             on_rows=on_rows,
         )
-    else:
+    elif models:
         for mode in modes:
             rows += bench_decode(
                 models,
