@@ -192,6 +192,8 @@ def test_eval_of_a_diverged_run_skips_its_folded_model(runs, shards_dir, tmp_pat
     assert ours.loc["All-TaperLN", "Folded − unfolded (ours)"] == "not folded (diverged)"
     assert math.isfinite(float(ours.loc["Vanilla", owt]))
     assert f"not a fine-tuned model; not folded either): {reason}." in caption
+    table6, caption = ft.table6([runs["vanilla"], run])
+    assert f"Table 4 leaves them out): {reason}." in caption and len(table6) == 1 + 4
     row = claims.claims_table(claims.ClaimInputs(finetune=ft.load_finetune_evals(evals))).iloc[7]
     assert "All/heldout: diverged" in row["Comment"] and reason in row["Comment"]
 

@@ -19,6 +19,7 @@ from pathlib import Path
 import pandas as pd
 
 from ..config import PROTOCOLS
+from ..divergence import diverged
 from . import paper
 from .tables import write_table
 
@@ -274,6 +275,7 @@ def _lr(lr: float, min_lr: float) -> str:
 def table6(run_dirs: Sequence[str | Path]) -> tuple[pd.DataFrame, str]:
     """Schedules per model: ours from the run configs, beside the paper's Table 6."""
     by_model: dict[str, list[dict]] = {}
+    bad = [b.reason() for b in map(diverged, run_dirs) if b is not None]
     for d in run_dirs:
         cfg = _run_config(Path(d))
         by_model.setdefault(cfg["meta"]["model"], []).append(cfg)
@@ -310,6 +312,10 @@ def table6(run_dirs: Sequence[str | Path]) -> tuple[pd.DataFrame, str]:
         f"(AdamW {paper.FINETUNE_BETAS}, weight decay {paper.FINETUNE_WEIGHT_DECAY:g}, clip 1.0, "
         f"EMA mu {paper.FINETUNE_EMA_MU:g}, ~2^19 tokens per step)."
     )
+    if bad:
+        caption += (
+            f" Diverged (their schedules as configured; Table 4 leaves them out): {'; '.join(bad)}."
+        )
     return pd.DataFrame(rows).fillna("—"), caption
 
 
