@@ -395,6 +395,85 @@ def test_anchor_sweep_table_figure_and_claim(runs, shards_dir, tmp_path):
         args.func(args)
 
 
+# ---- diverged runs among the inputs: every output builds, excludes them and names them ---------
+
+
+@pytest.fixture(scope="module")
+def worst(runs, tmp_path_factory):
+    """Copies of the main runs where every seed of Internal-Taper (+aux) at d=64 diverged (seed 0,
+    figure 1's run and the benchmarks', at step 1: nothing logged) and so did seed 0 of the
+    baseline; and of the ablation runs where the Baseline and All-Taper (+aux) diverged."""
+    root = tmp_path_factory.mktemp("worst")
+    bad = {"internal_aux-d64-s0": 1, "internal_aux-d64-s1": 4, "baseline-d64-s0": 3}
+    main = [
+        copy_run(p, root / "main" / p.name, int(p.name[-1]), bad.get(p.name)) for p in runs["main"]
+    ]
+    bad_ablation = {"baseline-d32-s0": 9, "all_aux-d32-s0": 12}
+    ablation = [
+        copy_run(p, root / "ablation" / p.name, 0, bad_ablation.get(p.name))
+        for p in runs["ablation"]
+    ]
+    return {"main": main, "ablation": ablation}
+
+
+MAIN_NAMED = ("internal_aux-d64-s0 at step 1 (nothing logged)", "internal_aux-d64-s1 at step 4")
+
+
+def test_tables_with_diverged_runs_name_them(worst, tmp_path):
+    for n in ("1", "2", "5"):
+        tables.make_table(n, worst["main"], tmp_path / f"table{n}")
+    t1 = (tmp_path / "table1.md").read_text()
+    assert all(name in t1 for name in (*MAIN_NAMED, "baseline-d64-s0 at step 3"))
+    t1 = pd.read_csv(tmp_path / "table1.csv").set_index("Name")
+    assert t1.loc["internal_aux", "Diverged"] == 2 and t1.loc["baseline", "Diverged"] == 1
+    t2 = pd.read_csv(tmp_path / "table2.csv").set_index(["Width", "Variant"])
+    assert t2.loc[(64, "Internal-Taper (+aux)"), "Ours"] == "diverged (2/2)"
+    assert "internal_aux-d64-s0 diverged at step 1" in (tmp_path / "table2.md").read_text()
+    t5 = (tmp_path / "table5.md").read_text()
+    assert "the diverged ones too" in t5 and MAIN_NAMED[1] in t5
+
+
+@pytest.mark.parametrize("which", ["fig1", "fig2", "fig3", "fig4"])
+def test_figures_with_diverged_runs_name_them(worst, tmp_path, which):
+    dirs = worst["main"]
+    if which == "fig1":  # the workflow gives it Internal-Taper (+aux) seed 0 alone
+        dirs = [p for p in dirs if p.name == "internal_aux-d64-s0"]
+    paths = figures.make_figure(which, dirs, tmp_path / f"{which}.pdf", width=64)
+    _check_saved(paths)
+    caption = paths[2].read_text()
+    if which == "fig1":
+        assert "Run internal_aux-d64-s0 diverged at step 1" in caption
+        assert "the rest of the schedule its config sets" in caption
+    else:
+        assert all(name in caption for name in MAIN_NAMED)
+
+
+def test_ablation_outputs_with_diverged_runs_name_them(worst, tmp_path):
+    ablation = worst["ablation"]
+    for which in ("fig4b", "fig6"):
+        paths = figures.make_figure(which, ablation, tmp_path / f"{which}.pdf")
+        _check_saved(paths)
+        assert "baseline-d32-s0 at step 9" in paths[2].read_text()
+    df, caption = anchor_sweep.table_anchor(load_runs(ablation)[0])
+    assert df.iloc[0]["Logit norm / Baseline (end)"] == "diverged"
+    assert "every Baseline run of the ablation diverged (baseline-d32-s0 at step 9)" in caption
+    assert "Diverged points: all_aux-d32-s0 at step 12" in caption
+    fig, caption = anchor_sweep.fig7(ablation)
+    assert "all_aux-d32-s0 at step 12" in caption and "— (diverged)" in caption
+
+
+def test_claims_1_to_5_with_diverged_runs_name_them(worst, tmp_path):
+    out = claims.write_claims(
+        tmp_path / "claims.md", runs=worst["main"], ablation_runs=worst["ablation"]
+    )
+    rows = {r["Claim"][:2]: r for r in json.loads(out.with_suffix(".json").read_text())["claims"]}
+    assert all(name in rows["1."]["Comment"] for name in MAIN_NAMED)
+    assert rows["1."]["Holds?"] == "no (d=64: every Internal-Taper (+aux) run diverged)"
+    assert "baseline-d64-s0 at step 3" in rows["2."]["Comment"]
+    for n in ("3.", "4.", "5."):
+        assert "baseline-d32-s0 at step 9" in rows[n]["Comment"], n
+
+
 def test_claims_3_to_5_are_judged_where_margins_are_positive(runs):
     main = load_runs(runs["main"])[0]
     main = main[main["width"] == 64]

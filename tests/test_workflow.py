@@ -117,6 +117,69 @@ def test_ci_pipeline_builds_every_target(ci_run):
     assert "without a record" not in times
 
 
+@pytest.fixture(scope="module")
+def diverged_ci_run(tmp_path_factory) -> Path:
+    """config/ci.yaml with an overlay under which every run with the scale loss diverges (lambda
+    1e38 overflows it at the first step of the taper): both Internal-Taper (+aux) runs (the
+    benchmarks' and figure 1's) and All-Taper (+aux), and the TaperLN fine-tuning runs; one seed,
+    no ablation (nothing there diverges), run to `all`."""
+    wd = tmp_path_factory.mktemp("wf_diverged")
+    shutil.copy(ROOT / "Snakefile", wd)
+    shutil.copytree(ROOT / "workflow", wd / "workflow")
+    shutil.copytree(ROOT / "config", wd / "config")
+    ci = yaml.safe_load((wd / "config/ci.yaml").read_text())
+    models = [{**m, "lam": 1.0e38} for m in ci["finetune"]["models"]]
+    overlay = {
+        "pretrain": {"seeds": 1, "anchor": {"lam": 1.0e38}},
+        "ablation": None,
+        "anchor_sweep": None,
+        "finetune": {"models": models},
+    }
+    (wd / "diverge.yaml").write_text(yaml.safe_dump(overlay))
+    snakemake(wd, "--cores", "2", "--configfile", "config/ci.yaml", "diverge.yaml")
+    return wd
+
+
+def test_ci_pipeline_runs_to_the_end_past_diverged_runs(diverged_ci_run):
+    wd = diverged_ci_run
+    result = json.loads((wd / "results/runs/pretrain/internal_aux-d32-s0/eval.json").read_text())
+    assert result["diverged"] and result["diverged_step"] > 0
+    log = (wd / "logs/runs/pretrain/internal_aux-d32-s0.log").read_text()
+    assert f"DIVERGED at step {result['diverged_step']}: weights rolled back to step" in log
+    reason = f"run pretrain/internal_aux-d32-s0 diverged at step {result['diverged_step']}"
+    verify = json.loads((wd / "results/fold/internal_aux-d32-s0/verify.json").read_text())
+    assert verify["skipped"].startswith(reason)
+    fold = wd / "results/finetune/fold/all_taperln-gpt2-d16"
+    assert json.loads((fold / "verify.json").read_text())["skipped"].startswith(
+        "run finetune/all_taperln-gpt2-d16 diverged at step"
+    )
+    scores = json.loads(
+        (wd / "results/finetune/eval/all_taperln-gpt2-d16/heldout.json").read_text()
+    )
+    assert "skipped" in scores["folded"] and "val_loss" not in scores["folded"]
+    export = wd / "results/export/all_taperln-gpt2-d16"
+    assert [p.name for p in export.iterdir()] == ["verify.json"]
+    note = f"Internal-Taper (+aux) d32 s0 diverged at step {result['diverged_step']}: not timed"
+    for kind in ("forward", "decode"):
+        bench = (wd / f"results/bench/{kind}.csv").read_text()
+        assert bench.count(note) == 2  # explicit and folded; baseline and DyT timed
+    for table in ("table3", "table_decode"):
+        assert note in (wd / f"results/tables/{table}.md").read_text()
+    assert note in (wd / "figures/fig5_decode_speedup.html").read_text()
+    claims = json.loads((wd / "results/claims.json").read_text())["claims"]
+    rows = {r["Claim"].split(" ")[0]: r for r in claims}
+    assert rows["6."]["Holds?"].startswith(f"not judged: no fold ran ({reason}")
+    assert rows["7."]["Holds?"] == f"not judged: the exports were not timed ({note})"
+    assert note in rows["TaperNorm"]["Comment"]
+    assert rows["1."]["Holds?"] == "no (d=32: every Internal-Taper (+aux) run diverged)"
+    assert "internal_aux-d32-s0 at step" in (wd / "results/tables/table1.md").read_text()
+    assert (
+        "pretrain/internal_aux-d32-s0 at step" in (wd / "figures/fig3_logit_norm.html").read_text()
+    )
+    assert "diverged at step" in (wd / "results/tables/table4.md").read_text()
+    assert (wd / "results/manifest.json").is_file()
+
+
 def test_html_report_holds_every_figure_and_table(ci_run):
     snakemake(ci_run, "--cores", "2", "--report", "report.html", "--configfile", "config/ci.yaml")
     html = (ci_run / "report.html").read_text(errors="replace")

@@ -54,7 +54,8 @@ def run_summary(model_dir: str | Path) -> dict:
     summary = {"name": cfg.get("name"), "meta": labels, "taper": cfg["model"]["taper"]}
     if (model_dir / "eval.json").is_file():
         outcome = read_json(model_dir / "eval.json")
-        summary.update({k: outcome.get(k) for k in ("steps", "weights_step", "diverged")})
+        keys = ("steps", "weights_step", "diverged", "diverged_step")
+        summary.update({k: outcome.get(k) for k in keys})
     return summary
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 
@@ -11,6 +12,7 @@ import torch.nn.functional as F
 from .checkpoint import load_model, run_summary
 from .data import EvalSet, TokenShards
 from .device import autocast_for, is_out_of_memory, resolve_device
+from .divergence import diverged
 from .model import GPT
 from .norms import set_gate, taper_norms
 
@@ -144,27 +146,38 @@ def evaluate_model(
     Token shards: the first `windows` fixed validation windows. An evaluation set of `prepare-eval`
     (it has rows.bin): every row (the first `max_rows`) scored on its own under `dtype`, and, when
     `folded` names a folded export, that export on the same rows. Returns the result as a dict.
+
+    A run whose eval.json says it diverged is scored as it was left (the weights it rolled back to;
+    `val_loss` null where not finite), and its `folded` entry records `skipped` (its fold was
+    skipped for the same reason: fold.fold_run) instead of reading --folded.
     """
     dev = resolve_device(device)
     model = load_model(model_dir, dev)
+    bad = diverged(model_dir)
     result = {"model": str(model_dir), "data": str(data), "eval": "g=0"}
+    if bad is not None:
+        result["diverged_note"] = bad.reason()
     if not (Path(data) / "rows.bin").exists():  # token shards: the fixed validation windows
         if folded is not None:
             raise ValueError(f"--folded needs an evaluation set of prepare-eval; {data} has none")
-        result["val_loss"] = evaluate(model, TokenShards(data), windows, batch_size)
+        loss = evaluate(model, TokenShards(data), windows, batch_size)
+        result["val_loss"] = None if bad is not None and not math.isfinite(loss) else loss
         return result
     eval_set = EvalSet(data)
     scores = evaluate_rows(model, eval_set, batch_size, max_rows, dtype)
+    loss = scores["loss"]
     result.update(
         set=eval_set.meta["set"],
-        val_loss=scores["loss"],
+        val_loss=None if bad is not None and not math.isfinite(loss) else loss,
         rows=scores["rows"],
         tokens=scores["tokens"],
         dtype=dtype,
         set_meta=eval_set.meta,
         run=run_summary(model_dir),
     )
-    if folded is not None:  # the folded export, on the same rows
+    if folded is not None and bad is not None:
+        result["folded"] = {"model": str(folded), "skipped": bad.reason()}
+    elif folded is not None:  # the folded export, on the same rows
         del model
         loss = evaluate_rows(load_model(folded, dev), eval_set, batch_size, max_rows, dtype)["loss"]
         result["folded"] = {

@@ -31,6 +31,7 @@ stock form; those export to our own format with `tapernorm fold`.
 from __future__ import annotations
 
 import copy
+import logging
 import shutil
 from pathlib import Path
 
@@ -42,6 +43,8 @@ from .checkpoint import read_json, replace_dir, write_json
 from .fold import _g0_map, compare_logits
 from .model import GPT, GPTConfig
 from .norms import FixedScale, TaperNorm
+
+log = logging.getLogger(__name__)
 
 EXPORT_EPS = 2.0**66  # the stock norms' epsilon; sqrt(EXPORT_EPS) = 2^33 is a power of two
 GAIN = 2.0**33
@@ -385,12 +388,19 @@ def export_run(
     device: str = "cpu",
 ) -> dict:
     """export_hf of a run (or model) directory, verified on validation windows of its token shards
-    (`data`, default the run's data.dir) when they exist; card and tokenizer from the run."""
+    (`data`, default the run's data.dir) when they exist; card and tokenizer from the run.
+
+    A run whose eval.json says it diverged is not exported: OUT then holds only verify.json, which
+    records `skipped` (divergence.Diverged.reason)."""
     from .checkpoint import load_model
     from .config import PROTOCOLS, VARIANTS
     from .data import TokenShards
+    from .divergence import diverged
 
     model_dir = Path(model_dir)
+    bad = diverged(model_dir)
+    if bad is not None:
+        return skip_export(Path(out), model_dir, bad.reason())
     model = load_model(model_dir, device).eval()
     cfg = read_json(model_dir / "config.json")
     outcome = read_json(model_dir / "eval.json") if (model_dir / "eval.json").is_file() else {}
@@ -416,6 +426,18 @@ def export_run(
     report = export_hf(model, out, tokens, targets, rtol, tokenizer, card)
     if sp_model is not None:
         shutil.copyfile(sp_model, Path(out) / "tokenizer.model")
+    return report
+
+
+def skip_export(out: Path, model_dir: Path, reason: str) -> dict:
+    """OUT as a skipped export: only verify.json, recording why (an earlier export is replaced)."""
+    report = {"model": str(model_dir), "skipped": reason}
+    tmp = out.with_name(out.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    write_json(tmp / "verify.json", report)
+    replace_dir(tmp, out)
+    log.warning("export-hf: %s: skipped, nothing exported", reason)
     return report
 
 

@@ -13,6 +13,8 @@ A folded final norm under tied embeddings unties the head (the embedding must st
 from __future__ import annotations
 
 import dataclasses
+import logging
+import shutil
 from pathlib import Path
 
 import torch
@@ -21,6 +23,8 @@ from torch import nn
 
 from .model import EXPORTED, GPT
 from .norms import FixedScale, TaperNorm, taper_norms
+
+log = logging.getLogger(__name__)
 
 
 class FoldError(RuntimeError):
@@ -171,6 +175,9 @@ def verify_fold(
     return report
 
 
+EXPORTS = ("folded", "scaled")  # what fold_run writes beside verify.json, one model directory each
+
+
 def fold_run(
     model_dir: str | Path,
     data: str | Path,
@@ -183,13 +190,36 @@ def fold_run(
     """Export the g = 0 model of a run (or model) directory as explicit scaling and folded, verify
     both against it on `windows` validation windows of token shards `data` (raises beyond `rtol`),
     compare validation losses on `eval_windows`, and write OUT/folded, OUT/scaled and
-    OUT/verify.json (last: its presence means success). Returns the verify report."""
+    OUT/verify.json (last: its presence means the check ran). Returns the verify report, whose
+    `written` lists the model files beside it.
+
+    A run whose eval.json says it diverged is not folded: its weights are those it rolled back to,
+    not a trained model. verify.json then records `skipped` (divergence.Diverged.reason), and
+    OUT/folded and OUT/scaled are left empty (earlier exports in them removed)."""
     from .checkpoint import load_model, save_model, write_json
     from .data import TokenShards
     from .device import resolve_device
+    from .divergence import diverged
     from .evaluation import evaluate
     from .norms import set_gate
+    from .run_identity import MODEL_FILES
 
+    out = Path(out)
+    bad = diverged(model_dir)
+    if bad is not None:
+        for name in EXPORTS:
+            shutil.rmtree(out / name, ignore_errors=True)
+            (out / name).mkdir(parents=True)
+        report = {
+            "model": str(model_dir),
+            "skipped": bad.reason(),
+            "diverged_step": bad.step,
+            "weights_step": bad.weights_step,
+            "written": [],
+        }
+        write_json(out / "verify.json", report)
+        log.warning("fold: %s: skipped, nothing folded", bad.reason())
+        return report
     dev = resolve_device(device)
     model = load_model(model_dir, dev).eval()
     set_gate(model, 0.0)
@@ -204,8 +234,8 @@ def fold_run(
     val_folded = evaluate(folded, shards, eval_windows, 16)
     report["val_loss_reference"], report["val_loss_folded"] = val_ref, val_folded
     report["val_loss_diff"] = val_folded - val_ref
-    out = Path(out)
     save_model(folded, out / "folded", {"source": str(model_dir), "export": "folded"})
     save_model(scaled, out / "scaled", {"source": str(model_dir), "export": "explicit scaling"})
+    report["written"] = [f"{name}/{f}" for name in EXPORTS for f in MODEL_FILES]
     write_json(out / "verify.json", report)
     return report

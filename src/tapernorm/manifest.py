@@ -59,9 +59,25 @@ def _bench_threads(root: Path, files: list[str]) -> list[int]:
     return sorted(threads)
 
 
+def expand_dirs(files: Iterable[str | Path], root: Path) -> list[str]:
+    """`files` with each directory among them (a workflow's directory output, e.g. a fold check's
+    folded model) replaced by the files under it, hidden ones (Snakemake's timestamp) left out."""
+    out = []
+    for f in files:
+        if not (root / f).is_dir():
+            out.append(Path(f).as_posix())
+            continue
+        for path in sorted((root / f).rglob("*")):
+            rel = path.relative_to(root)
+            if path.is_file() and not any(part.startswith(".") for part in rel.parts):
+                out.append(rel.as_posix())
+    return out
+
+
 def build_manifest(files: Iterable[str | Path], config: dict, seeds: dict, root: Path) -> dict:
-    """The manifest of `files` (paths relative to `root`, each must exist) made under `config`."""
-    rels = sorted(dict.fromkeys(Path(f).as_posix() for f in files))
+    """The manifest of `files` (paths relative to `root`, each must exist; a directory stands for
+    the files under it: expand_dirs) made under `config`."""
+    rels = sorted(dict.fromkeys(expand_dirs(files, root)))
     missing = [f for f in rels if not (root / f).is_file()]
     if missing:
         raise ManifestError(f"manifest: {len(missing)} listed files do not exist: {missing[:5]}")

@@ -565,7 +565,9 @@ def bench_runs(config: dict) -> dict[str, str]:
 
 def bench_inputs(config: dict) -> dict[str, str]:
     """What the benchmark rules wait for: the timed runs' eval.json and the tapered run's fold
-    verification (a failed one stops the benchmarks); nothing with bench.random."""
+    verification (a failed one stops the benchmarks; one skipped because the run diverged does
+    not: `tapernorm bench` reads each run's eval.json and times the others); nothing with
+    bench.random."""
     if config["bench"].get("random"):
         return {}
     runs = _bench_run_dirs(config)

@@ -538,7 +538,10 @@ def finish(run: Run, outcome: Outcome) -> dict:
             torch.manual_seed(cfg["seed"])  # the very init set_up built
             model.load_state_dict(build_model(cfg, run.shards.vocab_size).state_dict())
     finished = {"finished": now(), "resumed_from_step": outcome.first_step}
-    save_model(model, run.out, config_record(run, weights_step=weights_step, times=finished))
+    record = {"weights_step": weights_step}
+    if outcome.diverged_step is not None:
+        record["diverged_step"] = outcome.diverged_step
+    save_model(model, run.out, config_record(run, **record, times=finished))
     val = validation_loss(run, model)
     result = {
         "name": cfg["name"],
@@ -557,6 +560,8 @@ def finish(run: Run, outcome: Outcome) -> dict:
     run.inputs.check()  # (the final evaluation read val.bin)
     run.metrics.keep(whole=True)
     write_json(run.out / "eval.json", result)
+    if outcome.diverged_step is not None:
+        log.warning("[%s] %s", cfg["name"], diverged_line(outcome.diverged_step, weights_step, val))
     barrier(world)
     if not result["diverged"]:
         prune(run.ckpt, cfg["name"])
@@ -573,6 +578,16 @@ def prune(ckpt: Path, name: str) -> None:
         log.warning(
             "[%s] finished; its checkpoint %s is kept whole (not pruned: %s)", name, ckpt, e
         )
+
+
+def diverged_line(step: int, weights_step: int, val: float) -> str:
+    """The one line a diverged run's log ends with: what happened, what it kept, where it says so."""
+    kept = "its init" if weights_step == 0 else f"its checkpoint of step {weights_step}"
+    return (
+        f"DIVERGED at step {step}: weights rolled back to step {weights_step} ({kept}), validation "
+        f"loss {val:.4f} at g=0; eval.json says diverged: true, and fold, export and the benchmarks "
+        "skip this run"
+    )
 
 
 def train(

@@ -1,7 +1,8 @@
 # Inference benchmarks (paper Table 3, our decode protocol; fig5, claim 7) of the trained baseline and
 # Internal-Taper (+aux) runs (and DyT, when pretrained) at the figure width, seed 0, which need the
-# tapered run's fold verification to have passed; or, with bench.random, of random-weight models at
-# the paper's config. A benchmark takes every core, so no training job runs beside it on a CPU.
+# tapered run's fold verification to have passed (or been skipped: a run that diverged is not timed,
+# the others are, and the CSV names it); or, with bench.random, of random-weight models at the
+# paper's config. A benchmark takes every core, so no training job runs beside it on a CPU.
 
 
 rule bench_forward:

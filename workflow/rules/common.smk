@@ -198,10 +198,9 @@ def finetune_eval_inputs(w):
         "data": f"data/eval/{w.evalset}/meta.json",
         "rows": f"data/eval/{w.evalset}/rows.bin",
     }
-    if tp.parse_finetune_run(w.ftrun)[0] == "all_taperln":
+    if tp.parse_finetune_run(w.ftrun)[0] == "all_taperln":  # its fold check
         fold = f"results/finetune/fold/{w.ftrun}"
-        inputs["verify"] = f"{fold}/verify.json"
-        inputs |= model_files(f"{fold}/folded", prefix="folded_")
+        inputs |= {"verify": f"{fold}/verify.json", "folded": f"{fold}/folded"}
     return inputs
 
 
@@ -364,10 +363,11 @@ def ft_eval_setting(key):
 
 
 def folded_option(wildcards, input):
-    """--folded of an evaluation: the fold check's folded model, when the run has one."""
-    if "verify" not in input.keys():
+    """--folded of an evaluation: the fold check's folded model, when the run has one (a diverged
+    run's is empty: `tapernorm eval` then records why instead of reading it)."""
+    if "folded" not in input.keys():
         return ""
-    return f"--folded {os.path.dirname(input.verify)}/folded"
+    return f"--folded {input.folded}"
 
 
 def prepare_eval_inputs(wildcards):
@@ -435,7 +435,7 @@ def manifest_files(wildcards):
         ]
         files += [f"{run}/{f}" for run in runs for f in (*MODEL_FILES, "eval.json")]
         files += finetune_evals() + finetune_verify()
-        for verify in finetune_verify():
-            files += model_files(f"{os.path.dirname(verify)}/folded").values()
+        # the folded models (directories: `tapernorm manifest` hashes the files in them)
+        files += [f"{os.path.dirname(v)}/folded" for v in finetune_verify()]
     files += [t for t in tp.all_targets(config) if t != tp.MANIFEST]
     return list(dict.fromkeys(files))

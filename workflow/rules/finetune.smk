@@ -79,7 +79,9 @@ rule fold_finetune:
         **model_files("results/runs/finetune/{ftrun}"),
         eval="results/runs/finetune/{ftrun}/eval.json",
     output:
-        **model_files("results/finetune/fold/{ftrun}/folded", prefix="folded_"),
+        # folded/ is left empty when the run diverged (verify.json then says why the fold was
+        # skipped, and the evaluation scores no folded model)
+        folded=directory("results/finetune/fold/{ftrun}/folded"),
         verify="results/finetune/fold/{ftrun}/verify.json",
     log:
         "logs/finetune/fold/{ftrun}.log",

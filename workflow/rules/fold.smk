@@ -1,3 +1,7 @@
+# The fold check of a tapered run (claim 6): verify.json, or, for a run that diverged, a
+# verify.json that says why the fold was skipped.
+
+
 rule fold:
     input:
         **PRETRAIN_DATA_FILES,

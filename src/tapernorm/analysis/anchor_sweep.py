@@ -18,7 +18,7 @@ from matplotlib.figure import Figure
 
 from ..config import VARIANTS
 from .figures import COLORS, LINE_NAMES, _new_figure, caption_text, save_figure
-from .runs import load_runs
+from .runs import diverged_text, load_runs
 from .tables import write_table
 
 FORM_LABELS = {"eq5": "Eq. 5 (paper)", "relative": "relative (ours)"}
@@ -38,14 +38,17 @@ def stiffness(form: str, lam: float, s_tgt: float) -> float:
     return lam * s_tgt**2 if form == "eq5" else lam
 
 
-def sweep_points(runs: pd.DataFrame) -> tuple[pd.DataFrame, dict[str, float]]:
+def sweep_points(
+    runs: pd.DataFrame, need_baseline: bool = True
+) -> tuple[pd.DataFrame, dict[str, float]]:
     """(one row per All-Taper (+aux) run sorted by form and lambda, reference end logit norms of
-    the baseline and the unanchored variants). Raises if the baseline is missing."""
+    the baseline and the unanchored variants). Raises if the baseline is missing, or (unless
+    `need_baseline` is false: the ratios to it are then NaN) if every Baseline run diverged."""
     ok = runs[~runs["diverged"]]
     base = ok[ok["variant"] == "baseline"]
-    if base.empty:
+    if base.empty and (need_baseline or not (runs["variant"] == "baseline").any()):
         raise ValueError("the scale-loss sweep needs a non-diverged Baseline run of the ablation")
-    ref = {"baseline": float(base["logit_norm_end"].mean())}
+    ref = {"baseline": float(base["logit_norm_end"].mean()) if len(base) else math.nan}
     for v in ("final", "all"):
         if (ok["variant"] == v).any():
             ref[v] = float(ok.loc[ok["variant"] == v, "logit_norm_end"].mean())
@@ -63,8 +66,25 @@ def sweep_points(runs: pd.DataFrame) -> tuple[pd.DataFrame, dict[str, float]]:
     return points.sort_values(["anchor_form", "anchor_lam"]), ref
 
 
+def _norm(value: float) -> str:
+    return f"{value:.3g}" if math.isfinite(value) else "— (diverged)"
+
+
+def baseline_note(runs: pd.DataFrame) -> str:
+    """Why the ratios to the Baseline are missing: every Baseline run of the ablation diverged
+    ('' when one did not)."""
+    base = runs[runs["variant"] == "baseline"]
+    if base.empty or not base["diverged"].all():
+        return ""
+    return (
+        f" No ratio to the Baseline (—): every Baseline run of the ablation diverged "
+        f"({diverged_text(base)})."
+    )
+
+
 def table_anchor(runs: pd.DataFrame) -> tuple[pd.DataFrame, str]:
-    points, ref = sweep_points(runs)
+    points, ref = sweep_points(runs, need_baseline=False)
+    no_base = not math.isfinite(ref["baseline"])
     rows = []
     for p in points.itertuples():
         rows.append(
@@ -74,9 +94,13 @@ def table_anchor(runs: pd.DataFrame) -> tuple[pd.DataFrame, str]:
                 "s_tgt": f"{p.s_tgt:.3g}",
                 "kappa": f"{p.kappa:.3g}",
                 "r(h)/s_tgt (end)": "diverged" if p.diverged else f"{p.scale_ratio:.2f}",
-                "Logit norm / Baseline (end)": "diverged" if p.diverged else f"{p.logit_ratio:.2f}",
-                f"Holds (<= {HOLD_FACTOR:g}x)": "—"
+                "Logit norm / Baseline (end)": "diverged"
                 if p.diverged
+                else "—"
+                if no_base
+                else f"{p.logit_ratio:.2f}",
+                f"Holds (<= {HOLD_FACTOR:g}x)": "—"
+                if p.diverged or no_base
                 else ("yes" if p.logit_ratio <= HOLD_FACTOR else "no"),
                 "Val loss": "—" if p.diverged else f"{p.val_loss:.4f}",
             }
@@ -84,7 +108,7 @@ def table_anchor(runs: pd.DataFrame) -> tuple[pd.DataFrame, str]:
     unanchored = ", ".join(
         f"{VARIANTS[v]['label']} {ref[v] / ref['baseline']:.2f}x"
         for v in ("final", "all")
-        if v in ref
+        if v in ref and not no_base
     )
     caption = (
         "**Scale-loss dose-response** (our experiment, beyond the paper): All-Taper (+aux) of the "
@@ -93,7 +117,7 @@ def table_anchor(runs: pd.DataFrame) -> tuple[pd.DataFrame, str]:
         "lambda * mean (r/s_tgt - 1)^2. "
         "End = mean over the last 10% of logged steps. kappa = the stiffness of the restoring force on "
         "ln r: lambda * s_tgt^2 for Eq. 5 (so the same lambda holds a small residual stream loosely), "
-        f"lambda for the relative form. Baseline end logit norm {ref['baseline']:.3g}"
+        f"lambda for the relative form. Baseline end logit norm {_norm(ref['baseline'])}"
         + (
             f"; unanchored, over the Baseline's: {unanchored} (claim 3 divides by the mean of the "
             "three variants that keep a final norm, so its ratios are slightly smaller)."
@@ -101,6 +125,8 @@ def table_anchor(runs: pd.DataFrame) -> tuple[pd.DataFrame, str]:
             else "."
         )
         + _val_loss_note(points)
+        + baseline_note(runs)
+        + (f" Diverged points: {diverged_text(points)}." if points["diverged"].any() else "")
     )
     return pd.DataFrame(rows), caption
 
@@ -133,7 +159,8 @@ def fig7(run_dirs: Sequence[str | Path], width: int | None = None) -> tuple[Figu
     """End logit norm over the baseline's and r(h)/s_tgt against lambda, one line per form (its
     points' stiffness kappa in its legend entry); the legend beside the axes, no text on them."""
     runs, _ = load_runs(run_dirs)
-    points, ref = sweep_points(runs)
+    points, ref = sweep_points(runs, need_baseline=False)
+    where = _where(points)
     diverged = points[points["diverged"]]
     points = points[~points["diverged"]]
     fig, axes = _new_figure(1, 2, (11, 4.2))
@@ -143,7 +170,8 @@ def fig7(run_dirs: Sequence[str | Path], width: int | None = None) -> tuple[Figu
     for form, part in points.groupby("anchor_form"):
         label = f"{FORM_LABELS[form]}: {_kappas(part)}"
         style = {"marker": markers[form], "color": colors[form], "label": label}
-        axes[0].plot(part["anchor_lam"], part["logit_ratio"], **style)
+        if math.isfinite(ref["baseline"]):
+            axes[0].plot(part["anchor_lam"], part["logit_ratio"], **style)
         axes[1].plot(part["anchor_lam"], part["scale_ratio"], **style)
         kappas.append(
             f"{FORM_LABELS[form]} "
@@ -155,13 +183,23 @@ def fig7(run_dirs: Sequence[str | Path], width: int | None = None) -> tuple[Figu
         )
     refs, unanchored = [1.0], []
     for v, ls in (("final", "--"), ("all", ":")):
-        if v in ref:
+        if v in ref and math.isfinite(ref["baseline"]):
             refs.append(ref[v] / ref["baseline"])
             axes[0].axhline(refs[-1], color=COLORS[v], ls=ls, label=f"{VARIANTS[v]['label']}")
             unanchored.append(f"{VARIANTS[v]['label']} {refs[-1]:.2f}x ({LINE_NAMES[ls]})")
     axes[0].axhspan(1 / HOLD_FACTOR, HOLD_FACTOR, color="0.85", zorder=0, label="within 1.5x")
     axes[0].set_ylabel("end logit norm / Baseline's")
-    axes[0].set_ylim(0, 1.15 * max([*refs, *points["logit_ratio"], HOLD_FACTOR]))
+    finite = [x for x in [*refs, *points["logit_ratio"]] if math.isfinite(x)]
+    axes[0].set_ylim(0, 1.15 * max([*finite, HOLD_FACTOR]))
+    if not math.isfinite(ref["baseline"]):
+        axes[0].text(
+            0.5,
+            0.5,
+            "no ratio: every Baseline run diverged",
+            ha="center",
+            transform=axes[0].transAxes,
+            fontsize=9,
+        )
     axes[1].axhline(1.0, color="0.3", ls=":", lw=1, label="$r(h) = s_{tgt}$")
     axes[1].set_ylabel("end $r(h)$ / $s_{tgt}$")
     axes[1].set_ylim(0, 1.15 * max([1.0, *points["scale_ratio"]]))
@@ -171,13 +209,15 @@ def fig7(run_dirs: Sequence[str | Path], width: int | None = None) -> tuple[Figu
         ax.set_xlabel("scale-loss weight $\\lambda$")
     handles, labels = axes[0].get_legend_handles_labels()
     extra = axes[1].get_legend_handles_labels()
+    if not math.isfinite(ref["baseline"]):  # the points are on the right-hand axes only
+        handles, labels = extra[0][:-1] + handles, extra[1][:-1] + labels
     fig.legend(
         handles + extra[0][-1:], labels + extra[1][-1:], loc="outside right upper", fontsize=8
     )
-    fig.suptitle(f"Scale loss dose-response: All-Taper (+aux), {_where(points)}", fontsize=11)
+    fig.suptitle(f"Scale loss dose-response: All-Taper (+aux), {where}", fontsize=11)
     caption = caption_text(
         "**Figure 7** (not in the paper). The scale loss's dose-response: All-Taper (+aux) of the "
-        f"scale-anchor ablation ({_where(points)}, one run per point) retrained at other "
+        f"scale-anchor ablation ({where}, one run per point) retrained at other "
         "scale-loss weights λ, with the paper's Eq. 5 (circles) and our relative form (squares). "
         "Left: the end logit norm over the Baseline's; horizontal lines: the unanchored "
         f"Final-Taper (dashed) and All-Taper (dotted) runs; grey band: within {HOLD_FACTOR:g}x of "
@@ -187,15 +227,18 @@ def fig7(run_dirs: Sequence[str | Path], width: int | None = None) -> tuple[Figu
         ("Points", "; ".join(kappas) + "."),
         (
             "References here",
-            f"Baseline end logit norm {ref['baseline']:.3g}"
+            f"Baseline end logit norm {_norm(ref['baseline'])}"
             + (f"; unanchored, over it: {', '.join(unanchored)}" if unanchored else "")
-            + ".",
+            + "."
+            + baseline_note(runs),
         ),
         (
             "Left out",
             f"{len(diverged)} diverged point(s): "
             + ", ".join(
-                f"{FORM_LABELS[p.anchor_form]} λ={p.anchor_lam:g}" for p in diverged.itertuples()
+                f"{FORM_LABELS[p.anchor_form]} λ={p.anchor_lam:g} ({p.name} at step "
+                f"{p.diverged_step})"
+                for p in diverged.itertuples()
             )
             + "."
             if len(diverged)

@@ -52,7 +52,8 @@ class ClaimInputs:
     sweep: pd.DataFrame = field(default_factory=pd.DataFrame)  # anchor_sweep runs (claim 4)
     verify: list[tuple[Path, dict]] = field(default_factory=list)
     finetune: pd.DataFrame = field(default_factory=pd.DataFrame)  # finetune.load_finetune_evals
-    bench: pd.DataFrame = field(default_factory=pd.DataFrame)  # inference_tables.load_bench
+    bench: pd.DataFrame = field(default_factory=pd.DataFrame)  # the timed rows of load_bench
+    bench_skipped: list[str] = field(default_factory=list)  # why a benchmarked model was not timed
     lr_grid: dict | None = None  # lr_grid.json of `tapernorm lr-grid` (the TaperNorm-vs-DyT row)
 
 

@@ -36,10 +36,12 @@ excluded from means and counted). Each reaches a plain yes / partly / no, then a
    convention yes if all four types cluster and close, no if none clusters or none closes, else partly;
    the verdict combines the conventions as claims 3 and 4 combine sources.
 6. verify.json files: yes if every check passed and the largest relative logit difference is <= 1e-5;
-   partly if all passed at a looser rtol; no if any check failed.
+   partly if all passed at a looser rtol; no if any check failed. Judged on the folds that ran: a
+   diverged run's fold is skipped (its verify.json says why) and named; not judged if none ran.
 7. benchmark CSVs (tapernorm bench forward|decode): per benchmark (forward; decode per mode) the median
    over cells of the folded model's speedup (itself a median of per-round ratios): yes if >= 1.05 in every
-   benchmark measured, no if <= 1.00 in every one, else partly.
+   benchmark measured, no if <= 1.00 in every one, else partly. A model the benchmarks skipped (its run
+   diverged) is named; not judged when the exports were not timed.
 8. GPT-2 fine-tuning evals: per TaperLN cell (model, protocol, set) the CE gap to our Vanilla of the same
    model and set, and whether it is at or below FakeLN: our FakeLN rerun of the same model and set where
    there is one, else (only where our run is the paper's hub model on the paper's set) the published
@@ -227,13 +229,15 @@ def write_claims(
     `rehearsal`: a rehearsal of the paper path on stand-ins (config/rehearsal.yaml): said at the top
     and in the stamp.
     """
+    bench = inference_tables.load_bench(bench_files) if bench_files else pd.DataFrame()
     inp = ClaimInputs(
         runs=load_runs(runs)[0] if runs else pd.DataFrame(),
         ablation=load_runs(ablation_runs)[0] if ablation_runs else pd.DataFrame(),
         sweep=load_runs(sweep_runs)[0] if sweep_runs else pd.DataFrame(),
         verify=[(Path(p), read_verify(p)) for p in verify_files],
         finetune=ft.load_finetune_evals(finetune_evals) if finetune_evals else pd.DataFrame(),
-        bench=inference_tables.load_bench(bench_files) if bench_files else pd.DataFrame(),
+        bench=inference_tables.timed(bench),
+        bench_skipped=inference_tables.skipped_notes(bench),
         lr_grid=load_lr_grid(lr_grid) if lr_grid else None,
     )
     inputs = {

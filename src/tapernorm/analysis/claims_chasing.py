@@ -22,11 +22,12 @@ from .claim_rows import (
     claim_row,
     combine_verdicts,
     grade_size,
+    not_judged,
     not_measured,
     usable_runs,
     variant_label,
 )
-from .runs import CLIPPED_COLUMNS, GRAD_COLUMNS, describe_scale
+from .runs import CLIPPED_COLUMNS, GRAD_COLUMNS, describe_scale, diverged_text
 from .stats import gradient_ratios
 
 CHASE_YES, CHASE_PARTLY = 2.0, 1.2
@@ -82,7 +83,8 @@ def _variant_means(runs: pd.DataFrame, column: str) -> str:
 def _diverged_note(inp: ClaimInputs) -> str:
     frames = [r for r in (inp.runs, inp.ablation, inp.sweep) if not r.empty]
     n = sum(int(r["diverged"].sum()) for r in frames)
-    return f" {n} diverged run(s) excluded." if n else ""
+    named = "; ".join(text for text in map(diverged_text, frames) if text)
+    return f" {n} diverged run(s) excluded: {named}." if n else ""
 
 
 def _free(runs: pd.DataFrame) -> pd.DataFrame:
@@ -321,9 +323,12 @@ def claim5(inp: ClaimInputs) -> dict:
     )
     found = _grad_source(inp)
     if found is None:
-        return not_measured(
-            claim, paper_value, f"no source with non-diverged runs of every variant {GRAD_NEEDED}"
-        )
+        why = f"no source with non-diverged runs of every variant {GRAD_NEEDED}"
+        given = [r for r in (inp.runs, inp.ablation) if not r.empty and "variant" in r]
+        if not any(set(GRAD_NEEDED) <= set(r["variant"]) for r in given):
+            return not_measured(claim, paper_value, why)
+        # every variant ran, but in no source did each have a run that finished
+        return claim_row(claim, paper_value, "—", "—", not_judged(why), _diverged_note(inp).strip())
     name, runs = found
     means = runs.groupby("variant")[[c for c in runs.columns if c.endswith("_end")]].mean()
     conventions = [("before clipping", GRAD_COLUMNS)]

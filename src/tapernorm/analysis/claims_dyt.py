@@ -165,6 +165,10 @@ def claim_dyt(inp: ClaimInputs) -> dict:
     disturbed = inference_tables.disturbed_cells(inp.bench) if not inp.bench.empty else []
     apart = inference_tables.separated(inp.bench, "folded", "dyt") if not inp.bench.empty else {}
     speed = "not judged, disturbed timing" if disturbed else "no DyT benchmark rows"
+    timed = set(inp.bench["variant"]) if not inp.bench.empty else set()
+    not_timed = "; ".join(inp.bench_skipped)
+    if not_timed and not {"folded", "dyt"} <= timed:
+        speed = f"not timed ({not_timed})"
     speed_state = None
     if apart and not disturbed:
         states = {name: _speed_state(*counts) for name, counts in apart.items()}
@@ -211,6 +215,8 @@ def claim_dyt(inp: ClaimInputs) -> dict:
         "in every benchmark; no if DyT is closer and folded is not resolved faster anywhere; "
         "else partly." + grid_note
     )
+    if not_timed:
+        comment += f" Not timed: {not_timed}."
     if not grid:
         comment += (
             " Each arm at its own best LR is not measured here (no LR grid given: tapernorm "

@@ -25,12 +25,14 @@ def claim8_cells(evals: pd.DataFrame) -> dict:
     """Per TaperLN cell (model, protocol, set): gap to our Vanilla in % and whether it is at or below
     FakeLN: our FakeLN run of the same model and set where there is one, else, where our number is
     measured like the paper's, the published FakeLN number. "fakeln_sources": which were used."""
+    evals = ft.with_divergence(evals)
     close, fake, fold, sources = [], [], [], set()
     for _, row in evals[evals["protocol"].isin(TAPERLN)].iterrows():
         base = evals[
             (evals["model"] == row["model"])
             & (evals["protocol"] == "vanilla")
             & (evals["set"] == row["set"])
+            & ~evals["diverged"]  # a diverged Vanilla run is no reference: the cell is left out
         ]
         if len(base) and math.isfinite(row["loss"]) and math.isfinite(base["loss"].iloc[0]):
             gap = 100 * (row["loss"] / base["loss"].iloc[0] - 1)
@@ -104,7 +106,7 @@ def _fakeln_gaps(evals) -> str:
         ]
         if len(base):
             gap = 100 * (row["loss"] / base["loss"].iloc[0] - 1)
-            out.append(f"{row['model']}/{row['set']} {gap:+.2f}%")
+            out.append(f"{row['model']}/{row['set']} " + (f"{gap:+.2f}%" if gap == gap else "n/a"))
     return f" FakeLN (ours) vs Vanilla: {', '.join(out)}." if out else ""
 
 
@@ -163,7 +165,10 @@ def claim8(inp: ClaimInputs) -> dict:
     comparable = inp.finetune.apply(ft.paper_comparable, axis=1)
     if not comparable.any():  # no paper model on a paper set: the protocol, not the claim
         holds = not_judged(stand_in_note(inp.finetune))
-    details = [f"{mod}/{PROTO_SHORT[p]}/{s}: {g:+.2f}%" for mod, p, s, g in cells["close"]]
+    details = [
+        f"{mod}/{PROTO_SHORT[p]}/{s}: " + (f"{g:+.2f}%" if math.isfinite(g) else "diverged")
+        for mod, p, s, g in cells["close"]
+    ]
     comment = (
         f"CE gap of each TaperLN cell to our Vanilla of the same model and set: {', '.join(details)}. "
         f"Criterion: more than half of the cells within +{CLOSE_PCT:g}% of Vanilla, and more "
@@ -172,6 +177,11 @@ def claim8(inp: ClaimInputs) -> dict:
         + _fakeln_gaps(inp.finetune)
         + _line_note(gaps, details, fake_ok, holds)
     )
+    if diverged := ft.diverged_runs(inp.finetune):
+        comment += (
+            " Diverged (a diverged TaperLN run counts as not close and not below FakeLN; a cell "
+            "whose Vanilla run diverged is left out): " + "; ".join(diverged) + "."
+        )
     if cells["fold"]:
         comment += (
             f" All-TaperLN folded (untied head, output bias) vs unfolded g=0 model on the same rows: "

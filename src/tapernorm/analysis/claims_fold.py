@@ -25,7 +25,8 @@ from .claim_rows import (
 
 
 def read_verify(path: str | Path) -> dict:
-    """A verify.json from `tapernorm fold`, checked for the keys claim 6 uses."""
+    """A verify.json from `tapernorm fold`, checked for the keys claim 6 uses (a skipped fold's:
+    its reason, `skipped`)."""
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"verify file {path} does not exist")
@@ -33,6 +34,10 @@ def read_verify(path: str | Path) -> dict:
         report = json.loads(path.read_text())
     except json.JSONDecodeError as e:
         raise ValueError(f"verify file {path} is not valid JSON: {e}") from e
+    if "skipped" in report:
+        if not isinstance(report["skipped"], str) or not report["skipped"]:
+            raise ValueError(f"verify file {path}: 'skipped' is not a reason")
+        return report
     for export in ("folded", "scaled"):
         check = report.get(export)
         keys = ("rel_logit_diff", "loss_diff", "ok", "rtol")
@@ -46,13 +51,19 @@ def claim6(inp: ClaimInputs) -> dict:
     paper_value = f"same logits; max |dz| ~{paper.FOLD_RTOL:.0e} of the logit scale (float32)"
     if not inp.verify:
         return not_measured(claim, paper_value, "no verify.json files given")
-    checks = [(p, r, e, r[e]) for p, r in inp.verify for e in ("folded", "scaled")]
+    skipped = [r["skipped"] for _, r in inp.verify if "skipped" in r]
+    folds = [(p, r) for p, r in inp.verify if "skipped" not in r]
+    not_folded = f"Not folded: {'; '.join(skipped)}." if skipped else ""
+    if not folds:
+        why = f"no fold ran ({'; '.join(skipped)})"
+        return claim_row(claim, paper_value, "no fold ran", "—", not_judged(why), not_folded)
+    checks = [(p, r, e, r[e]) for p, r in folds for e in ("folded", "scaled")]
     rel = {
         e: max(c["rel_logit_diff"] for _, _, ex, c in checks if ex == e)
         for e in ("folded", "scaled")
     }
     loss = max(abs(c["loss_diff"]) for *_, c in checks)
-    val = [abs(r["val_loss_diff"]) for _, r in inp.verify if r.get("val_loss_diff") is not None]
+    val = [abs(r["val_loss_diff"]) for _, r in folds if r.get("val_loss_diff") is not None]
     failed = [f"{Path(r.get('model', p)).name}/{e}" for p, r, e, c in checks if not c["ok"]]
     worst = max(rel.values())
     rtols = sorted({c["rtol"] for *_, c in checks})
@@ -68,14 +79,23 @@ def claim6(inp: ClaimInputs) -> dict:
         f"max rel. logit diff {rel['folded']:.1e} (folded), {rel['scaled']:.1e} (explicit scaling); "
         f"max |loss diff| {loss:.1e}" + (f"; max |val loss diff| {max(val):.1e}" if val else "")
     )
+    if skipped:
+        ours += f"; {len(skipped)} model(s) not folded (diverged)"
     comment = (
-        f"{len(inp.verify)} model(s), checks at rtol {', '.join(f'{t:g}' for t in rtols)}: "
+        f"{len(folds)} model(s), checks at rtol {', '.join(f'{t:g}' for t in rtols)}: "
         f"{len(checks) - len(failed)}/{len(checks)} passed"
         + (f" (failed: {', '.join(failed)})" if failed else "")
         + f"; criterion: all pass and max relative logit difference <= {paper.FOLD_RTOL:g} (yes), "
         "all pass at a looser rtol (only at that deviation), else no."
+        + (f" Judged on the folds that ran. {not_folded}" if skipped else "")
     )
-    models = ", ".join(Path(r.get("model", p)).name for p, r in inp.verify)
+    models = ", ".join(Path(r.get("model", p)).name for p, r in folds)
+    if skipped:
+        models += (
+            " (not folded: "
+            + ", ".join(Path(r.get("model", p)).name for p, r in inp.verify if "skipped" in r)
+            + ")"
+        )
     return claim_row(claim, paper_value, ours, f"models: {models}", holds, comment)
 
 
@@ -105,8 +125,14 @@ def claim7(inp: ClaimInputs) -> dict:
         f"({paper.TABLE3_SETUP}); v2 decode up to {decode['folded']:.2f}× / "
         f"{decode['explicit']:.2f}×"
     )
-    if inp.bench.empty:
+    not_timed = "; ".join(inp.bench_skipped)
+    if inp.bench.empty and not inp.bench_skipped:
         return not_measured(claim, paper_value, "no benchmark CSVs given")
+    if inp.bench.empty or "folded" not in set(inp.bench["variant"]):
+        why = f"the exports were not timed ({not_timed})"
+        return claim_row(
+            claim, paper_value, "not timed", "—", not_judged(why), f"Not timed: {not_timed}."
+        )
     ours, states, medians = [], {}, []
     for s in inference_tables.speedup_summary(inp.bench):
         name = "forward" if s["benchmark"] == "forward" else f"decode {s['mode']}"
@@ -157,5 +183,7 @@ def claim7(inp: ClaimInputs) -> dict:
             f"NOT JUDGED: {len(disturbed)} cell(s) were timed on a disturbed machine "
             f"({'; '.join(disturbed)}); {RERUN}. " + comment
         )
+    if not_timed:
+        comment += f" Not timed: {not_timed}."
     scale = " | ".join(v if k == "both" else f"{k}: {v}" for k, v in scales.items())
     return claim_row(claim, paper_value, "; ".join(ours), scale, holds, comment)

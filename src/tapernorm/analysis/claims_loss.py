@@ -4,8 +4,9 @@ validation loss, judged on the gap paired by seed and its 95% interval (stats.pa
 Verdict per width (`within_verdict`): yes when the whole interval lies inside [-2%, +2%]; no when it
 lies wholly outside (above +2%, or below -2%: better than the baseline by more than the claim's
 margin, the opposite of the paper's small increases); "not resolved" when it straddles an edge or
-there is no interval (fewer than two seed pairs). Widths combine: no if every width is no, partly if
-some are, else not resolved if any width is, else yes. A yes whose interval lies wholly below 0 is
+there is no interval (fewer than two seed pairs); no where every run of the variant diverged (it
+did not train at that width). Widths combine: no if every width is no, partly if some are, else not
+resolved if any width is, else yes. A yes whose interval lies wholly below 0 is
 graded "yes, unlike the paper" (the paper's gaps are small increases); a diverged run of the variant
 turns a yes into partly. The comment adds the variants that share the claim's final norm (kept or
 tapered), seed by seed: an offset they all share is a property of the final norm, not of the claim's
@@ -27,7 +28,7 @@ from .claim_rows import (
     unlike_paper,
     variant_label,
 )
-from .runs import describe_scale
+from .runs import describe_scale, diverged_text
 from .stats import PairedGap, paired_gap, stats_by_cell
 
 GAP_MAX_PCT = 2.0
@@ -109,6 +110,8 @@ def _gap_claim(inp: ClaimInputs, number: int, variant: str) -> dict:
         n_div += len(stats[(w, variant)].diverged)
         gap = paired_gap(inp.runs, w, variant, "baseline")
         verdict, why = within_verdict(gap)
+        if stats[(w, variant)].all_diverged:  # it did not train here: not within 2%
+            verdict, why = NO, f"every {variant_label(variant)} run diverged"
         verdicts.append(verdict)
         reasons.append(f"d={w}: {why}")
         ours.append(f"d={w}: {gap.text()}")
@@ -137,6 +140,9 @@ def _gap_claim(inp: ClaimInputs, number: int, variant: str) -> dict:
         "wholly below 0 is 'unlike the paper' (the paper's gaps are small increases). "
         f"{n_div} {variant} run(s) diverged."
     )
+    compared = inp.runs[inp.runs["variant"].isin([variant, "baseline"])]
+    if named := diverged_text(compared[compared["width"].isin(widths)]):
+        comment += f" Diverged, excluded: {named}."
     comment += notes
     steps = sorted(inp.runs["steps"].unique())
     comment += f" Our runs are {', '.join(f'{s:,}' for s in steps)} steps vs the paper's 500k-1M."

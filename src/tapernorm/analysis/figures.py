@@ -32,12 +32,14 @@ from .. import provenance
 from ..atomic import atomic_write_bytes
 from ..config import PAPER_VARIANTS, VARIANTS
 from ..pipeline import FIG2_VARIANTS
+from ..schedules import gate_at
 from . import paper
 from .html import figure_page
 from .runs import (
     CLIPPED_COLUMNS,
     END_FRACTION,
     GRAD_COLUMNS,
+    diverged_text,
     final_tapered,
     load_runs,
     pick_width,
@@ -212,7 +214,10 @@ def bands_text(runs: pd.DataFrame, variants: Sequence[str]) -> str:
     text = "; ".join(parts)
     text = text[0].upper() + text[1:] + "."
     if runs["diverged"].any():
-        text += " A diverged run is a thin line of its own ending in × at its divergence step."
+        text += (
+            " A diverged run is a thin line of its own ending in × at its divergence step, left "
+            f"out of the means: {diverged_text(runs[runs['variant'].isin(present)])}."
+        )
     return text
 
 
@@ -311,6 +316,8 @@ def plot_variant(ax: Axes, runs: pd.DataFrame, metrics: pd.DataFrame, variant: s
     label = VARIANTS[variant]["label"]
     if len(bad):
         label += f" ({len(bad)}/{len(mine)} diverged, ×)"
+    if column not in metrics.columns:  # nothing logged: every run diverged at step 1
+        return
     rows = metrics[(metrics["variant"] == variant) & metrics[column].notna()]
     if rows.empty:  # e.g. c_f r(h) of a variant whose final norm does not taper
         return
@@ -410,14 +417,38 @@ def draw_tapernorm(ax: Axes) -> None:
 def fig1(run_dirs: Sequence[str | Path], width: int | None = None) -> tuple[Figure, str]:
     """(a) the layer; (b) the gate g(k) read from a tapered run's metrics, taper start/end marked."""
     runs, metrics, width = _at_width(run_dirs, width)
-    tapered = runs[runs["final_taper"] | runs["internal_taper"]].sort_values(["seed", "variant"])
+    tapered = runs[runs["final_taper"] | runs["internal_taper"]]
+    tapered = tapered.sort_values(["diverged", "seed", "variant"])  # a finished run first
     if tapered.empty:
         raise ValueError(f"fig1 needs a run with tapered norms at width {width}")
     run = tapered.iloc[0]
     gate = metrics[metrics["run"] == run["run"]].sort_values("step")
+    gate = gate[gate["gate"].notna()] if "gate" in gate else gate.assign(gate=[])
     fig, (ax_a, ax_b) = _new_figure(1, 2, (11, 4))
     draw_tapernorm(ax_a)
-    ax_b.plot(gate["step"], gate["gate"], color=COLORS[run["variant"]], marker=".", ms=3)
+    color = COLORS[run["variant"]]
+    ax_b.plot(gate["step"], gate["gate"], color=color, marker=".", ms=3)
+    diverged = ""
+    if run["diverged"]:  # the logged gate ends there; the rest of the schedule its config sets
+        steps = range(int(gate["step"].max()) if len(gate) else 0, int(run["steps"]) + 1)
+        scheduled = [gate_at(k, int(run["taper_start"]), int(run["taper_end"])) for k in steps]
+        ax_b.plot(steps, scheduled, color=color, ls="--", lw=1, label="scheduled, not run")
+        at = int(run["diverged_step"])
+        ax_b.plot(
+            [at],
+            [gate_at(at, int(run["taper_start"]), int(run["taper_end"]))],
+            "x",
+            ms=9,
+            mew=2,
+            color=color,
+            label=f"diverged at step {at}",
+        )
+        ax_b.legend(fontsize=8, loc="lower left")
+        diverged = (
+            f" Run {run['name']} diverged at step {at} (weights rolled back to step "
+            f"{int(run['weights_step'])}): its logged gate ends there (×), and the dashed line is "
+            "the rest of the schedule its config sets."
+        )
     # each label on the inner side of its line (start: right of it, end: left), so neither runs
     # past the axes
     for step, name, side in (
@@ -444,7 +475,7 @@ def fig1(run_dirs: Sequence[str | Path], width: int | None = None) -> tuple[Figu
         "summed; g = 1 is RMSNorm, g = 0 a fixed linear map. (b) The gate g(k) as logged by run "
         f"{run['name']} ({VARIANTS[run['variant']]['label']}, {run['steps']:,} steps): 1 until "
         f"the taper starts at step {run['taper_start']:,}, 0 from step {run['taper_end']:,} on "
-        "(dotted lines).",
+        "(dotted lines)." + diverged,
     )
     return fig, caption
 
@@ -677,11 +708,11 @@ def fig4b(run_dirs: Sequence[str | Path], width: int | None = None) -> tuple[Fig
     fig, rows, axes = _new_rows(
         len(conventions), len(GRAD_COLUMNS), (17, 3.9 * len(conventions) + 0.8)
     )
-    end = _end_window_start(metrics)
+    end = _end_window_start(metrics) if len(metrics) else None  # (None: nothing logged)
     ratios = []
     for i, (row, row_axes, (name, columns)) in enumerate(zip(rows, axes, conventions, strict=True)):
         _grad_row(row, row_axes, runs, metrics, columns, variants, f"({'ab'[i]}) {name}")
-        for ax in row_axes:
+        for ax in row_axes if end is not None else ():
             ax.axvspan(end, metrics["step"].max(), color="0.88", zorder=0, lw=0)
         text = _claim5_ratios(runs, columns)
         if text:
@@ -716,7 +747,8 @@ def fig6(run_dirs: Sequence[str | Path], width: int | None = None) -> tuple[Figu
     """The ablation's pre-logit geometry vs step: logit norm, r(h) and c_f r(h) (log y); fraction of
     tokens with a positive margin, cos(grad_h CE, h), and softmax saturation."""
     runs, metrics, width = _at_width(run_dirs, width)
-    lacking = runs.loc[~runs["geometry"], "name"].tolist()
+    logged = runs["last_step"] > 0  # (a run that diverged at step 1 logged nothing)
+    lacking = runs.loc[logged & ~runs["geometry"], "name"].tolist()
     if lacking:
         raise ValueError(
             f"fig6 needs runs trained with log.geometry=true; these lack margin_pos_frac and "
@@ -734,7 +766,9 @@ def fig6(run_dirs: Sequence[str | Path], width: int | None = None) -> tuple[Figu
         ),
         ("saturation", "mean $\\|$softmax$(z) - e_y\\|_2$", "softmax saturation (dCE/dz)"),
     ]
+    panels_all = panels
     panels = [p for p in panels if p[0] in metrics and metrics[p[0]].notna().any()]
+    panels = panels or panels_all[:1]  # nothing logged: one empty panel (the caption says why)
     ncols = 3 if len(panels) > 4 else len(panels)
     nrows = -(-len(panels) // ncols)
     fig, axes = _new_figure(nrows, ncols, (4.7 * ncols, 4.0 * nrows + 0.4), sharex=True)

@@ -19,6 +19,7 @@ from pathlib import Path
 import pandas as pd
 
 from ..config import PROTOCOLS
+from ..divergence import diverged
 from . import paper
 from .tables import write_table
 
@@ -58,6 +59,9 @@ def load_finetune_evals(paths: Sequence[str | Path]) -> pd.DataFrame:
         set_meta = obj.get("set_meta", {})
         folded = obj.get("folded") or {}
         loss = obj.get("val_loss")
+        diverged = bool(obj["run"].get("diverged", False))
+        if diverged:  # scored as it was left (rolled back): not a fine-tuned model
+            loss = None
         rows.append(
             {
                 "file": str(path),
@@ -76,7 +80,10 @@ def load_finetune_evals(paths: Sequence[str | Path]) -> pd.DataFrame:
                 "loss": float(loss) if loss is not None and math.isfinite(loss) else math.nan,
                 "folded_loss": folded.get("val_loss", math.nan),
                 "fold_diff": folded.get("loss_diff", math.nan),
-                "diverged": bool(obj["run"].get("diverged", False)),
+                "fold_skipped": folded.get("skipped", ""),
+                "diverged": diverged,
+                "diverged_step": obj["run"].get("diverged_step"),
+                "diverged_note": obj.get("diverged_note", "") if diverged else "",
                 "steps": obj["run"].get("steps"),
             }
         )
@@ -87,6 +94,21 @@ def load_finetune_evals(paths: Sequence[str | Path]) -> pd.DataFrame:
     if len(dup):
         raise ValueError(f"two eval files for {dup.iloc[0][['model', 'protocol', 'set']].tolist()}")
     return df
+
+
+# what load_finetune_evals gives every row about divergence (for frames made elsewhere)
+DIVERGENCE_COLUMNS = {
+    "diverged": False,
+    "diverged_step": None,
+    "diverged_note": "",
+    "fold_skipped": "",
+}
+
+
+def with_divergence(evals: pd.DataFrame) -> pd.DataFrame:
+    """`evals` with the DIVERGENCE_COLUMNS it lacks at their defaults (nothing diverged)."""
+    missing = {k: v for k, v in DIVERGENCE_COLUMNS.items() if k not in evals.columns}
+    return evals.assign(**missing) if missing else evals
 
 
 def paper_comparable(row: pd.Series) -> bool:
@@ -102,6 +124,25 @@ def paper_comparable(row: pd.Series) -> bool:
 
 def _fmt(x: float) -> str:
     return "diverged" if x is None or not math.isfinite(x) else f"{x:.4f}"
+
+
+def _loss_cell(cell: pd.DataFrame) -> str:
+    """Our CE of one (model, protocol, set), or 'diverged at step N' for a diverged run."""
+    row = cell.iloc[0]
+    if row["diverged"]:
+        step = row["diverged_step"]
+        return "diverged" + (f" at step {int(step)}" if step is not None and step == step else "")
+    return _fmt(row["loss"])
+
+
+def diverged_runs(evals: pd.DataFrame) -> list[str]:
+    """Why each diverged fine-tuning run is excluded, once per run."""
+    evals = with_divergence(evals)
+    rows = evals[evals["diverged"]].drop_duplicates(["model", "protocol"])
+    return [
+        r["diverged_note"] or f"{r['protocol']}-{r['model']} diverged at step {r['diverged_step']}"
+        for _, r in rows.iterrows()
+    ]
 
 
 def _paper_cell(model: str | None, protocol: str, column: str) -> str:
@@ -126,6 +167,7 @@ def _heldout_name(evals: pd.DataFrame) -> str:
 
 def table4(evals: pd.DataFrame) -> tuple[pd.DataFrame, str]:
     """Mean CE per model and protocol on OWT / Pile / Pile-filtered, ours beside the paper's."""
+    evals = with_divergence(evals)
     entries = []  # (our model or None, label, the paper's model or None)
     for model in dict.fromkeys(evals["model"]):
         first = evals[evals["model"] == model].iloc[0]
@@ -152,12 +194,16 @@ def table4(evals: pd.DataFrame) -> tuple[pd.DataFrame, str]:
                 elif cell.empty:
                     ours = NOT_OFFLINE
                 else:
-                    ours = _fmt(cell["loss"].iloc[0])
+                    ours = _loss_cell(cell)
                 row[f"{ours_name[column]} (ours)"] = ours
                 row[f"{name} (paper)"] = _paper_cell(paper_model, protocol, column)
             diffs = mine["fold_diff"].dropna()
             row["Folded − unfolded (ours)"] = (
-                f"max |ΔCE| {diffs.abs().max():.1e}" if len(diffs) else "—"
+                f"max |ΔCE| {diffs.abs().max():.1e}"
+                if len(diffs)
+                else "not folded (diverged)"
+                if (mine["fold_skipped"] != "").any()
+                else "—"
             )
             rows.append(row)
     df = pd.DataFrame(rows)
@@ -191,6 +237,11 @@ def table4(evals: pd.DataFrame) -> tuple[pd.DataFrame, str]:
         "Folded − unfolded: the All-TaperLN model folded into its projections (untied head, "
         "output bias) scored on the same rows as the unfolded g=0 model."
     )
+    if diverged := diverged_runs(evals):
+        caption += (
+            " Diverged (left out: the weights they kept are those they rolled back to, not a "
+            "fine-tuned model; not folded either): " + "; ".join(diverged) + "."
+        )
     return df, caption
 
 
@@ -224,6 +275,7 @@ def _lr(lr: float, min_lr: float) -> str:
 def table6(run_dirs: Sequence[str | Path]) -> tuple[pd.DataFrame, str]:
     """Schedules per model: ours from the run configs, beside the paper's Table 6."""
     by_model: dict[str, list[dict]] = {}
+    bad = [b.reason() for b in map(diverged, run_dirs) if b is not None]
     for d in run_dirs:
         cfg = _run_config(Path(d))
         by_model.setdefault(cfg["meta"]["model"], []).append(cfg)
@@ -260,6 +312,10 @@ def table6(run_dirs: Sequence[str | Path]) -> tuple[pd.DataFrame, str]:
         f"(AdamW {paper.FINETUNE_BETAS}, weight decay {paper.FINETUNE_WEIGHT_DECAY:g}, clip 1.0, "
         f"EMA mu {paper.FINETUNE_EMA_MU:g}, ~2^19 tokens per step)."
     )
+    if bad:
+        caption += (
+            f" Diverged (their schedules as configured; Table 4 leaves them out): {'; '.join(bad)}."
+        )
     return pd.DataFrame(rows).fillna("—"), caption
 
 

@@ -9,6 +9,10 @@ claim 7 from a verdict. A DyT model, where it was timed beside them, gets
 its own columns (markers in figure 5): the norm-free alternative, which cannot fold. Captions say
 where ours were measured: on the default CPU pipeline that is a CPU at the default model scale, not
 the paper's H100 at 30M parameters.
+
+A model the benchmark skipped (its run diverged: bench.grid.skipped_runs) has rows with its reason in
+a `skipped` column and no timings: its cells read "not timed", and every table, figure 5 and claim 7
+name it and why.
 """
 
 from __future__ import annotations
@@ -43,6 +47,8 @@ REQUIRED = {
 COMMON = ["benchmark", "mode", "variant", "speedup", "speedup_q1", "speedup_q3", "rounds", "warmup"]
 TRUST_DEFAULTS = {"source": "", "load": float("nan"), "disturbed": False, "disturbed_why": ""}
 DISTURBED = "†"
+NOT_TIMED = "not timed"
+SKIP_COLUMNS = ["benchmark", "mode", "variant", "skipped"]  # what a skipped model's row holds
 
 
 def load_bench(paths: Sequence[str | Path], benchmark: str | None = None) -> pd.DataFrame:
@@ -52,14 +58,24 @@ def load_bench(paths: Sequence[str | Path], benchmark: str | None = None) -> pd.
         path = Path(path)
         if not path.is_file():
             raise FileNotFoundError(f"benchmark file {path} does not exist")
-        df = pd.read_csv(path)
-        missing = [c for c in COMMON + SETTING if c not in df.columns]
-        for kind in set(df.get("benchmark", [])):
-            missing += [c for c in REQUIRED.get(kind, []) if c not in df.columns]
+        df = pd.read_csv(path, dtype={"skipped": str})
+        if "skipped" not in df.columns:
+            df["skipped"] = ""
+        df["skipped"] = df["skipped"].fillna("")
+        if (df["skipped"] != "").all():  # nothing timed: only the skipped models' rows
+            missing = [c for c in SKIP_COLUMNS if c not in df.columns]
+        else:
+            missing = [c for c in COMMON + SETTING if c not in df.columns]
+            for kind in set(df.get("benchmark", [])):
+                missing += [c for c in REQUIRED.get(kind, []) if c not in df.columns]
         if missing:
             raise ValueError(f"benchmark file {path} lacks columns {sorted(set(missing))}")
         frames.append(df)
     df = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=COMMON)
+    for column in COMMON + SETTING + [c for cols in REQUIRED.values() for c in cols]:
+        if column not in df.columns:  # (a file of skipped models only)
+            df[column] = float("nan")
+    df["skipped"] = df.get("skipped", pd.Series(dtype=str)).fillna("")
     if benchmark is not None:
         df = df[df["benchmark"] == benchmark]
         if df.empty:
@@ -71,8 +87,37 @@ def load_bench(paths: Sequence[str | Path], benchmark: str | None = None) -> pd.
     return df.fillna({"source": "", "disturbed_why": ""}).reset_index(drop=True)
 
 
+def timed(df: pd.DataFrame) -> pd.DataFrame:
+    """The rows of timed models (without the skipped models' rows)."""
+    if "skipped" not in df.columns:
+        return df
+    return df[df["skipped"].fillna("") == ""]
+
+
+def skipped_notes(df: pd.DataFrame) -> list[str]:
+    """Why each skipped model was not timed, once each, in the order of the rows
+    ("Internal-Taper (+aux) d512 s0 diverged at step 9: not timed")."""
+    if "skipped" not in df.columns:
+        return []
+    return list(dict.fromkeys(str(x) for x in df["skipped"].fillna("") if x))
+
+
+def skipped_variants(df: pd.DataFrame) -> set[str]:
+    """The columns (variants) with a skipped row and no timed row."""
+    if "skipped" not in df.columns:
+        return set()
+    return set(df.loc[df["skipped"].fillna("") != "", "variant"]) - set(timed(df)["variant"])
+
+
+def skipped_note(df: pd.DataFrame) -> str:
+    """The captions' sentence on the models not timed ('' when none)."""
+    notes = skipped_notes(df)
+    return f" Not timed: {'; '.join(notes)}." if notes else ""
+
+
 def where(df: pd.DataFrame) -> str:
     """Where and at what scale the rows were measured, for captions and claims."""
+    df = timed(df)
     settings = df[SETTING].drop_duplicates()
     if len(settings) > 1:
         raise ValueError(f"rows from {len(settings)} different settings; give one:\n{settings}")
@@ -92,7 +137,7 @@ def where(df: pd.DataFrame) -> str:
 
 def scale_note(df: pd.DataFrame) -> str:
     """A plain statement of how our setting differs from the paper's (H100, bf16, 30M)."""
-    s = df.iloc[0].to_dict()
+    s = timed(df).iloc[0].to_dict()
     if s["device"] == "cpu" and int(s["n_embd"]) == 512:
         return (
             f"Measured on a CPU in {s['dtype']} at the paper's model size (d=512, "
@@ -163,20 +208,27 @@ def disturbed_note(df: pd.DataFrame, why: bool = True) -> str:
 
 
 def _cells(df: pd.DataFrame, keys: list[str]) -> dict[tuple, dict[str, object]]:
-    """(cell keys) -> {variant: row}."""
+    """(cell keys) -> {variant: row} of the timed rows; every cell has each CELL_VARIANT that was
+    not skipped."""
     out: dict[tuple, dict[str, object]] = {}
-    for row in df.itertuples(index=False):
+    for row in timed(df).itertuples(index=False):
         out.setdefault(tuple(int(getattr(row, k)) for k in keys), {})[row.variant] = row
+    expected = [v for v in CELL_VARIANTS if v not in skipped_variants(df)]
     for cell, variants in out.items():
-        missing = [v for v in CELL_VARIANTS if v not in variants]
+        missing = [v for v in expected if v not in variants]
         if missing:
             raise ValueError(f"benchmark cell {dict(zip(keys, cell, strict=True))} lacks {missing}")
     return out
 
 
 def shown(df: pd.DataFrame) -> tuple[str, ...]:
-    """CELL_VARIANTS, then the OPTIONAL_VARIANTS with rows in `df`."""
+    """CELL_VARIANTS, then the OPTIONAL_VARIANTS with rows in `df` (timed or skipped)."""
     return CELL_VARIANTS + tuple(v for v in OPTIONAL_VARIANTS if v in set(df["variant"]))
+
+
+def _absent(df: pd.DataFrame, variant: str) -> str:
+    """What a cell of `variant` without a timing shows: not timed (skipped), or not measured."""
+    return NOT_TIMED if variant in skipped_variants(df) else "—"
 
 
 # ---- table 3: forward throughput ------------------------------------------------------------------
@@ -194,18 +246,34 @@ def table3(df: pd.DataFrame) -> tuple[pd.DataFrame, str]:
         cell = ours.get((B, T))
         for v in variants:
             if cell is None or v not in cell:
-                row[f"{LABELS[v]} (ours)"] = "—"
+                row[f"{LABELS[v]} (ours)"] = _absent(df, v) if cell or not ours else "—"
             elif v == "baseline":
                 row[f"{LABELS[v]} (ours)"] = _ktok(cell[v].tok_s) + _mark(cell[v])
             else:
                 row[f"{LABELS[v]} (ours)"] = (
                     f"{_ktok(cell[v].tok_s)} ({_x(cell[v].speedup)}){_mark(cell[v])}"
                 )
-        row["Folded speedup IQR (ours)"] = _iqr(cell["folded"]) if cell else "—"
+        folded = cell.get("folded") if cell else None
+        row["Folded speedup IQR (ours)"] = (
+            _iqr(folded)
+            if folded is not None
+            else _absent(df, "folded")
+            if cell or not ours
+            else "—"
+        )
         for v in CELL_VARIANTS:
             row[f"{LABELS[v]} (paper)"] = paper.table3_text(B, T, v)
         rows.append(row)
-    s = df.iloc[0].to_dict()
+    ran = timed(df)
+    if ran.empty:
+        ours_text = "Ours: nothing timed."
+    else:
+        s = ran.iloc[0].to_dict()
+        ours_text = (
+            f"the median of per-round time ratios over {s['rounds']} interleaved rounds after "
+            f"{s['warmup']} warmup rounds (latency: the median; IQR: quartiles of the per-round "
+            f"ratios). Ours: {where(df)}. {scale_note(df)}"
+        )
     caption = (
         "**Table 3.** Forward throughput in k tokens/s (one forward pass over B × T tokens returning "
         "the last token's logits, no KV cache) of the RMSNorm baseline and of Internal-Taper (+aux) at "
@@ -216,11 +284,9 @@ def table3(df: pd.DataFrame) -> tuple[pd.DataFrame, str]:
             else ""
         )
         + "; in parentheses the speedup over the baseline: "
-        f"the median of per-round time ratios over {s['rounds']} interleaved rounds after "
-        f"{s['warmup']} "
-        f"warmup rounds (latency: the median; IQR: quartiles of the per-round ratios). Ours: "
-        f"{where(df)}. {scale_note(df)} Paper: {paper.TABLE3_SOURCE} ({paper.TABLE3_SETUP}). "
-        "—: cell not measured." + disturbed_note(df)
+        + ours_text
+        + f" Paper: {paper.TABLE3_SOURCE} ({paper.TABLE3_SETUP}). "
+        "—: cell not measured." + skipped_note(df) + disturbed_note(df)
     )
     return pd.DataFrame(rows), caption
 
@@ -234,41 +300,58 @@ def table_decode(df: pd.DataFrame) -> tuple[pd.DataFrame, str]:
     if df.empty:
         raise ValueError("the decode table needs decode benchmark rows (tapernorm bench decode)")
     rows, variants = [], shown(df)
+    prefill = f"Prefill ms ({' / '.join(v if v != 'dyt' else 'DyT' for v in variants)})"
     for mode in [m for m in ("eager", "compiled") if m in set(df["mode"])]:
         cells = _cells(df[df["mode"] == mode], ["batch", "prompt_len"])
+        if not cells:  # nothing timed in this mode
+            row = {"Mode": mode, "B": "—", "Prompt": "—", prefill: "—"}
+            row.update({f"{LABELS[v]} tok/s": _absent(df, v) for v in variants})
+            row.update({f"{LABELS[v]} speedup (IQR)": _absent(df, v) for v in variants[1:]})
+            rows.append(row)
         for (B, P), cell in sorted(cells.items()):
             row: dict[str, object] = {"Mode": mode, "B": B, "Prompt": P}
-            row[f"Prefill ms ({' / '.join(v if v != 'dyt' else 'DyT' for v in variants)})"] = (
-                " / ".join(f"{cell[v].prefill_ms:.3g}" if v in cell else "—" for v in variants)
+            row[prefill] = " / ".join(
+                f"{cell[v].prefill_ms:.3g}" if v in cell else "—" for v in variants
             )
             for v in variants:
                 row[f"{LABELS[v]} tok/s"] = (
-                    f"{cell[v].decode_tok_s:,.1f}{_mark(cell[v])}" if v in cell else "—"
+                    f"{cell[v].decode_tok_s:,.1f}{_mark(cell[v])}" if v in cell else _absent(df, v)
                 )
             for v in variants[1:]:
                 row[f"{LABELS[v]} speedup (IQR)"] = (
-                    f"{_x(cell[v].speedup)} ({_iqr(cell[v])}){_mark(cell[v])}" if v in cell else "—"
+                    f"{_x(cell[v].speedup)} ({_iqr(cell[v])}){_mark(cell[v])}"
+                    if v in cell
+                    else _absent(df, v)
                 )
             rows.append(row)
-    s = df.iloc[0].to_dict()
-    headline = paper.DECODE_SPEEDUP
+    ran, headline = timed(df), paper.DECODE_SPEEDUP
+    if ran.empty:
+        ours_text = "Ours: nothing timed. "
+    else:
+        s = ran.iloc[0].to_dict()
+        ours_text = (
+            f"then {s['new_tokens']} decode steps; decode tok/s = B × {s['new_tokens']} / decode "
+            f"time, prefill timed apart. Medians of {s['rounds']} interleaved rounds after "
+            f"{s['warmup']} warmup rounds; "
+        )
     caption = (
-        f"**Decode benchmark.** Greedy decoding with a preallocated KV cache: a prefill over the prompt, "
-        f"then {s['new_tokens']} decode steps; decode tok/s = B × {s['new_tokens']} / decode time, "
-        f"prefill timed apart. Medians of {s['rounds']} interleaved rounds after {s['warmup']} "
-        "warmup rounds; "
-        "speedup = median of per-round decode-time ratios baseline / export"
+        "**Decode benchmark.** Greedy decoding with a preallocated KV cache: a prefill over the "
+        "prompt, "
+        + ours_text
+        + "speedup = median of per-round decode-time ratios baseline / export"
         + (" (or DyT, a norm-free model timed as it is)" if "dyt" in variants else "")
         + " (IQR: their quartiles). "
         "eager: the model's KV-cache path; compiled: a fixed-shape decode step under torch.compile "
-        f"(CUDA graphs on a GPU), prefill eager. Ours: {where(df)}. {scale_note(df)} Paper "
-        f"({paper.DECODE_SOURCE}, KV-cached decoding, headline only): up to "
+        "(CUDA graphs on a GPU), prefill eager. "
+        + (f"Ours: {where(df)}. {scale_note(df)} " if not ran.empty else "")
+        + f"Paper ({paper.DECODE_SOURCE}, KV-cached decoding, headline only): up to "
         f"{headline['explicit']:.2f}× (explicit scaling) and {headline['folded']:.2f}× (folded); "
         "its per-cell numbers and protocol are not known, the protocol here is ours."
+        + skipped_note(df)
         + disturbed_note(df)
     )
     if "cuda_graphs" in df.columns:  # compiled rows on a GPU say whether their step was a graph
-        bad = df[(df["mode"] == "compiled") & (df["cuda_graphs"].astype(str) == "False")]
+        bad = ran[(ran["mode"] == "compiled") & (ran["cuda_graphs"].astype(str) == "False")]
         if len(bad):
             cells = sorted({f"B={r.batch} P={r.prompt_len} {r.variant}" for r in bad.itertuples()})
             caption += f" CUDA GRAPHS NOT USED (plain inductor timed) in: {', '.join(cells)}."
@@ -320,6 +403,7 @@ def fig5(df: pd.DataFrame) -> tuple[Figure, str]:
     if df.empty:
         raise ValueError("fig5 needs decode benchmark rows (tapernorm bench decode)")
     modes, variants = [m for m in ("eager", "compiled") if m in set(df["mode"])], shown(df)[1:]
+    notes = skipped_notes(df)
     with sns.axes_style("whitegrid"):
         fig = Figure(figsize=(4.6 * len(modes) + 2.2, 4.2), layout="constrained")
         axes = fig.subplots(1, len(modes), squeeze=False, sharey=True)[0]
@@ -355,11 +439,26 @@ def fig5(df: pd.DataFrame) -> tuple[Figure, str]:
                 labelled.add((v, "paper"))
         bests.append(
             f"{mode}: "
-            + ", ".join(
-                f"{LABELS[v]} {_x(row.speedup)} at B={B} P={P}" + (f" {DISTURBED}" * row.disturbed)
-                for v, ((B, P), row) in best.items()
+            + (
+                ", ".join(
+                    f"{LABELS[v]} {_x(row.speedup)} at B={B} P={P}"
+                    + (f" {DISTURBED}" * row.disturbed)
+                    for v, ((B, P), row) in best.items()
+                )
+                or NOT_TIMED
             )
         )
+        if notes:  # the models not timed, named in the panel
+            ax.text(
+                0.02,
+                0.02,
+                "\n".join(notes),
+                transform=ax.transAxes,
+                fontsize=7,
+                va="bottom",
+                wrap=True,
+                bbox={"facecolor": "white", "edgecolor": "0.6", "alpha": 0.9},
+            )
         ticks = [f"B={B}\nP={P}" for (B, P), _ in cells] + ["our best\ncell", "paper:\nup to"]
         ax.set_xticks([*range(len(cells)), best_x, paper_x], ticks, fontsize=8)
         ax.axvline(len(cells) - 0.4, color="0.5", lw=1)
@@ -385,8 +484,9 @@ def fig5(df: pd.DataFrame) -> tuple[Figure, str]:
     caption = caption_text(
         "**Figure 5.** Decode speedup over the RMSNorm baseline of explicit scaling and folded "
         + ("(and DyT, the norm-free alternative timed as it is) " if "dyt" in variants else "")
-        + f"per batch size B and prompt length P, greedy decoding of {df['new_tokens'].iloc[0]} "
-        "tokens, one panel per mode. Left of the vertical line, per cell: the median over "
+        + "per batch size B and prompt length P, greedy decoding"
+        + (f" of {int(timed(df)['new_tokens'].iloc[0])} tokens" if not timed(df).empty else "")
+        + ", one panel per mode. Left of the vertical line, per cell: the median over "
         "interleaved rounds of t_baseline / t_export (marker) and the quartiles of those per-round "
         "ratios (bar). Right of it: our best cell, the largest per-cell median in that mode (with its "
         'quartiles), beside the paper\'s headline (black-edged markers), which says "up to": a '
@@ -407,7 +507,8 @@ def fig5(df: pd.DataFrame) -> tuple[Figure, str]:
             f"{headline['explicit']:.2f}× (explicit scaling) and {headline['folded']:.2f}× "
             "(folded) on an H100 in bf16; its protocol is not known, the protocol here is ours.",
         ),
-        ("Where", f"Ours: {where(df)}. {scale_note(df)}"),
+        ("Where", f"Ours: {where(df)}. {scale_note(df)}" if not timed(df).empty else ""),
+        ("Not timed", "; ".join(notes) + "." if notes else ""),
         ("Disturbed timings", disturbed_note(df).strip()),
     )
     return fig, caption
@@ -422,10 +523,12 @@ def speedup_summary(df: pd.DataFrame) -> list[dict]:
     `consistent`) or slower in at least 3 of 4 (q3 < 1: `slower`); in the other cells the
     interquartile range of the per-round speedups spans 1.0 (no difference resolved)."""
     out = []
-    for (benchmark, mode), part in df.groupby(["benchmark", "mode"], sort=False):
+    for (benchmark, mode), part in timed(df).groupby(["benchmark", "mode"], sort=False):
         entry = {"benchmark": benchmark, "mode": mode, "cells": 0}
         for v in shown(part)[1:]:
             mine = part[part["variant"] == v]
+            if mine.empty:  # not timed
+                continue
             entry["cells"] = max(entry["cells"], len(mine))
             entry[v] = {
                 "best": float(mine["speedup"].max()),
@@ -441,7 +544,7 @@ def separated(df: pd.DataFrame, a: str, b: str) -> dict[str, tuple[int, int, int
     """Per benchmark (forward; decode per mode) with rows of both variants: in how many cells a's
     interquartile range of per-round speedups lies wholly above b's, wholly below it, and in all."""
     out = {}
-    for (benchmark, mode), part in df.groupby(["benchmark", "mode"], sort=False):
+    for (benchmark, mode), part in timed(df).groupby(["benchmark", "mode"], sort=False):
         keys = ["batch", "seq_len" if benchmark == "forward" else "prompt_len"]
         rows = {v: part[part["variant"] == v].set_index(keys) for v in (a, b)}
         both = rows[a].index.intersection(rows[b].index)

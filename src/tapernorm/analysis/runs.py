@@ -117,6 +117,7 @@ def _run_row(run_dir: Path, cfg: dict, result: dict, records: list[dict]) -> dic
         "val_loss": float(val) if val is not None and math.isfinite(val) else math.nan,
         "diverged": bool(result.get("diverged", False)),
         "diverged_step": result.get("diverged_step"),
+        "weights_step": result.get("weights_step"),
         "n_params": result.get("n_params", cfg.get("n_params")),
         "last_step": int(records[-1]["step"]) if records else 0,
         "geometry": bool(records) and all("grad_h_cos" in r for r in records),
@@ -156,6 +157,17 @@ def load_runs(run_dirs: Sequence[str | Path]) -> tuple[pd.DataFrame, pd.DataFram
         raise ValueError(f"run directory {dup.iloc[0]} given twice")
     frames = frames or [pd.DataFrame(columns=["step", *RUN_KEYS])]  # every run diverged at step 1
     return runs, pd.concat(frames, ignore_index=True)
+
+
+def diverged_text(runs: pd.DataFrame) -> str:
+    """'all_aux-d64-s2 at step 4, final-d64-s0 at step 1 (nothing logged)' of the diverged runs
+    among `runs`, in their order ('' when none)."""
+    out = []
+    for r in runs[runs["diverged"]].to_dict("records"):
+        step = r.get("diverged_step")
+        text = r["name"] + (f" at step {step}" if step is not None and not pd.isna(step) else "")
+        out.append(text + ("" if r.get("last_step", 1) else " (nothing logged)"))
+    return ", ".join(out)
 
 
 def corpus_of(runs: pd.DataFrame) -> str:

@@ -198,8 +198,11 @@ def scale_card(inp: ClaimInputs) -> pd.DataFrame:
         rows.append(("Scale-anchor ablation (claims 3-5)", _ablation_row(inp.ablation), "—"))
     if not inp.finetune.empty:
         rows.append(("GPT-2 fine-tuning (claim 8)", _finetune_row(inp.finetune), paper.FINETUNE))
-    if not inp.bench.empty:
-        rows.append(("Inference benchmarks (claim 7)", _bench_row(inp.bench), paper.TABLE3_SETUP))
+    if not inp.bench.empty or inp.bench_skipped:
+        bench = _bench_row(inp.bench) if not inp.bench.empty else "nothing timed"
+        if inp.bench_skipped:
+            bench += "; not timed: " + "; ".join(inp.bench_skipped)
+        rows.append(("Inference benchmarks (claim 7)", bench, paper.TABLE3_SETUP))
     missing = untested(inp)
     if missing:
         rows.append(("Not tested at this scale", "; ".join(missing), "—"))

@@ -19,7 +19,7 @@ from ..config import PAPER_VARIANTS, VARIANTS, baseline_of
 from ..provenance import stamp
 from . import paper
 from .html import markdown_page
-from .runs import corpus_of, load_runs
+from .runs import corpus_of, diverged_text, load_runs
 from .stats import RULE_TEXT, fmt_cell, gap_pct, paired_gap, stats_by_cell
 
 # ---- writers --------------------------------------------------------------------------------------
@@ -160,7 +160,7 @@ def table1(runs: pd.DataFrame) -> tuple[pd.DataFrame, str]:
         )
     caption = (
         "**Table 1.** Variants (paper's Table 1) and the number of runs of each in this run set "
-        "(Diverged: runs that stopped at a non-finite loss). " + PAIRED_NOTE
+        "(Diverged: runs that stopped at a non-finite loss). " + PAIRED_NOTE + _diverged_note(runs)
     )
     if any(r["Name"] == "dyt" for r in rows):
         caption += (
@@ -227,6 +227,12 @@ def table2(runs: pd.DataFrame) -> tuple[pd.DataFrame, str]:
     return pd.DataFrame(rows), caption
 
 
+def _diverged_note(runs: pd.DataFrame) -> str:
+    """The captions' sentence naming the diverged runs ('' when none)."""
+    named = diverged_text(runs)
+    return f" Diverged (excluded from every mean and gap): {named}." if named else ""
+
+
 def _params(cell: pd.DataFrame) -> str:
     values = sorted(set(cell["n_params"].dropna().astype(int)))
     return ", ".join(f"{n / 1e6:.2f}M" for n in values) or "—"
@@ -279,6 +285,11 @@ def table5(runs: pd.DataFrame) -> tuple[pd.DataFrame, str]:
         "**Table 5.** Training steps by width: ours from the run configs (batch = sequences per "
         f"optimizer step incl. accumulation), beside {paper.TABLE5_SOURCE} (TinyStories)."
     )
+    if runs["diverged"].any():
+        caption += (
+            " Runs (ours) counts every run started, the diverged ones too (they stopped before "
+            f"their steps): {diverged_text(runs)}."
+        )
     df = pd.DataFrame(rows)
     ours = [c for c in df.columns if "(ours)" in c]
     theirs = [c for c in df.columns if "(paper)" in c and c != "Size (paper)"]

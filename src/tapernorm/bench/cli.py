@@ -218,7 +218,11 @@ def _default_grid(which: str) -> tuple[str, str, int, int]:
 def _bench_inference_args(p: argparse.ArgumentParser, batch_sizes: str):
     """forward's and decode's models (and --random's sizes); returns the grid group, begun with
     --batch-sizes (the default, `batch_sizes`, is run_inference_bench's)."""
-    models = p.add_argument_group("models")
+    models = p.add_argument_group(
+        "models",
+        "a run whose eval.json says it diverged is not timed: the others are, and the CSV gives "
+        "its columns a row with why (column skipped); if the baseline diverged, nothing is timed",
+    )
     models.add_argument("--baseline", type=Path, help="trained baseline run (or model) directory")
     models.add_argument(
         "--tapered", type=Path, help="trained tapered run directory (exported at g=0 twice)"

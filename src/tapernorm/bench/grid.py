@@ -7,13 +7,15 @@ decode protocol); this module only chooses what they time.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import logging
+from collections.abc import Collection, Sequence
 from pathlib import Path
 
 import pandas as pd
 import torch
 
 from ..checkpoint import load_model
+from ..divergence import diverged
 from ..model import GPT
 from . import variants
 from .decode import bench_decode
@@ -21,11 +23,34 @@ from .forward import bench_forward
 from .timing import CsvRows
 from .trust import RERUN
 
+log = logging.getLogger(__name__)
+
 # per benchmark: (batch sizes, sequence or prompt lengths, warmup rounds, timed rounds)
 DEFAULT_GRID = {
     "forward": ([1, 4], [128, 256, 512], 10, 50),
     "decode": ([1, 4, 16], [128, 512], 2, 10),
 }
+
+
+def skipped_runs(baseline: Path | None, tapered: Path | None, dyt: Path | None) -> dict[str, str]:
+    """{column: why} of the columns a benchmark of these run directories does not time: those of
+    a run whose eval.json says it diverged (its weights are what it rolled back to, not a trained
+    model: divergence.Diverged.not_timed), and every column when the baseline diverged (the
+    speedups are over it)."""
+    columns = {"baseline": ("baseline",), "tapered": variants.TAPERED_COLUMNS, "dyt": ("dyt",)}
+    notes: dict[str, str] = {}
+    base_bad = diverged(baseline) if baseline is not None else None
+    for run, path in (("baseline", baseline), ("tapered", tapered), ("dyt", dyt)):
+        bad = diverged(path) if path is not None else None
+        for column in columns[run]:
+            if bad is not None:
+                notes[column] = bad.not_timed()
+            elif base_bad is not None and path is not None:
+                notes[column] = (
+                    f"not timed: its speedups are over {base_bad.label}, which diverged at step "
+                    f"{base_bad.step}"
+                )
+    return notes
 
 
 def inference_models(
@@ -36,11 +61,13 @@ def inference_models(
     dyt: Path | None = None,
     random_dyt: bool = True,
     sizes: dict | None = None,
-) -> tuple[dict[str, GPT], GPT, str]:
+    skipped: Collection[str] = (),
+) -> tuple[dict[str, GPT], GPT | None, str]:
     """(models, reference, source): baseline, explicit, folded (and dyt) models with at least
     `positions` RoPE positions, either random weights at the paper's config of width `random`
     ("d512"; `sizes` overrides other GPTConfig fields, `random_dyt` adds a DyT model) or trained
-    checkpoints; `reference` is the g=0 model the exports are verified against."""
+    checkpoints, leaving out the `skipped` columns (skipped_runs); `reference` is the g=0 model the
+    exports are verified against (None when they are skipped)."""
     if random is not None:
         if baseline or tapered or dyt:
             raise ValueError("give either --random or --baseline and --tapered, not both")
@@ -54,21 +81,37 @@ def inference_models(
         if sizes:
             source += " with " + ", ".join(f"{k}={v}" for k, v in sizes.items())
     elif baseline and tapered:
-        base_model, tapered_model = load_model(baseline), load_model(tapered)
-        dyt_model = load_model(dyt) if dyt else None
         source = f"trained checkpoints {baseline.name} and {tapered.name}"
         source += f" and {dyt.name}" if dyt else ""
-        trained = tapered_model.config.block_size
+        if "baseline" in skipped:  # nothing is timed: the speedups are over the baseline
+            return {}, None, source
+
+        def load(path: Path | None, columns: Collection[str]) -> GPT | None:
+            return None if path is None or set(columns) <= set(skipped) else load_model(path)
+
+        base_model = load(baseline, ("baseline",))
+        tapered_model = load(tapered, variants.TAPERED_COLUMNS)
+        dyt_model = load(dyt, ("dyt",))
+        trained = (tapered_model if tapered_model is not None else base_model).config.block_size
         if positions > trained:
             source += f" (RoPE tables extended from {trained} to {positions} positions)"
-        base_model = variants.with_block_size(base_model, positions)
-        tapered_model = variants.with_block_size(tapered_model, positions)
-        if dyt_model is not None:
-            dyt_model = variants.with_block_size(dyt_model, positions)
+        base_model, tapered_model, dyt_model = (
+            None if m is None else variants.with_block_size(m, positions)
+            for m in (base_model, tapered_model, dyt_model)
+        )
     else:
         raise ValueError("give --random dWIDTH, or --baseline RUN_DIR and --tapered RUN_DIR")
     models, reference = variants.inference_variants(base_model, tapered_model, dyt_model)
     return models, reference, source
+
+
+def skip_rows(which: str, modes: Sequence[str], skipped: dict[str, str], source: str) -> list[dict]:
+    """A CSV row per skipped column and mode, naming why in `skipped` (no timing columns)."""
+    return [
+        {"benchmark": which, "mode": mode, "variant": column, "skipped": why, "source": source}
+        for mode in modes
+        for column, why in skipped.items()
+    ]
 
 
 def run_inference_bench(
@@ -93,7 +136,11 @@ def run_inference_bench(
     """Time the models of `inference_models` on the `which` ("forward" or "decode") grid: batch
     sizes x `lengths` (sequence lengths, or prompt lengths followed by `new_tokens` decode steps in
     each of `modes`); None takes DEFAULT_GRID's. One row per cell and model, with a `source`
-    column; written as CSV to `out` if given, each cell's rows as soon as it is timed."""
+    column; written as CSV to `out` if given, each cell's rows as soon as it is timed.
+
+    Trained runs that diverged are not timed (skipped_runs): the others are, and each skipped
+    column gets a row per mode with its reason in a `skipped` column (after the timed rows; the
+    column is there only when something was skipped)."""
     if threads:
         torch.set_num_threads(threads)
     torch.manual_seed(0)
@@ -101,15 +148,20 @@ def run_inference_bench(
     batch_sizes, lengths = batch_sizes or default_batches, lengths or default_lengths
     warmup = default_warmup if warmup is None else warmup
     positions = max(lengths) + (new_tokens if which == "decode" else 0)
+    skipped = skipped_runs(baseline, tapered, dyt) if random is None else {}
+    for column, why in skipped.items():
+        log.warning("bench %s: %s: %s", which, column, why)
     models, reference, source = inference_models(
-        positions, random, baseline, tapered, dyt, random_dyt, sizes
+        positions, random, baseline, tapered, dyt, random_dyt, sizes, skipped
     )
     write = CsvRows(out) if out else lambda rows: None
+    extra = {"skipped": ""} if skipped else {}
 
     def on_rows(rows: list[dict]) -> None:
-        write([{**row, "source": source} for row in rows])
+        write([{**row, "source": source, **extra} for row in rows])
 
-    if which == "forward":
+    rows = []  # (none when every column is skipped)
+    if models and which == "forward":
         rows = bench_forward(
             models,
             batch_sizes,
@@ -121,8 +173,7 @@ def run_inference_bench(
             reference=reference,
             on_rows=on_rows,
         )
-    else:
-        rows = []
+    elif models:
         for mode in modes:
             rows += bench_decode(
                 models,
@@ -137,15 +188,24 @@ def run_inference_bench(
                 reference=reference,
                 on_rows=on_rows,
             )
-    return pd.DataFrame(rows).assign(source=source)
+    notes = skip_rows(which, ["eager"] if which == "forward" else modes, skipped, source)
+    write(notes)
+    return pd.DataFrame([*({**r, **extra} for r in rows), *notes]).assign(source=source)
 
 
 def summary_table(df: pd.DataFrame) -> str:
     """What `tapernorm bench forward|decode` prints: where it ran, throughput and speedup per cell
-    and model with the load of other processes, then every cell whose timing was disturbed."""
+    and model with the load of other processes, then every cell whose timing was disturbed, and
+    the models not timed with why."""
+    skipped = df.get("skipped", pd.Series("", index=df.index)).fillna("").astype(str)
+    notes = [f"NOT TIMED: {why}" for why in dict.fromkeys(skipped[skipped != ""])]
+    df = df[skipped == ""]
+    if df.empty:
+        return "\n".join(notes)
     first = df.iloc[0]
     forward = first["benchmark"] == "forward"
     shown = ["mode", "variant", "batch", "seq_len" if forward else "prompt_len"]
+    df = df.astype({column: int for column in shown[2:]})  # (NaN in skipped rows made them floats)
     shown += ["tok_s", "speedup"] if forward else ["decode_tok_s", "speedup"]
     shown += ["spread", "load", "disturbed"]
     head = f"{first['source']}; {first['device_name']}, {first['dtype']}, torch {first['torch']}"
@@ -159,4 +219,4 @@ def summary_table(df: pd.DataFrame) -> str:
         )
     if len(cells):
         text += f"\n{len(cells)} cell(s) timed on a disturbed machine: {RERUN}"
-    return text
+    return "\n".join([text, *notes])

@@ -69,23 +69,26 @@ def random_dyt(cfg: GPTConfig, seed: int = 0) -> GPT:
     return GPT(dyt).eval()
 
 
+TAPERED_COLUMNS = ("explicit", "folded")  # the columns the tapered model is timed as
+
+
 def inference_variants(
-    baseline: GPT, tapered: GPT, dyt: GPT | None = None
-) -> tuple[dict[str, GPT], GPT]:
+    baseline: GPT, tapered: GPT | None, dyt: GPT | None = None
+) -> tuple[dict[str, GPT], GPT | None]:
     """The three columns of paper Table 3 and the model the exports are verified against:
     {"baseline", "explicit": `tapered` at g = 0 with its norms as fixed multiplies, "folded"}, and
-    "dyt" when a DyT model is given."""
-    if tapered.config.taper == "none" or tapered.config.norm != "default":
+    "dyt" when a DyT model is given. Without a tapered model (a benchmark that skips it): the
+    baseline (and DyT) alone, and no reference."""
+    if tapered is not None and (tapered.config.taper == "none" or tapered.config.norm != "default"):
         raise ValueError("inference_variants needs a TaperNorm model (taper set, norm 'default')")
     if dyt is not None and dyt.config.norm != "dyt":
         raise ValueError(f"inference_variants: the dyt model has norm {dyt.config.norm!r}")
-    reference = tapered.eval()
-    set_gate(reference, 0.0)
-    models = {
-        "baseline": baseline.eval(),
-        "explicit": export_explicit_scaling(reference),
-        "folded": fold_model(reference),
-    }
+    models, reference = {"baseline": baseline.eval()}, None
+    if tapered is not None:
+        reference = tapered.eval()
+        set_gate(reference, 0.0)
+        models["explicit"] = export_explicit_scaling(reference)
+        models["folded"] = fold_model(reference)
     if dyt is not None:
         models["dyt"] = dyt.eval()
     return models, reference
