@@ -10,7 +10,8 @@ import pytest
 import yaml
 
 from tapernorm import provenance
-from tapernorm.data.standins import GPT2_STANDINS, MARKER, TINYSTORIES_FILES, make_standins
+from tapernorm.data import TINYSTORIES_FILES
+from tapernorm.data.standins import GPT2_STANDINS, MARKER, make_standins
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -47,6 +48,14 @@ def test_tinystories_versions_hold_different_stories(standins):
     assert len(v1 & v2) < 0.01 * min(len(v1), len(v2))  # a loader mixing them would be seen
 
 
+def test_the_tinystories_standin_gives_the_chosen_version_only(standins):
+    from tapernorm.data import tinystories_files
+
+    for version, names in TINYSTORIES_FILES.items():
+        files = tinystories_files(version, str(standins / "tinystories"))
+        assert {split: path.name for split, path in files.items()} == names
+
+
 def test_standins_are_fixed_by_the_seed(standins, tmp_path):
     make_standins(tmp_path, seed=0)
     for rel in ("openwebtext/openwebtext.jsonl", "gpt2/model.safetensors", MARKER):
@@ -75,7 +84,9 @@ def test_a_gpt2_standin_loads_as_a_tapernorm_model_with_its_logits(standins):
 
     hf = GPT2LMHeadModel.from_pretrained(str(standins / "gpt2")).eval()
     ours = load_hf(str(standins / "gpt2")).eval()
-    idx = torch.randint(0, hf.config.vocab_size, (2, 16), generator=torch.Generator().manual_seed(0))
+    idx = torch.randint(
+        0, hf.config.vocab_size, (2, 16), generator=torch.Generator().manual_seed(0)
+    )
     with torch.no_grad():
         torch.testing.assert_close(ours(idx), hf(idx).logits, rtol=1e-4, atol=1e-4)
 

@@ -37,7 +37,7 @@ RERUN_COMMAND = "snakemake --cores all" + (
 )
 
 PRETRAIN_DATA = "data/pretrain"
-# a rehearsal's stand-ins of the external inputs (rule rehearsal_inputs): what the data and
+# a rehearsal's stand-ins of the external inputs (made by rehearsal_inputs): what the data and
 # fine-tuning rules wait for; nothing in a real run
 REHEARSAL_INPUTS = (
     [f"{config['rehearsal']['inputs']}/standins.json"] if config["rehearsal"] else []

@@ -24,6 +24,7 @@ import numpy as np
 
 from ..jsonio import dumps, write_json
 from .shakespeare import shakespeare_plays
+from .tinystories import TINYSTORIES_FILES
 from .tokenizers import GPT2_EOT_ID
 
 # GPT-2 S/M/L/XL shrunk for a CPU (the real ones: 12/24/36/48 layers, width 768/1024/1280/1600,
@@ -36,10 +37,6 @@ GPT2_STANDINS = {
     "gpt2-xl": {"n_layer": 3, "n_embd": 64, "n_head": 4},
 }
 GPT2_VOCAB, GPT2_POSITIONS = GPT2_EOT_ID + 1, 128  # GPT-2's vocabulary; a block a CPU trains
-TINYSTORIES_FILES = {  # the repository's text files, by version and split
-    "v1": {"train": "TinyStories-train.txt", "valid": "TinyStories-valid.txt"},
-    "v2": {"train": "TinyStoriesV2-GPT4-train.txt", "valid": "TinyStoriesV2-GPT4-valid.txt"},
-}
 EVAL_ROWS, EVAL_ROW_TOKENS = 64, 1024  # pre-tokenized rows of the Pile stand-ins, as the real sets'
 STORY_LINES, WEB_LINES = 12, 40  # lines per TinyStories-like and per OpenWebText-like document
 MARKER = "standins.json"  # written last: what was made, from which seed
@@ -68,7 +65,7 @@ def _tinystories(out: Path, plays: dict[str, str]) -> dict:
     counts = {}
     for k, (version, files) in enumerate(TINYSTORIES_FILES.items()):
         docs = _documents([plays[n] for n in names[1 - k :: 2]], STORY_LINES)
-        splits = {"train": [d for i, d in enumerate(docs) if i % 20], "valid": docs[::20]}
+        splits = {"train": [d for i, d in enumerate(docs) if i % 20], "validation": docs[::20]}
         for split, name in files.items():
             _write_stories(out / name, splits[split])
         counts[version] = {split: len(d) for split, d in splits.items()}
