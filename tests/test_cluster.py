@@ -320,3 +320,16 @@ def test_a_cpu_rehearsal_runs_torchrun_and_its_checks_on_the_cpu(workdir):
     assert run["processes"] == 2
     scores = json.loads((workdir / target).read_text())
     assert abs(scores["folded"]["loss_diff"]) < 1e-5
+
+
+def test_a_run_that_exists_is_sized_by_its_own_parameters(tmp_path):
+    """The rehearsal's stand-in named gpt2-xl is estimated as GPT-2 XL while its run does not
+    exist, and sized by its own config.json (n_params, block_size) once it does."""
+    paper = _config("config/paper.yaml")
+    run = tmp_path / "config.json"
+    assert jr.run_shape(run) is None
+    run.write_text(json.dumps({"n_params": 3_500_000, "model": {"block_size": 128}}))
+    assert jr.run_shape(run) == (3_500_000, 128)
+    estimate = jr.model_job_resources(paper, "gpt2-xl", "fold")
+    own = jr.model_job_resources(paper, "gpt2-xl", "fold", jr.run_shape(run))
+    assert own["mem_mb"] < 4000 < 20_000 < estimate["mem_mb"]

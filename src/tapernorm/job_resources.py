@@ -7,7 +7,9 @@ Estimates from arithmetic, not measured on a GPU (tests/test_cluster.py prints t
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
+from .jsonio import read_json
 from .pipeline import finetune_gpus, finetune_model
 
 # GPT-2's hub sizes (layers, width), its vocabulary and context
@@ -55,15 +57,29 @@ FLOPS = {"cpu": 2e10, "gpu": 2e13}  # one CPU thread in float32; one GPU in floa
 DISK_BYTES_S = 1e8  # a slow shared filesystem
 
 
-def model_job_resources(config: dict, model: str, job: str) -> dict[str, int]:
+def run_shape(run_config_json: str | Path) -> tuple[int, int] | None:
+    """(parameters, context) of a trained run from its config.json (n_params, model.block_size),
+    or None before the run exists (then finetune_shape estimates them)."""
+    path = Path(run_config_json)
+    if not path.is_file():
+        return None
+    cfg = read_json(path)
+    return int(cfg["n_params"]), int(cfg["model"]["block_size"])
+
+
+def model_job_resources(
+    config: dict, model: str, job: str, shape: tuple[int, int] | None = None
+) -> dict[str, int]:
     """mem_mb and runtime (minutes) of a `job` on fine-tuned model `model`: fold (the run, its
     folded and explicit-scaling exports and a load buffer in memory; 4 forward passes over
     FOLD_WINDOWS and 2 over FOLD_EVAL_WINDOWS; reads one model file, writes two), eval (one
     evaluation set, the run and its folded twin: 2 passes over its rows) or export (on one CPU
     thread: ours, the Hugging Face model, the one loaded back to verify: 2 passes over
     EXPORT_WINDOWS). Runtime: 1.5x (2 P flops a token + the files at DISK_BYTES_S) + 15 minutes,
-    as a training job's."""
-    params, context = finetune_shape(config, model)
+    as a training job's. `shape`: the run's (parameters, context) where known (run_shape), else
+    estimated from the config (finetune_shape: a local checkpoint named gpt2-xl counts as GPT-2
+    XL, so the rehearsal's stand-ins are sized once their runs exist)."""
+    params, context = shape or finetune_shape(config, model)
     ev = config["finetune"]["eval"]
     sequences, length = {
         "fold": (4 * FOLD_WINDOWS + 2 * FOLD_EVAL_WINDOWS, context),

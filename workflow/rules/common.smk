@@ -325,10 +325,13 @@ def ft_launcher(wildcards):
 
 def ft_job(job, key):
     """A resources function: `key` (mem_mb, runtime) of a fold, eval or export job, sized by the
-    fine-tuned model's parameter count (jr.model_job_resources)."""
+    fine-tuned model's parameter count (jr.model_job_resources): the run's own once it exists
+    (Snakemake evaluates resources again when a job's inputs are there), else an estimate.
+    """
 
-    def resource(wildcards):
-        return jr.model_job_resources(config, ft_model(wildcards), job)[key]
+    def resource(wildcards, input):
+        shape = jr.run_shape(input.config)
+        return jr.model_job_resources(config, ft_model(wildcards), job, shape)[key]
 
     return resource
 
