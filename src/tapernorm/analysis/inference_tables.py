@@ -115,13 +115,19 @@ def skipped_note(df: pd.DataFrame) -> str:
     return f" Not timed: {'; '.join(notes)}." if notes else ""
 
 
+def _whole(setting: dict) -> dict:
+    """A row's settings with whole floats as ints (a skipped model's empty cells make the CSV's
+    integer columns float: 'd=512', not 'd=512.0')."""
+    return {k: int(v) if isinstance(v, float) and v.is_integer() else v for k, v in setting.items()}
+
+
 def where(df: pd.DataFrame) -> str:
     """Where and at what scale the rows were measured, for captions and claims."""
     df = timed(df)
     settings = df[SETTING].drop_duplicates()
     if len(settings) > 1:
         raise ValueError(f"rows from {len(settings)} different settings; give one:\n{settings}")
-    s = settings.iloc[0].to_dict()
+    s = _whole(settings.iloc[0].to_dict())
     place = (
         f"a CPU ({s['device_name']}, {s['threads']} threads)"
         if s["device"] == "cpu"
@@ -137,7 +143,7 @@ def where(df: pd.DataFrame) -> str:
 
 def scale_note(df: pd.DataFrame) -> str:
     """A plain statement of how our setting differs from the paper's (H100, bf16, 30M)."""
-    s = timed(df).iloc[0].to_dict()
+    s = _whole(timed(df).iloc[0].to_dict())
     if s["device"] == "cpu" and int(s["n_embd"]) == 512:
         return (
             f"Measured on a CPU in {s['dtype']} at the paper's model size (d=512, "
