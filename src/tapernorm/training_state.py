@@ -44,7 +44,7 @@ log = logging.getLogger(__name__)
 
 # Every file a run writes in its directory, eval.json first (it is written last: its presence
 # says the run finished). A restart removes them all, so no directory mixes two runs.
-RUN_FILES = ("eval.json", "model.safetensors", METRICS, "config.json")
+TRAINING_OUTPUTS = ("eval.json", "model.safetensors", METRICS, "config.json")
 OPTIMIZER_PREFIX = "optim."  # the optimizer's tensors in state.safetensors
 PRUNED_KEY = "pruned"  # in state.json: the optimizer's moments were dropped (prune_checkpoint)
 
@@ -221,10 +221,10 @@ def finished_result(out: Path, ckpt: Path, identity: dict) -> dict | None:
 
 
 def clear_run(out: Path, ckpt: Path) -> list[str]:
-    """Remove every file a run writes in `out` (RUN_FILES, the checkpoints, the temporaries of
-    interrupted atomic writes); returns the names removed."""
+    """Remove every file a run writes in `out` (TRAINING_OUTPUTS, the checkpoints, the
+    temporaries of interrupted atomic writes); returns the names removed."""
     removed = []
-    for name in RUN_FILES:
+    for name in TRAINING_OUTPUTS:
         for path in [out / name, *out.glob(f".{name}.*.tmp")]:
             if path.is_file():
                 path.unlink()

@@ -4,7 +4,7 @@ import os
 from tapernorm import pipeline as tp
 from tapernorm import job_resources as jr
 from tapernorm import provenance
-from tapernorm.analysis.runs import RUN_FILES
+from tapernorm.analysis.runs import ANALYSIS_INPUTS
 from tapernorm.data import EVAL_SETS
 from tapernorm.run_identity import MODEL_FILES
 from tapernorm.run_lock import WAIT_ENV
@@ -84,7 +84,7 @@ def model_files(run, prefix=""):
     return {f"{prefix}{f.split('.')[0]}": f"{run}/{f}" for f in MODEL_FILES}
 
 
-def run_files(eval_paths, names=RUN_FILES):
+def run_files(eval_paths, names=ANALYSIS_INPUTS):
     """The files `names` (default: all that the analysis reads) of the run directories of a list of
     eval.json paths."""
     return [f"{p.rsplit('/', 1)[0]}/{f}" for p in eval_paths for f in names]

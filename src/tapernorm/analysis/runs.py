@@ -17,8 +17,9 @@ from pathlib import Path
 import pandas as pd
 
 from ..config import VARIANTS
+from ..metrics_log import METRICS, read_records
 
-RUN_FILES = ("config.json", "metrics.jsonl", "eval.json")
+ANALYSIS_INPUTS = ("config.json", METRICS, "eval.json")  # what the analysis reads of a run
 GRAD_COLUMNS = ("grad_attn_qkv", "grad_attn_out", "grad_mlp_in", "grad_mlp_out")
 CLIPPED_COLUMNS = tuple(f"{c}_clipped" for c in GRAD_COLUMNS)  # the same after clipping
 SCALE_COLUMNS = ("prelogit_scale", "final_c_r", "saturation", "margin_pos_frac", "grad_h_cos")
@@ -61,16 +62,11 @@ def _hint(run_dir: Path) -> str:
 
 
 def _read_metrics(path: Path, run_dir: Path) -> list[dict]:
+    """The training records of a run (metrics_log.read_records: a torn last line dropped, a broken
+    line elsewhere a ValueError naming the file and line)."""
     if not path.is_file():
         raise FileNotFoundError(f"run directory {run_dir}: missing {path.name}{_hint(run_dir)}")
-    records = []
-    for i, line in enumerate(path.read_text().splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            records.append(json.loads(line))
-        except json.JSONDecodeError as e:
-            raise ValueError(f"run directory {run_dir}: metrics.jsonl line {i}: {e}") from e
+    records = read_records(path)
     return [r for r in records if "gate" in r]  # periodic {"step", "val_loss"} records left out
 
 
@@ -141,7 +137,7 @@ def load_runs(run_dirs: Sequence[str | Path]) -> tuple[pd.DataFrame, pd.DataFram
         run_dir = Path(d)
         cfg = _read_json(run_dir / "config.json", run_dir)
         result = _read_json(run_dir / "eval.json", run_dir)
-        records = _read_metrics(run_dir / "metrics.jsonl", run_dir)
+        records = _read_metrics(run_dir / METRICS, run_dir)
         row = _run_row(run_dir, cfg, result, records)
         rows.append(row)
         if not records:  # diverged at step 1: nothing was logged
