@@ -1,6 +1,7 @@
 """The one bias-corrected EMA (norms.fold_ema_) computes bit for bit what each of its three former
 copies did: TaperNorm.update_calibration, FakeNorm.update / remove and ScaleAnchor.update, copied
-verbatim below from before the merge (commit a972cec) and compared with torch.equal."""
+verbatim below from before the merge (commit a972cec; the frozen flag read as is_frozen, its one
+name now) and compared with torch.equal."""
 
 import pytest
 import torch
@@ -30,7 +31,7 @@ def old_taper_update(m, mu, reduce=None):
 
 def old_fake_update(m, mu, reduce=None):
     pending, m._pending = m._pending, []
-    if m.is_removed or not pending:
+    if m.is_frozen or not pending:
         return
     stats = torch.stack(pending).double()
     total = torch.stack([stats.sum(), stats.new_full((), float(len(pending)))])
@@ -41,7 +42,7 @@ def old_fake_update(m, mu, reduce=None):
 
 
 def old_fake_remove(m, mu):
-    if not m.is_removed:
+    if not m.is_frozen:
         count = m.host("ema_count")
         if count == 0:
             raise RuntimeError("FakeNorm.remove: no step recorded its average scale yet")
@@ -53,7 +54,7 @@ def old_fake_remove(m, mu):
 
 def old_anchor_update(m, mu, reduce=None):
     pending, m._pending = m._pending, []
-    if m.active or not pending:
+    if m.is_frozen or not pending:
         return
     total = pending[0].double()
     for s in pending[1:]:

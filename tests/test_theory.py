@@ -5,7 +5,7 @@ import torch
 import torch.nn.functional as F
 
 from tapernorm import ScaleAnchor
-from tapernorm.anchor import token_scale
+from tapernorm.norms import token_scale
 
 
 def test_prop_4_1_zero_homogeneous_final_norm_gradient_orthogonal_to_h():

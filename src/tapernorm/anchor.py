@@ -15,15 +15,7 @@ from __future__ import annotations
 
 import torch
 
-from .norms import HostState, Reduce, fold_ema_
-
-
-def token_scale(h: torch.Tensor, kind: str, eps: float = 1e-5) -> torch.Tensor:
-    """Per-token scale of the residual stream: r(h) = sqrt(mean(h^2) + eps), or sigma(h) if layer."""
-    if kind == "layer":
-        h = h - h.mean(-1, keepdim=True)
-    return torch.sqrt(h.pow(2).mean(-1) + eps)
-
+from .norms import HostState, Reduce, fold_ema_, token_scale
 
 ANCHOR_FORMS = ("eq5", "relative")
 
@@ -45,14 +37,10 @@ class ScaleAnchor(HostState):
         self._pending: list[torch.Tensor] = []  # batch means of s, not yet in the EMA
         self._init_host(frozen=False, ema_count=0)
 
-    @property
-    def active(self) -> bool:
-        return self.host("frozen")
-
     def loss(self, h: torch.Tensor) -> torch.Tensor:
         """The scale loss of the pre-logit states h (B, T, d); records s for the EMA until frozen."""
         s = token_scale(h.float(), self.kind, self.eps)
-        if not self.active:
+        if not self.is_frozen:
             self._pending.append(s.detach().mean())
             return h.new_zeros((), dtype=torch.float32)
         if self.form == "relative":
@@ -66,7 +54,7 @@ class ScaleAnchor(HostState):
         `reduce` (a sum over data-parallel processes) takes the mean over every process's batches.
         """
         pending, self._pending = self._pending, []
-        if self.active or not pending:
+        if self.is_frozen or not pending:
             return
         total = pending[0].double()
         for s in pending[1:]:  # in order, as a Python sum of the batch means would add them
@@ -82,5 +70,5 @@ class ScaleAnchor(HostState):
             raise RuntimeError(
                 "ScaleAnchor.freeze: no step at g=1 was recorded, s_tgt is undefined"
             )
-        self.set_host("frozen", True)
+        self.set_host(self.FROZEN_BUFFER, True)
         return self.target.detach().clone()

@@ -6,9 +6,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from .anchor import token_scale
 from .model import GPT
-from .norms import TaperNorm
+from .norms import TaperNorm, token_scale
 
 GRAD_GROUPS = {  # metric name -> the weights of each block that form it (W_1 = both SwiGLU inputs)
     "grad_attn_qkv": ("attn.qkv.weight",),

@@ -64,7 +64,7 @@ class FakeLNSchedule:
     def before_step(self, k: int) -> dict:
         """Remove every live norm due at or before step k; {"fakeln_removed": {name: s}} or {}
         (s a 0-dim device tensor, read when the step's record is written)."""
-        due = [n for n, step in self.steps.items() if step <= k and not self.norms[n].is_removed]
+        due = [n for n, step in self.steps.items() if step <= k and not self.norms[n].is_frozen]
         return {"fakeln_removed": {n: self.norms[n].freeze(self.mu) for n in due}} if due else {}
 
     def after_step(self, reduce: Reduce | None = None) -> None:

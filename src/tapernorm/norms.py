@@ -28,6 +28,18 @@ NORM_KINDS = ("rms", "layer")
 Reduce = Callable[[torch.Tensor], torch.Tensor]  # sums a tensor over data-parallel processes
 
 
+def centred(h: torch.Tensor, kind: str) -> torch.Tensor:
+    """h - mean(h) over the features for the layer kind (what LayerNorm normalizes), else h."""
+    return h - h.mean(-1, keepdim=True) if kind == "layer" else h
+
+
+def token_scale(h: torch.Tensor, kind: str, eps: float = 1e-5) -> torch.Tensor:
+    """The per-token scale a norm divides by: r(h) = sqrt(mean(h^2) + eps) (rms), or
+    sigma(h) = r(h - mean(h)) (layer). The one place r(h) is computed: TaperNorm's calibration,
+    FakeNorm's average scale, the scale anchor and the diagnostics all call it."""
+    return torch.sqrt(centred(h, kind).pow(2).mean(-1) + eps)
+
+
 class HostState(nn.Module):
     """Host copies of a module's small state buffers (a gate, a flag, a count), so that a training
     step branches on Python values and never reads the device. The buffers stay what checkpoints
@@ -35,6 +47,7 @@ class HostState(nn.Module):
     in-place writes bump a tensor's version counter, which lives on the host."""
 
     HOST_BUFFERS: dict[str, type] = {}  # buffer name -> the Python type of its host copy
+    FROZEN_BUFFER = "frozen"  # the bool buffer that says `freeze` ran (its state-dict name)
 
     def _init_host(self, **values) -> None:
         """At construction: the buffers' initial values (never read: they may be on `meta`)."""
@@ -58,6 +71,12 @@ class HostState(nn.Module):
             if versions is not None and versions != self._versions:
                 self._reload_host()  # written directly or loaded: read it once
         return self._host[name]
+
+    @property
+    def is_frozen(self) -> bool:
+        """Whether the learned statistic is frozen (`freeze` ran: TaperNorm's c, FakeNorm's s, the
+        anchor's s_tgt), without a device read."""
+        return self.host(self.FROZEN_BUFFER)
 
     def set_host(self, name: str, value) -> None:
         """Write buffer `name` (on its device) and its host copy, rounded as the buffer holds it."""
@@ -153,11 +172,6 @@ class TaperNorm(HostState):
         """The gate g as a Python float (the buffer's float32 value), without a device read."""
         return self.host("gate")
 
-    @property
-    def is_frozen(self) -> bool:
-        """Whether c is frozen (the taper has started), without a device read."""
-        return self.host("frozen")
-
     def set_gate(self, g: float) -> None:
         self.set_host("gate", g)
 
@@ -174,7 +188,7 @@ class TaperNorm(HostState):
         # Branches on the host copy of g, computes with the buffer: no device read.
         g = self.host("gate")
         if g == 1.0:  # exactly the ordinary norm
-            if self.training and not self.host("frozen"):
+            if self.training and not self.is_frozen:
                 self._record_calibration_stats(h)
             out = self.normalize(h, self.weight)
             return out if self.bias is None else out + self.bias
@@ -189,10 +203,8 @@ class TaperNorm(HostState):
 
     @torch.no_grad()
     def _record_calibration_stats(self, h: torch.Tensor) -> None:
-        h = h.detach().float()
-        if self.kind == "layer":
-            h = h - h.mean(-1, keepdim=True)  # hbar: the scale below is then sigma(h)
-        scale = torch.sqrt(h.pow(2).mean(-1) + self.eps)  # r(h) or sigma(h)
+        h = centred(h.detach().float(), self.kind)  # hbar for the layer kind: r(hbar) = sigma(h)
+        scale = token_scale(h, "rms", self.eps)
         sq = (h * self.weight.detach().float()).pow(2).sum(-1)  # ||h * gamma||^2 per token
         self._pending.append(torch.stack([(sq / scale).mean(), sq.mean()]))
 
@@ -206,7 +218,7 @@ class TaperNorm(HostState):
         stays on the model's device (every process records the same number of forwards).
         """
         pending, self._pending = self._pending, []
-        if self.host("frozen") or not pending:
+        if self.is_frozen or not pending:
             return
         stats = torch.stack(pending).double()
         total = torch.cat([stats.sum(0), stats.new_full((1,), float(len(pending)))])
@@ -216,7 +228,7 @@ class TaperNorm(HostState):
     @torch.no_grad()
     def freeze(self) -> None:
         """Freeze c and copy gamma into gamma_tilde (done once, when g first drops below 1)."""
-        if self.host("frozen"):
+        if self.is_frozen:
             return
         if self.host("ema_count") == 0:
             raise RuntimeError(
@@ -224,7 +236,7 @@ class TaperNorm(HostState):
                 "the taper must start after at least one optimizer step"
             )
         self.weight_tilde.copy_(self.weight)
-        self.set_host("frozen", True)
+        self.set_host(self.FROZEN_BUFFER, True)
         self._pending.clear()
 
 
@@ -251,10 +263,11 @@ class FakeNorm(HostState):
 
     an affine map (still centering). s is the norm's "average std": a bias-corrected EMA (weight mu)
     of the batch-mean sigma(h) (r(h) for rms) over the optimizer steps before the freeze (fold_ema_).
-    The buffer `removed` says it is frozen.
+    The buffer `removed` says it is frozen (is_frozen).
     """
 
     HOST_BUFFERS = {"removed": bool, "ema_count": int}
+    FROZEN_BUFFER = "removed"  # the flag's name in state dicts, as checkpoints hold it
 
     def __init__(self, dim: int, kind: str = "layer", eps: float = 1e-5, bias: bool = True):
         super().__init__()
@@ -268,16 +281,11 @@ class FakeNorm(HostState):
         self._pending: list[torch.Tensor] = []  # batch means of sigma(h), not yet in the EMA
         self._init_host(removed=False, ema_count=0)
 
-    @property
-    def is_removed(self) -> bool:
-        """Whether s is frozen (the norm removed), without a device read."""
-        return self.host("removed")
-
     def extra_repr(self) -> str:
-        return f"{self.dim}, kind={self.kind}, removed={self.is_removed}"
+        return f"{self.dim}, kind={self.kind}, removed={self.is_frozen}"
 
     def forward(self, h: torch.Tensor) -> torch.Tensor:
-        if not self.is_removed:
+        if not self.is_frozen:
             if self.training:
                 self._record(h)
             if self.kind == "rms":
@@ -290,17 +298,14 @@ class FakeNorm(HostState):
 
     @torch.no_grad()
     def _record(self, h: torch.Tensor) -> None:
-        h = h.detach().float()
-        if self.kind == "layer":
-            h = h - h.mean(-1, keepdim=True)
-        self._pending.append(torch.sqrt(h.pow(2).mean(-1) + self.eps).mean())
+        self._pending.append(token_scale(h.detach().float(), self.kind, self.eps).mean())
 
     @torch.no_grad()
     def update(self, mu: float, reduce: Reduce | None = None) -> None:
         """Fold this step's recorded batch means into the EMA (mean over micro-batches, and over
         data-parallel processes with `reduce`, a sum over them), on the model's device."""
         pending, self._pending = self._pending, []
-        if self.is_removed or not pending:
+        if self.is_frozen or not pending:
             return
         stats = torch.stack(pending).double()
         total = torch.stack([stats.sum(), stats.new_full((), float(len(pending)))])
@@ -310,12 +315,12 @@ class FakeNorm(HostState):
     def freeze(self, mu: float) -> torch.Tensor:
         """Fix s to the EMA (weight `mu`), bias-corrected, and stop normalizing per token (remove
         the norm); returns s (a 0-dim tensor on the norm's device)."""
-        if not self.is_removed:
+        if not self.is_frozen:
             count = self.host("ema_count")
             if count == 0:
                 raise RuntimeError("FakeNorm.freeze: no step recorded its average scale yet")
             self.scale.copy_(self.ema.double() / bias_correction(mu, count))
-            self.set_host("removed", True)
+            self.set_host(self.FROZEN_BUFFER, True)
         self._pending.clear()
         return self.scale.detach().clone()
 

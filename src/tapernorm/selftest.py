@@ -204,9 +204,9 @@ def train_check(cfg: dict, device: torch.device):
         raise AssertionError("the gate did not reach 0 with c frozen")
     if any(not torch.isfinite(norm.c) or float(norm.c) == 1.0 for norm in tapers):
         raise AssertionError("c was not calibrated")
-    if run.anchor is not None and not (run.anchor.active and torch.isfinite(run.anchor.target)):
+    if run.anchor is not None and not (run.anchor.is_frozen and torch.isfinite(run.anchor.target)):
         raise AssertionError("the scale loss's target s_tgt was not frozen")
-    if run.fakeln is not None and not all(n.is_removed for n in run.fakeln.norms.values()):
+    if run.fakeln is not None and not all(n.is_frozen for n in run.fakeln.norms.values()):
         raise AssertionError("FakeLN did not remove every norm")
     return run.model
 

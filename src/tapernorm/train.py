@@ -356,7 +356,7 @@ def start_step(run: Run, step: int) -> dict:
         group["lr"] = lr
     gate = gate_at(step, taper_cfg["start"], taper_cfg["end"]) if run.tapered else 1.0
     record: dict = {"step": step, "lr": lr, "gate": gate}
-    if gate < 1.0 and run.anchor is not None and not run.anchor.active:
+    if gate < 1.0 and run.anchor is not None and not run.anchor.is_frozen:
         record["s_tgt"] = run.anchor.freeze()
     if gate < 1.0 and run.tapered and not run.taper_started:
         record["c"] = freeze(run.model)
