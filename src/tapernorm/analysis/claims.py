@@ -4,19 +4,22 @@ the scale ours was measured at, whether it holds, and one sentence on it.
 Each claim is a function of ClaimInputs returning a row dict; a claim whose inputs are absent returns a
 "not measured" row. Other experiment families add their claims by appending functions to CLAIMS (and, if
 they need new inputs, fields to ClaimInputs) or by passing markdown through `extra_sections`. The
-claims live by group in claims_loss (1, 2), claims_chasing (3-5), claims_fold (6, 7), claims_finetune
-(8) and dyt; their thresholds are named constants there (claim 8's CLOSE_PCT in claims_finetune), the main
-ones re-exported here; ClaimInputs and the graded vocabulary of the "Holds?" column (yes; yes, weaker
-than the paper; yes, unlike the paper; only at a deviation; partly; no; not measured; not judged) with
-its rules are in claim_rows.
+claims live by group in claims_loss (1, 2), claims_chasing (3-5), claims_fold (6, 7) and
+claims_finetune (8), and the row beyond the paper, TaperNorm vs DyT, in claims_dyt (its criterion
+stated there); their thresholds are named constants there (claim 8's CLOSE_PCT in claims_finetune),
+the main ones re-exported here; ClaimInputs and the graded vocabulary of the "Holds?" column (yes;
+yes, weaker than the paper; yes, unlike the paper; only at a deviation; partly; no; not resolved;
+not measured; not judged) with its rules are in claim_rows.
 
 Criteria (never tuned to the data; "end" = mean over the last 10% of logged steps, diverged runs
-excluded from means and counted). Each reaches a plain yes / partly / no, then a yes is graded:
-1, 2. gap of the variant's mean validation loss (Table 2's outlier rule) to the baseline's, per width:
-      yes if gap <= +2% at every width and no run diverged; no if no width has gap <= +2%; else partly.
-      A yes with a gap below the baseline by more than the seed std is "yes, unlike the paper" (the
-      paper's gaps are small increases); the comment says whether the tapered variants sharing the
-      final norm sit apart from the baseline together (a systematic offset) or within seed noise.
+excluded from means and counted). Each reaches a plain yes / partly / no (or not resolved), then
+a yes is graded:
+1, 2. the gap of the variant's validation loss to the baseline's, paired by seed, with its 95% t
+      interval, per width: yes if the interval lies inside [-2%, +2%], no if wholly outside, not
+      resolved if it straddles an edge (or fewer than two seed pairs), no where every run of the
+      variant diverged. Widths combine: no if every width is no, partly if some are, else not
+      resolved if any is, else yes; a yes wholly below 0 is "yes, unlike the paper"; a diverged run
+      of the variant makes a yes partly (criteria in full in claims_loss).
 3. sources: the largest main width and the ablation; a source is judged where its runs end with at least
    50% of tokens at a positive margin (Prop. 4.2's premise), the others are shown as context (all are
    judged if none shows its margins). R_v = mean end logit norm of unanchored variant v without a final
@@ -38,10 +41,14 @@ excluded from means and counted). Each reaches a plain yes / partly / no, then a
 6. verify.json files: yes if every check passed and the largest relative logit difference is <= 1e-5;
    partly if all passed at a looser rtol; no if any check failed. Judged on the folds that ran: a
    diverged run's fold is skipped (its verify.json says why) and named; not judged if none ran.
-7. benchmark CSVs (tapernorm bench forward|decode): per benchmark (forward; decode per mode) the median
-   over cells of the folded model's speedup (itself a median of per-round ratios): yes if >= 1.05 in every
-   benchmark measured, no if <= 1.00 in every one, else partly. A model the benchmarks skipped (its run
-   diverged) is named; not judged when the exports were not timed.
+7. benchmark CSVs (tapernorm bench forward|decode): per cell the median over interleaved rounds of
+   the folded model's per-round speedup, with the interquartile range of those ratios; a benchmark
+   (forward; decode per mode) is faster where more than half of its cells have that range wholly
+   above 1.0, slower where more than half have it wholly below, else not resolved. yes if every
+   benchmark is faster (graded weaker than the paper where a median is below 1.05), no if every
+   one is slower, not resolved if none is resolved, else partly. A model the benchmarks skipped
+   (its run diverged) is named; not judged when the exports were not timed or the timing was
+   disturbed.
 8. GPT-2 fine-tuning evals: per TaperLN cell (model, protocol, set) the CE gap to our Vanilla of the same
    model and set, and whether it is at or below FakeLN: our FakeLN rerun of the same model and set where
    there is one, else (only where our run is the paper's hub model on the paper's set) the published
@@ -49,8 +56,7 @@ excluded from means and counted). Each reaches a plain yes / partly / no, then a
    than half at or below FakeLN; no if neither; else partly; partly at best when FakeLN can't be compared.
    Cells within LINE_MARGIN_PP of the +2% line are named, with the verdict if they fell on its other
    side (fine-tuning CE moves across CPUs).
-TaperNorm vs DyT (ours, not the paper's): criterion in claims_dyt.py. Claims 3-5 judge the paper's
-six variants only.
+Claims 3-5 judge the paper's six variants only (DyT's row is claims_dyt's).
 """
 
 from __future__ import annotations
