@@ -10,6 +10,7 @@ import pytest
 
 import tapernorm
 import tapernorm.train
+import tapernorm.training_run
 from tapernorm.cli import build_parser, main
 from tapernorm.config import ConfigError, check_yaml_files, load_run_config, yaml_load
 
@@ -353,7 +354,7 @@ def test_out_of_memory_is_one_line(shards_dir, tmp_path, monkeypatch, capsys):
     def no_memory(*args, **kwargs):
         raise MemoryError
 
-    monkeypatch.setattr(tapernorm.train, "build_model", no_memory)
+    monkeypatch.setattr(tapernorm.training_run, "build_model", no_memory)
     cfg = tiny_yaml(tmp_path / "run.yaml", shards_dir)
     status, err = run_cli(["train", "--config", cfg, "--out", str(tmp_path / "o")], capsys)
     assert status == 2 and one_line(err).startswith("tapernorm train: error: out of memory: ")

@@ -153,7 +153,7 @@ def test_fakeln_from_a_trained_base_starts_as_the_same_function(shards_dir, tmp_
         train={"steps": 4, "warmup_steps": 1},
         fakeln={"start": 1, "end": 3},
     )
-    from tapernorm.train import build_model
+    from tapernorm.training_run import build_model
 
     fake, real = build_model(cfg, 512).eval(), load_model(tmp_path / "base").eval()
     idx = torch.randint(0, 512, (2, 16))

@@ -98,6 +98,7 @@ CHECK_MODULES = (
     "tapernorm.schedules",
     "tapernorm.selftest",
     "tapernorm.train",
+    "tapernorm.training_run",
     "tapernorm.training_state",
 )
 BLOCKER = f"""import atexit, os, sys

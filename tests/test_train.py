@@ -206,7 +206,7 @@ def test_seeds_are_paired_across_variants(shards_dir, tmp_path):
     and draws the same batches, so a variant's gap to the baseline at one seed is a paired
     measurement (claims 1 and 2, Tables 1 and 2)."""
     from tapernorm.distributed import World
-    from tapernorm.train import batch_generator, set_up
+    from tapernorm.training_run import batch_generator, set_up
 
     def start(variant, seed):
         cfg = tiny_run(shards_dir, variant=variant, seed=seed)

@@ -185,7 +185,8 @@ def train_check(cfg: dict, device: torch.device):
     the last step is a logged one and the end state is checked. Returns the trained model."""
     from .distributed import World
     from .norms import taper_norms
-    from .train import Divergence, set_up, start_step, train_step
+    from .train import Divergence, start_step, train_step
+    from .training_run import set_up
 
     run = set_up(cfg, Path(cfg["data"]["dir"]).parent / "unused", World(), device)
     run.model.train()
