@@ -12,7 +12,7 @@ import pytest
 from conftest import tiny_run
 from matplotlib.image import imread
 
-from tapernorm.analysis import anchor_sweep, claims, figures, stats, tables
+from tapernorm.analysis import anchor_sweep, claims, figure_style, figures, stats, tables
 from tapernorm.analysis.cli import add_subcommands
 from tapernorm.analysis.runs import load_runs
 from tapernorm.config import VARIANTS
@@ -280,7 +280,7 @@ def test_fig3_log_scale_dashes_and_divergence(edited, tmp_path):
     assert any(ln.get_marker() == "x" for ln in lines)
     assert "d=64" in fig.get_suptitle()
     assert "diverged run is a thin line of its own ending in ×" in caption
-    _check_saved(figures.save_figure(fig, tmp_path / "fig3_logit_norm.pdf", caption))
+    _check_saved(figure_style.save_figure(fig, tmp_path / "fig3_logit_norm.pdf", caption))
 
 
 def test_fig6_needs_geometry(runs, tmp_path):
@@ -292,9 +292,9 @@ def test_fig6_needs_geometry(runs, tmp_path):
     assert any(np.allclose(ln.get_ydata(), 0) for ln in cos.get_lines())  # Baseline: Prop. 4.1
     c_r = fig.axes[2]  # c_f r(h) exists only for variants whose final norm tapers
     assert {ln.get_color() for ln in c_r.get_lines()} <= {
-        figures.COLORS[v] for v in ("final", "all", "all_aux")
+        figure_style.COLORS[v] for v in ("final", "all", "all_aux")
     }
-    _check_saved(figures.save_figure(fig, tmp_path / "fig6.png", caption))
+    _check_saved(figure_style.save_figure(fig, tmp_path / "fig6.png", caption))
     with pytest.raises(ValueError, match="geometry"):
         figures.fig6(runs["main"])
 

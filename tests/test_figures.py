@@ -23,7 +23,7 @@ from matplotlib.text import Text
 from PIL import Image
 
 from tapernorm import provenance
-from tapernorm.analysis import anchor_sweep, figures
+from tapernorm.analysis import anchor_sweep, figure_style, figures
 from tapernorm.analysis.runs import CLIPPED_COLUMNS, GRAD_COLUMNS
 from tapernorm.config import PAPER_VARIANTS, VARIANTS
 from tapernorm.pipeline import FIG2_VARIANTS
@@ -156,7 +156,7 @@ def seen_apart(a, b, kind):
 
 
 # the variants drawn on the same axes: each group of figs 3, 4 (paper's; beyond the paper), fig2's
-SAME_AXES = [group for _, group in figures.variant_groups(VARIANTS)] + [list(FIG2_VARIANTS)]
+SAME_AXES = [group for _, group in figure_style.variant_groups(VARIANTS)] + [list(FIG2_VARIANTS)]
 
 
 def confusable(colors, markers, kind):
@@ -224,21 +224,28 @@ def test_the_old_fig6_trio_was_one_olive_hue_under_deuteranopia():
 
 @pytest.mark.parametrize("kind", ["normal", *MACHADO])
 def test_no_two_variants_on_the_same_axes_look_alike_to_a_dichromat(kind):
-    assert confusable(figures.COLORS, figures.MARKERS, kind) == []
+    assert confusable(figure_style.COLORS, figure_style.MARKERS, kind) == []
     for group in SAME_AXES:  # stronger: the colours alone stay apart, and so do the markers
         for a, b in itertools.combinations(group, 2):
-            assert seen_apart(figures.COLORS[a], figures.COLORS[b], kind) >= MARGIN, (a, b)
-            assert figures.marker(a) != figures.marker(b), (a, b)
+            assert seen_apart(figure_style.COLORS[a], figure_style.COLORS[b], kind) >= MARGIN, (
+                a,
+                b,
+            )
+            assert figure_style.marker(a) != figure_style.marker(b), (a, b)
     for a, b in itertools.combinations(TRIO, 2):
-        assert seen_apart(figures.COLORS[a], figures.COLORS[b], kind) >= MARGIN
+        assert seen_apart(figure_style.COLORS[a], figure_style.COLORS[b], kind) >= MARGIN
 
 
 def test_every_variant_has_its_own_colour_marker_and_named_style():
-    assert len(set(figures.COLORS.values())) == len(set(figures.MARKERS.values())) == len(VARIANTS)
-    assert set(figures.COLORS) == set(figures.MARKERS) == set(VARIANTS)
-    key = figures.style_key(VARIANTS)
+    assert (
+        len(set(figure_style.COLORS.values()))
+        == len(set(figure_style.MARKERS.values()))
+        == len(VARIANTS)
+    )
+    assert set(figure_style.COLORS) == set(figure_style.MARKERS) == set(VARIANTS)
+    key = figure_style.style_key(VARIANTS)
     for v in VARIANTS:
-        name = figures.COLOR_NAMES[figures.COLORS[v]]
+        name = figure_style.COLOR_NAMES[figure_style.COLORS[v]]
         assert f"{VARIANTS[v]['label']}: {name}, " in key
 
 
@@ -303,7 +310,7 @@ def seed_counts(tmp_path_factory):
 
 def _band_of(ax, variant):
     """The band drawn in `variant`'s colour on `ax`, or None."""
-    rgb = np.array(to_rgb(figures.COLORS[variant]))
+    rgb = np.array(to_rgb(figure_style.COLORS[variant]))
     found = [b for b in ax.collections if np.allclose(b.get_facecolor()[0][:3], rgb)]
     assert len(found) <= 1
     return found[0] if found else None
@@ -371,7 +378,7 @@ def test_captions_are_text_beside_the_image_with_the_provenance(
 ):
     fig, caption = _build(which, pretrain, ablation)
     stamp = provenance.stamp("ab" * 32)
-    paths = figures.save_figure(fig, tmp_path / f"{which}.pdf", caption, stamp)
+    paths = figure_style.save_figure(fig, tmp_path / f"{which}.pdf", caption, stamp)
     assert [p.suffix for p in paths] == [".pdf", ".png", ".html"]
     pdf, png, page = paths
     texts = _texts(fig)
@@ -398,7 +405,7 @@ def test_captions_are_text_beside_the_image_with_the_provenance(
 
 def test_save_figure_stamps_this_code_by_default(ablation, tmp_path):
     fig, caption = figures.fig6(ablation)
-    _, png, _ = figures.save_figure(fig, tmp_path / "fig6.pdf", caption)
+    _, png, _ = figure_style.save_figure(fig, tmp_path / "fig6.pdf", caption)
     assert Image.open(png).text["Subject"] == provenance.stamp()
 
 
@@ -531,7 +538,7 @@ def test_pdf_embeds_truetype_not_type3_fonts(ablation, tmp_path):
         fig.savefig(control, format="pdf")
     assert b"/Type3" in control.getvalue()  # the check below can see a Type 3 font
     before = mpl.rcParams["pdf.fonttype"]
-    pdf, _, _ = figures.save_figure(fig, tmp_path / "fig6.pdf")
+    pdf, _, _ = figure_style.save_figure(fig, tmp_path / "fig6.pdf")
     data = pdf.read_bytes()
     assert b"/Type3" not in data and b"/FontFile2" in data  # embedded TrueType programs
     assert mpl.rcParams["pdf.fonttype"] == before  # set for the save only

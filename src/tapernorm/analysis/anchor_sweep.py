@@ -17,7 +17,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from ..config import VARIANTS
-from .figures import COLORS, LINE_NAMES, _new_figure, caption_text, save_figure
+from .figure_style import COLORS, LINE_NAMES, caption_text, new_figure, save_figure
 from .runs import diverged_text, load_runs
 from .tables import write_table
 
@@ -163,7 +163,7 @@ def fig7(run_dirs: Sequence[str | Path], width: int | None = None) -> tuple[Figu
     where = _where(points)
     diverged = points[points["diverged"]]
     points = points[~points["diverged"]]
-    fig, axes = _new_figure(1, 2, (11, 4.2))
+    fig, axes = new_figure(1, 2, (11, 4.2))
     markers = {"eq5": "o", "relative": "s"}
     colors = {"eq5": COLORS["all_aux"], "relative": COLORS["internal_aux"]}
     kappas = []

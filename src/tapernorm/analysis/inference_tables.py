@@ -26,7 +26,7 @@ from matplotlib.figure import Figure
 
 from ..bench.trust import RERUN
 from . import paper
-from .figures import COLOR_NAMES, COLORS, MARKER_NAMES, caption_text, save_figure
+from .figure_style import COLOR_NAMES, COLORS, MARKER_NAMES, caption_text, save_figure
 from .tables import write_table
 
 CELL_VARIANTS = ("baseline", "explicit", "folded")  # timed in every cell (bench.variants)
