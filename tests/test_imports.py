@@ -19,8 +19,8 @@ FORBIDDEN = {
     "tapernorm.analysis": ("tapernorm.train", "tapernorm.cli", "tapernorm.checkpoint"),
     # the run's set-up sits below the loop; the metrics record below both and the analysis
     "tapernorm.training_run": ("tapernorm.train", "tapernorm.cli"),
-    "tapernorm.metrics_log": ("tapernorm.train", "tapernorm.training_run", "tapernorm.training_state",
-                              "tapernorm.analysis"),
+    "tapernorm.metrics_log": ("tapernorm.train", "tapernorm.training_run",
+                              "tapernorm.training_state", "tapernorm.analysis"),
     # figures: style and saving, then shared curves, then the figures themselves
     "tapernorm.analysis.figure_style": ("tapernorm.analysis.figure_curves",
                                         "tapernorm.analysis.figures",
