@@ -5,7 +5,8 @@ import torch
 import torch.nn.functional as F
 
 from tapernorm import TaperNorm, set_gate
-from tapernorm.norms import freeze, update_calibration
+from tapernorm.anchor import ScaleAnchor
+from tapernorm.norms import FakeNorm, freeze, token_scale, update_calibration
 
 
 def _random_taper(kind: str, d: int = 32, seed: int = 0) -> TaperNorm:
@@ -162,3 +163,21 @@ def test_taper_start_freezes_c_and_copies_gamma():
 def test_taper_start_without_calibration_is_an_error():
     with pytest.raises(RuntimeError, match="never calibrated"):
         freeze(TaperNorm(8))
+
+
+@pytest.mark.parametrize("kind", ["rms", "layer"])
+def test_token_scale_is_the_former_inline_formula_bit_for_bit(kind):
+    h = torch.randn(3, 5, 24) * 4 + 0.5
+    former = h - h.mean(-1, keepdim=True) if kind == "layer" else h  # as each caller wrote it
+    assert torch.equal(token_scale(h, kind), torch.sqrt(former.pow(2).mean(-1) + 1e-5))
+    assert torch.equal(token_scale(former, "rms"), token_scale(h, kind))  # TaperNorm's centred call
+
+
+def test_one_frozen_flag_under_the_state_dict_names_checkpoints_hold():
+    taper, fake, anchor = TaperNorm(8), FakeNorm(8), ScaleAnchor()
+    for module, buffer in ((taper, "frozen"), (fake, "removed"), (anchor, "frozen")):
+        assert module.is_frozen is False
+        state = module.state_dict()
+        state[buffer] = torch.tensor(True)  # a checkpoint written after the freeze
+        module.load_state_dict(state)
+        assert module.is_frozen is True, type(module).__name__

@@ -4,7 +4,9 @@ RMSNorm and LayerNorm (paper Eqs. 1-2); TaperNorm (Eqs. 3-4, 6-7) and FixedScale
 at g = 0 as an explicit op (the explicit-scaling export, fold.py); DyT, a norm-free baseline; FakeNorm,
 a norm whose per-token scale becomes a fixed scalar (FakeLN; its removal schedule is in fakeln.py).
 One verb for the moment a learned statistic stops moving: `freeze` (TaperNorm's c at taper start,
-FakeNorm's s at its removal, the scale anchor's s_tgt in anchor.py).
+FakeNorm's s at its removal, the scale anchor's s_tgt in anchor.py), and one flag that says it did:
+`is_frozen`. One function computes the per-token scale r(h) (sigma(h) for the layer kind) that they
+all measure: `token_scale`.
 
 TaperNorm mixes a normalizing branch and a sample-independent linear branch under one global gate g:
 
