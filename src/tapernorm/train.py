@@ -12,9 +12,8 @@ W processes take the very steps one process would (same global batch), and only 
 train() = set_up (inputs pinned, data, model, optimizer) -> resume (from out/ckpt; both in
 training_run.py) -> train_steps (the loop) -> finish (final weights, rolled back if the run
 diverged; final evaluation; eval.json; the checkpoint pruned to what a rerun reads unless the run
-diverged). A run found finished
-(finished_result) is left as it is. The data and init files are checked at every
-checkpoint and at the end (run_identity.Inputs): a file changed mid-run stops the run.
+diverged). A run found finished (finished_result) is left as it is. The data and init files are
+checked at every checkpoint and at the end (run_identity.Inputs): a file changed mid-run stops it.
 """
 
 from __future__ import annotations
