@@ -12,6 +12,7 @@ from .cli_args import (
     POSITIVE_FLOAT,
     device_arg,
 )
+from .config import section_defaults
 
 
 def _cmd_eval(args: argparse.Namespace) -> int:
@@ -74,7 +75,12 @@ def fold_parser(sub) -> None:
     f.add_argument(
         "--eval-windows", type=POSITIVE, default=64, help="windows for the loss comparison"
     )
-    f.add_argument("--rtol", type=POSITIVE_FLOAT, default=1e-5, help="max |dz| / max |z| allowed")
+    f.add_argument(
+        "--rtol",
+        type=POSITIVE_FLOAT,
+        default=section_defaults("fold")["rtol"],  # fold.FOLD_RTOL
+        help="max |dz| / max |z| allowed",
+    )
     device_arg(f)
     f.set_defaults(func=_cmd_fold)
 
