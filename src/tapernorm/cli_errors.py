@@ -1,4 +1,8 @@
 """Which errors of a command end in one line (and with which exit status), and which keep their
+traceback: one line for bad input (ValueError, the project's ConfigError among them), files
+(OSError, safetensors' errors), the project's own error classes (DeviceError, CheckpointError,
+DataUnavailableError, ...), a missing optional package, out of memory and Ctrl-C; anything else,
+torch's RuntimeError about shapes or CUDA included, is a bug or a broken machine and keeps its
 traceback."""
 
 from __future__ import annotations
@@ -46,6 +50,12 @@ def _memory_advice(e: BaseException, command: str) -> str:
     )
 
 
+def _ours(e: BaseException) -> bool:
+    """Whether `e` is of an error class tapernorm defines (a plain RuntimeError is not: torch raises
+    those for shape and CUDA errors)."""
+    return any(cls.__module__.split(".")[0] == "tapernorm" for cls in type(e).__mro__)
+
+
 def one_line(e: BaseException, command: str = "") -> tuple[str, int] | None:
     """The message and exit status of an error the user can act on; None for a bug (a traceback)."""
     if isinstance(e, KeyboardInterrupt):
@@ -58,6 +68,6 @@ def one_line(e: BaseException, command: str = "") -> tuple[str, int] | None:
     if isinstance(e, OSError) and e.errno == errno.ENOSPC:
         where = f" writing {e.filename}" if e.filename else ""
         return f"error: no space left on device{where}: free some space and rerun the command", 2
-    if isinstance(e, (ValueError, RuntimeError, OSError)) or type(e).__name__ == "SafetensorError":
+    if isinstance(e, (ValueError, OSError)) or _ours(e) or type(e).__name__ == "SafetensorError":
         return f"error: {' '.join(str(e).split()) if chr(10) in str(e) else e}", 2
     return None
