@@ -57,6 +57,7 @@ CHECK_MODULES = (
     "tapernorm.bench.decode",
     "tapernorm.bench.forward",
     "tapernorm.bench.grid",
+    "tapernorm.bench.settings",
     "tapernorm.bench.timing",
     "tapernorm.bench.train_step",
     "tapernorm.bench.trust",

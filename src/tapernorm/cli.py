@@ -114,8 +114,9 @@ def _library_logs_to_stderr() -> Iterator[None]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run one command; errors (bad input, missing files, Ctrl-C) end in one line, never a traceback
-    (set TAPERNORM_TRACEBACK=1 to see it)."""
+    """Run one command; errors the user can act on (bad input, missing files, the project's own
+    errors, Ctrl-C: cli_errors) end in one line (set TAPERNORM_TRACEBACK=1 to see the traceback),
+    any other keeps its traceback."""
     args = build_parser().parse_args(argv)
     try:
         with _library_logs_to_stderr():
