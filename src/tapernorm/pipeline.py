@@ -500,8 +500,7 @@ def prepare_eval_args(config: dict, eval_set: str, shards_dir: str) -> str:
     """The `tapernorm prepare-eval` arguments of one evaluation set."""
     ev = config["finetune"]["eval"]
     args = [f"--set {eval_set}", f"--row-len {ev['row_len']}"]
-    if ev["max_rows"] is not None:
-        args.append(f"--max-rows {ev['max_rows']}")
+    args.append(f"--max-rows {'all' if ev['max_rows'] is None else ev['max_rows']}")
     if eval_set == "heldout":
         args.append(f"--shards {shlex.quote(shards_dir)}")
     elif ev["local_paths"].get(eval_set):
