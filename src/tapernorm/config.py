@@ -206,8 +206,12 @@ def load_schema(name: str) -> dict:
 
 @functools.cache
 def _schema(name: str) -> dict:
-    text = resources.files("tapernorm").joinpath("schemas", f"{name}.schema.yaml").read_text()
-    return yaml.safe_load(text)
+    """schemas/NAME.schema.yaml of the package; schemas/config.schema.yaml is a link to the
+    workflow's schema, read from the checkout where a copy of the package lost the link."""
+    packaged = resources.files("tapernorm").joinpath("schemas", f"{name}.schema.yaml")
+    checkout = Path(__file__).resolve().parents[2] / "workflow" / "schemas" / f"{name}.schema.yaml"
+    source = packaged if packaged.is_file() or not checkout.is_file() else checkout
+    return yaml.safe_load(source.read_text())
 
 
 def section_schema(path: str, name: str = "config") -> dict:
