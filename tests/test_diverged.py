@@ -228,7 +228,8 @@ GRID = ["--batch-sizes", "1", "--repeats", "2", "--warmup", "0", "--device", "cp
 def _bench(tmp_path, baseline, tapered, dyt, name="") -> dict:
     models = ["--baseline", str(baseline), "--tapered", str(tapered), "--dyt", str(dyt)]
     paths = {"forward": tmp_path / f"forward{name}.csv", "decode": tmp_path / f"decode{name}.csv"}
-    grid = {"forward": ["--seq-lens", "8"], "decode": ["--prompt-lens", "8", "--new-tokens", "4"]}
+    decode = ["--prompt-lens", "8", "--new-tokens", "4", "--modes", "eager"]
+    grid = {"forward": ["--seq-lens", "8"], "decode": decode}
     for which, path in paths.items():
         assert main(["bench", which, *models, *GRID, *grid[which], "--out", str(path)]) == 0
     return paths

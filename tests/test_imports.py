@@ -9,6 +9,7 @@ import pytest
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "tapernorm"
 
+CLI_COMMANDS = ("cli_data", "cli_train", "cli_models", "cli_machine")  # the commands, by kind
 # module -> modules it must never import (directly): the model knows nothing of how it is decoded,
 # benchmarked, trained or driven from the command line
 FORBIDDEN = {
@@ -28,6 +29,12 @@ FORBIDDEN = {
     "tapernorm.analysis.figure_curves": ("tapernorm.analysis.figures",
                                          "tapernorm.analysis.figures_gradients"),
     "tapernorm.analysis.figures_gradients": ("tapernorm.analysis.figures",),
+    # the command line: cli (the entry) gathers the commands' modules, none of which imports it
+    # or each other; what they share is below them (cli_args, cli_errors)
+    **{f"tapernorm.{m}": ("tapernorm.cli", *(f"tapernorm.{o}" for o in CLI_COMMANDS if o != m))
+       for m in CLI_COMMANDS},
+    "tapernorm.cli_args": ("tapernorm.cli", *(f"tapernorm.{m}" for m in CLI_COMMANDS)),
+    "tapernorm.cli_errors": ("tapernorm.cli", *(f"tapernorm.{m}" for m in CLI_COMMANDS)),
 }  # fmt: skip
 
 

@@ -26,6 +26,10 @@ from .config import VARIANTS, ConfigError, baseline_of
 from .pipeline import figure_width, run_config, run_name
 
 
+class GridRunFailed(RuntimeError):
+    """A training run of the grid exited with an error (its log says why)."""
+
+
 @dataclass(frozen=True)
 class GridRun:
     variant: str
@@ -97,7 +101,7 @@ def train_missing(
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
         failed = [f for f in pool.map(train, todo) if f]
     if failed:
-        raise RuntimeError(f"lr-grid: {len(failed)} runs failed: {', '.join(failed)}")
+        raise GridRunFailed(f"lr-grid: {len(failed)} runs failed: {', '.join(failed)}")
     return dirs
 
 

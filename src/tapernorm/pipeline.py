@@ -14,7 +14,7 @@ import math
 import re
 import shlex
 
-from .config import PROTOCOLS, resolve_run_config
+from .config import PROTOCOLS, resolve_run_config, taper_start
 
 
 def wildcard_pattern(name: re.Pattern, **fixed: str) -> str:
@@ -108,10 +108,8 @@ def run_config(config: dict, family: str, name: str, data_dir: str) -> dict:
     train.update(steps=steps, warmup_steps=max(1, round(warmup_frac * steps)))
     taper = copy.deepcopy(fam["taper"])
     start_frac, end_frac = taper.pop("start_frac"), taper.pop("end_frac")
-    taper.update(
-        start=train["warmup_steps"] if start_frac is None else max(1, round(start_frac * steps)),
-        end=round(end_frac * steps),
-    )
+    start = None if start_frac is None else max(1, round(start_frac * steps))
+    taper.update(start=taper_start(start, train["warmup_steps"]), end=round(end_frac * steps))
     cfg = {
         "name": f"{family}/{name}",
         "seed": seed,
@@ -502,8 +500,7 @@ def prepare_eval_args(config: dict, eval_set: str, shards_dir: str) -> str:
     """The `tapernorm prepare-eval` arguments of one evaluation set."""
     ev = config["finetune"]["eval"]
     args = [f"--set {eval_set}", f"--row-len {ev['row_len']}"]
-    if ev["max_rows"] is not None:
-        args.append(f"--max-rows {ev['max_rows']}")
+    args.append(f"--max-rows {'all' if ev['max_rows'] is None else ev['max_rows']}")
     if eval_set == "heldout":
         args.append(f"--shards {shlex.quote(shards_dir)}")
     elif ev["local_paths"].get(eval_set):
