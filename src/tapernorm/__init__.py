@@ -4,7 +4,6 @@ from tapernorm import GPT, GPTConfig, TaperNorm, set_gate, fold_model, load_hf, 
 from tapernorm import DyT   # the norm-free alternative (GPTConfig(norm="dyt")); it does not fold
 """
 
-from . import decode  # noqa: F401  (registers the engine GPT.generate runs)
 from .anchor import ScaleAnchor
 from .export import export_hf
 from .fold import export_explicit_scaling, fold_model, verify_fold

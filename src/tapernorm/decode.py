@@ -1,17 +1,19 @@
 """Decoding with a preallocated KV cache: prefill, one-token steps (eager or compiled), sampling.
 
-A decoder is a pair of functions over one cache of `max_len` positions:
+This engine sits below the model (tapernorm.model imports it for GPT.generate; it imports no model
+code): it owns the KV caches and drives the model's own paths. A decoder is a pair of functions
+over one cache of `max_len` positions:
 
     prefill(prompt (B, P)) -> logits (B, V) of the last prompt position; caches positions 0..P-1
     step(token (B, 1), pos) -> logits (B, V) of `token` fed at position `pos`; caches it there
 
-eager_decoder is the model's own cached path (GPT.hidden with a KVCache): each step the same
-computation with less Python, its linear layers on a faster kernel at small batch on a CPU
-(step_linear). StaticDecoder is the same step with fixed shapes for torch.compile: the full-length
-cache is written at a position tensor and attention covers all slots under a mask, so one graph (on
-a GPU, one CUDA graph) serves every step. `run` drives a decoder; `generate` is GPT.generate: eager,
-or compiled with the decoder cached on the model (DecoderCache) so that later calls of the same
-shape do not compile again; on a CPU its small-batch linear layers are inductor's own kernels
+The prefill is GPT.hidden with the cache. eager_decoder's step is GPT.step, the model's one-token
+fast path, its linear layers on a faster kernel at small batch on a CPU (step_linear).
+StaticDecoder's step is GPT.hidden at a position tensor, for torch.compile: the full-length cache
+is written there and attention covers all slots under a mask, so one graph (on a GPU, one CUDA
+graph) serves every step. `run` drives a decoder; `generate` is GPT.generate: eager, or compiled
+with the decoder cached on the model (DecoderCache) so that later calls of the same shape do not
+compile again; on a CPU its small-batch linear layers are inductor's own kernels
 (linears_as_reductions), which stream the weights faster than MKL.
 """
 
@@ -24,8 +26,6 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .model import GPT, MLP, Attention, GPTConfig, apply_rope, set_generate_engine
-
 Prefill = Callable[[torch.Tensor], torch.Tensor]  # prompt (B, P) -> last logits (B, V)
 Step = Callable[[torch.Tensor, int], torch.Tensor]  # (token (B, 1), its position) -> logits (B, V)
 Choose = Callable[[torch.Tensor], torch.Tensor]  # logits (B, V) -> next tokens (B, 1)
@@ -37,113 +37,85 @@ GEMV_ROWS = 4  # compiled on a CPU, linears over at most this many rows: linears
 ONEDNN_WEIGHTS = 2**18  # eager on a CPU: layers with this many weights (1 MB float32) use oneDNN
 
 
-class KVCache:
-    """Preallocated keys and values of one layer: (B, n_kv_head, max_len, head_dim)."""
+class KVCache(nn.Module):
+    """Preallocated keys and values of one attention layer, (B, n_kv_head, max_len, head_dim)
+    buffers (a module: a StaticDecoder's compiled graphs see them as static)."""
 
-    def __init__(self, cfg: GPTConfig, batch: int, max_len: int, device, dtype):
-        shape = (batch, cfg.n_kv_head, max_len, cfg.head_dim)
-        self.k = torch.zeros(shape, device=device, dtype=dtype)
-        self.v = torch.zeros(shape, device=device, dtype=dtype)
+    def __init__(self, batch: int, n_kv_head: int, max_len: int, head_dim: int, device, dtype):
+        super().__init__()
+        shape = (batch, n_kv_head, max_len, head_dim)
+        self.register_buffer("k", torch.zeros(shape, device=device, dtype=dtype), persistent=False)
+        self.register_buffer("v", torch.zeros(shape, device=device, dtype=dtype), persistent=False)
+        positions = torch.arange(max_len, device=device)
+        self.register_buffer("positions", positions, persistent=False)
 
-    def append(
-        self, k: torch.Tensor, v: torch.Tensor, pos: int
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        end = pos + k.shape[2]
+    def update(
+        self, k: torch.Tensor, v: torch.Tensor, pos: int | torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        """Write a chunk's keys and values k, v (B, n_kv_head, T, head_dim) at positions pos..;
+        returns the keys and values its queries attend to and their mask (None: causal in the chunk).
+
+        An int pos: the filled part 0..pos+T-1; after cached tokens query i sees keys <= pos + i. A
+        1-element position tensor (one token, fixed shapes for torch.compile): every slot, masked to
+        the positions <= pos."""
+        if not isinstance(pos, int):
+            self.k.index_copy_(2, pos, k)
+            self.v.index_copy_(2, pos, v)
+            return self.k, self.v, (self.positions <= pos).view(1, 1, 1, -1)
+        T = k.shape[2]
+        end = pos + T
         self.k[:, :, pos:end] = k
         self.v[:, :, pos:end] = v
-        return self.k[:, :, :end], self.v[:, :, :end]
+        mask = None
+        if T > 1 and pos > 0:
+            mask = torch.ones(T, end, dtype=torch.bool, device=k.device).tril(diagonal=pos)
+        return self.k[:, :, :end], self.v[:, :, :end], mask
 
 
-def new_cache(model: GPT, batch: int, max_len: int) -> list[KVCache]:
-    """One KVCache per layer of `model`, in its weights' device and dtype (GPT.hidden's `cache`)."""
-    p = model.tok_emb.weight
-    return [KVCache(model.config, batch, max_len, p.device, p.dtype) for _ in model.blocks]
+def new_cache(model: nn.Module, batch: int, max_len: int) -> nn.ModuleList:
+    """One KVCache per layer of `model` (a GPT), in its weights' device and dtype (GPT.hidden's
+    `cache`)."""
+    cfg, p = model.config, model.tok_emb.weight
+    return nn.ModuleList(
+        KVCache(batch, cfg.n_kv_head, max_len, cfg.head_dim, p.device, p.dtype)
+        for _ in model.blocks
+    )
 
 
 class StaticDecoder(nn.Module):
-    """One decode step of a GPT with fixed shapes, for torch.compile and CUDA graphs.
+    """One decode step of a GPT with fixed shapes, for torch.compile and CUDA graphs: GPT.hidden of
+    one token at a 1-element position tensor, its KV caches (submodules: their buffers are static
+    in compiled graphs) written there with index_copy_, attention over all `max_len` slots masked
+    to the positions <= pos (KVCache.update)."""
 
-    The cache (the model's KVCache tensors, registered as buffers so compiled graphs treat them as
-    static) is written at `pos`, a 1-element tensor, with index_copy_; attention covers all `max_len`
-    slots with a mask keeping positions <= pos. Same computation as Attention.forward with a cache.
-    """
-
-    def __init__(self, model: GPT, batch: int, max_len: int):
+    def __init__(self, model: nn.Module, batch: int, max_len: int):
         super().__init__()
         self.model = model
         self.caches = new_cache(model, batch, max_len)
-        for i, cache in enumerate(self.caches):
-            self.register_buffer(f"k{i}", cache.k, persistent=False)
-            self.register_buffer(f"v{i}", cache.v, persistent=False)
-        device = model.tok_emb.weight.device
-        self.register_buffer("positions", torch.arange(max_len, device=device), persistent=False)
 
     def prefill(self, idx: torch.Tensor) -> torch.Tensor:
         return self.model.head(self.model.hidden(idx, self.caches, 0)[:, -1])
 
     def forward(self, tok: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
         """tok (B, 1) at position pos (1,) -> logits (B, V)."""
-        m = self.model
-        x, rope = m.embed(tok), None
-        if m.pos_emb is not None:
-            x = x + m.pos_emb(pos)
-        else:
-            rope = (m.rope_cos[pos].to(x.dtype), m.rope_sin[pos].to(x.dtype))
-        mask = (self.positions <= pos).view(1, 1, 1, -1)
-        for i, block in enumerate(m.blocks):
-            k_cache, v_cache = getattr(self, f"k{i}"), getattr(self, f"v{i}")
-            x = x + self._attend(block.attn, block.ln_1(x), rope, k_cache, v_cache, pos, mask)
-            x = x + block.mlp(block.ln_2(x))
-        return m.head(x)[:, 0]
-
-    @staticmethod
-    def _attend(attn: Attention, x, rope, k_cache, v_cache, pos, mask) -> torch.Tensor:
-        B, T, C = x.shape
-        q, k, v = attn.heads(x, rope)
-        k_cache.index_copy_(2, pos, k)
-        v_cache.index_copy_(2, pos, v)
-        y = F.scaled_dot_product_attention(
-            q, k_cache, v_cache, attn_mask=mask, enable_gqa=attn.n_kv_head != attn.n_head
-        )
-        return attn.proj(y.transpose(1, 2).reshape(B, T, C))
+        return self.model.head(self.model.hidden(tok, self.caches, pos))[:, 0]
 
 
 def eager_decoder(
-    model: GPT, batch: int, max_len: int, linear: Linear | None = None
+    model: nn.Module, batch: int, max_len: int, linear: Linear | None = None
 ) -> tuple[Prefill, Step]:
-    """The model's own KV-cache path, with a cache allocated once (reused by every call).
-
-    The prefill is GPT.hidden with the cache. The step computes what GPT.hidden does for one token,
-    with less Python per token: activations stay (B, d), RoPE rotates q and k in one call with its
-    tables sliced once per position, keys and values are written straight into the cache, and the
-    linear layers run on step_linear's kernels (or `linear`'s; the model's own modules do everything
-    else).
-    """
+    """The model's own KV-cache path, with a cache allocated once (reused by every call): the
+    prefill is GPT.hidden with the cache, the step GPT.step (its one-token fast path) with its
+    linear layers on step_linear's kernels (or `linear`'s)."""
     cache = new_cache(model, batch, max_len)
-    m, dtype, device = model, model.tok_emb.weight.dtype, model.tok_emb.weight.device
-    if m.pos_emb is not None:  # per position: its index (learned positions) or its RoPE tables
-        where = [torch.tensor([p], device=device) for p in range(max_len)]
-    else:
-        where = [
-            (m.rope_cos[p : p + 1].to(dtype), m.rope_sin[p : p + 1].to(dtype))
-            for p in range(max_len)
-        ]
-    layers = list(zip(m.blocks, cache, strict=True))
-    lin = linear or step_linear(device, dtype, batch)
+    p = model.tok_emb.weight
+    lin = linear or step_linear(p.device, p.dtype, batch)
 
     def prefill(idx: torch.Tensor) -> torch.Tensor:
-        return m.head(m.hidden(idx, cache, 0)[:, -1])
+        return model.head(model.hidden(idx, cache, 0)[:, -1])
 
     def step(tok: torch.Tensor, pos: int) -> torch.Tensor:
-        x, rope = m.embed(tok[:, 0]), None
-        if m.pos_emb is not None:
-            x = x + m.pos_emb(where[pos])
-        else:
-            rope = where[pos]
-        for block, kv in layers:
-            x = x + _attend_one(block.attn, block.ln_1(x), rope, kv, pos, lin)
-            x = x + _mlp_one(block.mlp, block.ln_2(x), lin)
-        return lin(m.lm_head, m.ln_f(x))
+        return model.step(tok, cache, pos, lin)
 
     return prefill, step
 
@@ -174,30 +146,8 @@ def layer_linear(layer: nn.Linear, x: torch.Tensor) -> torch.Tensor:
     return layer(x)
 
 
-def _attend_one(
-    attn: Attention, x: torch.Tensor, rope, cache: KVCache, pos: int, lin: Linear
-) -> torch.Tensor:
-    """Attention.forward of one token per sequence, x (B, d), its keys and values cached at pos."""
-    B, C = x.shape
-    H, Hkv = attn.n_head, attn.n_kv_head
-    qkv = lin(attn.qkv, x).view(B, H + 2 * Hkv, 1, attn.hd)  # (B, heads, T=1, head_dim): q, k, v
-    qk = qkv[:, : H + Hkv] if rope is None else apply_rope(qkv[:, : H + Hkv], *rope)
-    cache.k[:, :, pos] = qk[:, H:, 0]
-    cache.v[:, :, pos] = qkv[:, H + Hkv :, 0]
-    k, v = cache.k[:, :, : pos + 1], cache.v[:, :, : pos + 1]
-    y = F.scaled_dot_product_attention(qk[:, :H], k, v, enable_gqa=Hkv != H)
-    return lin(attn.proj, y.reshape(B, C))
-
-
-def _mlp_one(mlp: MLP, x: torch.Tensor, lin: Linear) -> torch.Tensor:
-    """MLP.forward with its linear layers computed by `lin`."""
-    if mlp.w_gate is not None:
-        return lin(mlp.w_out, F.silu(lin(mlp.w_gate, x)) * lin(mlp.w_in, x))
-    return lin(mlp.w_out, F.gelu(lin(mlp.w_in, x), approximate="tanh"))
-
-
 def static_decoder(
-    model: GPT,
+    model: nn.Module,
     batch: int,
     max_len: int,
     backend: str | None = None,
@@ -239,7 +189,7 @@ def compile_kwargs(device: torch.device, backend: str) -> dict:
 
 
 def compiled_decoder(
-    model: GPT, batch: int, max_len: int, fullgraph: bool = True, gemv: bool = False
+    model: nn.Module, batch: int, max_len: int, fullgraph: bool = True, gemv: bool = False
 ) -> tuple[Prefill, Step]:
     """The compiled decoder: StaticDecoder under torch.compile (inductor)."""
     return static_decoder(model, batch, max_len, "inductor", fullgraph, gemv)
@@ -347,7 +297,7 @@ def run(
 
 
 def generate(
-    model: GPT,
+    model: nn.Module,
     idx: torch.Tensor,
     max_new_tokens: int,
     temperature: float = 0.0,
@@ -356,7 +306,7 @@ def generate(
     return_logits: bool = False,
     compile: bool = False,
 ):
-    """GPT.generate (see there)."""
+    """GPT.generate of `model` (see there)."""
     B, T = idx.shape
     if T < 1 or max_new_tokens < 0:
         raise ValueError(
@@ -401,13 +351,13 @@ class DecoderCache:
         return DecoderCache, ()
 
     @staticmethod
-    def of(model: GPT) -> DecoderCache:
+    def of(model: nn.Module) -> DecoderCache:
         cache = model.__dict__.get("_decoder_cache")
         if cache is None:
             cache = model.__dict__["_decoder_cache"] = DecoderCache()
         return cache
 
-    def get(self, model: GPT, batch: int, length: int) -> tuple[Prefill, Step]:
+    def get(self, model: nn.Module, batch: int, length: int) -> tuple[Prefill, Step]:
         """A compiled decoder for `batch` sequences of up to `length` positions (rounded up to a
         multiple of CACHE_BUCKET, at most block_size)."""
         signature = _signature(model)
@@ -429,6 +379,3 @@ def _signature(model: nn.Module) -> tuple:
         tuple(id(m) for m in model.modules()),
         tuple((id(t), t.data_ptr(), t.dtype, t.device, t.shape) for t in tensors),
     )
-
-
-set_generate_engine(generate)  # GPT.generate runs this module's generate

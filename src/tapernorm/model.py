@@ -9,10 +9,11 @@ Which module each norm is: GPTConfig.norm says what the norms are and GPTConfig.
 taper (the table in GPTConfig's docstring, applied in make_norm); every norm layer is in norms.py.
 dyt_config(...) is DyT as its authors train LLaMA-style language models (DYT_RECIPE, docs/norm-free.md).
 
-The model knows nothing of how it is decoded: its forward takes a KV cache as an argument (one per
-layer, any object with `append(k, v, pos) -> (keys, values)`; decode.KVCache), and GPT.generate runs
-the engine that tapernorm.decode registers with set_generate_engine when imported (tapernorm's
-__init__ imports it).
+One attention path (Attention.forward) and one loop over the blocks (GPT.hidden) serve training,
+evaluation and decoding: with a KV cache (one per layer, owned by the decode engine: decode.KVCache)
+and a position offset they run a chunk after cached tokens. GPT.step is the one-token fast path of
+eager decoding (the same computation with less Python and a choice of linear kernels; it pays:
+docs/usage.md). GPT.generate runs tapernorm.decode's engine, which sits below the model.
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from . import decode
+from .decode import Linear, layer_linear
 from .norms import DyT, FakeNorm, FixedScale, LayerNorm, RMSNorm, TaperNorm
 
 STYLES = ("llama", "gpt2")
@@ -222,22 +225,35 @@ class Attention(nn.Module):
             q, k = apply_rope(q, *rope), apply_rope(k, *rope)
         return q, k, v
 
-    def forward(self, x, rope=None, cache=None, pos: int = 0) -> torch.Tensor:
-        """x (B, T, C) at positions pos.. -> (B, T, C); with a layer's KV cache (decode.KVCache),
-        this chunk's keys and values are appended to it and attention covers all cached ones."""
+    def forward(self, x, rope=None, cache=None, pos: int | torch.Tensor = 0) -> torch.Tensor:
+        """x (B, T, C) at positions pos.. -> (B, T, C). With a layer's KV cache (decode.KVCache)
+        this chunk's keys and values are written to it and attention covers the cached ones, under
+        the mask the cache gives (None: causal within the chunk)."""
         B, T, C = x.shape
         q, k, v = self.heads(x, rope)
+        mask = None
         if cache is not None:
-            k, v = cache.append(k, v, pos)
-        mask, causal = None, T > 1
-        if causal and pos > 0:  # a chunk after cached tokens: query i sees keys <= pos + i
-            S = k.shape[2]
-            mask = torch.ones(T, S, dtype=torch.bool, device=x.device).tril(diagonal=pos)
-            causal = False
+            k, v, mask = cache.update(k, v, pos)
         y = F.scaled_dot_product_attention(
-            q, k, v, attn_mask=mask, is_causal=causal, enable_gqa=self.n_kv_head != self.n_head
+            q,
+            k,
+            v,
+            attn_mask=mask,
+            is_causal=mask is None and T > 1,
+            enable_gqa=self.n_kv_head != self.n_head,
         )
         return self.proj(y.transpose(1, 2).reshape(B, T, C))
+
+    def step(self, x, rope, cache, pos: int, linear: Linear = layer_linear) -> torch.Tensor:
+        """forward of one token per sequence, x (B, C), without its reshapes: q, k, v stay one
+        tensor, RoPE rotates q and k in one call; `linear` computes the projections (GPT.step)."""
+        B, C = x.shape
+        H, Hkv = self.n_head, self.n_kv_head
+        qkv = linear(self.qkv, x).view(B, H + 2 * Hkv, 1, self.hd)  # (B, heads, T=1, head_dim)
+        qk = qkv[:, : H + Hkv] if rope is None else apply_rope(qkv[:, : H + Hkv], *rope)
+        k, v, _ = cache.update(qk[:, H:], qkv[:, H + Hkv :], pos)
+        y = F.scaled_dot_product_attention(qk[:, :H], k, v, enable_gqa=Hkv != H)
+        return linear(self.proj, y.reshape(B, C))
 
 
 class MLP(nn.Module):
@@ -255,10 +271,11 @@ class MLP(nn.Module):
         """The projections that read the MLP's input (where a norm before it folds)."""
         return [self.w_in] if self.w_gate is None else [self.w_gate, self.w_in]
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, linear: Linear = layer_linear) -> torch.Tensor:
+        """`linear` computes the projections (GPT.step's kernels; by default each layer itself)."""
         if self.w_gate is not None:
-            return self.w_out(F.silu(self.w_gate(x)) * self.w_in(x))
-        return self.w_out(F.gelu(self.w_in(x), approximate="tanh"))
+            return linear(self.w_out, F.silu(linear(self.w_gate, x)) * linear(self.w_in, x))
+        return linear(self.w_out, F.gelu(linear(self.w_in, x), approximate="tanh"))
 
 
 class Block(nn.Module):
@@ -268,7 +285,7 @@ class Block(nn.Module):
         self.ln_1, self.attn = make_norm(cfg, internal, before_attn=True), Attention(cfg)
         self.ln_2, self.mlp = make_norm(cfg, internal), MLP(cfg)
 
-    def forward(self, x, rope=None, cache=None, pos: int = 0) -> torch.Tensor:
+    def forward(self, x, rope=None, cache=None, pos: int | torch.Tensor = 0) -> torch.Tensor:
         x = x + self.attn(self.ln_1(x), rope, cache, pos)
         return x + self.mlp(self.ln_2(x))
 
@@ -313,26 +330,40 @@ class GPT(nn.Module):
         x = self.tok_emb(idx)
         return x if self.emb_scale is None else x * self.emb_scale
 
-    def hidden(self, idx: torch.Tensor, cache: list | None = None, pos: int = 0):
-        """The pre-logit residual stream h_L (input of the final norm), shape (B, T, d); with
-        `cache` (one KV cache per layer, decode.new_cache) idx sits at positions pos.."""
+    def hidden(self, idx: torch.Tensor, cache: list | None = None, pos: int | torch.Tensor = 0):
+        """The pre-logit residual stream h_L (input of the final norm), shape (B, T, d). With
+        `cache` (one KV cache per layer, decode.new_cache) idx sits at positions pos..; a tensor
+        `pos` holds the positions of idx's T tokens (fixed shapes for torch.compile: StaticDecoder)."""
         T = idx.shape[1]
-        if pos + T > self.config.block_size:
+        if isinstance(pos, int) and pos + T > self.config.block_size:
             raise ValueError(
                 f"sequence of {pos + T} tokens exceeds block_size {self.config.block_size}"
             )
-        x = self.embed(idx)
-        rope = None
+        x, rope = self.embed(idx), None
         if self.pos_emb is not None:
-            x = x + self.pos_emb(torch.arange(pos, pos + T, device=idx.device))
+            where = torch.arange(pos, pos + T, device=idx.device) if isinstance(pos, int) else pos
+            x = x + self.pos_emb(where)
         else:
-            rope = (
-                self.rope_cos[pos : pos + T].to(x.dtype),
-                self.rope_sin[pos : pos + T].to(x.dtype),
-            )
+            at = slice(pos, pos + T) if isinstance(pos, int) else pos
+            rope = (self.rope_cos[at].to(x.dtype), self.rope_sin[at].to(x.dtype))
         for i, block in enumerate(self.blocks):
             x = block(x, rope, None if cache is None else cache[i], pos)
         return x
+
+    def step(self, tok: torch.Tensor, cache: list, pos: int, linear: Linear = layer_linear):
+        """logits (B, vocab) of tok (B, 1) fed at position `pos` after the cached ones: the eager
+        decode step. head(hidden(tok, cache, pos))[:, 0] with activations kept (B, d) and
+        Attention.step; bit for bit that with the default `linear` (tests/test_model_step.py)."""
+        x, rope = self.embed(tok[:, 0]), None
+        if self.pos_emb is not None:
+            x = x + self.pos_emb.weight[pos]
+        else:
+            at = slice(pos, pos + 1)
+            rope = (self.rope_cos[at].to(x.dtype), self.rope_sin[at].to(x.dtype))
+        for block, kv in zip(self.blocks, cache, strict=True):
+            x = x + block.attn.step(block.ln_1(x), rope, kv, pos, linear)
+            x = x + block.mlp(block.ln_2(x), linear)
+        return linear(self.lm_head, self.ln_f(x))
 
     def head(self, h: torch.Tensor) -> torch.Tensor:
         """logits = ln_f(h) @ W_out (+ b)."""
@@ -363,23 +394,9 @@ class GPT(nn.Module):
         Returns (B, T + max_new_tokens) tokens; with return_logits also the logits that chose each new
         token, (B, max_new_tokens, vocab).
         """
-        return _ENGINE["generate"](
+        return decode.generate(
             self, idx, max_new_tokens, temperature, top_k, generator, return_logits, compile
         )
-
-
-def _no_engine(*args, **kwargs):
-    raise RuntimeError("GPT.generate needs the decode engine: import tapernorm.decode")
-
-
-# what GPT.generate runs: tapernorm.decode's generate, registered there (the model never imports it)
-_ENGINE = {"generate": _no_engine}
-
-
-def set_generate_engine(generate) -> None:
-    """Make GPT.generate run `generate(model, idx, max_new_tokens, temperature, top_k, generator,
-    return_logits, compile)` (tapernorm.decode registers its own when imported)."""
-    _ENGINE["generate"] = generate
 
 
 def convert_norms(model: GPT, taper: str, norm: str = "default") -> GPT:
