@@ -53,6 +53,11 @@ if PLAN.bench:
     include: "workflow/rules/bench.smk"
 
 
+if PLAN.lr_grid:
+
+    include: "workflow/rules/lr_grid.smk"
+
+
 include: "workflow/rules/report.smk"
 
 
