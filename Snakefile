@@ -44,6 +44,7 @@ if PLAN.sweep:
 
 if PLAN.finetune:
 
+    include: "workflow/rules/finetune_params.smk"
     include: "workflow/rules/finetune.smk"
     include: "workflow/rules/export.smk"
 

@@ -17,6 +17,10 @@ FORBIDDEN = {
     "tapernorm.norms": ("tapernorm.model", "tapernorm.decode", "tapernorm.train", "tapernorm.cli"),
     "tapernorm.decode": ("tapernorm.bench", "tapernorm.train", "tapernorm.cli"),
     "tapernorm.analysis": ("tapernorm.train", "tapernorm.cli", "tapernorm.checkpoint"),
+    # the workflow's planning: no torch (the model, data, training, benchmarks), no commands
+    "tapernorm.workflow": ("tapernorm.model", "tapernorm.norms", "tapernorm.decode", "tapernorm.train",
+                           "tapernorm.data", "tapernorm.bench", "tapernorm.cli", "tapernorm.pipeline",
+                           "tapernorm.job_resources", "tapernorm.analysis", "tapernorm.checkpoint"),
 }  # fmt: skip
 
 

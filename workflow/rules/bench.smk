@@ -7,14 +7,12 @@
 BENCH = PLAN.bench
 
 
-def bench_inputs(w):
-    """The timed runs' eval.json, the fold check, and the model files that the benchmark loads
-    from each timed run."""
-    inputs = BENCH.inputs()
-    for key, path in list(inputs.items()):
-        if os.path.basename(path) == "eval.json":
-            inputs |= model_files(os.path.dirname(path), prefix=f"{key}_")
-    return inputs
+# what the benchmarks wait for (the timed runs' eval.json, the fold check) and the model files that
+# each loads from each timed run
+BENCH_INPUTS = BENCH.inputs()
+for key, path in list(BENCH_INPUTS.items()):
+    if os.path.basename(path) == "eval.json":
+        BENCH_INPUTS |= model_files(os.path.dirname(path), prefix=f"{key}_")
 
 
 for kind in wb.BENCH_KINDS:
@@ -23,7 +21,7 @@ for kind in wb.BENCH_KINDS:
         name:
             f"bench_{kind}"
         input:
-            unpack(bench_inputs),
+            **BENCH_INPUTS,
         output:
             f"results/bench/{kind}.csv",
         log:

@@ -74,6 +74,9 @@ def data_files(root, sentencepiece):
 PRETRAIN_DATA_FILES = data_files(
     PRETRAIN_DATA, config["data"]["tokenizer"] == "sentencepiece"
 )
+# the GPT-2 fine-tuning family's token shards (GPT-2 BPE; made by prepare_finetune_data)
+FINETUNE_DATA = "data/finetune"
+FINETUNE_DATA_FILES = data_files(FINETUNE_DATA, sentencepiece=False)
 
 
 # ---- run directories and table outputs: the one helper of each that every rule uses --------------
@@ -201,3 +204,61 @@ def all_cores(wildcards):
     """threads of a benchmark or data preparation: every core (a function: --unlock and -n need
     no --cores)."""
     return workflow.cores
+
+
+def job_records_dir(wildcards):
+    """The directory of the job records that `tapernorm job-times` reads (its inputs)."""
+    return JOB_RECORDS
+
+
+# ---- the training families' jobs (train): the run's family answers ------------------------------
+
+
+def train_family(wildcards):
+    return PLAN.family(wildcards.family)
+
+
+def train_json(wildcards):
+    family = train_family(wildcards)
+    return json.dumps(family.run_config(wildcards.run, PRETRAIN_DATA))
+
+
+def train_gpus(wildcards):
+    return train_family(wildcards).gpus(wildcards.run)
+
+
+def train_device(wildcards):
+    return train_family(wildcards).device
+
+
+def train_minutes(wildcards):
+    return train_family(wildcards).runtime(wildcards.run)
+
+
+# ---- the claims and the manifest ------------------------------------------------------------------
+
+
+def lr_grid_input(wildcards):
+    """The committed LR grid, where the checkout has it (the claims judge by it only at its scale)."""
+    return [LR_GRID] if os.path.isfile(LR_GRID) else []
+
+
+def manifest_files(wildcards):
+    """Every file of the run that the manifest hashes: the data it read, every run's files, the
+    fold checks, benchmarks, evaluations, job records, and every default target."""
+    files = [*PRETRAIN_DATA_FILES.values()]
+    trained = [PLAN.pretrain, PLAN.ablation, PLAN.sweep]
+    files += run_files([d for fam in trained for d in family_dirs(fam)])
+    files += [f"results/fold/{run}/verify.json" for run in PLAN.fold_runs()]
+    files += PLAN.bench_csvs() + PLAN.timed_jobs()
+    if PLAN.finetune:
+        files += [*FINETUNE_DATA_FILES.values()]
+        for s in config["finetune"]["eval"]["sets"]:
+            files += [f"data/eval/{s}/meta.json", f"data/eval/{s}/rows.bin"]
+        runs = PLAN.finetune.run_dirs() + family_dirs(PLAN.finetune_base)
+        files += [f"{run}/{f}" for run in runs for f in (*MODEL_FILES, "eval.json")]
+        files += PLAN.finetune_evals() + PLAN.finetune_verify()
+        # the folded models (directories: `tapernorm manifest` hashes the files in them)
+        files += [f"{os.path.dirname(v)}/folded" for v in PLAN.finetune_verify()]
+    files += [t for t in PLAN.all_targets() if t != wp.MANIFEST]
+    return list(dict.fromkeys(files))

@@ -2,27 +2,6 @@
 # config from its family (tapernorm.workflow), results/runs/<family>/<run>/.
 
 
-def train_family(wildcards):
-    return PLAN.family(wildcards.family)
-
-
-def train_json(wildcards):
-    family = train_family(wildcards)
-    return json.dumps(family.run_config(wildcards.run, PRETRAIN_DATA))
-
-
-def train_gpus(wildcards):
-    return train_family(wildcards).gpus(wildcards.run)
-
-
-def train_device(wildcards):
-    return train_family(wildcards).device
-
-
-def train_minutes(wildcards):
-    return train_family(wildcards).runtime(wildcards.run)
-
-
 rule train:
     input:
         **PRETRAIN_DATA_FILES,

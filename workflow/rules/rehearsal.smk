@@ -5,13 +5,13 @@
 
 rule rehearsal_inputs:
     output:
-        REHEARSAL_INPUTS,
+        standins=REHEARSAL_INPUTS[0],
     log:
         "logs/rehearsal_inputs.log",
     conda:
         "../envs/tapernorm.yaml"
     params:
-        out=config["rehearsal"]["inputs"],
+        out=output_dir("standins"),
         seed=config["rehearsal"]["seed"],
     shell:
         "tapernorm rehearsal-inputs --out {params.out} --seed {params.seed} > {log} 2>&1"

@@ -50,11 +50,6 @@ for fig_name, fig_runs in FIGURES.items():
             "{params.stamp} --out {output.pdf} > {log} 2>&1"
 
 
-def lr_grid_input(wildcards):
-    """The committed LR grid, where the checkout has it (the claims judge by it only at its scale)."""
-    return [LR_GRID] if os.path.isfile(LR_GRID) else []
-
-
 rule claims:
     input:
         runs=run_files(PLAN.pretrain.run_dirs()),
@@ -102,7 +97,7 @@ rule job_times:
     conda:
         "../envs/tapernorm.yaml"
     params:
-        records=JOB_RECORDS,
+        records=job_records_dir,
         jobs=" ".join(PLAN.timed_jobs(root=None)),
         out=table_stem,
         stamp=STAMP_ARGS,
@@ -128,27 +123,6 @@ rule report_home:
     shell:
         "tapernorm report-home --claims {input} --rerun {params.rerun:q} --out {output} "
         "> {log} 2>&1"
-
-
-def manifest_files(wildcards):
-    """Every file of the run that the manifest hashes: the data it read, every run's files, the
-    fold checks, benchmarks, evaluations, job records, and every target of rule all."""
-    files = [*PRETRAIN_DATA_FILES.values()]
-    trained = [PLAN.pretrain, PLAN.ablation, PLAN.sweep]
-    files += run_files([d for fam in trained for d in family_dirs(fam)])
-    files += [f"results/fold/{run}/verify.json" for run in PLAN.fold_runs()]
-    files += PLAN.bench_csvs() + PLAN.timed_jobs()
-    if PLAN.finetune:
-        files += [*FINETUNE_DATA_FILES.values()]
-        for s in EVAL_SETS:
-            files += [f"data/eval/{s}/meta.json", f"data/eval/{s}/rows.bin"]
-        runs = PLAN.finetune.run_dirs() + family_dirs(PLAN.finetune_base)
-        files += [f"{run}/{f}" for run in runs for f in (*MODEL_FILES, "eval.json")]
-        files += PLAN.finetune_evals() + PLAN.finetune_verify()
-        # the folded models (directories: `tapernorm manifest` hashes the files in them)
-        files += [f"{os.path.dirname(v)}/folded" for v in PLAN.finetune_verify()]
-    files += [t for t in PLAN.all_targets() if t != wp.MANIFEST]
-    return list(dict.fromkeys(files))
 
 
 # The run's manifest, its last job: what made it and the sha256 of every file it read and wrote
