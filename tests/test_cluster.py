@@ -60,8 +60,11 @@ def _rules(text: str) -> dict[str, str]:
 
 
 def test_analysis_rules_run_on_the_submitting_host():
-    """Every rule whose command builds a table, figure, the claims, job times or the manifest is local."""
-    analysis = re.compile(r'"tapernorm (table|figure|claims|job-times|manifest|report-home)\b')
+    """Every rule whose command builds a table, figure, the claims, job times, the LR grid's summary
+    or the manifest is local."""
+    analysis = re.compile(
+        r'"tapernorm (table|figure|claims|job-times|manifest|report-home|lr-grid)\b'
+    )
     seen = 0
     for smk in (ROOT / "workflow/rules").glob("*.smk"):
         for name, block in _rules(smk.read_text()).items():
