@@ -257,7 +257,8 @@ def test_cli_bench_decode_checkpoints_extend_the_context(tmp_path):
     out = tmp_path / "decode.csv"
     args = ["bench", "decode", "--baseline", str(tmp_path / "base"), "--tapered"]
     args += [str(tmp_path / "taper"), "--batch-sizes", "1", "--prompt-lens", "12"]
-    args += ["--new-tokens", "8", "--repeats", "2", "--warmup", "0", "--out", str(out)]
+    args += ["--new-tokens", "8", "--repeats", "2", "--warmup", "0", "--modes", "eager"]
+    args += ["--out", str(out)]
     assert main([*args, "--dyt", str(tmp_path / "dyt")]) == 0
     df = pd.read_csv(out)
     assert list(df["variant"]) == ["baseline", "explicit", "folded", "dyt"]

@@ -120,7 +120,7 @@ def test_commands_print_library_logs_and_the_logger_can_be_silenced(monkeypatch,
 
 ROUNDS = {"--warmup", "--repeats", "--device", "--dtype", "--out"}
 MODELS = {"--baseline", "--tapered", "--dyt", "--random", "--no-dyt", "--n-layer", "--n-head"}
-INFERENCE = ROUNDS | MODELS | {"--vocab", "--batch-sizes", "--threads"}
+INFERENCE = ROUNDS | MODELS | {"--vocab", "--batch-sizes", "--threads", "--config-json"}
 BENCH_OPTIONS = {
     "train-step": ROUNDS
     | {"--n-embd", "--n-layer", "--n-head", "--vocab", "--block-size"}

@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tapernorm import cli, hub
+from tapernorm import cli, cli_data, hub
 from tapernorm import data as D
 from tapernorm import pipeline as tp
 from tapernorm.data import documents, encoding, synthetic
@@ -450,7 +450,8 @@ def test_prepare_data_arguments_name_the_tinystories_version_and_workers():
     cfg["finetune"]["data"].update(corpus="tinystories", tinystories="v1")
     assert tp.finetune_prepare_args(cfg) == "--corpus tinystories --tokenizer gpt2 --tinystories v1"
     args = cli.build_parser().parse_args(["prepare-data", "--corpus", "tinystories", "--out", "o"])
-    assert (args.tinystories, args.workers) == ("v2", None)
+    settings = cli_data.data_settings(args)
+    assert (args.tinystories, settings["tinystories"], args.workers) == (None, "v2", None)
     for rule in ("data.smk", "finetune.smk"):
         assert "--workers {threads}" in (ROOT / "workflow" / "rules" / rule).read_text()
 

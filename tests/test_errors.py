@@ -11,7 +11,13 @@ import pytest
 import tapernorm
 import tapernorm.train
 from tapernorm.cli import build_parser, main
-from tapernorm.config import ConfigError, check_yaml_files, load_run_config, yaml_load
+from tapernorm.config import (
+    ConfigError,
+    check_yaml_files,
+    load_run_config,
+    section_defaults,
+    yaml_load,
+)
 
 
 def run_cli(argv: list[str], capsys) -> tuple[int, str]:
@@ -147,7 +153,10 @@ def test_version_help_defaults_and_device_defaults(capsys):
     }
     assert set(defaults) >= {"eval", "fold", "export-hf", "taper-hf", "bench forward"}
     assert set(defaults) >= {"bench train-step", "bench decode"}
-    assert set(defaults.values()) == {"auto"}
+    from_config = {"bench forward", "bench decode"}  # None: the bench section's default applies
+    assert {defaults[name] for name in from_config} == {None}
+    assert {v for name, v in defaults.items() if name not in from_config} == {"auto"}
+    assert section_defaults("bench")["device"] == "auto"
 
 
 def test_missing_optional_dependency_names_the_extra(shards_dir, tmp_path, monkeypatch, capsys):

@@ -9,6 +9,7 @@ import pytest
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "tapernorm"
 
+CLI_COMMANDS = ("cli_data", "cli_train", "cli_models", "cli_machine")  # the commands, by kind
 # module -> modules it must never import (directly): the model knows nothing of how it is decoded,
 # benchmarked, trained or driven from the command line
 FORBIDDEN = {
@@ -21,6 +22,12 @@ FORBIDDEN = {
     "tapernorm.workflow": ("tapernorm.model", "tapernorm.norms", "tapernorm.decode", "tapernorm.train",
                            "tapernorm.data", "tapernorm.bench", "tapernorm.cli", "tapernorm.pipeline",
                            "tapernorm.job_resources", "tapernorm.analysis", "tapernorm.checkpoint"),
+    # the command line: cli (the entry) gathers the commands' modules, none of which imports it
+    # or each other; what they share is below them (cli_args, cli_errors)
+    **{f"tapernorm.{m}": ("tapernorm.cli", *(f"tapernorm.{o}" for o in CLI_COMMANDS if o != m))
+       for m in CLI_COMMANDS},
+    "tapernorm.cli_args": ("tapernorm.cli", *(f"tapernorm.{m}" for m in CLI_COMMANDS)),
+    "tapernorm.cli_errors": ("tapernorm.cli", *(f"tapernorm.{m}" for m in CLI_COMMANDS)),
 }  # fmt: skip
 
 

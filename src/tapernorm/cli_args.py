@@ -51,3 +51,44 @@ DEVICE_HELP = "auto: cuda when available, else cpu"
 
 def device_arg(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", default="auto", choices=DEVICES, help=DEVICE_HELP)
+
+
+def config_json(text: str | None) -> dict | None:
+    """A command's --config-json: the JSON object it holds (None for None); ConfigError if it is
+    not JSON or not an object."""
+    if text is None:
+        return None
+    import json
+
+    from .config import ConfigError
+
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ConfigError(f"--config-json is not valid JSON: {e}") from None
+    if not isinstance(value, dict):
+        raise ConfigError(f"--config-json: top level must be an object, not {type(value).__name__}")
+    return value
+
+
+def section_settings(text: str | None, section: str, flags: dict) -> dict:
+    """Config section `section` of the workflow schema: the --config-json `text` validated with its
+    defaults filled in (or the defaults alone), each of `flags` (key: value) that is not None (an
+    option given) replacing its key."""
+    from .config import section_defaults, validate_section
+
+    given = config_json(text)
+    values = (
+        section_defaults(section)
+        if given is None
+        else validate_section(given, section, "--config-json")
+    )
+    values.update({key: value for key, value in flags.items() if value is not None})
+    return values
+
+
+def with_default(text: str, value) -> str:
+    """An option's help ending in its default as the schema states it, for options whose argparse
+    default is None (so that a given option can be told from one left out)."""
+    shown = " ".join(map(str, value)) if isinstance(value, list) else value
+    return f"{text} (default: {shown})"

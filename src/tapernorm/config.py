@@ -206,8 +206,74 @@ def load_schema(name: str) -> dict:
 
 @functools.cache
 def _schema(name: str) -> dict:
-    text = resources.files("tapernorm").joinpath("schemas", f"{name}.schema.yaml").read_text()
-    return yaml.safe_load(text)
+    """schemas/NAME.schema.yaml of the package; schemas/config.schema.yaml is a link to the
+    workflow's schema, read from the checkout where a copy of the package lost the link."""
+    packaged = resources.files("tapernorm").joinpath("schemas", f"{name}.schema.yaml")
+    checkout = Path(__file__).resolve().parents[2] / "workflow" / "schemas" / f"{name}.schema.yaml"
+    source = packaged if packaged.is_file() or not checkout.is_file() else checkout
+    return yaml.safe_load(source.read_text())
+
+
+def section_schema(path: str, name: str = "config") -> dict:
+    """The schema of section `path` ("bench", "finetune.eval") of schema `name` (by default the
+    workflow's config schema, schemas/config.schema.yaml), references and the "object or null"
+    wrappers resolved; its `definitions` travel with it, so that it validates on its own."""
+    root = _schema(name)
+
+    def resolve(node: dict) -> dict:
+        while True:
+            if "$ref" in node:
+                node = root["definitions"][node["$ref"].rsplit("/", 1)[1]]
+            elif "then" in node and "properties" not in node:  # [object, "null"]: if object, then
+                node = node["then"]
+            else:
+                return node
+
+    node = root
+    for part in path.split("."):
+        properties = resolve(node).get("properties", {})
+        if part not in properties:
+            raise KeyError(f"schema {name} has no section {path}")
+        node = properties[part]
+    return copy.deepcopy({**resolve(node), "definitions": root.get("definitions", {})})
+
+
+def section_defaults(path: str, name: str = "config") -> dict:
+    """The defaults of every key of section `path` of schema `name` (nested sections filled in),
+    as validate fills them into an empty section; without jsonschema (the command line's help
+    states them)."""
+
+    def fill(schema: dict, value: dict) -> dict:
+        for key, sub in schema.get("properties", {}).items():
+            if key not in value and "default" in sub:
+                value[key] = copy.deepcopy(sub["default"])
+            if isinstance(value.get(key), dict):
+                fill(sub, value[key])
+        return value
+
+    return fill(section_schema(path, name), {})
+
+
+def validate_section(value: Any, path: str, source: str, name: str = "config") -> dict:
+    """`value` (e.g. a command's --config-json) validated as section `path` of schema `name`, its
+    defaults filled in; ConfigError naming `source` and the key (as the config spells it)."""
+    if not isinstance(value, dict):
+        raise ConfigError(f"{source}: section {path} must be an object, not {type(value).__name__}")
+    try:
+        return validate(value, section_schema(path, name))
+    except ConfigError as e:
+        top = "config key <top level>"
+        message = str(e)
+        if message.startswith(top):
+            message = f"config key {path}{message[len(top) :]}"
+        else:
+            message = message.replace("config key ", f"config key {path}.", 1)
+        raise ConfigError(f"{source}: {message}") from None
+
+
+def taper_start(start: int | None, warmup_steps: int) -> int:
+    """The step the taper starts at: `start`, or when it is None (unset), the end of the warmup."""
+    return warmup_steps if start is None else start
 
 
 INT64 = (-(2**63), 2**63 - 1)  # what torch and numpy hold an integer in
@@ -354,8 +420,7 @@ def resolve_run_config(config: dict) -> dict:
         raise ConfigError(f"config key train.warmup_steps: {t['warmup_steps']} > train.steps")
     if t["min_lr"] > t["lr"]:
         raise ConfigError("config key train.min_lr: larger than train.lr")
-    if tp["start"] is None:
-        tp["start"] = t["warmup_steps"]
+    tp["start"] = taper_start(tp["start"], t["warmup_steps"])
     if tp["end"] is None:
         tp["end"] = t["steps"]
     if tp["start"] > tp["end"] or (m["taper"] != "none" and tp["start"] == tp["end"]):

@@ -8,6 +8,10 @@ from contextlib import AbstractContextManager, nullcontext
 import torch
 
 
+class DeviceError(RuntimeError):
+    """A device setting names a device this process cannot use (the command ends in one line)."""
+
+
 def resolve_device(
     name: str | torch.device, local_rank: int = 0, setting: str = "device"
 ) -> torch.device:
@@ -18,12 +22,12 @@ def resolve_device(
         name = "cuda" if torch.cuda.is_available() else "cpu"
     device = torch.device(name)
     if device.type == "cuda" and not torch.cuda.is_available():
-        raise RuntimeError(f"{setting} is '{name}' but no CUDA device is available")
+        raise DeviceError(f"{setting} is '{name}' but no CUDA device is available")
     if device.type == "cuda" and device.index is None:
         device = torch.device("cuda", local_rank)
     if device.type == "cuda" and device.index >= torch.cuda.device_count():
         visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-        raise RuntimeError(
+        raise DeviceError(
             f"{setting} is '{name}': this process's GPU is cuda:{device.index}, but "
             f"{torch.cuda.device_count()} GPU(s) are visible"
             + (f" (CUDA_VISIBLE_DEVICES={visible})" if visible is not None else "")

@@ -477,7 +477,7 @@ def taper_hf(
     fold-verify and export: OUT/run (the run), OUT/fold_verify.json, OUT/hf (the export)."""
     from .checkpoint import load_model
     from .data import TokenShards
-    from .fold import fold_model, verify_fold
+    from .fold import FOLD_RTOL, fold_model, verify_fold
     from .train import train
 
     out = Path(out)
@@ -486,6 +486,6 @@ def taper_hf(
     train(cfg, out / "run")
     model = load_model(out / "run", device).eval()
     x, y = TokenShards(data).val_windows(4, model.config.block_size)
-    fold = verify_fold(model, fold_model(model), x.to(device), y.to(device), rtol=1e-5)
+    fold = verify_fold(model, fold_model(model), x.to(device), y.to(device), rtol=FOLD_RTOL)
     write_json(out / "fold_verify.json", fold)
     return {"fold": fold, "export": export_run(out / "run", out / "hf", data, device=device)}

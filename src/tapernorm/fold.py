@@ -24,6 +24,10 @@ from torch import nn
 from .model import EXPORTED, GPT
 from .norms import FixedScale, TaperNorm, taper_norms
 
+# max |logit difference| / max |reference logit| a fold must keep (Sec. 4 / 6.1: ~1e-5 in float32);
+# the workflow config's fold.rtol defaults to it (a test holds the schema to it)
+FOLD_RTOL = 1e-5
+
 log = logging.getLogger(__name__)
 
 
@@ -162,7 +166,7 @@ def verify_fold(
     folded: GPT,
     idx: torch.Tensor,
     targets: torch.Tensor | None = None,
-    rtol: float = 1e-5,
+    rtol: float = FOLD_RTOL,
 ) -> dict:
     """Compare logits (and loss) of the g = 0 model and its export on `idx`; raise beyond tolerance.
 
@@ -184,7 +188,7 @@ def fold_run(
     out: str | Path,
     windows: int = 8,
     eval_windows: int = 64,
-    rtol: float = 1e-5,
+    rtol: float = FOLD_RTOL,
     device: str = "auto",
 ) -> dict:
     """Export the g = 0 model of a run (or model) directory as explicit scaling and folded, verify

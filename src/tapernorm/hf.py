@@ -45,6 +45,10 @@ LLAMA_FAMILY = {  # model_type: HF class name (Llama's block, with the differenc
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.\-]*(/[\w.\-]+)?$")
 
 
+class HFMappingError(RuntimeError):
+    """A Hugging Face checkpoint lacks weights our model of its architecture needs."""
+
+
 class HFUnavailableError(RuntimeError):
     """A hub id was given but the Hugging Face hub (and a cached copy) could not be reached."""
 
@@ -357,6 +361,6 @@ def _build(config: GPTConfig, weights: dict[str, torch.Tensor], dtype: torch.dty
     params = {n for n, _ in model.named_parameters(remove_duplicate=False)}
     unmapped = sorted(params - weights.keys())
     if unmapped:
-        raise RuntimeError(f"load_hf: no HF weights for {unmapped}")
+        raise HFMappingError(f"load_hf: no HF weights for {unmapped}")
     model.load_state_dict(sd, strict=True)
     return model.to(dtype).eval()

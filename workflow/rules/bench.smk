@@ -13,6 +13,17 @@ BENCH_INPUTS = BENCH.inputs()
 for key, path in list(BENCH_INPUTS.items()):
     if os.path.basename(path) == "eval.json":
         BENCH_INPUTS |= model_files(os.path.dirname(path), prefix=f"{key}_")
+# the timed runs' directories as options, with a trailing space (none with bench.random, which
+# the --config-json section carries)
+BENCH_MODELS = "".join(
+    f"--{option} {BENCH.run_dirs()[variant]} "
+    for option, variant in (
+        ("baseline", "baseline"),
+        ("tapered", "internal_aux"),
+        ("dyt", "dyt"),
+    )
+    if variant in BENCH.run_dirs()
+)
 
 
 for kind in wb.BENCH_KINDS:
@@ -36,11 +47,12 @@ for kind in wb.BENCH_KINDS:
         params:
             kind=kind,
             gpus=gpu_claim(lambda w: BENCH.device),
-            models=bench_model_args(config, BENCH.run_dirs()),
-            grid=bench_args(config, kind),
+            config=json.dumps(config["bench"]),
+            models=BENCH_MODELS,
         shell:
             "OMP_NUM_THREADS={threads} {params.gpus} tapernorm bench {params.kind} "
-            "{params.models} {params.grid} --threads {threads} --out {output} > {log} 2>&1"
+            "--config-json {params.config:q} {params.models}--threads {threads} "
+            "--out {output} > {log} 2>&1"
 
 
 # (rule and table, `tapernorm table` kind, its benchmark)

@@ -10,8 +10,6 @@ from tapernorm.workflow import Plan, check_config_files, validate_pipeline_confi
 from tapernorm.workflow import names as wn
 from tapernorm.workflow import bench as wb
 from tapernorm.workflow import plan as wp
-from tapernorm.workflow.argv import bench_args, bench_model_args, prepare_data_args
-from tapernorm.workflow.argv import finetune_prepare_args, prepare_eval_args
 from tapernorm.workflow.devices import gpu_prefix
 
 CONFIG_SCHEMA = f"{workflow.basedir}/workflow/schemas/config.schema.yaml"

@@ -21,10 +21,11 @@ rule prepare_finetune_data:
         "../envs/tapernorm.yaml"
     threads: all_cores  # tokenizing processes (a cluster profile sets its own: set-threads)
     params:
-        args=finetune_prepare_args(config),
+        config=json.dumps({**config["finetune"]["data"], "tokenizer": "gpt2"}),  # GPT-2 BPE
         out=output_dir("meta"),
     shell:
-        "tapernorm prepare-data {params.args} --workers {threads} --out {params.out} > {log} 2>&1"
+        "tapernorm prepare-data --config-json {params.config:q} --workers {threads} "
+        "--out {params.out} > {log} 2>&1"
 
 
 if PLAN.finetune_base:
@@ -129,10 +130,12 @@ rule prepare_eval:
     conda:
         "../envs/tapernorm.yaml"
     params:
-        args=lambda w: prepare_eval_args(config, w.evalset, FINETUNE_DATA),
+        config=json.dumps(config["finetune"]["eval"]),
+        shards=heldout_shards,
         out=output_dir("meta"),
     shell:
-        "tapernorm prepare-eval {params.args} --out {params.out} > {log} 2>&1"
+        "tapernorm prepare-eval --config-json {params.config:q} --set {wildcards.evalset} "
+        "{params.shards}--out {params.out} > {log} 2>&1"
 
 
 rule eval_finetune:

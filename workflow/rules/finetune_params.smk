@@ -65,6 +65,12 @@ def folded_option(wildcards, input):
     return f"--folded {input.folded}"
 
 
+def heldout_shards(wildcards):
+    """--shards of the held-out set (cut from the fine-tuning shards), with its trailing space; ""
+    for a set from the hub."""
+    return f"--shards {FINETUNE_DATA} " if wildcards.evalset == "heldout" else ""
+
+
 def prepare_eval_inputs(wildcards):
     """The held-out set is cut from the fine-tuning shards; the others come from the hub (in a
     rehearsal, from its stand-ins)."""

@@ -13,6 +13,7 @@ name the module (`from tapernorm.bench.decode import bench_decode`); nothing is 
                themselves are tapernorm.decode's
   step_linear  the eager decode step's linear kernels against one kernel per layer (a micro-benchmark)
   generate     GPT.generate against transformers' generate and the memory floor
+  settings     the config's `bench:` section as BenchSettings (ForwardGrid, DecodeGrid) and BenchRuns
   grid         what `bench forward|decode` times: random or trained models, the grid, the summary
   cli          the `tapernorm bench` subcommands, each with only its own options
 """

@@ -7,7 +7,9 @@ import argparse
 from pathlib import Path
 
 from .. import jsonio
-from ..cli_args import NON_NEGATIVE, POSITIVE, device_arg
+from ..cli_args import DEVICE_HELP, DEVICES, NON_NEGATIVE, POSITIVE, config_json, device_arg
+from ..config import section_defaults
+from .settings import SECTION, BenchRuns, BenchSettings, bench_settings
 
 
 def add_subcommand(sub) -> None:
@@ -127,36 +129,48 @@ def _bench_train_step_parser(benchmarks) -> None:
 
 
 def _cmd_bench_forward(args: argparse.Namespace) -> int:
-    return _bench_inference(args, lengths=args.seq_lens)
+    return _bench_inference(args)
 
 
 def _cmd_bench_decode(args: argparse.Namespace) -> int:
-    return _bench_inference(
-        args, lengths=args.prompt_lens, new_tokens=args.new_tokens, modes=args.modes
+    return _bench_inference(args)
+
+
+def inference_settings(args: argparse.Namespace) -> BenchSettings:
+    """The settings of `bench forward|decode` (args.which): the --config-json `bench:` section (or
+    the schema's defaults), each flag given replacing its key."""
+    which = args.which
+    lengths = "seq_lens" if which == "forward" else "prompt_lens"
+    overrides = {
+        "device": args.device,
+        "dtype": args.dtype,
+        "random": args.random,
+        f"{which}.batch_sizes": args.batch_sizes,
+        f"{which}.{lengths}": getattr(args, lengths),
+        f"{which}.warmup": args.warmup,
+        f"{which}.repeats": args.repeats,
+    }
+    if which == "decode":
+        overrides.update({"decode.new_tokens": args.new_tokens, "decode.modes": args.modes})
+    sizes = {"n_layer": args.n_layer, "n_head": args.n_head, "vocab_size": args.vocab}
+    return bench_settings(
+        config_json(args.config_json),
+        overrides,
+        random_dyt=not args.no_dyt,
+        sizes={field: value for field, value in sizes.items() if value is not None},
     )
 
 
-def _bench_inference(args: argparse.Namespace, **grid) -> int:
-    """bench forward or decode (args.which): `grid` is what only the one benchmark takes."""
+def _bench_inference(args: argparse.Namespace) -> int:
+    """bench forward or decode (args.which)."""
     from .grid import run_inference_bench, summary_table
 
-    sizes = {"n_layer": args.n_layer, "n_head": args.n_head, "vocab_size": args.vocab}
     df = run_inference_bench(
         args.which,
-        random=args.random,
-        baseline=args.baseline,
-        tapered=args.tapered,
-        dyt=args.dyt,
-        batch_sizes=args.batch_sizes,
-        warmup=args.warmup,
-        repeats=args.repeats,
-        device=args.device,
-        dtype=args.dtype,
+        inference_settings(args),
+        BenchRuns(args.baseline, args.tapered, args.dyt),
         threads=args.threads,
         out=args.out,
-        random_dyt=not args.no_dyt,
-        sizes={field: value for field, value in sizes.items() if value is not None},
-        **grid,
     )
     print(summary_table(df))
     return 0
@@ -170,12 +184,15 @@ def _bench_forward_parser(benchmarks) -> None:
         "the baseline, the tapered model exported as explicit scaling and folded (verified "
         "against the g=0 model first) and a DyT model, per batch size and sequence length (CSV).",
     )
-    batches, lengths, warmup, repeats = _default_grid("forward")
-    grid = _bench_inference_args(f, batch_sizes=batches)
+    defaults = section_defaults(SECTION)
+    grid = _bench_inference_args(f, defaults["forward"]["batch_sizes"])
     grid.add_argument(
-        "--seq-lens", type=POSITIVE, nargs="+", help=f"sequence lengths (default: {lengths})"
+        "--seq-lens",
+        type=POSITIVE,
+        nargs="+",
+        help=f"sequence lengths (default: {_shown(defaults['forward']['seq_lens'])})",
     )
-    _bench_rounds_args(f, grid, warmup=warmup, repeats=repeats)
+    _bench_rounds_args(f, grid, defaults, "forward")
     f.set_defaults(func=_cmd_bench_forward)
 
 
@@ -188,36 +205,44 @@ def _bench_decode_parser(benchmarks) -> None:
         "folded (verified against the g=0 model first) and a DyT model, per batch size and prompt "
         "length (CSV).",
     )
-    batches, lengths, warmup, repeats = _default_grid("decode")
-    grid = _bench_inference_args(d, batch_sizes=batches)
+    defaults = section_defaults(SECTION)
+    decode = defaults["decode"]
+    grid = _bench_inference_args(d, decode["batch_sizes"])
     grid.add_argument(
-        "--prompt-lens", type=POSITIVE, nargs="+", help=f"prompt lengths (default: {lengths})"
+        "--prompt-lens",
+        type=POSITIVE,
+        nargs="+",
+        help=f"prompt lengths (default: {_shown(decode['prompt_lens'])})",
     )
     grid.add_argument(
-        "--new-tokens", type=POSITIVE, default=256, help="decode steps after the prefill"
+        "--new-tokens",
+        type=POSITIVE,
+        help=f"decode steps after the prefill (default: {decode['new_tokens']})",
     )
     grid.add_argument(
         "--modes",
         nargs="+",
         choices=["eager", "compiled"],
-        default=["eager"],
-        help="eager and/or compiled (torch.compile)",
+        help="eager and/or compiled (torch.compile; slow to compile on a CPU) "
+        f"(default: {_shown(decode['modes'])})",
     )
-    _bench_rounds_args(d, grid, warmup=warmup, repeats=repeats)
+    _bench_rounds_args(d, grid, defaults, "decode")
     d.set_defaults(func=_cmd_bench_decode)
 
 
-def _default_grid(which: str) -> tuple[str, str, int, int]:
-    """run_inference_bench's default grid for `which`, as the help states it."""
-    from .grid import DEFAULT_GRID
-
-    batches, lengths, warmup, repeats = DEFAULT_GRID[which]
-    return " ".join(map(str, batches)), " ".join(map(str, lengths)), warmup, repeats
+def _shown(values: list) -> str:
+    return " ".join(map(str, values))
 
 
-def _bench_inference_args(p: argparse.ArgumentParser, batch_sizes: str):
-    """forward's and decode's models (and --random's sizes); returns the grid group, begun with
-    --batch-sizes (the default, `batch_sizes`, is run_inference_bench's)."""
+def _bench_inference_args(p: argparse.ArgumentParser, batch_sizes: list[int]):
+    """forward's and decode's --config-json and models (and --random's sizes); returns the grid
+    group, begun with --batch-sizes (the default, `batch_sizes`, is the schema's)."""
+    p.add_argument(
+        "--config-json",
+        metavar="JSON",
+        help="the workflow config's bench: section as a JSON object (device, dtype, random, "
+        "forward, decode; a key left out takes its default); an option given too replaces its key",
+    )
     models = p.add_argument_group(
         "models",
         "a run whose eval.json says it diverged is not timed: the others are, and the CSV gives "
@@ -240,19 +265,33 @@ def _bench_inference_args(p: argparse.ArgumentParser, batch_sizes: str):
     models.add_argument("--vocab", type=POSITIVE, help=paper.format(10000))
     grid = p.add_argument_group("grid")
     grid.add_argument(
-        "--batch-sizes", type=POSITIVE, nargs="+", help=f"batch sizes (default: {batch_sizes})"
+        "--batch-sizes",
+        type=POSITIVE,
+        nargs="+",
+        help=f"batch sizes (default: {_shown(batch_sizes)})",
     )
     return grid
 
 
-def _bench_rounds_args(p: argparse.ArgumentParser, grid, warmup: int, repeats: int) -> None:
-    """forward's and decode's rounds (the defaults, stated, are run_inference_bench's), device,
-    dtype, threads and --out."""
-    grid.add_argument("--warmup", type=NON_NEGATIVE, help=f"untimed rounds (default: {warmup})")
-    grid.add_argument("--repeats", type=POSITIVE, help=f"timed rounds (default: {repeats})")
-    device_arg(p)
+def _bench_rounds_args(p: argparse.ArgumentParser, grid, defaults: dict, which: str) -> None:
+    """forward's and decode's rounds, device, dtype, threads and --out; the defaults, stated, are
+    the schema's (`defaults`: its bench section)."""
+    rounds = defaults[which]
+    grid.add_argument(
+        "--warmup", type=NON_NEGATIVE, help=f"untimed rounds (default: {rounds['warmup']})"
+    )
+    grid.add_argument(
+        "--repeats", type=POSITIVE, help=f"timed rounds (default: {rounds['repeats']})"
+    )
     p.add_argument(
-        "--dtype", choices=["float32", "bfloat16"], default="float32", help="model weights"
+        "--device",
+        choices=DEVICES,
+        help=f"{DEVICE_HELP} (default: {defaults['device']})",
+    )
+    p.add_argument(
+        "--dtype",
+        choices=["float32", "bfloat16"],
+        help=f"model weights (default: {defaults['dtype']})",
     )
     p.add_argument("--threads", type=POSITIVE, help="torch CPU threads (default: torch's choice)")
     p.add_argument("--out", type=Path, help="CSV, each cell's rows written as soon as it is timed")

@@ -19,17 +19,18 @@ from .variants import common_row, prepare_models
 
 def bench_forward(
     models: dict[str, GPT],
-    batch_sizes: Sequence[int] = (1, 4),
-    seq_lens: Sequence[int] = (128, 256, 512),
-    warmup: int = 10,
-    iters: int = 50,
+    batch_sizes: Sequence[int],
+    seq_lens: Sequence[int],
+    warmup: int,
+    iters: int,
     device: str | torch.device = "cpu",
     dtype: str | torch.dtype = torch.float32,
     reference: GPT | None = None,
     on_rows: Callable[[list[dict]], None] = lambda rows: None,
 ) -> list[dict]:
     """Paper Table 3: one forward pass over B x T tokens returning the last token's logits, no KV
-    cache. Per cell and variant: the speedup over the first model (median of per-round ratios over
+    cache (the grid: bench.settings.ForwardGrid, whose defaults are the config schema's). Per cell
+    and variant: the speedup over the first model (median of per-round ratios over
     `iters` interleaved rounds), the latency and throughput B * T / latency it implies, the cell's
     spread and load, and whether its timing was disturbed (bench.trust). Each cell's rows go to
     `on_rows` as soon as it is timed (e.g. a CsvRows)."""

@@ -1,5 +1,6 @@
 """`tapernorm bench forward|decode` as a library call: the models to time (random weights at the
-paper's config, or trained checkpoints), the grid (defaults per benchmark), and the rows as a table.
+paper's config, or trained checkpoints), the grid (bench.settings: the config's `bench:` section),
+and the rows as a table.
 
 The timing itself is bench.forward.bench_forward (paper Table 3) and bench.decode.bench_decode (our
 decode protocol); this module only chooses what they time.
@@ -20,24 +21,20 @@ from ..model import GPT
 from . import variants
 from .decode import bench_decode
 from .forward import bench_forward
+from .settings import BenchRuns, BenchSettings
 from .timing import CsvRows
 from .trust import RERUN
 
 log = logging.getLogger(__name__)
 
-# per benchmark: (batch sizes, sequence or prompt lengths, warmup rounds, timed rounds)
-DEFAULT_GRID = {
-    "forward": ([1, 4], [128, 256, 512], 10, 50),
-    "decode": ([1, 4, 16], [128, 512], 2, 10),
-}
 
-
-def skipped_runs(baseline: Path | None, tapered: Path | None, dyt: Path | None) -> dict[str, str]:
+def skipped_runs(runs: BenchRuns) -> dict[str, str]:
     """{column: why} of the columns a benchmark of these run directories does not time: those of
     a run whose eval.json says it diverged (its weights are what it rolled back to, not a trained
     model: divergence.Diverged.not_timed), and every column when the baseline diverged (the
     speedups are over it)."""
     columns = {"baseline": ("baseline",), "tapered": variants.TAPERED_COLUMNS, "dyt": ("dyt",)}
+    baseline, tapered, dyt = runs.baseline, runs.tapered, runs.dyt
     notes: dict[str, str] = {}
     base_bad = diverged(baseline) if baseline is not None else None
     for run, path in (("baseline", baseline), ("tapered", tapered), ("dyt", dyt)):
@@ -55,19 +52,18 @@ def skipped_runs(baseline: Path | None, tapered: Path | None, dyt: Path | None) 
 
 def inference_models(
     positions: int,
-    random: str | None = None,
-    baseline: Path | None = None,
-    tapered: Path | None = None,
-    dyt: Path | None = None,
-    random_dyt: bool = True,
-    sizes: dict | None = None,
+    settings: BenchSettings,
+    runs: BenchRuns,
     skipped: Collection[str] = (),
 ) -> tuple[dict[str, GPT], GPT | None, str]:
     """(models, reference, source): baseline, explicit, folded (and dyt) models with at least
-    `positions` RoPE positions, either random weights at the paper's config of width `random`
-    ("d512"; `sizes` overrides other GPTConfig fields, `random_dyt` adds a DyT model) or trained
-    checkpoints, leaving out the `skipped` columns (skipped_runs); `reference` is the g=0 model the
-    exports are verified against (None when they are skipped)."""
+    `positions` RoPE positions, either random weights at the paper's config of width
+    `settings.random` ("d512"; `settings.sizes` overrides other GPTConfig fields,
+    `settings.random_dyt` adds a DyT model) or the trained checkpoints of `runs`, leaving out the
+    `skipped` columns (skipped_runs); `reference` is the g=0 model the exports are verified against
+    (None when they are skipped)."""
+    random, sizes, random_dyt = settings.random, settings.sizes, settings.random_dyt
+    baseline, tapered, dyt = runs.baseline, runs.tapered, runs.dyt
     if random is not None:
         if baseline or tapered or dyt:
             raise ValueError("give either --random or --baseline and --tapered, not both")
@@ -116,27 +112,15 @@ def skip_rows(which: str, modes: Sequence[str], skipped: dict[str, str], source:
 
 def run_inference_bench(
     which: str,
-    random: str | None = None,
-    baseline: Path | None = None,
-    tapered: Path | None = None,
-    dyt: Path | None = None,
-    batch_sizes: Sequence[int] | None = None,
-    lengths: Sequence[int] | None = None,
-    new_tokens: int = 256,
-    modes: Sequence[str] = ("eager",),
-    warmup: int | None = None,
-    repeats: int | None = None,
-    device: str = "auto",
-    dtype: str = "float32",
+    settings: BenchSettings,
+    runs: BenchRuns | None = None,
     threads: int | None = None,
     out: str | Path | None = None,
-    random_dyt: bool = True,
-    sizes: dict | None = None,
 ) -> pd.DataFrame:
-    """Time the models of `inference_models` on the `which` ("forward" or "decode") grid: batch
-    sizes x `lengths` (sequence lengths, or prompt lengths followed by `new_tokens` decode steps in
-    each of `modes`); None takes DEFAULT_GRID's. One row per cell and model, with a `source`
-    column; written as CSV to `out` if given, each cell's rows as soon as it is timed.
+    """Time the models of `inference_models` on the `which` ("forward" or "decode") grid of
+    `settings`: batch sizes x lengths (sequence lengths, or prompt lengths followed by new_tokens
+    decode steps in each of its modes). One row per cell and model, with a `source` column;
+    written as CSV to `out` if given, each cell's rows as soon as it is timed.
 
     Trained runs that diverged are not timed (skipped_runs): the others are, and each skipped
     column gets a row per mode with its reason in a `skipped` column (after the timed rows; the
@@ -144,16 +128,11 @@ def run_inference_bench(
     if threads:
         torch.set_num_threads(threads)
     torch.manual_seed(0)
-    default_batches, default_lengths, default_warmup, default_repeats = DEFAULT_GRID[which]
-    batch_sizes, lengths = batch_sizes or default_batches, lengths or default_lengths
-    warmup = default_warmup if warmup is None else warmup
-    positions = max(lengths) + (new_tokens if which == "decode" else 0)
-    skipped = skipped_runs(baseline, tapered, dyt) if random is None else {}
+    grid, runs = settings.grid(which), runs or BenchRuns()
+    skipped = skipped_runs(runs) if settings.random is None else {}
     for column, why in skipped.items():
         log.warning("bench %s: %s: %s", which, column, why)
-    models, reference, source = inference_models(
-        positions, random, baseline, tapered, dyt, random_dyt, sizes, skipped
-    )
+    models, reference, source = inference_models(grid.positions, settings, runs, skipped)
     write = CsvRows(out) if out else lambda rows: None
     extra = {"skipped": ""} if skipped else {}
 
@@ -164,31 +143,32 @@ def run_inference_bench(
     if models and which == "forward":
         rows = bench_forward(
             models,
-            batch_sizes,
-            lengths,
-            warmup=warmup,
-            iters=repeats or default_repeats,
-            device=device,
-            dtype=dtype,
+            grid.batch_sizes,
+            grid.seq_lens,
+            warmup=grid.warmup,
+            iters=grid.repeats,
+            device=settings.device,
+            dtype=settings.dtype,
             reference=reference,
             on_rows=on_rows,
         )
     elif models:
-        for mode in modes:
+        for mode in grid.modes:
             rows += bench_decode(
                 models,
-                batch_sizes,
-                lengths,
-                new_tokens,
-                repeats=repeats or default_repeats,
-                device=device,
-                dtype=dtype,
+                grid.batch_sizes,
+                grid.prompt_lens,
+                grid.new_tokens,
+                repeats=grid.repeats,
+                device=settings.device,
+                dtype=settings.dtype,
                 compile=mode == "compiled",
-                warmup=warmup,
+                warmup=grid.warmup,
                 reference=reference,
                 on_rows=on_rows,
             )
-    notes = skip_rows(which, ["eager"] if which == "forward" else modes, skipped, source)
+    modes = ["eager"] if which == "forward" else list(grid.modes)
+    notes = skip_rows(which, modes, skipped, source)
     write(notes)
     return pd.DataFrame([*({**r, **extra} for r in rows), *notes]).assign(source=source)
 

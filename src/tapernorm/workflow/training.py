@@ -8,7 +8,7 @@ from __future__ import annotations
 import copy
 import math
 
-from ..config import ConfigError, resolve_run_config
+from ..config import ConfigError, resolve_run_config, taper_start
 from .devices import job_gpus
 from .family import Family
 from .names import SWEEP_RUN_NAME, lr_grid_run_name, parse_run_name, run_name, sweep_run_name
@@ -82,12 +82,8 @@ class TrainingFamily(Family):
         train.update(steps=steps, warmup_steps=max(1, round(warmup_frac * steps)))
         taper = copy.deepcopy(fam["taper"])
         start_frac, end_frac = taper.pop("start_frac"), taper.pop("end_frac")
-        taper.update(
-            start=train["warmup_steps"]
-            if start_frac is None
-            else max(1, round(start_frac * steps)),
-            end=round(end_frac * steps),
-        )
+        start = None if start_frac is None else max(1, round(start_frac * steps))
+        taper.update(start=taper_start(start, train["warmup_steps"]), end=round(end_frac * steps))
         cfg = {
             "name": f"{self.name}/{run_name(variant, width, seed)}",
             "seed": seed,

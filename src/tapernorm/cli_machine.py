@@ -1,0 +1,121 @@
+"""`tapernorm selftest`, `check-config`, `env` and `gpu-report`: a new machine, its configs and
+what its GPU check measured."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from . import jsonio
+from .cli_args import (
+    DEVICE_HELP,
+    DEVICES,
+    device_arg,
+)
+
+
+def _cmd_selftest(args: argparse.Namespace) -> int:
+    from .selftest import run_selftest
+
+    results = run_selftest(args.device, args.dtype, args.compile, args.only)
+    return 1 if any(r.status == "fail" for r in results) else 0
+
+
+def selftest_parser(sub) -> None:
+    st = sub.add_parser(
+        "selftest",
+        help="a few training steps of every model family, fold, decode: run first on a new machine",
+        description="Before spending GPU-hours: a few optimizer steps of every model family and "
+        "training feature the paper config uses, the training loop with a resume, fold and verify, "
+        "KV-cache decoding. One line per check; exit status 1 if any fails. On --device meta it "
+        "checks device placement and that a training step reads nothing back from the device.",
+    )
+    st.add_argument(
+        "--device", default="auto", choices=[*DEVICES, "meta"], help=DEVICE_HELP + "; meta: shapes"
+    )
+    st.add_argument(
+        "--dtype",
+        default="auto",
+        choices=["auto", "float32", "bfloat16"],
+        help="training dtype (auto: bf16 autocast on CUDA, float32 elsewhere)",
+    )
+    st.add_argument(
+        "--compile",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="--compile: also compiled decoding and train.compile; --no-compile: neither "
+        "(default: compiled decoding on CUDA only)",
+    )
+    st.add_argument("--only", metavar="TEXT", help="run only the checks whose name contains TEXT")
+    st.set_defaults(func=_cmd_selftest)
+
+
+def _cmd_check_config(args: argparse.Namespace) -> int:
+    from .config import check_yaml_files, yaml_load
+    from .pipeline import validate_pipeline_config
+
+    for path in args.configs:
+        check_yaml_files([path])  # syntax and duplicate keys, naming the line
+        validate_pipeline_config(
+            yaml_load(path.read_text(), f"config file {path}"), str(args.schema)
+        )
+        print(f"{path}: valid")
+    return 0
+
+
+def check_config_parser(sub) -> None:
+    c = sub.add_parser(
+        "check-config",
+        help="check workflow config files: YAML syntax (naming the line), duplicate keys, schema",
+        description="Check workflow config files as the pipeline will read them. Snakemake's own "
+        "message for a YAML syntax error in a --configfile names no line; this one does.",
+    )
+    c.add_argument("configs", type=Path, nargs="+", help="e.g. config/paper.yaml")
+    c.add_argument(
+        "--schema",
+        type=Path,
+        default=Path("workflow/schemas/config.schema.yaml"),
+        help="the workflow's config schema (default: %(default)s, from the repository root)",
+    )
+    c.set_defaults(func=_cmd_check_config)
+
+
+def _cmd_env(args: argparse.Namespace) -> int:
+    from .checkpoint import write_json
+    from .gpu_check import environment_report
+
+    report = environment_report(args.device)
+    if args.out:
+        write_json(args.out, report)
+    print(jsonio.dumps(report, indent=2))
+    return 0
+
+
+def env_parser(sub) -> None:
+    n = sub.add_parser("env", help="this machine's device, versions and nvidia-smi as JSON")
+    device_arg(n)
+    n.add_argument("--out", type=Path, help="write the JSON here too")
+    n.set_defaults(func=_cmd_env)
+
+
+def _cmd_gpu_report(args: argparse.Namespace) -> int:
+    from .gpu_check import gpu_report
+
+    for line in gpu_report(args.dir, args.config):
+        print(line)
+    return 0
+
+
+def gpu_report_parser(sub) -> None:
+    r = sub.add_parser(
+        "gpu-report",
+        help="tables 3 and decode, figure 5 and the GPU-hours from benchmarks/gpu_check.sh's output",
+    )
+    r.add_argument("dir", type=Path, help="the check's output (summary.md, results.tar.gz, ...)")
+    r.add_argument(
+        "--config",
+        type=Path,
+        default=Path("config/paper.yaml"),
+        help="the pipeline config whose pre-training grid is costed",
+    )
+    r.set_defaults(func=_cmd_gpu_report)
