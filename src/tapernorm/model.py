@@ -17,6 +17,7 @@ __init__ imports it).
 
 from __future__ import annotations
 
+import importlib
 import math
 from dataclasses import asdict, dataclass, fields, replace
 
@@ -369,7 +370,13 @@ class GPT(nn.Module):
 
 
 def _no_engine(*args, **kwargs):
-    raise RuntimeError("GPT.generate needs the decode engine: import tapernorm.decode")
+    """Until tapernorm.decode registers its engine: import it (by name, so that the model keeps no
+    import of it; the package no longer imports it eagerly, to plan workflows without torch) and
+    run it."""
+    importlib.import_module("tapernorm.decode")
+    if _ENGINE["generate"] is _no_engine:
+        raise RuntimeError("GPT.generate needs the decode engine: import tapernorm.decode")
+    return _ENGINE["generate"](*args, **kwargs)
 
 
 # what GPT.generate runs: tapernorm.decode's generate, registered there (the model never imports it)
