@@ -1,6 +1,7 @@
 # Regenerates the paper's tables and figures: `snakemake --cores all` (embedded default, CPU),
 # `--configfile config/paper.yaml` (paper scale, GPUs), `--profile workflow/profiles/slurm` (cluster).
-# Wiring only: every step is a `tapernorm` command; logic lives in src/tapernorm.
+# Wiring only: every step is a `tapernorm` command; logic lives in src/tapernorm (the run families:
+# tapernorm.workflow, which plans without torch).
 
 from snakemake.utils import min_version
 
@@ -23,21 +24,49 @@ if not workflow.overwrite_configfiles:
 
 
 include: "workflow/rules/common.smk"
-include: "workflow/rules/rehearsal.smk"
+
+
+# the optional families' rules only where the config has them (common.smk's PLAN says which)
+if config["rehearsal"]:
+
+    include: "workflow/rules/rehearsal.smk"
+
+
 include: "workflow/rules/data.smk"
 include: "workflow/rules/pretrain.smk"
 include: "workflow/rules/fold.smk"
-include: "workflow/rules/finetune.smk"
-include: "workflow/rules/export.smk"
-include: "workflow/rules/bench.smk"
+
+
+if PLAN.sweep:
+
+    include: "workflow/rules/sweep.smk"
+
+
+if PLAN.finetune:
+
+    include: "workflow/rules/finetune_params.smk"
+    include: "workflow/rules/finetune.smk"
+    include: "workflow/rules/export.smk"
+
+
+if PLAN.bench:
+
+    include: "workflow/rules/bench.smk"
+
+
+if PLAN.lr_grid:
+
+    include: "workflow/rules/lr_grid.smk"
+
+
 include: "workflow/rules/report.smk"
 
 
 # the report's home page (snakemake --report): the run's verdicts once it has run, else a description
-report: tp.REPORT_HOME if os.path.isfile(tp.REPORT_HOME) else "workflow/report/workflow.rst"
+report: wp.REPORT_HOME if os.path.isfile(wp.REPORT_HOME) else "workflow/report/workflow.rst"
 
 
 rule all:
     default_target: True
     input:
-        tp.all_targets(config),
+        PLAN.all_targets(),

@@ -5,8 +5,9 @@ import json
 import logging
 import re
 import shlex
+import subprocess
+import sys
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 import torch
@@ -14,6 +15,7 @@ import yaml
 from conftest import tiny_run
 
 from tapernorm import pipeline, set_gate
+from tapernorm.bench.cli import inference_settings
 from tapernorm.checkpoint import load_model
 from tapernorm.cli import build_parser, main
 from tapernorm.train import train
@@ -196,35 +198,48 @@ def parse(line: str):
 
 @pytest.mark.parametrize("config", ["ci.yaml", "config.yaml", "paper.yaml"])
 def test_the_workflows_bench_command_lines_parse(config):
-    """The bench rules' shell commands, with pipeline.bench_model_args and bench_args on each
-    config, parse to the config's grid and models."""
+    """The bench jobs' shell commands as Snakemake plans them for each config parse to the
+    config's grid and models (the bench: section as --config-json, the timed runs' directories)."""
     raw = yaml.safe_load((ROOT / "config" / config).read_text())
     cfg = pipeline.validate_pipeline_config(raw, str(ROOT / "workflow/schemas/config.schema.yaml"))
-    rules = (ROOT / "workflow/rules/bench.smk").read_text()
+    targets = ["results/bench/forward.csv", "results/bench/decode.csv"]
+    argv = ["-m", "snakemake", "-n", "-p", "--forceall", "--cores", "3", *targets]
+    plan = subprocess.run(
+        [sys.executable, *argv, "--configfile", f"config/{config}"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
+    assert plan.returncode == 0, plan.stderr[-2000:]
     shells = {
-        which: head + tail
-        for head, which, tail in re.findall(
-            r'"OMP_NUM_THREADS=\{threads\} \{params.gpus\} (tapernorm bench (\w+) [^"]*)"\s*"([^"]*)"',
-            rules,
-        )
+        m[1]: m[0] for m in re.finditer(r"tapernorm bench (\w+) [^\n]*?(?= > logs/)", plan.stdout)
     }
     assert set(shells) == {"forward", "decode"}
+    runs = pipeline.Plan(cfg).bench.run_dirs()
     for which, shell in shells.items():
-        params = SimpleNamespace(
-            models=pipeline.bench_model_args(cfg), grid=pipeline.bench_args(cfg, which)
-        )
-        line = shell.split(" > {log}")[0].format(params=params, threads=3, output=f"{which}.csv")
-        args, part = parse(line.removeprefix("tapernorm ")), cfg["bench"][which]
+        args, part = parse(shell.removeprefix("tapernorm ")), cfg["bench"][which]
         assert (args.command, args.which, args.threads) == ("bench", which, 3)
-        assert args.out == Path(f"{which}.csv") and not hasattr(args, "no_hf")
-        assert (args.device, args.dtype) == (cfg["bench"]["device"], cfg["bench"]["dtype"])
-        grid = (args.batch_sizes, args.warmup, args.repeats)
-        assert grid == (part["batch_sizes"], part["warmup"], part["repeats"])
-        lengths = args.seq_lens if which == "forward" else args.prompt_lens
-        assert lengths == part["seq_lens" if which == "forward" else "prompt_lens"]
-        assert (args.random is None) == (cfg["bench"]["random"] is None)
+        assert args.out == Path(f"results/bench/{which}.csv") and not hasattr(args, "no_hf")
+        assert json.loads(args.config_json) == cfg["bench"]
+        assert {v: str(getattr(args, k)) for k, v in _BENCH_RUNS if getattr(args, k)} == {
+            v: d for v, d in runs.items()
+        }
+        settings = inference_settings(args)
+        grid = settings.forward if which == "forward" else settings.decode
+        assert (settings.device, settings.dtype) == (cfg["bench"]["device"], cfg["bench"]["dtype"])
+        assert (list(grid.batch_sizes), grid.warmup, grid.repeats) == (
+            part["batch_sizes"],
+            part["warmup"],
+            part["repeats"],
+        )
+        lengths = grid.seq_lens if which == "forward" else grid.prompt_lens
+        assert list(lengths) == part["seq_lens" if which == "forward" else "prompt_lens"]
+        assert settings.random == cfg["bench"]["random"]
         if which == "decode":
-            assert (args.new_tokens, args.modes) == (part["new_tokens"], part["modes"])
+            assert (grid.new_tokens, list(grid.modes)) == (part["new_tokens"], part["modes"])
+
+
+_BENCH_RUNS = (("baseline", "baseline"), ("tapered", "internal_aux"), ("dyt", "dyt"))
 
 
 @pytest.mark.parametrize("branch", ["smoke", "gpu"])

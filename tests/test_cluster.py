@@ -17,6 +17,7 @@ import yaml
 
 from tapernorm import job_resources as jr
 from tapernorm import pipeline as tp
+from tapernorm.config import ConfigError
 
 ROOT = Path(__file__).resolve().parents[1]
 SCHEMA = str(ROOT / "workflow/schemas/config.schema.yaml")
@@ -59,8 +60,11 @@ def _rules(text: str) -> dict[str, str]:
 
 
 def test_analysis_rules_run_on_the_submitting_host():
-    """Every rule whose command builds a table, figure, the claims, job times or the manifest is local."""
-    analysis = re.compile(r'"tapernorm (table|figure|claims|job-times|manifest|report-home)\b')
+    """Every rule whose command builds a table, figure, the claims, job times, the LR grid's summary
+    or the manifest is local."""
+    analysis = re.compile(
+        r'"tapernorm (table|figure|claims|job-times|manifest|report-home|lr-grid)\b'
+    )
     seen = 0
     for smk in (ROOT / "workflow/rules").glob("*.smk"):
         for name, block in _rules(smk.read_text()).items():
@@ -75,24 +79,29 @@ def test_analysis_rules_run_on_the_submitting_host():
 # ---- devices, GPUs and the size of the jobs around a fine-tuned model (issue 30) ---------------------
 
 
-def _auto_config() -> dict:
-    """The paper config with finetune.train.device auto (a CPU rehearsal of it keeps gpus)."""
+def _auto_config(gpus: int | None = None) -> dict:
+    """The paper config with finetune.train.device auto (and every model's `gpus`, if given)."""
     paper = yaml.safe_load((ROOT / "config/paper.yaml").read_text())
     paper["finetune"]["train"]["device"] = "auto"
+    for spec in paper["finetune"]["models"] if gpus is not None else []:
+        spec["gpus"] = gpus
     return tp.validate_pipeline_config(paper, SCHEMA)
 
 
 def test_fine_tuning_jobs_pass_the_configured_device_on():
     """auto goes to the command as auto (resolved where the job runs: a CPU rehearsal's fold
-    and evaluation must not ask for cuda); the GPUs held follow `gpus`."""
-    auto = _auto_config()
+    and evaluation must not ask for cuda) and holds no GPU; auto where a model asks for GPUs is
+    refused in one line that says what to write (the planning host cannot know the GPUs)."""
+    with pytest.raises(ConfigError, match=r"finetune.train.device: .*write .*: cuda"):
+        _auto_config()
+    auto = _auto_config(gpus=0)
     assert tp.finetune_device(auto) == "auto"
     assert {m: tp.finetune_gpus(auto, m) for m in ("gpt2", "gpt2-large", "gpt2-xl")} == {
-        "gpt2": 1,
-        "gpt2-large": 2,
-        "gpt2-xl": 4,
+        "gpt2": 0,
+        "gpt2-large": 0,
+        "gpt2-xl": 0,
     }
-    assert tp.finetune_ranks(auto, "gpt2-large") == 2
+    assert tp.finetune_ranks(auto, "gpt2-large") == 1
     assert tp.gpu_prefix(2, "auto", 2) == "tapernorm gpus --device auto --ranks 2 2 --"
     assert tp.finetune_device(_config("config/paper.yaml")) == "cuda"
     assert tp.finetune_device(_config("config/ci.yaml")) == "cpu"
@@ -299,22 +308,29 @@ def test_a_workstation_gives_each_gpu_job_its_gpus(workdir):
 
 @pytest.mark.slow
 def test_a_cpu_rehearsal_runs_torchrun_and_its_checks_on_the_cpu(workdir):
-    """finetune.train.device auto with gpus: 2 on a machine without a GPU: the fine-tune runs as
-    two gloo processes under torchrun (no refusal), its fold check and evaluation resolve auto to
-    the CPU too (they asked for cuda before)."""
+    """finetune.train.device cpu with gpus: 2: the fine-tune runs as two gloo processes under
+    torchrun, holding no GPU, and its fold check and evaluation run on the CPU; the same with
+    device auto is refused when the workflow is planned (auto holds no GPUs: write cuda)."""
     ci = yaml.safe_load((workdir / "config/ci.yaml").read_text())
     models = [{**m, "gpus": 2} for m in ci["finetune"]["models"]]
-    override = {"finetune": {"models": models, "train": {"device": "auto"}}}
-    (workdir / "auto.yaml").write_text(yaml.safe_dump(override))
     (model,) = (m["name"] for m in models)
     target = f"results/finetune/eval/all_taperln-{model}/heldout.json"
-    configs = ("--configfile", "config/ci.yaml", "auto.yaml")
+    configs = ("--configfile", "config/ci.yaml", "cpu.yaml")
+    for device in ("auto", "cpu"):
+        override = {"finetune": {"models": models, "train": {"device": device}}}
+        (workdir / "cpu.yaml").write_text(yaml.safe_dump(override))
+        if device == "auto":
+            with pytest.raises(AssertionError, match="finetune.train.device: cuda"):
+                _snakemake(workdir, "-n", "-p", target, *configs)
     plan = _snakemake(workdir, "-n", "-p", target, *configs)
     (finetune,) = [j for j in _jobs(plan, "finetune") if f"all_taperln-{model}" in j]
-    assert "tapernorm gpus --device auto --ranks 2 2 -- torchrun --standalone" in finetune
+    assert (
+        "torchrun --standalone --nproc_per_node 2" in finetune and "tapernorm gpus" not in finetune
+    )
+    assert _resources(finetune)["gpu"] == 0
     for rule in ("fold_finetune", "eval_finetune"):
         (job,) = _jobs(plan, rule)
-        assert "--device auto" in job and "tapernorm gpus --device auto 1 --" in job, rule
+        assert "--device cpu" in job and "tapernorm gpus" not in job, rule
     _snakemake(workdir, "--cores", "2", target, *configs)
     run = json.loads((workdir / f"results/runs/finetune/all_taperln-{model}/eval.json").read_text())
     assert run["processes"] == 2

@@ -1,4 +1,5 @@
-"""`tapernorm train`, `gpus` and `lr-grid`: training runs, the GPUs they hold, and grids of them."""
+"""`tapernorm train`, `gpus` and `lr-grid`: training runs, the GPUs they hold, and the summary of
+the learning-rate grid's runs."""
 
 from __future__ import annotations
 
@@ -140,22 +141,16 @@ def gpus_parser(sub) -> None:
 
 
 def _cmd_lr_grid(args: argparse.Namespace) -> int:
-    from .config import yaml_load
-    from .lr_grid import grid_runs, grid_scale, summarize, train_missing, write_summary
-    from .pipeline import validate_pipeline_config
+    from .lr_grid import grid_scale, read_runs, summarize, write_summary
 
-    if not args.config.is_file():
-        raise ValueError(f"config file {args.config} does not exist")
-    raw = yaml_load(args.config.read_text(), f"config file {args.config}") or {}
-    config = validate_pipeline_config(raw, str(args.schema))
-    runs = grid_runs(config, args.variants, args.lrs, args.seeds, args.width)
-    train_missing(config, runs, str(args.data), args.out, args.jobs)
-    cells, gaps = summarize(runs, args.out, config["pretrain"]["train"]["lr"])
-    command = (
-        f"tapernorm lr-grid --config {args.config} --variants {' '.join(args.variants)} "
-        f"--lrs {' '.join(f'{lr:g}' for lr in args.lrs)} --seeds {args.seeds} --out {args.out}"
+    runs = read_runs(args.runs)
+    cells, gaps = summarize(runs, args.shared_lr)
+    command = args.made_by or (
+        f"tapernorm lr-grid --runs {' '.join(map(str, args.runs))} --shared-lr {args.shared_lr:g} "
+        f"--data {args.data} --out {args.out}"
     )
-    scale = grid_scale(config, runs, str(args.data))
+    scale = grid_scale(runs, str(args.data))
+    args.out.mkdir(parents=True, exist_ok=True)
     for path in write_summary(cells, gaps, args.out, command, scale):
         print(f"wrote {path}")
     print((args.out / "lr_grid.md").read_text())
@@ -165,39 +160,29 @@ def _cmd_lr_grid(args: argparse.Namespace) -> int:
 def lr_grid_parser(sub) -> None:
     g = sub.add_parser(
         "lr-grid",
-        help="retrain pre-training variants at several learning rates: gaps at the shared and "
-        "at each arm's best LR (docs/norm-free.md)",
+        help="summarise the learning-rate grid's finished runs: gaps at the shared and at each "
+        "arm's best LR (the workflow trains them: docs/norm-free.md)",
     )
     g.add_argument(
-        "--config", type=Path, default=Path("config/config.yaml"), help="pipeline config"
-    )
-    g.add_argument(
-        "--schema",
+        "--runs",
         type=Path,
-        default=Path("workflow/schemas/config.schema.yaml"),
-        help="its schema (run from the checkout's root)",
+        nargs="+",
+        required=True,
+        help="the grid's run directories (results/runs/lr_grid/*), each with config.json and "
+        "eval.json",
+    )
+    g.add_argument(
+        "--shared-lr",
+        type=POSITIVE_FLOAT,
+        required=True,
+        help="the LR the comparison shares (the pretrain family's train.lr)",
     )
     g.add_argument(
         "--data",
         type=Path,
         default=Path("data/pretrain"),
-        help="token shards (snakemake --cores all data/pretrain/meta.json makes them)",
+        help="the runs' token shards (their corpus is named in the summary's scale)",
     )
-    g.add_argument(
-        "--variants",
-        nargs="+",
-        default=["baseline_untied", "internal_aux_untied", "dyt"],
-        help="variants (their matched baselines are added)",
-    )
-    g.add_argument(
-        "--lrs",
-        nargs="+",
-        type=POSITIVE_FLOAT,
-        default=[1e-3, 3e-3, 8e-3, 1.6e-2, 3.2e-2],
-        help="peak LRs",
-    )
-    g.add_argument("--seeds", type=POSITIVE, default=2, help="seeds 0 .. N-1 per cell")
-    g.add_argument("--width", type=POSITIVE, help="model width (default: the figure width)")
-    g.add_argument("--jobs", type=POSITIVE, default=1, help="runs at once (one thread each)")
-    g.add_argument("--out", type=Path, default=Path("results/lr_grid"), help="runs and summary")
+    g.add_argument("--made-by", help="the command that made the runs, named in the summary")
+    g.add_argument("--out", type=Path, default=Path("results/lr_grid"), help="summary directory")
     g.set_defaults(func=_cmd_lr_grid)

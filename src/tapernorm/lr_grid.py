@@ -1,33 +1,25 @@
-"""The learning-rate grid study: each arm of a comparison at its own best LR, not only at the shared one.
+"""The learning-rate grid study's summary: each arm of a comparison at its own best LR, not only at
+the shared one.
 
-A pipeline config's pre-training family is retrained with `train.lr` set to each LR of the grid, for
-the variants and seeds asked for; everything else (data, steps, schedule, seeds) is the family's.
-Runs live in `<out>/runs/<variant>-d<width>-s<seed>-lr<lr>/` (a finished run is reused, a killed one
-resumes); the summary (`lr_grid.csv`, `lr_grid.md`) gives each cell's mean validation loss over its
-seeds, each variant's best LR, and each variant's gap to its matched baseline (config.baseline_of) at
-the shared LR (the config's) and with both arms at their best LR. docs/norm-free.md has the command.
+The workflow trains the grid (the lr_grid family, tapernorm.workflow.training.LrGridFamily: the
+pre-training recipe with `train.lr` set to each LR of the grid, results/runs/lr_grid/
+<variant>-d<width>-s<seed>-lr<lr>/); `tapernorm lr-grid` summarises the finished runs
+(`lr_grid.csv`, `lr_grid.md`, `lr_grid.json`): each cell's mean validation loss over its seeds,
+each variant's best LR, and each variant's gap to its matched baseline (config.baseline_of) at the
+shared LR (the pre-training family's) and with both arms at their best LR. docs/norm-free.md has
+the command.
 """
 
 from __future__ import annotations
 
-import copy
 import math
-import os
 import statistics
-import subprocess
-import sys
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
 from . import jsonio
 from .analysis.stats import gap_pct
 from .config import VARIANTS, ConfigError, baseline_of
-from .pipeline import figure_width, run_config, run_name
-
-
-class GridRunFailed(RuntimeError):
-    """A training run of the grid exited with an error (its log says why)."""
 
 
 @dataclass(frozen=True)
@@ -39,82 +31,35 @@ class GridRun:
 
     @property
     def name(self) -> str:
-        return f"{run_name(self.variant, self.width, self.seed)}-lr{self.lr:g}"
+        return f"{self.variant}-d{self.width}-s{self.seed}-lr{self.lr:g}"
 
 
-def grid_runs(
-    config: dict, variants: list[str], lrs: list[float], seeds: int, width: int | None = None
-) -> list[GridRun]:
-    """Every (variant, seed, lr) of the grid at `width` (default: the family's figure width), the
-    matched baselines of `variants` added where missing."""
-    width = width or figure_width(config)
-    unknown = [v for v in variants if v not in VARIANTS]
-    if unknown:
-        raise ConfigError(f"lr-grid: unknown variants {unknown}; known: {', '.join(VARIANTS)}")
-    if not lrs or any(not (math.isfinite(lr) and lr > 0) for lr in lrs):
-        raise ConfigError(f"lr-grid: learning rates must be finite and > 0, got {lrs}")
-    if seeds < 1:
-        raise ConfigError(f"lr-grid: --seeds must be >= 1, got {seeds}")
-    arms = list(dict.fromkeys([*(b for v in variants if (b := baseline_of(v))), *variants]))
-    return [GridRun(v, width, s, lr) for v in arms for lr in sorted(set(lrs)) for s in range(seeds)]
-
-
-def grid_run_config(config: dict, run: GridRun, data_dir: str) -> dict:
-    """The pre-training family's run config of `run.variant` with train.lr = run.lr."""
-    config = copy.deepcopy(config)
-    fam = config["pretrain"]
-    fam.update(variants=[run.variant], widths=[run.width], seeds=run.seed + 1)
-    fam["train"]["lr"] = run.lr
-    cfg = run_config(config, "pretrain", run_name(run.variant, run.width, run.seed), data_dir)
-    cfg["name"] = f"lr_grid/{run.name}"
-    return cfg
-
-
-def train_missing(
-    config: dict, runs: list[GridRun], data_dir: str, out: Path, jobs: int = 1
-) -> list[Path]:
-    """Train every run without an eval.json under out/runs (`jobs` at a time, one thread each, as the
-    pipeline trains); returns the run directories. A failed run raises after the others finish."""
-    out.mkdir(parents=True, exist_ok=True)
-    dirs = [out / "runs" / run.name for run in runs]
-    todo = [(run, d) for run, d in zip(runs, dirs, strict=True) if not (d / "eval.json").exists()]
-    print(
-        f"lr-grid: {len(runs)} runs, {len(runs) - len(todo)} done, {len(todo)} to train", flush=True
-    )
-
-    def train(item: tuple[GridRun, Path]) -> str | None:
-        run, run_dir = item
-        cfg = jsonio.dumps(grid_run_config(config, run, data_dir))
-        log = out / "logs" / f"{run.name}.log"
-        log.parent.mkdir(parents=True, exist_ok=True)
-        cmd = [sys.executable, "-m", "tapernorm.cli", "train", "--config-json", cfg]
-        cmd += ["--out", str(run_dir), "--threads", "1"]
-        with open(log, "w") as f:
-            rc = subprocess.run(
-                cmd, stdout=f, stderr=subprocess.STDOUT, env=_one_thread()
-            ).returncode
-        print(
-            f"lr-grid: {run.name} {'done' if rc == 0 else f'FAILED (exit {rc}; {log})'}", flush=True
+def read_runs(run_dirs: list[Path]) -> dict[GridRun, Path]:
+    """{GridRun: its directory} of finished grid runs, each identified by its config.json (variant,
+    width, seed, peak LR); a run without eval.json, or two runs of one cell, are refused."""
+    runs: dict[GridRun, Path] = {}
+    for run_dir in map(Path, run_dirs):
+        if not (run_dir / "eval.json").is_file():
+            raise ConfigError(f"lr-grid: run {run_dir} has no eval.json (not finished)")
+        cfg = jsonio.read_json(run_dir / "config.json")
+        run = GridRun(
+            cfg["variant"], int(cfg["model"]["n_embd"]), int(cfg["seed"]), cfg["train"]["lr"]
         )
-        return None if rc == 0 else f"{run.name} (see {log})"
-
-    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-        failed = [f for f in pool.map(train, todo) if f]
-    if failed:
-        raise GridRunFailed(f"lr-grid: {len(failed)} runs failed: {', '.join(failed)}")
-    return dirs
-
-
-def _one_thread() -> dict:
-    return {**os.environ, "OMP_NUM_THREADS": "1"}
+        if run in runs:
+            raise ConfigError(f"lr-grid: {run_dir} and {runs[run]} are the same cell and seed")
+        runs[run] = run_dir
+    if not runs:
+        raise ConfigError("lr-grid: no runs given")
+    return runs
 
 
-def summarize(runs: list[GridRun], out: Path, shared_lr: float) -> tuple[list[dict], list[dict]]:
-    """(cells, gaps): per (variant, lr) the seeds' validation losses, mean and std; per compared
-    variant its gap to the matched baseline at the shared LR and with both at their best LR."""
+def summarize(runs: dict[GridRun, Path], shared_lr: float) -> tuple[list[dict], list[dict]]:
+    """(cells, gaps) of runs {GridRun: directory}: per (variant, lr) the seeds' validation losses,
+    mean and std; per compared variant its gap to the matched baseline at the shared LR and with
+    both at their best LR."""
     losses: dict[tuple[str, float], list[float]] = {}
-    for run in runs:
-        result = jsonio.read_json(out / "runs" / run.name / "eval.json")
+    for run, run_dir in runs.items():
+        result = jsonio.read_json(Path(run_dir) / "eval.json")
         loss = math.inf if result["diverged"] else float(result["val_loss"])
         losses.setdefault((run.variant, run.lr), []).append(loss)
     cells = [
@@ -173,10 +118,10 @@ def _gap(loss: float | None, base: float | None) -> float:
     return gap_pct(loss, base) if math.isfinite(loss) and math.isfinite(base) else math.inf
 
 
-def grid_scale(config: dict, runs: list[GridRun], data_dir: str) -> dict:
-    """What the grid's runs share (everything but the variant, seed and LR): the scale a reader of
-    its numbers, and the claims that quote them, must match."""
-    cfg = grid_run_config(config, runs[0], data_dir)
+def grid_scale(runs: dict[GridRun, Path], data_dir: str) -> dict:
+    """What the grid's runs share (everything but the variant, seed and LR, from the first run's
+    config.json): the scale a reader of its numbers, and the claims that quote them, must match."""
+    cfg = jsonio.read_json(Path(next(iter(runs.values()))) / "config.json")
     try:
         corpus = jsonio.read_json(Path(data_dir) / "meta.json").get("corpus")
     except (OSError, ValueError, AttributeError):

@@ -3,113 +3,90 @@
 # tapered run's fold verification to have passed (or been skipped: a run that diverged is not timed,
 # the others are, and the CSV names it); or, with bench.random, of random-weight models at the
 # paper's config. A benchmark takes every core, so no training job runs beside it on a CPU.
+# Included when the config has `bench`.
+BENCH = PLAN.bench
 
 
-rule bench_forward:
-    input:
-        unpack(bench_inputs),
-    output:
-        "results/bench/forward.csv",
-    log:
-        "logs/bench/forward.log",
-    benchmark:
-        tp.job_record("bench_forward")
-    conda:
-        GPU_ENV
-    threads: all_cores
-    resources:
-        gpu=BENCH_GPU,
-    params:
-        gpus=gpu_claim(bench_device),
-        models=bench_models,
-        grid=bench_grid("forward"),
-    shell:
-        "OMP_NUM_THREADS={threads} {params.gpus} tapernorm bench forward {params.models} "
-        "{params.grid} --threads {threads} --out {output} > {log} 2>&1"
+# what the benchmarks wait for (the timed runs' eval.json, the fold check) and the model files that
+# each loads from each timed run
+BENCH_INPUTS = BENCH.inputs()
+for key, path in list(BENCH_INPUTS.items()):
+    if os.path.basename(path) == "eval.json":
+        BENCH_INPUTS |= model_files(os.path.dirname(path), prefix=f"{key}_")
+# the timed runs' directories as options, with a trailing space (none with bench.random, which
+# the --config-json section carries)
+BENCH_MODELS = "".join(
+    f"--{option} {BENCH.run_dirs()[variant]} "
+    for option, variant in (
+        ("baseline", "baseline"),
+        ("tapered", "internal_aux"),
+        ("dyt", "dyt"),
+    )
+    if variant in BENCH.run_dirs()
+)
 
 
-rule bench_decode:
-    input:
-        unpack(bench_inputs),
-    output:
-        "results/bench/decode.csv",
-    log:
-        "logs/bench/decode.log",
-    benchmark:
-        tp.job_record("bench_decode")
-    conda:
-        GPU_ENV
-    threads: all_cores
-    resources:
-        gpu=BENCH_GPU,
-    params:
-        gpus=gpu_claim(bench_device),
-        models=bench_models,
-        grid=bench_grid("decode"),
-    shell:
-        "OMP_NUM_THREADS={threads} {params.gpus} tapernorm bench decode {params.models} "
-        "{params.grid} --threads {threads} --out {output} > {log} 2>&1"
+for kind in wb.BENCH_KINDS:
+
+    rule:
+        name:
+            f"bench_{kind}"
+        input:
+            **BENCH_INPUTS,
+        output:
+            f"results/bench/{kind}.csv",
+        log:
+            f"logs/bench/{kind}.log",
+        benchmark:
+            wn.job_record(f"bench_{kind}")
+        conda:
+            GPU_ENV
+        threads: all_cores
+        resources:
+            gpu=BENCH.gpus(),
+        params:
+            kind=kind,
+            gpus=gpu_claim(lambda w: BENCH.device),
+            config=json.dumps(config["bench"]),
+            models=BENCH_MODELS,
+        shell:
+            "OMP_NUM_THREADS={threads} {params.gpus} tapernorm bench {params.kind} "
+            "--config-json {params.config:q} {params.models}--threads {threads} "
+            "--out {output} > {log} 2>&1"
 
 
-rule table3:
-    input:
-        "results/bench/forward.csv",
-    output:
-        csv="results/tables/table3.csv",
-        md="results/tables/table3.md",
-        tex="results/tables/table3.tex",
-        html=report(
-            "results/tables/table3.html",
-            caption="../report/table3.rst",
-            category="Tables",
-        ),
-    log:
-        "logs/tables/table3.log",
-    localrule: True
-    conda:
-        "../envs/tapernorm.yaml"
-    params:
-        stamp=STAMP_ARGS,
-    shell:
-        "tapernorm table 3 --bench {input} --out results/tables/table3 "
-        "{params.stamp} > {log} 2>&1"
+# (rule and table, `tapernorm table` kind, its benchmark)
+for bench_table, table_kind, bench_kind in (
+    ("table3", "3", "forward"),
+    ("table_decode", "decode", "decode"),
+):
 
-
-rule table_decode:
-    input:
-        "results/bench/decode.csv",
-    output:
-        csv="results/tables/table_decode.csv",
-        md="results/tables/table_decode.md",
-        tex="results/tables/table_decode.tex",
-        html=report(
-            "results/tables/table_decode.html",
-            caption="../report/table_decode.rst",
-            category="Tables",
-        ),
-    log:
-        "logs/tables/table_decode.log",
-    localrule: True
-    conda:
-        "../envs/tapernorm.yaml"
-    params:
-        stamp=STAMP_ARGS,
-    shell:
-        "tapernorm table decode --bench {input} --out results/tables/table_decode "
-        "{params.stamp} > {log} 2>&1"
+    rule:
+        name:
+            bench_table
+        input:
+            f"results/bench/{bench_kind}.csv",
+        output:
+            **table_outputs(bench_table),
+        log:
+            f"logs/tables/{bench_table}.log",
+        localrule: True
+        conda:
+            "../envs/tapernorm.yaml"
+        params:
+            kind=table_kind,
+            out=table_stem,
+            stamp=STAMP_ARGS,
+        shell:
+            "tapernorm table {params.kind} --bench {input} --out {params.out} "
+            "{params.stamp} > {log} 2>&1"
 
 
 rule fig5:
     input:
         "results/bench/decode.csv",
     output:
-        pdf="figures/fig5_decode_speedup.pdf",
-        png="figures/fig5_decode_speedup.png",
-        html=report(
-            "figures/fig5_decode_speedup.html",
-            caption="../report/fig5_decode_speedup.rst",
-            category="Figures",
-        ),
+        **figure_outputs("fig5_decode_speedup"),
     log:
         "logs/figures/fig5_decode_speedup.log",
     localrule: True

@@ -9,7 +9,8 @@ rule prepare_data:
         "../envs/tapernorm.yaml"
     threads: all_cores  # tokenizing processes (a cluster profile sets its own: set-threads)
     params:
-        args=tp.prepare_data_args(config["data"]),
+        config=json.dumps(config["data"]),
         out=output_dir("meta"),
     shell:
-        "tapernorm prepare-data {params.args} --workers {threads} --out {params.out} > {log} 2>&1"
+        "tapernorm prepare-data --config-json {params.config:q} --workers {threads} "
+        "--out {params.out} > {log} 2>&1"

@@ -5,14 +5,14 @@
 rule export_hf_finetune:
     input:
         **FINETUNE_DATA_FILES,
-        **model_files("results/runs/finetune/{ftrun}"),
-        eval="results/runs/finetune/{ftrun}/eval.json",
+        **model_files(run_dir("finetune", "{ftrun}")),
+        eval=f"{run_dir('finetune', '{ftrun}')}/eval.json",
     output:
         verify="results/export/{ftrun}/verify.json",
     log:
         "logs/export/{ftrun}.log",
     wildcard_constraints:
-        ftrun=tp.FOLDED_FINETUNE_RUN_WILDCARD,
+        ftrun=wn.FOLDED_FINETUNE_RUN_WILDCARD,
     conda:
         "../envs/tapernorm.yaml"
     threads: 1

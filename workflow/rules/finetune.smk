@@ -1,6 +1,13 @@
 # GPT-2 fine-tuning family (Sec. 6.4): GPT-2-token shards of the fine-tuning corpus, the base
 # model (pre-trained here, or a hub model), one run per protocol x model, the All-TaperLN fold
 # check, scores on each evaluation set, Tables 4 and 6. Run names: <protocol>-<model>.
+# Included when the config has `finetune`.
+
+
+wildcard_constraints:
+    ftrun=wn.FINETUNE_RUN_WILDCARD,
+    ftmodel=wn.FINETUNE_MODEL_WILDCARD,
+    evalset="|".join(EVAL_SETS),
 
 
 rule prepare_finetune_data:
@@ -14,59 +21,64 @@ rule prepare_finetune_data:
         "../envs/tapernorm.yaml"
     threads: all_cores  # tokenizing processes (a cluster profile sets its own: set-threads)
     params:
-        args=ft_prepare_args,
+        config=json.dumps({**config["finetune"]["data"], "tokenizer": "gpt2"}),  # GPT-2 BPE
         out=output_dir("meta"),
     shell:
-        "tapernorm prepare-data {params.args} --workers {threads} --out {params.out} > {log} 2>&1"
-
-
-rule pretrain_finetune_base:
-    input:
-        **FINETUNE_DATA_FILES,
-    output:
-        **model_files(f"{tp.FINETUNE_BASE_ROOT}/{{ftmodel}}"),
-        eval=f"{tp.FINETUNE_BASE_ROOT}/{{ftmodel}}/eval.json",
-    log:
-        "logs/runs/finetune_base/{ftmodel}.log",
-    benchmark:
-        tp.job_record("pretrain_finetune_base", "{ftmodel}")
-    conda:
-        GPU_ENV
-    threads: 1
-    resources:
-        gpu=ft_base_gpus,
-    params:
-        run=ft_base_json,
-        gpus=gpu_claim(ft_base_device),
-        out=output_dir("eval"),
-    shell:
-        "OMP_NUM_THREADS={threads} {params.gpus} tapernorm train --config-json {params.run:q} "
+        "tapernorm prepare-data --config-json {params.config:q} --workers {threads} "
         "--out {params.out} > {log} 2>&1"
+
+
+if PLAN.finetune_base:
+
+    rule pretrain_finetune_base:
+        input:
+            **FINETUNE_DATA_FILES,
+        output:
+            **model_files(run_dir("finetune_base", "{ftmodel}")),
+            eval=f"{run_dir('finetune_base', '{ftmodel}')}/eval.json",
+        log:
+            "logs/runs/finetune_base/{ftmodel}.log",
+        benchmark:
+            wn.job_record("pretrain_finetune_base", "{ftmodel}")
+        conda:
+            GPU_ENV
+        threads: 1
+        resources:
+            gpu=lambda w: PLAN.finetune_base.gpus(w.ftmodel),
+        params:
+            run=lambda w: json.dumps(
+                PLAN.finetune_base.run_config(w.ftmodel, FINETUNE_DATA)
+            ),
+            gpus=gpu_claim(lambda w: PLAN.finetune_base.device),
+            out=output_dir("eval"),
+        shell:
+            "OMP_NUM_THREADS={threads} {params.gpus} tapernorm train --config-json {params.run:q} "
+            "--out {params.out} > {log} 2>&1"
 
 
 rule finetune:
     input:
         unpack(finetune_inputs),
     output:
-        **model_files("results/runs/finetune/{ftrun}"),
-        eval="results/runs/finetune/{ftrun}/eval.json",
-        metrics="results/runs/finetune/{ftrun}/metrics.jsonl",
+        **model_files(run_dir("finetune", "{ftrun}")),
+        eval=f"{run_dir('finetune', '{ftrun}')}/eval.json",
+        metrics=f"{run_dir('finetune', '{ftrun}')}/metrics.jsonl",
     log:
         "logs/runs/finetune/{ftrun}.log",
     benchmark:
-        tp.job_record("finetune", "{ftrun}")
+        wn.job_record("finetune", "{ftrun}")
     conda:
         GPU_ENV
     threads: 1
     resources:
         gpu=ft_gpus,
         nodes=1,  # torchrun --standalone: every process on one node (SLURM: --nodes=1)
-        mem_mb=ft_mem_mb,
-        runtime=ft_minutes,
+        mem_mb=lambda w: FINETUNE.mem_mb(w.ftrun),
+        runtime=lambda w: FINETUNE.runtime(w.ftrun),
     params:
-        run=ft_json,
-        gpus=gpu_claim(ft_device, ft_ranks),
-        launch=ft_launcher,
+        run=lambda w: json.dumps(FINETUNE.run_config(w.ftrun, FINETUNE_DATA)),
+        gpus=gpu_claim(ft_device, lambda w: FINETUNE.ranks(w.ftrun)),
+        launch=lambda w: FINETUNE.launcher(w.ftrun),
         out=output_dir("eval"),
     shell:
         "OMP_NUM_THREADS={threads} {params.gpus} {params.launch} train "
@@ -76,8 +88,8 @@ rule finetune:
 rule fold_finetune:
     input:
         **FINETUNE_DATA_FILES,
-        **model_files("results/runs/finetune/{ftrun}"),
-        eval="results/runs/finetune/{ftrun}/eval.json",
+        **model_files(run_dir("finetune", "{ftrun}")),
+        eval=f"{run_dir('finetune', '{ftrun}')}/eval.json",
     output:
         # folded/ is left empty when the run diverged (verify.json then says why the fold was
         # skipped, and the evaluation scores no folded model)
@@ -86,7 +98,7 @@ rule fold_finetune:
     log:
         "logs/finetune/fold/{ftrun}.log",
     wildcard_constraints:
-        ftrun=tp.FOLDED_FINETUNE_RUN_WILDCARD,
+        ftrun=wn.FOLDED_FINETUNE_RUN_WILDCARD,
     conda:
         GPU_ENV
     threads: 1
@@ -118,10 +130,12 @@ rule prepare_eval:
     conda:
         "../envs/tapernorm.yaml"
     params:
-        args=prepare_eval_args,
+        config=json.dumps(config["finetune"]["eval"]),
+        shards=heldout_shards,
         out=output_dir("meta"),
     shell:
-        "tapernorm prepare-eval {params.args} --out {params.out} > {log} 2>&1"
+        "tapernorm prepare-eval --config-json {params.config:q} --set {wildcards.evalset} "
+        "{params.shards}--out {params.out} > {log} 2>&1"
 
 
 rule eval_finetune:
@@ -144,8 +158,8 @@ rule eval_finetune:
         folded=folded_option,
         device=ft_device,
         gpus=gpu_claim(ft_device),
-        dtype=ft_eval_setting("dtype"),
-        batch=ft_eval_setting("batch_size"),
+        dtype=config["finetune"]["eval"]["dtype"],
+        batch=config["finetune"]["eval"]["batch_size"],
     shell:
         "OMP_NUM_THREADS={threads} {params.gpus} tapernorm eval --model {params.model} "
         "--data {params.data} --batch-size {params.batch} --dtype {params.dtype} "
@@ -153,25 +167,16 @@ rule eval_finetune:
 
 
 # One rule per table, named after it, so that each gets its own caption in the report.
-for n in tp.FINETUNE_TABLES:
+for n in wp.FINETUNE_TABLES:
 
     rule:
         name:
             f"table{n}"
         input:
-            evals=finetune_evals(),
-            runs=run_files(
-                evals("finetune", FINETUNE_RUNS), ("config.json", "eval.json")
-            ),
+            evals=FINETUNE.eval_paths(),
+            runs=run_files(FINETUNE.run_dirs(), ("config.json", "eval.json")),
         output:
-            csv=f"results/tables/table{n}.csv",
-            md=f"results/tables/table{n}.md",
-            tex=f"results/tables/table{n}.tex",
-            html=report(
-                f"results/tables/table{n}.html",
-                caption=f"../report/table{n}.rst",
-                category="Tables",
-            ),
+            **table_outputs(f"table{n}"),
         log:
             f"logs/tables/table{n}.log",
         localrule: True

@@ -5,8 +5,8 @@
 rule fold:
     input:
         **PRETRAIN_DATA_FILES,
-        **model_files("results/runs/pretrain/{run}"),
-        eval="results/runs/pretrain/{run}/eval.json",
+        **model_files(run_dir("pretrain", "{run}")),
+        eval=f"{run_dir('pretrain', '{run}')}/eval.json",
     output:
         verify="results/fold/{run}/verify.json",
     log:
@@ -16,8 +16,10 @@ rule fold:
     threads: 1
     params:
         rtol=config["fold"]["rtol"],
+        model=input_dir("eval"),
         data=input_dir("meta"),
+        out=output_dir("verify"),
     shell:
-        "OMP_NUM_THREADS={threads} tapernorm fold --model results/runs/pretrain/{wildcards.run} "
-        "--data {params.data} --out results/fold/{wildcards.run} --rtol {params.rtol} "
+        "OMP_NUM_THREADS={threads} tapernorm fold --model {params.model} "
+        "--data {params.data} --out {params.out} --rtol {params.rtol} "
         "--device cpu > {log} 2>&1"

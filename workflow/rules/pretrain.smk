@@ -1,15 +1,19 @@
+# Every training family's runs (pretrain, ablation, anchor_sweep, lr_grid): one job per run, its
+# config from its family (tapernorm.workflow), results/runs/<family>/<run>/.
+
+
 rule train:
     input:
         **PRETRAIN_DATA_FILES,
     output:
-        eval="results/runs/{family}/{run}/eval.json",
-        config="results/runs/{family}/{run}/config.json",
-        model="results/runs/{family}/{run}/model.safetensors",
-        metrics="results/runs/{family}/{run}/metrics.jsonl",
+        eval=f"{run_dir('{family}', '{run}')}/eval.json",
+        config=f"{run_dir('{family}', '{run}')}/config.json",
+        model=f"{run_dir('{family}', '{run}')}/model.safetensors",
+        metrics=f"{run_dir('{family}', '{run}')}/metrics.jsonl",
     log:
         "logs/runs/{family}/{run}.log",
     benchmark:
-        tp.job_record("train", "{family}", "{run}")
+        wn.job_record("train", "{family}", "{run}")
     conda:
         GPU_ENV
     threads: 1
@@ -19,6 +23,7 @@ rule train:
     params:
         run=train_json,
         gpus=gpu_claim(train_device),
+        out=output_dir("eval"),
     shell:
         "OMP_NUM_THREADS={threads} {params.gpus} tapernorm train --config-json {params.run:q} "
-        "--out results/runs/{wildcards.family}/{wildcards.run} > {log} 2>&1"
+        "--out {params.out} > {log} 2>&1"

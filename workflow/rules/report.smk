@@ -1,23 +1,16 @@
 # One rule per table and per figure, named after it, so that each gets its own caption in the
 # report. Tables, figures, claims and job times are local rules: on a cluster they run on the
 # submitting host (a few seconds of CPU each) instead of waiting in the GPU partition's queue.
-for n in tp.PRETRAIN_TABLES:
+for n in wp.PRETRAIN_TABLES:
 
     rule:
         name:
             f"table{n}"
         input:
-            runs=run_files(pretrain_evals()),
+            runs=run_files(PLAN.pretrain.run_dirs()),
             data=PRETRAIN_DATA_FILES["meta"],  # the corpus' name, for Table 2's caption
         output:
-            csv=f"results/tables/table{n}.csv",
-            md=f"results/tables/table{n}.md",
-            tex=f"results/tables/table{n}.tex",
-            html=report(
-                f"results/tables/table{n}.html",
-                caption=f"../report/table{n}.rst",
-                category="Tables",
-            ),
+            **table_outputs(f"table{n}"),
         log:
             f"logs/tables/table{n}.log",
         localrule: True
@@ -33,31 +26,6 @@ for n in tp.PRETRAIN_TABLES:
             "{params.stamp} > {log} 2>&1"
 
 
-rule anchor_table:
-    input:
-        runs=run_files(anchor_sweep_evals()),
-    output:
-        csv="results/tables/table_anchor.csv",
-        md="results/tables/table_anchor.md",
-        tex="results/tables/table_anchor.tex",
-        html=report(
-            "results/tables/table_anchor.html",
-            caption="../report/table_anchor.rst",
-            category="Tables",
-        ),
-    log:
-        "logs/tables/table_anchor.log",
-    localrule: True
-    conda:
-        "../envs/tapernorm.yaml"
-    params:
-        runs=run_dirs,
-        stamp=STAMP_ARGS,
-    shell:
-        "tapernorm table anchor --runs {params.runs} --out results/tables/table_anchor "
-        "{params.stamp} > {log} 2>&1"
-
-
 for fig_name, fig_runs in FIGURES.items():
 
     rule:
@@ -66,13 +34,7 @@ for fig_name, fig_runs in FIGURES.items():
         input:
             runs=run_files(fig_runs),
         output:
-            pdf=f"figures/{fig_name}.pdf",
-            png=f"figures/{fig_name}.png",
-            html=report(
-                f"figures/{fig_name}.html",
-                caption=f"../report/{fig_name}.rst",
-                category="Figures",
-            ),
+            **figure_outputs(fig_name),
         log:
             f"logs/figures/{fig_name}.log",
         localrule: True
@@ -81,7 +43,7 @@ for fig_name, fig_runs in FIGURES.items():
         params:
             kind=fig_name.split("_")[0],
             runs=run_dirs,
-            width=figure_width,
+            width=PLAN.figure_width(fig_name),
             stamp=STAMP_ARGS,
         shell:
             "tapernorm figure {params.kind} --runs {params.runs} --width {params.width} "
@@ -90,13 +52,13 @@ for fig_name, fig_runs in FIGURES.items():
 
 rule claims:
     input:
-        runs=run_files(pretrain_evals()),
-        ablation=run_files(ablation_evals()),
-        sweep=run_files(sweep_evals()),
-        verify=expand("results/fold/{run}/verify.json", run=fold_names())
-        + finetune_verify(),
-        finetune=finetune_evals(),
-        bench=BENCH_CSVS,
+        runs=run_files(PLAN.pretrain.run_dirs()),
+        ablation=run_files(family_dirs(PLAN.ablation)),
+        sweep=run_files(family_dirs(PLAN.sweep)),
+        verify=[f"results/fold/{run}/verify.json" for run in PLAN.fold_runs()]
+        + PLAN.finetune_verify(),
+        finetune=PLAN.finetune_evals(),
+        bench=PLAN.bench_csvs(),
         lr_grid=lr_grid_input,
         data=PRETRAIN_DATA_FILES["meta"],  # the corpus and vocabulary, for the scale card
     output:
@@ -126,16 +88,9 @@ rule claims:
 
 rule job_times:
     input:
-        tp.timed_jobs(config),
+        PLAN.timed_jobs(),
     output:
-        csv="results/tables/job_times.csv",
-        md="results/tables/job_times.md",
-        tex="results/tables/job_times.tex",
-        html=report(
-            "results/tables/job_times.html",
-            caption="../report/job_times.rst",
-            category="Tables",
-        ),
+        **table_outputs("job_times"),
     log:
         "logs/tables/job_times.log",
     localrule: True
@@ -143,7 +98,7 @@ rule job_times:
         "../envs/tapernorm.yaml"
     params:
         records=job_records_dir,
-        jobs=" ".join(tp.timed_jobs(config, root=None)),
+        jobs=" ".join(PLAN.timed_jobs(root=None)),
         out=table_stem,
         stamp=STAMP_ARGS,
     shell:
@@ -157,7 +112,7 @@ rule report_home:
     input:
         "results/claims.json",
     output:
-        tp.REPORT_HOME,
+        wp.REPORT_HOME,
     log:
         "logs/report_home.log",
     localrule: True
@@ -176,13 +131,13 @@ rule manifest:
     input:
         manifest_files,
     output:
-        "results/manifest.json",
+        wp.MANIFEST,
     log:
         "logs/manifest.log",
     localrule: True
     conda:
         "../envs/tapernorm.yaml"
     params:
-        config=config_json,
+        config=json.dumps(config),
     shell:
         "tapernorm manifest {input} --config-json {params.config:q} --out {output} > {log} 2>&1"

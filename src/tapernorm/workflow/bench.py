@@ -1,0 +1,80 @@
+"""The inference benchmarks (Table 3, the decode table, fig5, claim 7): which pre-training runs
+they time, what they wait for, the GPUs they hold."""
+
+from __future__ import annotations
+
+from ..config import ConfigError
+from .devices import job_gpus
+from .names import run_dir, run_name
+
+BENCH_VARIANTS = ("baseline", "internal_aux")  # timed: the baseline, and the tapered run exported
+BENCH_OPTIONAL = ("dyt",)  # timed too when pretrain.variants has it
+BENCH_KINDS = ("forward", "decode")  # results/bench/<kind>.csv of rule bench_<kind>
+
+
+class Bench:
+    """The `bench` section of a config: the timed runs (or random-weight models) and the grid."""
+
+    def __init__(self, config: dict, figure_width: int) -> None:
+        self.config = config
+        self.section = config["bench"]
+        self.width = figure_width
+
+    def runs(self) -> dict[str, str]:
+        """{variant: run name} of the pretrain runs timed: each of BENCH_VARIANTS, and of
+        BENCH_OPTIONAL those in pretrain.variants, at the figure width, seed 0."""
+        variants = self.config["pretrain"]["variants"]
+        wanted = [*BENCH_VARIANTS, *(v for v in BENCH_OPTIONAL if v in variants)]
+        return {variant: run_name(variant, self.width, 0) for variant in wanted}
+
+    def run_dirs(self) -> dict[str, str]:
+        """{variant: run directory} of the timed runs; none with bench.random."""
+        if self.section.get("random"):
+            return {}
+        return {v: run_dir("pretrain", name) for v, name in self.runs().items()}
+
+    def inputs(self) -> dict[str, str]:
+        """What the benchmark rules wait for: the timed runs' eval.json and the tapered run's fold
+        verification (a failed one stops the benchmarks; one skipped because the run diverged does
+        not: `tapernorm bench` reads each run's eval.json and times the others); nothing with
+        bench.random."""
+        runs = self.run_dirs()
+        if not runs:
+            return {}
+        inputs = {
+            "baseline": f"{runs['baseline']}/eval.json",
+            "tapered": f"{runs['internal_aux']}/eval.json",
+            "verify": f"results/fold/{self.runs()['internal_aux']}/verify.json",
+        }
+        if "dyt" in runs:
+            inputs["dyt"] = f"{runs['dyt']}/eval.json"
+        return inputs
+
+    def csvs(self) -> list[str]:
+        return [f"results/bench/{kind}.csv" for kind in BENCH_KINDS]
+
+    @property
+    def device(self) -> str:
+        return self.section["device"]
+
+    def gpus(self) -> int:
+        return job_gpus(self.device, None, "bench.device")
+
+    def validate(self) -> None:
+        missing = [v for v in BENCH_VARIANTS if v not in self.config["pretrain"]["variants"]]
+        if missing and not self.section.get("random"):
+            raise ConfigError(
+                f"config key bench: the benchmarks time pretrain runs {list(BENCH_VARIANTS)}, but "
+                f"pretrain.variants lacks {missing} (set bench: null to skip the benchmarks)"
+            )
+        model, b = self.config["pretrain"]["model"], self.section
+        if model["style"] == "gpt2" and not b.get("random"):  # learned positions: no longer context
+            block = model["block_size"]
+            if max(b["forward"]["seq_lens"]) > block:
+                raise ConfigError(
+                    f"config key bench.forward.seq_lens: longer than block_size {block}"
+                )
+            if max(b["decode"]["prompt_lens"]) + b["decode"]["new_tokens"] > block:
+                raise ConfigError(
+                    f"config key bench.decode: prompt_lens + new_tokens exceed block_size {block}"
+                )

@@ -1,0 +1,104 @@
+"""Run names, run directories and job records of the workflow, and the Snakemake wildcard
+constraints made from the run-name patterns. Every run of every family lives in
+`results/runs/<family>/<name>/` (run_dir)."""
+
+from __future__ import annotations
+
+import re
+
+RUNS_ROOT = "results/runs"
+# Snakemake's job records (benchmark:) of the long jobs, <rule>/<wildcards>.tsv; table job_times
+JOB_RECORDS = "results/job_records"
+
+
+def wildcard_pattern(name: re.Pattern, **fixed: str) -> str:
+    """A run-name regex as a Snakemake wildcard constraint: without its anchors, each named group
+    non-capturing, or the literal of `fixed` (`protocol="all_taperln"`: only that protocol's runs)."""
+
+    def group(m: re.Match) -> str:
+        return re.escape(fixed[m[1]]) if m[1] in fixed else f"(?:{m[2]})"
+
+    pattern = re.sub(
+        r"\(\?P<(\w+)>([^()]*)\)", group, name.pattern.removeprefix("^").removesuffix("$")
+    )
+    if "(?P<" in pattern:
+        raise ValueError(f"{name.pattern}: a named group holds a group")
+    return pattern
+
+
+def run_dir(family: str, name: str) -> str:
+    """The directory of run `name` of `family` (what `tapernorm train --out` writes)."""
+    return f"{RUNS_ROOT}/{family}/{name}"
+
+
+def job_record(rule: str, *wildcards: str, root: str | None = JOB_RECORDS) -> str:
+    """The job record (benchmark: file) of a job of `rule`: <root>/<rule>/<wildcards...>.tsv, or
+    <root>/<rule>.tsv for a rule without wildcards; relative to JOB_RECORDS with root=None."""
+    name = "/".join((rule, *wildcards)) + ".tsv"
+    return name if root is None else f"{root}/{name}"
+
+
+# ---- pre-training and ablation runs: <variant>-d<width>-s<seed> ----------------------------------
+
+RUN_NAME = re.compile(r"^(?P<variant>[a-z_]+)-d(?P<width>\d+)-s(?P<seed>\d+)$")
+
+
+def run_name(variant: str, width: int, seed: int) -> str:
+    return f"{variant}-d{width}-s{seed}"
+
+
+def parse_run_name(name: str) -> tuple[str, int, int]:
+    m = RUN_NAME.match(name)
+    if m is None:
+        raise ValueError(f"run name {name!r} is not <variant>-d<width>-s<seed>")
+    return m["variant"], int(m["width"]), int(m["seed"])
+
+
+# ---- the scale loss's dose-response: <form>-lam<lambda> ------------------------------------------
+
+SWEEP_RUN_NAME = re.compile(r"^(?P<form>eq5|relative)-lam(?P<lam>[0-9][0-9.e+-]*)$")
+
+
+def sweep_run_name(form: str, lam: float) -> str:
+    return f"{form}-lam{lam:g}"
+
+
+# ---- the learning-rate grid: <variant>-d<width>-s<seed>-lr<lr> -----------------------------------
+
+LR_GRID_RUN_NAME = re.compile(
+    r"^(?P<variant>[a-z_]+)-d(?P<width>\d+)-s(?P<seed>\d+)-lr(?P<lr>[0-9][0-9.e+-]*)$"
+)
+
+
+def lr_grid_run_name(variant: str, width: int, seed: int, lr: float) -> str:
+    return f"{run_name(variant, width, seed)}-lr{lr:g}"
+
+
+# ---- GPT-2 fine-tuning runs: <protocol>-<model> ---------------------------------------------------
+
+FINETUNE_MODEL_NAME = re.compile(r"^[a-z0-9][a-z0-9.\-]*$")  # the schema's finetune.models name
+FINETUNE_RUN_NAME = re.compile(
+    rf"^(?P<protocol>[a-z_]+)-(?P<model>{wildcard_pattern(FINETUNE_MODEL_NAME)})$"
+)
+
+
+def finetune_run_name(protocol: str, model: str) -> str:
+    return f"{protocol}-{model}"
+
+
+def parse_finetune_run(name: str) -> tuple[str, str]:
+    """("all_taperln", "gpt2-medium") from "all_taperln-gpt2-medium"."""
+    m = FINETUNE_RUN_NAME.match(name)
+    if m is None:
+        raise ValueError(f"fine-tuning run name {name!r} is not <protocol>-<model>")
+    return m["protocol"], m["model"]
+
+
+# ---- Snakemake wildcard constraints ---------------------------------------------------------------
+
+RUN_WILDCARD = "|".join(
+    wildcard_pattern(p) for p in (RUN_NAME, SWEEP_RUN_NAME, LR_GRID_RUN_NAME)
+)  # {run}
+FINETUNE_RUN_WILDCARD = wildcard_pattern(FINETUNE_RUN_NAME)  # {ftrun}
+FOLDED_FINETUNE_RUN_WILDCARD = wildcard_pattern(FINETUNE_RUN_NAME, protocol="all_taperln")
+FINETUNE_MODEL_WILDCARD = wildcard_pattern(FINETUNE_MODEL_NAME)  # {ftmodel}

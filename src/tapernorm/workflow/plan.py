@@ -1,0 +1,128 @@
+"""The workflow's plan of a validated config: the families present, the figures and tables it
+makes, every target of rule all, the job records. `Plan(config)` is what the Snakefile asks."""
+
+from __future__ import annotations
+
+from .bench import BENCH_KINDS, Bench
+from .devices import rules_env
+from .family import Family
+from .finetune import FinetuneBaseFamily, FinetuneFamily
+from .names import JOB_RECORDS, job_record, run_name
+from .training import LrGridFamily, SweepFamily, TrainingFamily
+
+# figure 2's runs: Baseline vs Internal-Taper (+aux), and DyT with its matched (untied-head) baseline
+FIG2_VARIANTS = ("baseline", "internal_aux", "dyt", "baseline_untied", "internal_aux_untied")
+TABLE_FILES = ("csv", "md", "tex", "html")  # html: what the report shows
+FIGURE_FILES = ("pdf", "png")  # png: what the report shows
+PRETRAIN_TABLES = (1, 2, 5)  # of the pre-training runs (rules table1, table2, table5)
+FINETUNE_TABLES = (4, 6)  # of the GPT-2 fine-tuning family (rules table4, table6)
+ABLATION_FIGURES = ("fig4b_ablation_grad_norms", "fig6_scale_anchor", "fig7_anchor_sweep")
+MANIFEST = "results/manifest.json"  # rule manifest: the run's last job
+REPORT_HOME = "results/report/home.rst"  # rule report_home: the report's home page after a run
+LR_GRID_SUMMARY = "results/lr_grid/lr_grid.json"  # rule lr_grid: the grid's summary
+
+
+def table_files(name: str) -> dict[str, str]:
+    """{extension: path} of the files a table command writes (results/tables/<name>.<ext>)."""
+    return {ext: f"results/tables/{name}.{ext}" for ext in TABLE_FILES}
+
+
+class Plan:
+    """The families of a validated config and what the workflow builds from them. Optional
+    families (ablation, anchor_sweep, lr_grid, finetune, bench) are None when the config leaves
+    them out."""
+
+    def __init__(self, config: dict) -> None:
+        self.config = config
+        self.pretrain = TrainingFamily(config, "pretrain")
+        self.ablation = TrainingFamily(config, "ablation") if config.get("ablation") else None
+        sweeps = bool(self.ablation and config.get(SweepFamily.name))
+        self.sweep = SweepFamily(config) if sweeps else None
+        self.lr_grid = LrGridFamily(config) if config.get(LrGridFamily.name) else None
+        self.finetune = FinetuneFamily(config) if config.get("finetune") else None
+        self.finetune_base = (
+            FinetuneBaseFamily(config)
+            if self.finetune and config["finetune"].get("pretrain") is not None
+            else None
+        )
+        self.bench = Bench(config, self.pretrain.figure_width) if config.get("bench") else None
+
+    def training(self) -> list[Family]:
+        """The families rule train trains (its {family} wildcard)."""
+        found = [self.pretrain, self.ablation, self.sweep, self.lr_grid]
+        return [f for f in found if f is not None]
+
+    def family(self, name: str) -> Family:
+        for fam in [*self.training(), self.finetune, self.finetune_base]:
+            if fam is not None and fam.name == name:
+                return fam
+        raise ValueError(f"no family {name!r} in this config")
+
+    def families(self) -> list[Family]:
+        found = [*self.training(), self.finetune_base, self.finetune]
+        return [f for f in found if f is not None]
+
+    def figures(self) -> list[str]:
+        """The figures this config draws (each its rule and caption, workflow/report/<name>.rst)."""
+        names = ["fig1_gate_schedule", "fig2_train_loss", "fig3_logit_norm", "fig4_grad_norms"]
+        if self.ablation:
+            names += ["fig4b_ablation_grad_norms", "fig6_scale_anchor"]
+        if self.sweep:
+            names.append("fig7_anchor_sweep")
+        return names
+
+    def figure_width(self, figure: str) -> int:
+        """--width of a figure: the ablation's for the ablation's figures, else figures 2-4's."""
+        if figure in ABLATION_FIGURES and self.ablation:
+            return self.ablation.figure_width
+        return self.pretrain.figure_width
+
+    def fold_runs(self) -> list[str]:
+        """The pre-training runs whose fold is checked (fold.variants at the figure width)."""
+        width = self.pretrain.figure_width
+        return [run_name(v, width, 0) for v in self.config["fold"]["variants"]]
+
+    def finetune_evals(self) -> list[str]:
+        return self.finetune.eval_paths() if self.finetune else []
+
+    def finetune_verify(self) -> list[str]:
+        return self.finetune.verify_paths() if self.finetune else []
+
+    def bench_csvs(self) -> list[str]:
+        return self.bench.csvs() if self.bench else []
+
+    def gpu_rules_env(self) -> str:
+        """The conda environment file (relative to workflow/rules/) of the rules that may hold a
+        GPU: the CUDA build of torch when a family or the benchmarks run on cuda."""
+        devices = [f.device for f in self.families()]
+        return rules_env(devices + ([self.bench.device] if self.bench else []))
+
+    def all_targets(self) -> list[str]:
+        """Every file the workflow's default target (rule all) builds for this config."""
+
+        def tables(*names: str) -> list[str]:
+            return [path for name in names for path in table_files(name).values()]
+
+        targets = [f"figures/{name}.{ext}" for name in self.figures() for ext in FIGURE_FILES]
+        targets += tables(*(f"table{n}" for n in PRETRAIN_TABLES))
+        targets += tables("table_anchor") if self.sweep else []
+        if self.finetune:
+            targets += tables(*(f"table{n}" for n in FINETUNE_TABLES))
+            exported = self.finetune.runs(["all_taperln"])
+            targets += [f"results/export/{run}/verify.json" for run in exported]
+        if self.bench:
+            targets += tables("table3", "table_decode")
+            targets += [f"figures/fig5_decode_speedup.{ext}" for ext in FIGURE_FILES]
+        claims = ["results/claims.md", "results/claims.json", "results/claims.html", REPORT_HOME]
+        return targets + claims + tables("job_times") + [MANIFEST]
+
+    def timed_jobs(self, root: str | None = JOB_RECORDS) -> list[str]:
+        """Job records of this config's jobs that keep one (training, fine-tuning, the inference
+        benchmarks; not the LR grid, a study of its own), under `root` (None: relative to
+        JOB_RECORDS, as `tapernorm job-times` takes them)."""
+        records = []
+        for fam in [self.pretrain, self.ablation, self.sweep, self.finetune_base, self.finetune]:
+            records += fam.job_records(root) if fam else []
+        if self.bench:
+            records += [job_record(f"bench_{kind}", root=root) for kind in BENCH_KINDS]
+        return records

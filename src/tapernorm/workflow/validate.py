@@ -1,0 +1,113 @@
+"""The workflow config's checks: its files as Snakemake read them, the schema (filling defaults),
+and what a schema can't say (every run of every family resolves to a valid run config)."""
+
+from __future__ import annotations
+
+import copy
+
+from ..config import ConfigError
+from .plan import Plan
+from .training import TrainingFamily, steps_for
+
+TRAINING_SECTIONS = ("pretrain", "ablation")
+
+
+def check_config_files(paths: list[str], schema_path: str) -> None:
+    """The workflow's config files (workflow.configfiles) as Snakemake read them: YAML syntax and
+    duplicate keys (naming the line), then top-level keys that the schema knows, naming the file.
+    A file with none of them is most likely a target written after --configfile, which reads every
+    path after it as a config file: the error says so."""
+    import yaml
+
+    from ..config import check_yaml_files, config_text, yaml_load
+
+    check_yaml_files(paths)
+    with open(schema_path) as f:
+        allowed = list(yaml.safe_load(f)["properties"])
+    for path in paths:
+        data = yaml_load(config_text(path), f"config file {path}")
+        keys = [str(k) for k in data] if isinstance(data, dict) else []
+        unknown = [k for k in keys if k not in allowed]
+        if data is not None and (not keys or len(unknown) == len(keys)):
+            raise ConfigError(
+                f"config file {path}: not a workflow config (top-level keys {keys[:4]}, none of "
+                f"{', '.join(allowed)}); a target written after --configfile is read as one more "
+                "config file: put targets first (snakemake --cores all TARGET --configfile FILE)"
+            )
+        if unknown:
+            raise ConfigError(
+                f"config file {path}: config key {unknown[0]}: unknown key; allowed: "
+                f"{', '.join(allowed)}"
+            )
+
+
+def validate_pipeline_config(config: dict, schema_path: str) -> dict:
+    """Validate the workflow config against its schema (filling defaults) and check what a schema
+    can't: every run of every family resolves to a valid run config, every job's GPUs follow from
+    its stated device. Raises ConfigError naming the key; returns the completed config."""
+    import yaml
+
+    from ..config import validate
+
+    with open(schema_path) as f:
+        schema = yaml.safe_load(f)
+    config = copy.deepcopy(config)
+    for family in TRAINING_SECTIONS:  # YAML gives int keys for {64: 500000}; JSON wants str
+        fam = config.get(family)
+        for key in ("steps", "gpu_step_ms"):
+            by_width = fam.get(key) if isinstance(fam, dict) else None
+            if isinstance(by_width, dict):
+                config[family][key] = {str(k): v for k, v in by_width.items()}
+    config = validate(config, schema)
+    plan = Plan(config)
+    for fam in (plan.pretrain, plan.ablation):
+        if fam is not None:
+            _validate_training(fam)
+    if config.get("anchor_sweep") is not None:
+        variants = plan.ablation.section["variants"] if plan.ablation else []
+        lacking = [v for v in ("baseline", "all_aux") if v not in variants]
+        if lacking:
+            raise ConfigError(
+                "config key anchor_sweep: it retrains the ablation's all_aux run and compares "
+                f"with its baseline, but ablation.variants lacks {lacking}"
+            )
+    if plan.lr_grid is not None:
+        plan.lr_grid.validate()
+    missing = set(config["fold"]["variants"]) - set(config["pretrain"]["variants"])
+    if missing:
+        raise ConfigError(f"config key fold.variants: {sorted(missing)} not in pretrain.variants")
+    if "dyt" in config["fold"]["variants"]:
+        raise ConfigError("config key fold.variants: dyt does not fold (tanh is not linear)")
+    for fam in (plan.finetune, plan.finetune_base):
+        if fam is not None:
+            fam.validate()
+    if plan.bench is not None:
+        plan.bench.validate()
+    return config
+
+
+def _validate_training(fam: TrainingFamily) -> None:
+    sec, name = fam.section, fam.name
+    for width in sec["widths"]:
+        if width % sec["model"]["n_head"]:
+            raise ConfigError(
+                f"config key {name}.widths: {width} is not divisible by "
+                f"{name}.model.n_head={sec['model']['n_head']}"
+            )
+        try:
+            steps_for(sec, width)
+        except ValueError as e:
+            raise ConfigError(f"config key {name}.steps: {e}") from e
+    if isinstance(sec["seeds"], dict):
+        if "default" not in sec["seeds"]:
+            raise ConfigError(f"config key {name}.seeds: a mapping needs a 'default' count")
+        unknown = sorted(set(sec["seeds"]) - {"default", *sec["variants"]})
+        if unknown:
+            raise ConfigError(f"config key {name}.seeds: {unknown} not in {name}.variants")
+    if sec["figure_width"] is not None and sec["figure_width"] not in sec["widths"]:
+        raise ConfigError(f"config key {name}.figure_width: not one of {name}.widths")
+    for run in fam.runs():
+        try:
+            fam.run_config(run, "data")
+        except ConfigError as e:
+            raise ConfigError(f"{name} run {run}: {e}") from e
