@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import legacy_argv
 import pandas as pd
 import pytest
 import torch
@@ -32,7 +33,7 @@ from tapernorm.config import ConfigError
 from tapernorm.decode import compile_kwargs, eager_decoder, static_decoder
 from tapernorm.fold import FoldVerificationError
 from tapernorm.model import GPT
-from tapernorm.pipeline import bench_args, bench_runs, validate_pipeline_config
+from tapernorm.pipeline import bench_runs, validate_pipeline_config
 
 ENV_FIELDS = {"device", "device_name", "torch", "dtype", "mode", "threads", "params", "n_embd"}
 CPU = torch.device("cpu")
@@ -390,11 +391,13 @@ def test_pipeline_bench_section():
         "internal_aux": f"internal_aux-d{width}-s0",
         "dyt": f"dyt-d{width}-s0",  # ci.yaml pre-trains dyt
     }
-    args = bench_args({**cfg, "bench": {**cfg["bench"], "device": "cpu"}}, "decode").split()
+    args = legacy_argv.bench_args(
+        {**cfg, "bench": {**cfg["bench"], "device": "cpu"}}, "decode"
+    ).split()
     assert args[:2] == ["--device", "cpu"] and "--prompt-lens" in args and "--modes" in args
-    assert "--seq-lens" in bench_args(cfg, "forward") and "--new-tokens" not in bench_args(
+    assert "--seq-lens" in legacy_argv.bench_args(
         cfg, "forward"
-    )
+    ) and "--new-tokens" not in legacy_argv.bench_args(cfg, "forward")
     assert validate_pipeline_config({**raw, "bench": None}, schema)["bench"] is None
     defaults = validate_pipeline_config({**raw, "bench": {}}, schema)["bench"]
     assert defaults["decode"]["prompt_lens"] == [128, 512] and defaults["forward"]["repeats"] == 50

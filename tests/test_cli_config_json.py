@@ -6,6 +6,7 @@ import json
 import shlex
 from pathlib import Path
 
+import legacy_argv
 import pytest
 import yaml
 
@@ -130,7 +131,7 @@ def test_bench_config_json_is_the_options(cfg, which):
         from_flags.random,
     )
     # the grid arguments the workflow rendered until now parse to the same settings
-    rendered = shlex.split(pipeline.bench_args(cfg, which))
+    rendered = shlex.split(legacy_argv.bench_args(cfg, which))
     rendered += ["--random", bench["random"]] if bench["random"] else []
     assert inference_settings(parse([*head, *rendered])).grid(which) == from_json.grid(which)
 

@@ -14,6 +14,7 @@ import tracemalloc
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import legacy_argv
 import numpy as np
 import pytest
 
@@ -445,10 +446,13 @@ def test_prepare_data_arguments_name_the_tinystories_version_and_workers():
     )
     assert cfg["data"]["tinystories"] == "v2"
     assert "--corpus tinystories --tokenizer sentencepiece --vocab-size 10000 --tinystories v2" in (
-        tp.prepare_data_args(cfg["data"])
+        legacy_argv.prepare_data_args(cfg["data"])
     )
     cfg["finetune"]["data"].update(corpus="tinystories", tinystories="v1")
-    assert tp.finetune_prepare_args(cfg) == "--corpus tinystories --tokenizer gpt2 --tinystories v1"
+    assert (
+        legacy_argv.finetune_prepare_args(cfg)
+        == "--corpus tinystories --tokenizer gpt2 --tinystories v1"
+    )
     args = cli.build_parser().parse_args(["prepare-data", "--corpus", "tinystories", "--out", "o"])
     settings = cli_data.data_settings(args)
     assert (args.tinystories, settings["tinystories"], args.workers) == (None, "v2", None)

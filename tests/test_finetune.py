@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import legacy_argv
 import numpy as np
 import pandas as pd
 import pytest
@@ -89,8 +90,8 @@ def test_paper_config_plans_gpus_and_torchrun():
     assert tp.finetune_launcher(cfg, "gpt2-xl").startswith(
         "torchrun --standalone --nproc_per_node 4"
     )
-    assert tp.finetune_prepare_args(cfg) == "--corpus openwebtext --tokenizer gpt2"
-    assert tp.prepare_eval_args(cfg, "heldout", "data/finetune") == (
+    assert legacy_argv.finetune_prepare_args(cfg) == "--corpus openwebtext --tokenizer gpt2"
+    assert legacy_argv.prepare_eval_args(cfg, "heldout", "data/finetune") == (
         "--set heldout --row-len 1024 --max-rows 10000 --shards data/finetune"
     )
     assert tp.finetune_base_models(cfg) == []

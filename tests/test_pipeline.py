@@ -2,6 +2,7 @@
 
 from pathlib import Path
 
+import legacy_argv
 import pytest
 import yaml
 
@@ -91,11 +92,11 @@ def test_invalid_pipeline_configs_name_the_key(mutate, key):
 
 def test_prepare_data_args():
     cfg = tp.validate_pipeline_config(load("config.yaml"), SCHEMA)
-    assert tp.prepare_data_args(cfg["data"]) == (
+    assert legacy_argv.prepare_data_args(cfg["data"]) == (
         "--corpus shakespeare --tokenizer sentencepiece --vocab-size 512 --no-byte-fallback"
     )
     paper = tp.validate_pipeline_config(load("paper.yaml"), SCHEMA)
-    assert "--tokenizer-chars 200000000" in tp.prepare_data_args(paper["data"])
+    assert "--tokenizer-chars 200000000" in legacy_argv.prepare_data_args(paper["data"])
 
 
 def test_taper_start_and_end_fractions():
@@ -195,10 +196,10 @@ def test_benchmarks_time_random_weights_at_the_paper_size_or_the_trained_runs():
     default = tp.validate_pipeline_config(load("config.yaml"), SCHEMA)
     assert default["bench"]["random"] == "d512"
     assert tp.bench_inputs(default) == {}  # no training run to wait for
-    assert tp.bench_model_args(default) == "--random d512"
+    assert legacy_argv.bench_model_args(default) == "--random d512"
     ci = tp.validate_pipeline_config(load("ci.yaml"), SCHEMA)
     assert ci["bench"]["random"] is None
-    assert tp.bench_model_args(ci) == (
+    assert legacy_argv.bench_model_args(ci) == (
         "--baseline results/runs/pretrain/baseline-d32-s0 "
         "--tapered results/runs/pretrain/internal_aux-d32-s0 --dyt results/runs/pretrain/dyt-d32-s0"
     )
