@@ -52,7 +52,7 @@ def selftest_parser(sub) -> None:
 
 def _cmd_check_config(args: argparse.Namespace) -> int:
     from .config import check_yaml_files, yaml_load
-    from .pipeline import validate_pipeline_config
+    from .workflow import validate_pipeline_config
 
     for path in args.configs:
         check_yaml_files([path])  # syntax and duplicate keys, naming the line

@@ -133,7 +133,7 @@ def gpu_hours(train_step: Path, config: Path) -> tuple[object, str]:
     import pandas as pd
 
     from .config import yaml_load
-    from .pipeline import seeds_of
+    from .workflow.training import seeds_of
 
     cfg = yaml_load(config.read_text(), f"config file {config}")
     steps = pd.read_csv(train_step)

@@ -34,7 +34,7 @@ from .workflow.plan import (
     TABLE_FILES,
     Plan,
 )
-from .workflow.training import SweepFamily, TrainingFamily, seeds_of, steps_for
+from .workflow.training import SweepFamily, TrainingFamily, family_seeds, seeds_of, steps_for
 from .workflow.validate import check_config_files, validate_pipeline_config
 
 SWEEP_FAMILY = SweepFamily.name
@@ -62,6 +62,7 @@ __all__ = [
     "SWEEP_RUN_NAME",
     "TABLE_FILES",
     "check_config_files",
+    "family_seeds",
     "finetune_run_name",
     "gpu_prefix",
     "job_record",
@@ -78,11 +79,6 @@ __all__ = [
 
 def family_runs(config: dict, family: str, width: int | None = None) -> list[str]:
     return TrainingFamily(config, family).runs(width)
-
-
-def family_seeds(config: dict) -> dict[str, dict[str, int]]:
-    """{family: {variant: seeds}} of the training families of this config (the manifest's)."""
-    return {f: TrainingFamily(config, f).seeds() for f in ("pretrain", "ablation") if config.get(f)}
 
 
 def figure_width(config: dict, family: str = "pretrain") -> int:

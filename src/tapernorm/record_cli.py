@@ -14,7 +14,7 @@ REFERENCE_KINDS = ("results", "cost", "job-times", "dyt-rows")  # blocks quoting
 
 def _cmd_manifest(args: argparse.Namespace) -> int:
     from .manifest import write_manifest
-    from .pipeline import family_seeds
+    from .workflow.training import family_seeds
 
     try:
         config = json.loads(args.config_json)

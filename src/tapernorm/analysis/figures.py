@@ -25,8 +25,8 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Circle, FancyArrowPatch, FancyBboxPatch
 
 from ..config import VARIANTS
-from ..pipeline import FIG2_VARIANTS
 from ..schedules import gate_at
+from ..workflow.plan import FIG2_VARIANTS
 from . import paper
 from .figure_curves import end_values, legend_below, plot_variants, runs_at_width, scale_title
 from .figure_style import (

@@ -229,3 +229,8 @@ class LrGridFamily(Family):
             steps_for(self.pretrain.section, width)
         except ValueError as e:
             raise ConfigError(f"config key lr_grid.width: {e}") from e
+
+
+def family_seeds(config: dict) -> dict[str, dict[str, int]]:
+    """{family: {variant: seeds}} of the training families of this config (the manifest's)."""
+    return {f: TrainingFamily(config, f).seeds() for f in ("pretrain", "ablation") if config.get(f)}
