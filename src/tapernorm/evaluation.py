@@ -30,13 +30,16 @@ def mean_ce(
     y_all: torch.Tensor,
     batch_size: int,
     autocast: AbstractContextManager | None = None,
+    gate: float | None = 0.0,
 ) -> float:
-    """Mean next-token CE of targets y given inputs x, with every TaperNorm at g = 0 (the gates
-    are restored afterwards). `autocast`: a context for the forward passes (default: none)."""
+    """Mean next-token CE of targets y given inputs x, with every TaperNorm at `gate` (default 0;
+    None: the gates as they are; they are restored afterwards). `autocast`: a context for the
+    forward passes (default: none)."""
     gates = [m.gate_value for _, m in taper_norms(model)]
     was_training = model.training
     model.eval()
-    set_gate(model, 0.0)
+    if gate is not None:
+        set_gate(model, gate)
     device = model.tok_emb.weight.device
     total, count = torch.zeros((), dtype=torch.float64, device=device), 0  # read once, at the end
     for i in range(0, len(x_all), batch_size):
@@ -77,9 +80,11 @@ def evaluate(
     batch_size: int,
     windows: tuple[torch.Tensor, torch.Tensor] | None = None,
     settings: tuple[str, str] = CLI_SETTINGS,
+    gate: float | None = 0.0,
 ) -> float:
     """Mean CE over the fixed validation windows (`windows`, made before, or made here), with
-    every TaperNorm at g = 0. `settings` name n_windows and batch_size in an out-of-memory error."""
+    every TaperNorm at `gate` (default 0; None: as the model is). `settings` name n_windows and
+    batch_size in an out-of-memory error."""
     if shards.vocab_size > model.config.vocab_size:
         raise ValueError(
             f"the shards in {shards.data_dir} have a vocabulary of {shards.vocab_size}, the model "
@@ -88,7 +93,7 @@ def evaluate(
     block_size = model.config.block_size
     x_all, y_all = windows or validation_windows(shards, n_windows, block_size, settings[0])
     try:
-        return mean_ce(model, x_all, y_all, batch_size)
+        return mean_ce(model, x_all, y_all, batch_size, gate=gate)
     except (MemoryError, RuntimeError) as e:
         if not is_out_of_memory(e):
             raise

@@ -179,7 +179,8 @@ def train_step(run: Run, record: dict, logged: bool) -> Step:
         if logged and micro == 0:
             record.update(output_stats(model, logits, h, y))
             if cfg["log"]["geometry"]:
-                record.update(prelogit_geometry(logits, h, y, ce))
+                head = model.head if run.forward is not model else None  # compiled: no h -> loss
+                record.update(prelogit_geometry(logits, h, y, ce, head))
         ((ce + aux) / accum).backward()
         losses += torch.stack([ce.detach(), aux.detach()]).double()
     losses = (run.reduce(losses) if run.reduce else losses).div(accum)
@@ -279,8 +280,10 @@ def train_steps(run: Run, first_step: int, stop_after: int | None) -> Outcome:
             if metrics is not None:
                 metrics.write(record)
             progress.report(step, loss, record["gate"], record["lr"], tokens_per_s)
-        if eval_due and metrics is not None:
-            metrics.write({"step": step, "val_loss": validation_loss(run, run.model)})
+        if eval_due and metrics is not None:  # the model as trained at this step: its gate
+            gate = result.record["gate"]
+            val = validation_loss(run, run.model, gate=None)
+            metrics.write({"step": step, "val_loss": val, "val_gate": gate})
         if ckpt_due and metrics is not None:
             run.inputs.check()  # the steps since the last checkpoint read the pinned data
             metrics.keep(whole=True)
@@ -305,11 +308,12 @@ def train_steps(run: Run, first_step: int, stop_after: int | None) -> Outcome:
 # ---- the end: weights, final evaluation, eval.json ------------------------------------------------
 
 
-def validation_loss(run: Run, model: GPT) -> float:
-    """The validation loss of `model` on the run's fixed windows, at g = 0."""
+def validation_loss(run: Run, model: GPT, gate: float | None = 0.0) -> float:
+    """The validation loss of `model` on the run's fixed windows, at g = `gate` (None: the gate
+    the model holds, as during training: a periodic evaluation shows the model as trained)."""
     log_cfg = run.cfg["log"]
     n, batch = log_cfg["eval_windows"], log_cfg["eval_batch_size"]
-    return evaluate(model, run.shards, n, batch, run.val_windows, EVAL_KEYS)
+    return evaluate(model, run.shards, n, batch, run.val_windows, EVAL_KEYS, gate=gate)
 
 
 def finish(run: Run, outcome: Outcome) -> dict:
