@@ -39,7 +39,7 @@ from .figure_style import (
     variant_groups,
 )
 from .figures_gradients import fig4, fig4b
-from .runs import variant_order
+from .runs import val_records, variant_order
 
 # ---- figure 1: the layer and the gate schedule ---------------------------------------------------
 
@@ -168,21 +168,36 @@ def fig2(run_dirs: Sequence[str | Path], width: int | None = None) -> tuple[Figu
         raise ValueError(
             f"fig2 needs baseline and internal_aux runs at d={width}; missing {missing}"
         )
-    fig, (ax,) = new_figure(1, 1, (6.5, 4.6))
-    plot_variants(ax, runs, metrics, "loss")
-    ax.set_ylabel("training loss (CE)")
-    ax.set_title(f"Training loss ({scale_title(runs)})", fontsize=10)
-    ax.legend(fontsize=8)
+    val = val_records(runs)
+    fig, axes = new_figure(1, 2, (11.5, 4.8))
+    plot_variants(axes[0], runs, metrics, "loss")
+    axes[0].set_ylabel("training loss (CE)")
+    axes[0].set_title("(a) training loss", fontsize=10)
+    plot_variants(axes[1], runs, val, "val_loss")
+    axes[1].set_ylabel("validation loss (CE)")
+    axes[1].set_title("(b) validation loss", fontsize=10)
+    for ax in axes:
+        legend_below(ax)
+    fig.suptitle(f"Training and validation loss ({scale_title(runs)})", fontsize=11)
     variants = variant_order(runs["variant"])
     ref = paper.FIG2_FINAL_LOSS
+    compared = [VARIANTS[v]["label"] for v in variants if v in ("internal_aux", "all_aux")]
     caption = caption_text(
-        f"**Figure 2.** Training loss (cross-entropy) vs step at {scale_title(runs)}: Baseline and "
-        "Internal-Taper (+aux)"
+        f"**Figure 2.** (a) Training loss (cross-entropy) vs step at {scale_title(runs)}: Baseline "
+        f"and {' and '.join(compared)}"
         + (
             ", and DyT with the untied-head runs it is matched against"
-            if set(variants) - {"baseline", "internal_aux"}
+            if set(variants) - {"baseline", "internal_aux", "all_aux"}
             else ""
         )
+        + ". (b) Validation loss on the fixed validation windows at each periodic evaluation "
+        "(log.eval_every), every TaperNorm at the gate the run held at that step (1 before the "
+        "taper), and at the end at g=0"
+        + (
+            ""
+            if len(val["step"].unique()) > len(runs)
+            else " (only the final evaluation: the runs logged no periodic one)"
+        )  # fmt: skip
         + ".",
         ("Key", style_key(variants)),
         ("Lines and bands", bands_text(runs, variants)),

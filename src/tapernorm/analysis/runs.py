@@ -155,6 +155,25 @@ def load_runs(run_dirs: Sequence[str | Path]) -> tuple[pd.DataFrame, pd.DataFram
     return runs, pd.concat(frames, ignore_index=True)
 
 
+def val_records(runs: pd.DataFrame) -> pd.DataFrame:
+    """The validation curve of every run of `runs` (load_runs' table): each periodic evaluation
+    (log.eval_every: {"step", "val_loss", "val_gate"}, at the gate the run held then) and the final
+    one at g = 0 (eval.json, at its weights' step), with the run's columns (RUN_KEYS) joined."""
+    rows = []
+    for run in runs.to_dict("records"):
+        for rec in read_records(Path(run["run"]) / METRICS):
+            if "val_loss" in rec and rec["val_loss"] is not None:
+                rows.append({"step": rec["step"], "val_loss": rec["val_loss"], **_keys(run)})
+        if math.isfinite(run["val_loss"]) and run["weights_step"] is not None:
+            rows.append({"step": run["weights_step"], "val_loss": run["val_loss"], **_keys(run)})
+    frame = pd.DataFrame(rows, columns=["step", "val_loss", *RUN_KEYS])
+    return frame.drop_duplicates(["run", "step"], keep="last").reset_index(drop=True)
+
+
+def _keys(run: dict) -> dict:
+    return {key: run[key] for key in RUN_KEYS}
+
+
 def diverged_text(runs: pd.DataFrame) -> str:
     """'all_aux-d64-s2 at step 4, final-d64-s0 at step 1 (nothing logged)' of the diverged runs
     among `runs`, in their order ('' when none)."""

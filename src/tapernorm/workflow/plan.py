@@ -8,10 +8,14 @@ from .devices import rules_env
 from .family import Family
 from .finetune import FinetuneBaseFamily, FinetuneFamily
 from .names import JOB_RECORDS, job_record, run_name
+from .scaling import ScalingAblationFamily, ScalingFamily
 from .training import LrGridFamily, SweepFamily, TrainingFamily
 
-# figure 2's runs: Baseline vs Internal-Taper (+aux), and DyT with its matched (untied-head) baseline
-FIG2_VARIANTS = ("baseline", "internal_aux", "dyt", "baseline_untied", "internal_aux_untied")
+# figure 2's runs: Baseline vs the variants claims 1 and 2 compare (Internal-Taper (+aux),
+# All-Taper (+aux)), and DyT with its matched (untied-head) baseline
+FIG2_VARIANTS = (
+    "baseline", "internal_aux", "all_aux", "dyt", "baseline_untied", "internal_aux_untied"
+)  # fmt: skip
 TABLE_FILES = ("csv", "md", "tex", "html")  # html: what the report shows
 FIGURE_FILES = ("pdf", "png")  # png: what the report shows
 PRETRAIN_TABLES = (1, 2, 5)  # of the pre-training runs (rules table1, table2, table5)
@@ -39,6 +43,9 @@ class Plan:
         sweeps = bool(self.ablation and config.get(SweepFamily.name))
         self.sweep = SweepFamily(config) if sweeps else None
         self.lr_grid = LrGridFamily(config) if config.get(LrGridFamily.name) else None
+        self.scaling = ScalingFamily(config) if config.get(ScalingFamily.name) else None
+        reruns = self.scaling and self.ablation and config["scaling"]["ablation_seeds"]
+        self.scaling_ablation = ScalingAblationFamily(config) if reruns else None
         self.finetune = FinetuneFamily(config) if config.get("finetune") else None
         self.finetune_base = (
             FinetuneBaseFamily(config)
@@ -50,6 +57,7 @@ class Plan:
     def training(self) -> list[Family]:
         """The families rule train trains (its {family} wildcard)."""
         found = [self.pretrain, self.ablation, self.sweep, self.lr_grid]
+        found += [self.scaling, self.scaling_ablation]
         return [f for f in found if f is not None]
 
     def family(self, name: str) -> Family:
