@@ -59,6 +59,12 @@ if PLAN.lr_grid:
     include: "workflow/rules/lr_grid.smk"
 
 
+if PLAN.scaling:
+
+    include: "workflow/rules/scaling_params.smk"
+    include: "workflow/rules/scaling.smk"
+
+
 include: "workflow/rules/report.smk"
 
 

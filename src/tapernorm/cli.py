@@ -21,6 +21,7 @@ from .cli_data import prepare_data_parser, prepare_eval_parser, rehearsal_inputs
 from .cli_errors import one_line
 from .cli_machine import check_config_parser, env_parser, gpu_report_parser, selftest_parser
 from .cli_models import eval_parser, export_hf_parser, fold_parser, taper_hf_parser
+from .cli_scaling import scaling_parser
 from .cli_train import gpus_parser, lr_grid_parser, train_parser
 
 # ---- the parser -----------------------------------------------------------------------------------
@@ -61,6 +62,7 @@ COMMANDS = (  # in the order of `tapernorm --help`
     env_parser,
     gpu_report_parser,
     lr_grid_parser,
+    scaling_parser,
     rehearsal_inputs_parser,
 )
 

@@ -157,7 +157,7 @@ def _sweep_summary(inp: ClaimInputs) -> str:
     )
 
 
-def _suppression(ratio: float, chase: float) -> str:
+def suppression_verdict(ratio: float, chase: float) -> str:
     """Claim 4's plain verdict from A (All-Taper (+aux) over Baseline) and U (unanchored over it)."""
     if 1 / CLOSE_FACTOR <= ratio <= CLOSE_FACTOR and chase >= CHASE_YES:
         return YES
@@ -192,7 +192,7 @@ def _paper_point(inp: ClaimInputs, name: str, chase: float) -> tuple[str, float]
     if at["diverged"].all():
         return NO, math.inf
     ratio = float(at.loc[~at["diverged"], "logit_ratio"].mean())
-    return _suppression(ratio, chase), ratio
+    return suppression_verdict(ratio, chase), ratio
 
 
 def claim4(inp: ClaimInputs) -> dict:
@@ -210,7 +210,7 @@ def claim4(inp: ClaimInputs) -> dict:
             continue
         ratio = aux["logit_norm_end"].mean() / base["logit_norm_end"].mean()
         chase = free["logit_norm_end"].mean() / base["logit_norm_end"].mean()
-        verdict = _suppression(ratio, chase)
+        verdict = suppression_verdict(ratio, chase)
         forms = sorted(set(zip(aux["anchor_form"], aux["anchor_lam"], strict=True)))
         setting = ", ".join(_setting(f, lam) for f, lam in forms)
         ours.append(

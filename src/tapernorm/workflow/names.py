@@ -74,6 +74,25 @@ def lr_grid_run_name(variant: str, width: int, seed: int, lr: float) -> str:
     return f"{run_name(variant, width, seed)}-lr{lr:g}"
 
 
+# ---- the scaling study: <variant>-d<width>-s<seed>-n<steps> --------------------------------------
+
+SCALING_RUN_NAME = re.compile(
+    r"^(?P<variant>[a-z_]+)-d(?P<width>\d+)-s(?P<seed>\d+)-n(?P<steps>\d+)$"
+)
+
+
+def scaling_run_name(variant: str, width: int, seed: int, steps: int) -> str:
+    return f"{run_name(variant, width, seed)}-n{steps}"
+
+
+def parse_scaling_run(name: str) -> tuple[str, int, int, int]:
+    """("baseline", 64, 0, 6000) from "baseline-d64-s0-n6000"."""
+    m = SCALING_RUN_NAME.match(name)
+    if m is None:
+        raise ValueError(f"run name {name!r} is not <variant>-d<width>-s<seed>-n<steps>")
+    return m["variant"], int(m["width"]), int(m["seed"]), int(m["steps"])
+
+
 # ---- GPT-2 fine-tuning runs: <protocol>-<model> ---------------------------------------------------
 
 FINETUNE_MODEL_NAME = re.compile(r"^[a-z0-9][a-z0-9.\-]*$")  # the schema's finetune.models name
@@ -97,7 +116,7 @@ def parse_finetune_run(name: str) -> tuple[str, str]:
 # ---- Snakemake wildcard constraints ---------------------------------------------------------------
 
 RUN_WILDCARD = "|".join(
-    wildcard_pattern(p) for p in (RUN_NAME, SWEEP_RUN_NAME, LR_GRID_RUN_NAME)
+    wildcard_pattern(p) for p in (RUN_NAME, SWEEP_RUN_NAME, LR_GRID_RUN_NAME, SCALING_RUN_NAME)
 )  # {run}
 FINETUNE_RUN_WILDCARD = wildcard_pattern(FINETUNE_RUN_NAME)  # {ftrun}
 FOLDED_FINETUNE_RUN_WILDCARD = wildcard_pattern(FINETUNE_RUN_NAME, protocol="all_taperln")

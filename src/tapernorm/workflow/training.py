@@ -69,12 +69,19 @@ class TrainingFamily(Family):
         return self.build(variant, width, seed, data_dir)
 
     def build(
-        self, variant: str, width: int, seed: int, data_dir: str, lr: float | None = None
+        self,
+        variant: str,
+        width: int,
+        seed: int,
+        data_dir: str,
+        lr: float | None = None,
+        steps: int | None = None,
     ) -> dict:
         """The resolved config of `variant` at `width` and `seed` by this section's recipe (peak LR
-        `lr` instead of train.lr where given), named <name>/<run>."""
+        `lr` instead of train.lr, `steps` instead of the section's, where given; warmup and taper
+        stay the same fractions of the steps), named <name>/<run>."""
         fam = self.section
-        steps = steps_for(fam, width)
+        steps = steps_for(fam, width) if steps is None else steps
         train = copy.deepcopy(fam["train"])
         if lr is not None:
             train["lr"] = lr

@@ -73,6 +73,8 @@ def validate_pipeline_config(config: dict, schema_path: str) -> dict:
             )
     if plan.lr_grid is not None:
         plan.lr_grid.validate()
+    if plan.scaling is not None:
+        _validate_scaling(plan)
     missing = set(config["fold"]["variants"]) - set(config["pretrain"]["variants"])
     if missing:
         raise ConfigError(f"config key fold.variants: {sorted(missing)} not in pretrain.variants")
@@ -111,3 +113,23 @@ def _validate_training(fam: TrainingFamily) -> None:
             fam.run_config(run, "data")
         except ConfigError as e:
             raise ConfigError(f"{name} run {run}: {e}") from e
+
+
+def _validate_scaling(plan: Plan) -> None:
+    sec, n_head = plan.scaling.section, plan.pretrain.section["model"]["n_head"]
+    for cell in sec["grid"]:
+        if cell["width"] % n_head:
+            raise ConfigError(
+                f"config key scaling.grid: width {cell['width']} is not divisible by "
+                f"pretrain.model.n_head={n_head}"
+            )
+    if sec["ablation_seeds"] and plan.ablation is None:
+        raise ConfigError(
+            "config key scaling.ablation_seeds: the config has no ablation section to rerun"
+        )
+    for fam in (plan.scaling, plan.scaling_ablation):
+        for run in fam.runs() if fam is not None else []:
+            try:
+                fam.run_config(run, "data")
+            except ConfigError as e:
+                raise ConfigError(f"{fam.name} run {run}: {e}") from e

@@ -1,0 +1,128 @@
+"""The scaling study's figures: each claim's paired gap against tokens per parameter, and the
+validation curves of every cell with the gap over the course of training."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from ..config import VARIANTS
+from .claims_loss import GAP_MAX_PCT
+from .figure_style import COLORS, band_name, caption_text, linestyle, new_figure, save_figure
+from .scaling import GAP_CLAIMS, StudyRuns
+
+WIDTH_COLORS = ("#000000", "#E69F00", "#0072B2", "#CC6677")  # Okabe-Ito / Tol: colour-blind safe
+WIDTH_MARKERS = ("o", "s", "D", "^")
+CLAIM_TITLES = {
+    "1": "Claim 1: Internal-Taper (+aux) vs Baseline",
+    "2": "Claim 2: All-Taper (+aux) vs Baseline",
+    "dyt": "DyT vs Baseline (untied head)",
+}
+BAND_COLOR = "#009E73"
+
+
+def _band(ax, label: bool) -> None:
+    """The paper's criterion, a gap within +-2%, shaded, and the zero line."""
+    ax.axhspan(-GAP_MAX_PCT, GAP_MAX_PCT, color=BAND_COLOR, alpha=0.12, lw=0,
+               label=f"±{GAP_MAX_PCT:g}% (the claims' criterion)" if label else None)  # fmt: skip
+    ax.axhline(0.0, color="0.4", lw=0.8)
+
+
+def gap_figure(summary: pd.DataFrame, out: str | Path, stamp: str) -> list[Path]:
+    """Paired gap (mean, 95% interval) vs tokens per parameter (log x), a panel per claim, a line
+    per width."""
+    claims = [c for c in GAP_CLAIMS if c in set(summary["claim"])]
+    if not claims:
+        raise ValueError("the summary has no rows of claims 1, 2 or dyt: nothing to draw")
+    widths = sorted(summary.loc[summary["claim"].isin(claims), "width"].unique())
+    fig, axes = new_figure(1, len(claims), (4.2 * len(claims), 3.6), sharey=True)
+    for ax, claim in zip(axes, claims, strict=True):
+        _band(ax, label=ax is axes[0])
+        for i, width in enumerate(widths):
+            rows = summary[(summary["claim"] == claim) & (summary["width"] == width)]
+            rows = rows.sort_values("tokens_per_param")
+            if rows.empty:
+                continue
+            err = np.vstack([rows["estimate"] - rows["ci_low"], rows["ci_high"] - rows["estimate"]])
+            ax.errorbar(rows["tokens_per_param"], rows["estimate"], yerr=err, capsize=3,
+                        color=WIDTH_COLORS[i % 4], marker=WIDTH_MARKERS[i % 4], mfc="white",
+                        label=f"d={width}")  # fmt: skip
+        ax.set_xscale("log")
+        ax.set_title(CLAIM_TITLES[claim], fontsize=10)
+        ax.set_xlabel("training tokens per parameter")
+    axes[0].set_ylabel("validation-loss gap, paired by seed (%)")
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="outside lower center", ncols=len(labels), frameon=False)
+    n = sorted(set(summary.loc[summary["claim"].isin(claims), "n_seeds"]))
+    caption = caption_text(
+        "**Scaling study: the claims' gaps as training grows.** Validation-loss gap of each "
+        "variant to its matched baseline, paired by seed: the mean and its 95% t interval "
+        f"({'-'.join(map(str, n))} seed pairs per point), against training tokens per parameter "
+        "of the baseline (log scale); one line per width. Shaded: the claims' criterion, a gap "
+        f"within ±{GAP_MAX_PCT:g}% (the paper's gaps are +0.7% to +1.8% at 270-4,000 tokens per "
+        "parameter).",
+    )
+    return save_figure(fig, out, caption, stamp)
+
+
+def _mean_band(ax, wide: pd.DataFrame, color: str, style: str, label: str | None) -> None:
+    """The seeds' mean (one column per seed) and their band (figure_style's rule)."""
+    mean = wide.mean(axis=1)
+    ax.plot(wide.index, mean, color=color, ls=style, lw=1.4, label=label)
+    if wide.shape[1] >= 2:
+        ax.fill_between(wide.index, wide.min(axis=1), wide.max(axis=1), color=color, alpha=0.2,
+                        lw=0)  # fmt: skip
+
+
+def _wide(curves: pd.DataFrame, variant: str) -> pd.DataFrame:
+    """Validation loss by step (rows) and seed (columns) of one variant."""
+    mine = curves[curves["variant"] == variant]
+    return mine.pivot_table(index="step", columns="seed", values="val_loss")
+
+
+def curves_figure(study: StudyRuns, out: str | Path, stamp: str) -> list[Path]:
+    """Per (width, steps) cell: validation loss against the step (top) and each compared
+    variant's paired gap to its baseline at every validation (bottom)."""
+    curves = study.curves[study.curves["family"] == "scaling"]
+    cells = sorted(curves.groupby(["width", "steps"]).groups)
+    if not cells:
+        raise ValueError("no validation records in the study's runs: nothing to draw")
+    fig, axes = new_figure(2, len(cells), (3.3 * len(cells), 6.0))
+    top, bottom = axes[: len(cells)], axes[len(cells) :]
+    seeds = set()
+    for i, (width, steps) in enumerate(cells):
+        cell = curves[(curves["width"] == width) & (curves["steps"] == steps)]
+        tokens = study.runs.loc[
+            (study.runs["width"] == width) & (study.runs["steps"] == steps), "tokens_per_param"
+        ].min()
+        _band(bottom[i], label=i == 0)
+        for variant in [v for v in VARIANTS if v in set(cell["variant"])]:
+            wide = _wide(cell, variant)
+            seeds.add(wide.shape[1])
+            style = dict(color=COLORS[variant], style=linestyle(variant))
+            _mean_band(top[i], wide, label=VARIANTS[variant]["label"] if i == 0 else None, **style)
+            against = next((b for v, b in GAP_CLAIMS.values() if v == variant), None)
+            if against is not None and against in set(cell["variant"]):
+                base = _wide(cell, against)
+                common = wide.columns.intersection(base.columns)
+                gap = 100.0 * (wide[common] / base[common] - 1.0)
+                _mean_band(bottom[i], gap.dropna(), **style, label=None)
+        top[i].set_title(f"d={width}, {steps:,} steps (~{tokens:.0f} tokens/param)", fontsize=9)
+        top[i].set_yscale("log")
+        bottom[i].set_xlabel("step")
+    top[0].set_ylabel("validation loss")
+    bottom[0].set_ylabel("gap to matched baseline (%)")
+    handles, labels = top[0].get_legend_handles_labels()
+    h2, l2 = bottom[0].get_legend_handles_labels()
+    fig.legend(handles + h2, labels + l2, loc="outside lower center", ncols=4, frameon=False)
+    caption = caption_text(
+        "**Scaling study: validation loss during training.** Top: validation loss on the fixed "
+        "validation windows at each periodic evaluation, with every TaperNorm at the gate the run "
+        "held at that step (1 before the taper, 0 at the end), and the final evaluation at g=0. "
+        "Bottom: each variant's gap to its matched baseline at the same step, paired by seed. "
+        f"Lines: the mean over seeds; {band_name(max(seeds))}. Shaded in the bottom row: ±"
+        f"{GAP_MAX_PCT:g}%.",
+    )
+    return save_figure(fig, out, caption, stamp)

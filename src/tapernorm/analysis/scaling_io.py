@@ -1,0 +1,109 @@
+"""The scaling study's files: a finished run's records copied into the study, and the summary
+written as CSV, markdown and JSON."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pandas as pd
+
+from ..atomic import atomic_write_bytes
+from ..jsonio import read_json, write_json
+from ..provenance import git_state, host, now, versions
+from ..workflow.scaling import RECORD_FILES
+from .claims_loss import GAP_MAX_PCT
+from .scaling import GAP_CLAIMS, trend
+
+CLAIM_NAMES = {
+    "1": "Internal-Taper (+aux) vs Baseline",
+    "2": "All-Taper (+aux) vs Baseline",
+    "dyt": "DyT vs Baseline (untied head)",
+    "3": "logit chasing U (unanchored, no final norm / final norm kept)",
+    "4": "suppression A (All-Taper (+aux) / Baseline)",
+}
+
+
+class RecordError(ValueError):
+    """A run that cannot be recorded (unfinished), or a record directory holding other files."""
+
+
+def copy_record(run: Path, out: Path) -> list[Path]:
+    """Copy `run`'s config.json, eval.json and metrics.jsonl to `out` (each atomically). Refuses
+    an unfinished run and a record directory holding anything else (it is not a record)."""
+    missing = [name for name in RECORD_FILES if not (run / name).is_file()]
+    if missing:
+        raise RecordError(
+            f"run {run} has no {', '.join(missing)}: it has not finished; train it first"
+        )
+    read_json(run / "eval.json")  # a finished run's eval.json reads
+    if out.is_dir():
+        foreign = sorted(p.name for p in out.iterdir() if p.name not in RECORD_FILES)
+        if foreign:
+            raise RecordError(
+                f"{out} holds {', '.join(foreign[:3])}, not a run record: give another --out "
+                "or move those files"
+            )
+    written = []
+    for name in RECORD_FILES:
+        atomic_write_bytes(out / name, (run / name).read_bytes())
+        written.append(out / name)
+    return written
+
+
+def _number(x: float, unit: str) -> str:
+    if not math.isfinite(x):
+        return "n/a"
+    return f"{x:+.2f}%" if unit == "%" else f"{x:.2f}x"
+
+
+def summary_markdown(summary: pd.DataFrame) -> str:
+    """The summary as a markdown table, one row per (claim, width, length), and each gap claim's
+    trend from the shortest to the longest training per width."""
+    lines = [
+        "| Claim | Width | Steps | Tokens/param | Estimate | 95% interval | Seeds | Verdict |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for r in summary.itertuples():
+        ci = f"[{_number(r.ci_low, r.unit)}, {_number(r.ci_high, r.unit)}]"
+        lines.append(
+            f"| {r.claim}: {CLAIM_NAMES[r.claim]} | d={r.width} | {r.steps:,} | "
+            f"{r.tokens_per_param:.1f} | {_number(r.estimate, r.unit)} | {ci} | {r.n_seeds} | "
+            f"{r.verdict} |"
+        )
+    lines.append("")
+    for claim in (c for c in GAP_CLAIMS if c in set(summary["claim"])):
+        for width in sorted(summary.loc[summary["claim"] == claim, "width"].unique()):
+            lines.append(
+                f"- Claim {claim}, d={width}: {trend(summary, claim, int(width))} (±"
+                f"{GAP_MAX_PCT:g}%) from the shortest to the longest training."
+            )
+    return "\n".join(lines) + "\n"
+
+
+def write_summary(
+    summary: pd.DataFrame, per_seed: pd.DataFrame, out: Path, made_by: str = ""
+) -> list[Path]:
+    """summary.csv, per_seed.csv, summary.md and summary.json (the rows, the trends and what made
+    them) in `out`."""
+    if summary.empty:
+        raise ValueError("the study's records give no claim a row: check the grid's variants")
+    out.mkdir(parents=True, exist_ok=True)
+    files = {name: out / name for name in ("summary.csv", "per_seed.csv", "summary.md")}
+    atomic_write_bytes(files["summary.csv"], summary.to_csv(index=False).encode())
+    atomic_write_bytes(files["per_seed.csv"], per_seed.to_csv(index=False).encode())
+    atomic_write_bytes(files["summary.md"], summary_markdown(summary).encode())
+    trends = {
+        f"{claim}/d{width}": trend(summary, claim, int(width))
+        for claim in GAP_CLAIMS
+        for width in sorted(summary.loc[summary["claim"] == claim, "width"].unique())
+    }
+    made = {**git_state(), "host": host(), "versions": versions(), "written": now()}
+    record = {
+        "made_by": made_by,
+        "made": made,
+        "rows": summary.to_dict("records"),
+        "trends": trends,
+    }
+    write_json(out / "summary.json", record)
+    return [*files.values(), out / "summary.json"]

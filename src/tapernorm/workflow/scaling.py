@@ -1,0 +1,129 @@
+"""The scaling study (config/scaling.yaml, docs/scaling.md): do the verdicts hold as training grows?
+
+Two families. `scaling`: pre-training runs <variant>-d<width>-s<seed>-n<steps> of each grid cell
+(widths, training lengths, variants) on paired seeds 0 .. seeds-1, each the pretrain family's recipe
+at its own length (same peak LR; warmup and taper the same fractions of the steps) with
+`eval_points` periodic validations. `scaling_ablation`: the scale-anchor ablation, settings as they
+are, on seeds it was not tuned on. A cell that is exactly a pretrain run (same config but the name)
+is that run: the study records it instead of training it twice.
+
+Every run's records (config.json, eval.json, metrics.jsonl) are copied to results/cpu/scaling/runs/
+<family>/<run>/, which is committed: the summary and figures are built from those records alone.
+"""
+
+from __future__ import annotations
+
+from .family import Family
+from .names import parse_run_name, parse_scaling_run, run_name, scaling_run_name
+from .training import TrainingFamily
+
+SCALING_DIR = "results/cpu/scaling"  # the study's committed records, summary and figures
+RECORD_FILES = ("config.json", "eval.json", "metrics.jsonl")  # what the study keeps of a run
+
+
+def record_dir(family: str, run: str) -> str:
+    """Where the study keeps the records of run `run` of `family`."""
+    return f"{SCALING_DIR}/runs/{family}/{run}"
+
+
+def tokens_per_param(cfg: dict, n_params: int) -> float:
+    """Training tokens per parameter of a resolved run config with `n_params` parameters."""
+    train = cfg["train"]
+    tokens = train["steps"] * train["batch_size"] * train["grad_accum"] * cfg["model"]["block_size"]
+    return tokens / n_params
+
+
+class ScalingFamily(Family):
+    """Pre-training runs of `scaling.grid` at each training length, paired seeds."""
+
+    name = "scaling"
+
+    def __init__(self, config: dict) -> None:
+        super().__init__(config)
+        self.pretrain = TrainingFamily(config, "pretrain")
+        self.section = config[self.name]
+
+    def cells(self) -> list[tuple[str, int, int]]:
+        """(variant, width, steps) of every cell, in grid order."""
+        return [
+            (v, cell["width"], steps)
+            for cell in self.section["grid"]
+            for steps in cell["steps"]
+            for v in cell["variants"]
+        ]
+
+    def runs(self) -> list[str]:
+        seeds = range(self.section["seeds"])
+        return [scaling_run_name(v, w, s, n) for v, w, n in self.cells() for s in seeds]
+
+    def run_config(self, run: str, data_dir: str) -> dict:
+        if run not in self.runs():
+            raise ValueError(f"run {run} is not part of the {self.name} family in this config")
+        variant, width, seed, steps = parse_scaling_run(run)
+        cfg = self.pretrain.build(variant, width, seed, data_dir, steps=steps)
+        cfg["log"]["eval_every"] = max(1, steps // self.section["eval_points"])
+        cfg["name"] = f"{self.name}/{run}"
+        return cfg
+
+    def source(self, run: str) -> tuple[str, str]:
+        """(family, run) that trains `run`: the pretrain run with the very same config where the
+        pretrain family has one, else this family's own."""
+        variant, width, seed, _ = parse_scaling_run(run)
+        twin = run_name(variant, width, seed)
+        if twin in self.pretrain.runs():
+            mine = self.run_config(run, "")
+            theirs = self.pretrain.run_config(twin, "")
+            if {**mine, "name": None} == {**theirs, "name": None}:
+                return self.pretrain.name, twin
+        return self.name, run
+
+    def trained_runs(self) -> list[str]:
+        """The runs this family trains itself (those no pretrain run stands for)."""
+        return [r for r in self.runs() if self.source(r)[0] == self.name]
+
+    @property
+    def device(self) -> str:
+        return self.pretrain.device
+
+    def gpus(self, run: str) -> int:
+        return self.pretrain.gpus(run)
+
+
+class ScalingAblationFamily(Family):
+    """The scale-anchor ablation's runs again, on `scaling.ablation_seeds` (not the seeds it was
+    tuned on), settings exactly the ablation section's."""
+
+    name = "scaling_ablation"
+
+    def __init__(self, config: dict) -> None:
+        super().__init__(config)
+        self.ablation = TrainingFamily(config, "ablation")
+        self.seeds = list(config["scaling"]["ablation_seeds"])
+
+    def runs(self) -> list[str]:
+        fam = self.ablation.section
+        return [
+            run_name(v, w, s) for v in fam["variants"] for w in fam["widths"] for s in self.seeds
+        ]
+
+    def run_config(self, run: str, data_dir: str) -> dict:
+        if run not in self.runs():
+            raise ValueError(f"run {run} is not part of the {self.name} family in this config")
+        variant, width, seed = parse_run_name(run)
+        cfg = self.ablation.build(variant, width, seed, data_dir)
+        cfg["name"] = f"{self.name}/{run}"
+        return cfg
+
+    @property
+    def device(self) -> str:
+        return self.ablation.device
+
+    def gpus(self, run: str) -> int:
+        return self.ablation.gpus(run)
+
+
+def study_records(scaling: ScalingFamily, ablation: ScalingAblationFamily | None) -> list[str]:
+    """Every record file of the study, in family and run order."""
+    runs = [(scaling.name, r) for r in scaling.runs()]
+    runs += [(ablation.name, r) for r in ablation.runs()] if ablation else []
+    return [f"{record_dir(f, r)}/{name}" for f, r in runs for name in RECORD_FILES]

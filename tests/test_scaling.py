@@ -1,0 +1,230 @@
+"""The scaling study: its families' runs and configs, the records it keeps, the summary's
+arithmetic (paired gaps per length, the ablation's per-seed ratios), and its figures."""
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import yaml
+
+from tapernorm.analysis.scaling import read_study, summarize, trend
+from tapernorm.analysis.scaling_figures import curves_figure, gap_figure
+from tapernorm.analysis.scaling_io import RecordError, copy_record, write_summary
+from tapernorm.analysis.stats import t975
+from tapernorm.cli import main
+from tapernorm.config import ConfigError
+from tapernorm.workflow import Plan, validate_pipeline_config
+from tapernorm.workflow.scaling import record_dir, study_records
+
+ROOT = Path(__file__).resolve().parents[1]
+SCHEMA = str(ROOT / "workflow/schemas/config.schema.yaml")
+
+
+def _ci(scaling: dict) -> dict:
+    raw = yaml.safe_load((ROOT / "config/ci.yaml").read_text())
+    raw["scaling"] = scaling
+    return validate_pipeline_config(raw, SCHEMA)
+
+
+CI_GRID = {
+    "grid": [{"width": 32, "steps": [24, 48], "variants": ["baseline", "internal_aux"]}],
+    "seeds": 2,
+    "eval_points": 4,
+    "ablation_seeds": [1],
+}
+
+
+def test_runs_are_the_pretrain_recipe_at_each_length_with_periodic_validation():
+    plan = Plan(_ci(CI_GRID))
+    runs = plan.scaling.runs()
+    assert len(runs) == 2 * 2 * 2 and "internal_aux-d32-s1-n48" in runs
+    cfg = plan.scaling.run_config("internal_aux-d32-s1-n48", "data/pretrain")
+    twin = plan.pretrain.run_config("internal_aux-d32-s1", "data/pretrain")
+    assert cfg["name"] == "scaling/internal_aux-d32-s1-n48"
+    assert cfg["train"]["steps"] == 48 and cfg["log"]["eval_every"] == 12
+    # the same LR, and warmup and taper at the same fractions of the steps as the pretrain run
+    assert cfg["train"]["lr"] == twin["train"]["lr"]
+    assert cfg["train"]["warmup_steps"] == 2 * twin["train"]["warmup_steps"]
+    assert cfg["taper"]["end"] == 48 and twin["taper"]["end"] == 24
+    assert cfg["model"] == twin["model"] and cfg["anchor"] == twin["anchor"]
+    with pytest.raises(ValueError, match="not part of the scaling family"):
+        plan.scaling.run_config("internal_aux-d32-s2-n48", "data/pretrain")
+
+
+def test_a_cell_equal_to_a_pretrain_run_is_that_run():
+    grid = {**CI_GRID, "eval_points": 1}  # the ci config logs no periodic validation (eval_every 0)
+    scaling = Plan(_ci(grid)).scaling
+    # eval_every = steps // 1 = steps: differs from the ci config's 0, so nothing is shared
+    assert scaling.source("baseline-d32-s0-n24") == ("scaling", "baseline-d32-s0-n24")
+    raw = yaml.safe_load((ROOT / "config/ci.yaml").read_text())
+    raw["pretrain"]["log"]["eval_every"] = 6
+    raw["scaling"] = {**CI_GRID, "eval_points": 4}
+    scaling = Plan(validate_pipeline_config(raw, SCHEMA)).scaling
+    assert scaling.source("baseline-d32-s0-n24") == ("pretrain", "baseline-d32-s0")
+    assert scaling.source("baseline-d32-s0-n48") == ("scaling", "baseline-d32-s0-n48")
+    assert "baseline-d32-s0-n24" not in scaling.trained_runs()
+
+
+def test_the_ablation_reruns_on_fresh_seeds_with_its_own_settings():
+    plan = Plan(_ci(CI_GRID))
+    runs = plan.scaling_ablation.runs()
+    assert runs == [f"{v}-d32-s1" for v in plan.ablation.section["variants"]]
+    cfg = plan.scaling_ablation.run_config("all_aux-d32-s1", "data/pretrain")
+    mine = plan.ablation.build("all_aux", 32, 1, "data/pretrain")
+    assert cfg == {**mine, "name": "scaling_ablation/all_aux-d32-s1"}
+    assert plan.scaling in plan.training() and plan.scaling_ablation in plan.training()
+
+
+def test_the_committed_study_config_spans_ten_times_the_tokens():
+    raw = yaml.safe_load((ROOT / "config/config.yaml").read_text())
+    raw.update(yaml.safe_load((ROOT / "config/scaling.yaml").read_text()))
+    plan = Plan(validate_pipeline_config(raw, SCHEMA))
+    cells = plan.scaling.cells()
+    steps64 = sorted({n for v, w, n in cells if w == 64 and v == "baseline"})
+    assert steps64[-1] >= 10 * steps64[0] and len(steps64) >= 3
+    assert len({n for v, w, n in cells if w != 64}) >= 2  # a second width, two lengths
+    assert plan.scaling.section["seeds"] >= 3
+    assert set(plan.scaling_ablation.seeds).isdisjoint(range(plan.ablation.section["seeds"]))
+    # the default's d=64 600-step runs are the study's shortest cells, not trained twice
+    assert plan.scaling.source("baseline-d64-s0-n600") == ("pretrain", "baseline-d64-s0")
+
+
+@pytest.mark.parametrize(
+    "change, key",
+    [
+        ({"grid": [{"width": 33, "steps": [24], "variants": ["baseline"]}]}, "scaling.grid"),
+        ({"seeds": 1}, "scaling.seeds"),
+        ({"grid": [{"width": 32, "steps": [24], "variants": ["nope"]}]}, "scaling.grid"),
+    ],
+)
+def test_a_bad_study_names_its_key(change, key):
+    with pytest.raises(ConfigError, match=key):
+        _ci({**CI_GRID, **change})
+
+
+# ---- records and the summary ----------------------------------------------------------------------
+
+LOGIT = {"baseline": 10.0, "internal": 11.0, "internal_aux": 9.0, "final": 30.0, "all": 40.0,
+         "all_aux": 12.0}  # fmt: skip
+
+
+def _record(root: Path, plan: Plan, family: str, run: str, val: float, logit: float = 10.0):
+    """A run's records as `tapernorm train` writes them (the config the family resolves)."""
+    fam = plan.family(family)
+    cfg = fam.run_config(run, "data/pretrain")
+    out = root / record_dir(family, run)
+    out.mkdir(parents=True)
+    n_params = 1000
+    (out / "config.json").write_text(json.dumps({**cfg, "n_params": n_params}))
+    steps = cfg["train"]["steps"]
+    (out / "eval.json").write_text(json.dumps(
+        {"val_loss": val, "diverged": False, "weights_step": steps, "n_params": n_params}
+    ))  # fmt: skip
+    lines = [{"step": s, "gate": 1.0, "lr": 1e-3, "loss": val + 1, "logit_norm": logit}
+             for s in range(2, steps + 1, 2)]  # fmt: skip
+    lines.insert(2, {"step": 6, "val_loss": val + 0.5, "val_gate": 1.0})
+    (out / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
+    return out
+
+
+def _study(root: Path, gaps: dict[tuple[str, int], list[float]]) -> tuple[Plan, list[Path]]:
+    """Records of CI_GRID's runs: baseline val 3.0 + seed/100, internal_aux that times 1 + gap/100
+    per (variant, steps) and seed; the ablation's logit norms from LOGIT."""
+    plan = Plan(_ci(CI_GRID))
+    dirs = []
+    for run in plan.scaling.runs():
+        variant, _, seed, steps = run.split("-")
+        seed, steps = int(seed[1:]), int(steps[1:])
+        base = 3.0 + seed / 100
+        val = base * (1 + gaps.get((variant, steps), [0.0] * 2)[seed] / 100)
+        dirs.append(_record(root, plan, "scaling", run, val))
+    for run in plan.scaling_ablation.runs():
+        dirs.append(_record(root, plan, "scaling_ablation", run, 5.0, LOGIT[run.split("-")[0]]))
+    return plan, dirs
+
+
+def test_summary_gives_each_claims_paired_gap_with_its_t_interval(tmp_path):
+    _, dirs = _study(tmp_path, {("internal_aux", 24): [1.0, 3.0], ("internal_aux", 48): [0.5, 0.7]})
+    summary, per_seed = summarize(read_study(dirs))
+    rows = summary[summary["claim"] == "1"].sort_values("steps")
+    assert list(rows["steps"]) == [24, 48] and list(rows["n_seeds"]) == [2, 2]
+    assert rows["estimate"].iloc[0] == pytest.approx(2.0)
+    half = t975(1) * np.std([1.0, 3.0], ddof=1) / math.sqrt(2)
+    assert rows["ci_low"].iloc[0] == pytest.approx(2.0 - half)
+    assert rows["ci_high"].iloc[0] == pytest.approx(2.0 + half)
+    assert rows["tokens_per_param"].iloc[1] == pytest.approx(48 * 8 * 32 / 1000)
+    assert rows["verdict"].iloc[1] == "yes"  # [0.6 +- 1.27] inside +-2%
+    assert rows["unit"].iloc[0] == "%" and "2" not in set(summary["claim"])  # no all_aux runs
+    seeds = per_seed[(per_seed["claim"] == "1") & (per_seed["steps"] == 24)]
+    assert list(seeds["value"]) == pytest.approx([1.0, 3.0])
+    assert trend(summary, "1", 32) == "toward the band"
+
+
+def test_claims_3_and_4_are_judged_on_each_fresh_seed(tmp_path):
+    _, dirs = _study(tmp_path, {})
+    summary, per_seed = summarize(read_study(dirs))
+    c3 = summary[summary["claim"] == "3"].iloc[0]
+    kept = np.mean([LOGIT[v] for v in ("baseline", "internal", "internal_aux")])
+    assert c3["estimate"] == pytest.approx((30 + 40) / 2 / kept) and c3["unit"] == "x"
+    assert c3["n_seeds"] == 1 and c3["verdict"] == "holds on 1/1 seeds"
+    assert math.isnan(c3["ci_low"])  # one seed: no interval
+    c4 = per_seed[per_seed["claim"] == "4"].iloc[0]
+    assert c4["value"] == pytest.approx(12 / 10) and c4["verdict"] == "yes"
+
+
+def test_summary_files_and_markdown(tmp_path):
+    _, dirs = _study(tmp_path / "r", {("internal_aux", 24): [1.0, 3.0]})
+    summary, per_seed = summarize(read_study(dirs))
+    paths = write_summary(summary, per_seed, tmp_path / "out", "snakemake ... scaling")
+    assert sorted(p.name for p in paths) == sorted(
+        ["summary.csv", "per_seed.csv", "summary.md", "summary.json"]
+    )
+    csv = pd.read_csv(tmp_path / "out/summary.csv", dtype={"claim": str})
+    assert list(csv.columns[:8]) == [
+        "claim", "width", "tokens_per_param", "estimate", "ci_low", "ci_high", "n_seeds", "unit"
+    ]  # fmt: skip
+    record = json.loads((tmp_path / "out/summary.json").read_text())
+    assert record["trends"]["1/d32"] == "toward the band"
+    assert (
+        "| 1: Internal-Taper (+aux) vs Baseline | d=32 | 24 |"
+        in (tmp_path / "out/summary.md").read_text()
+    )
+
+
+def test_figures_draw_from_the_records(tmp_path):
+    _, dirs = _study(tmp_path / "r", {("internal_aux", 24): [1.0, 3.0]})
+    study = read_study(dirs)
+    summary, _ = summarize(study)
+    for name, paths in (
+        ("gaps", gap_figure(summary, tmp_path / "gaps", "stamp")),
+        ("curves", curves_figure(study, tmp_path / "curves", "stamp")),
+    ):
+        assert sorted(p.suffix for p in paths) == [".html", ".pdf", ".png"], name
+        assert all(p.stat().st_size > 1000 for p in paths)
+    assert len(study.curves[study.curves["run"] == str(dirs[0])]) == 2  # step 6 and the end
+
+
+def test_record_copies_a_finished_run_and_refuses_what_is_not_one(tmp_path):
+    plan = Plan(_ci(CI_GRID))
+    run = _record(tmp_path / "src", plan, "scaling", "baseline-d32-s0-n24", 3.0)
+    out = tmp_path / "rec"
+    assert main(["scaling", "record", "--run", str(run), "--out", str(out)]) == 0
+    assert (out / "metrics.jsonl").read_bytes() == (run / "metrics.jsonl").read_bytes()
+    (run / "eval.json").unlink()
+    with pytest.raises(RecordError, match="has not finished"):
+        copy_record(run, tmp_path / "rec2")
+    (out / "notes.txt").write_text("mine")
+    run2 = _record(tmp_path / "src2", plan, "scaling", "baseline-d32-s0-n24", 3.0)
+    with pytest.raises(RecordError, match="notes.txt, not a run record"):
+        copy_record(run2, out)
+    assert (out / "notes.txt").read_text() == "mine"
+
+
+def test_study_records_list_every_run_of_both_families():
+    plan = Plan(_ci(CI_GRID))
+    records = study_records(plan.scaling, plan.scaling_ablation)
+    assert len(records) == 3 * (len(plan.scaling.runs()) + len(plan.scaling_ablation.runs()))
+    assert records[0] == "results/cpu/scaling/runs/scaling/baseline-d32-s0-n24/config.json"

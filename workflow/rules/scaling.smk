@@ -1,0 +1,99 @@
+# The scaling study (config/scaling.yaml, docs/scaling.md): its runs are trained by rule train
+# (families scaling and scaling_ablation; a cell that is exactly a pretrain run is that run), each
+# run's records are copied to results/cpu/scaling/runs/ (committed), and the summary, figures and
+# manifest are built from those records alone:
+#   snakemake --cores all scaling --configfile config/config.yaml config/scaling.yaml
+# Included when the config has `scaling`.
+
+
+wildcard_constraints:
+    sfamily="scaling|scaling_ablation",
+    sfigure="|".join(SCALING_FIGURES),
+
+
+rule scaling_record:
+    input:
+        scaling_record_source,
+    output:
+        **{
+            f.split(".")[0]: f"{wsc.SCALING_DIR}/runs/{{sfamily}}/{{run}}/{f}"
+            for f in wsc.RECORD_FILES
+        },
+    log:
+        "logs/scaling/record/{sfamily}/{run}.log",
+    localrule: True
+    conda:
+        "../envs/tapernorm.yaml"
+    params:
+        run=lambda wildcards, input: os.path.dirname(input[0]),
+        out=output_dir("eval"),
+    shell:
+        "tapernorm scaling record --run {params.run} --out {params.out} > {log} 2>&1"
+
+
+rule scaling_summary:
+    input:
+        runs=SCALING_RECORDS,
+    output:
+        **{f.replace(".", "_"): f"{wsc.SCALING_DIR}/{f}" for f in SCALING_SUMMARY_FILES},
+    log:
+        "logs/scaling/summary.log",
+    localrule: True
+    conda:
+        "../envs/tapernorm.yaml"
+    params:
+        runs=run_dirs,
+        made_by=RERUN_COMMAND + " scaling",
+        out=wsc.SCALING_DIR,
+    shell:
+        "tapernorm scaling summary --records {params.runs} --made-by {params.made_by:q} "
+        "--out {params.out} > {log} 2>&1"
+
+
+rule scaling_figure:
+    input:
+        runs=SCALING_RECORDS,
+        summary=f"{wsc.SCALING_DIR}/summary.csv",
+    output:
+        pdf=f"{wsc.SCALING_DIR}/{{sfigure}}.pdf",
+        png=f"{wsc.SCALING_DIR}/{{sfigure}}.png",
+        html=f"{wsc.SCALING_DIR}/{{sfigure}}.html",
+    log:
+        "logs/scaling/{sfigure}.log",
+    localrule: True
+    conda:
+        "../envs/tapernorm.yaml"
+    params:
+        runs=run_dirs,
+        out=lambda wildcards, output: output.pdf.removesuffix(".pdf"),
+        hash=CONFIG_HASH,
+    shell:
+        "tapernorm scaling figure {wildcards.sfigure} --records {params.runs} "
+        "--summary {input.summary} --config-hash {params.hash} --out {params.out} > {log} 2>&1"
+
+
+rule scaling_manifest:
+    input:
+        SCALING_RECORDS,
+        expand(f"{wsc.SCALING_DIR}/{{f}}", f=SCALING_SUMMARY_FILES),
+        expand(
+            f"{wsc.SCALING_DIR}/{{fig}}.{{ext}}",
+            fig=SCALING_FIGURES,
+            ext=("pdf", "png"),
+        ),
+    output:
+        f"{wsc.SCALING_DIR}/manifest.json",
+    log:
+        "logs/scaling/manifest.log",
+    localrule: True
+    conda:
+        "../envs/tapernorm.yaml"
+    params:
+        config=json.dumps(config),
+    shell:
+        "tapernorm manifest {input} --config-json {params.config:q} --out {output} > {log} 2>&1"
+
+
+rule scaling:
+    input:
+        f"{wsc.SCALING_DIR}/manifest.json",
