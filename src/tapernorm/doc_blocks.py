@@ -219,6 +219,41 @@ def table_rows_block(source: Path, doc_dir: Path) -> str:
     )
 
 
+def scaling_block(source: Path, doc_dir: Path) -> str:
+    """The scaling study (results/cpu/scaling): each claim's estimate at every training length and
+    width, and whether it moves toward or away from the claim's criterion, or its verdict flips."""
+    from .analysis.scaling_io import CLAIM_NAMES, verdict_path
+
+    record = read_json(source / "summary.json")
+    summary = pd.read_csv(source / "summary.csv", dtype={"claim": str})
+    made = record["made"]
+    commit = str(made["commit"])[:12] + (" (dirty tree)" if made.get("dirty") else "")
+    rows = []
+    for (claim, width), cell in summary.groupby(["claim", "width"], sort=False):
+        cell = cell.sort_values("tokens_per_param")
+        points = " → ".join(
+            f"{r.tokens_per_param:.1f}: {_estimate(r)} ({r.n_seeds})" for r in cell.itertuples()
+        )
+        trend = record["trends"].get(f"{claim}/d{width}", "")
+        rows.append([f"{claim}: {CLAIM_NAMES[claim]}", f"d={width}", points,
+                     verdict_path(cell) + (f"; {trend}" if trend else "")])  # fmt: skip
+    figure = _link(source / "fig_scaling_gaps.png", doc_dir)
+    return (
+        f"The committed scaling study [{source.name}]({_link(source, doc_dir)}/) (tapernorm "
+        f"{commit}, {made['host']['cpu']}, {made['written'][:10]}): each claim at every training "
+        "length, as tokens per parameter: estimate [95% interval] (seed pairs):\n\n"
+        + _table(["Claim", "Width", "Tokens/param: estimate", "Verdict as training grows"], rows)
+        + f"\n\n![Scaling study: each claim's paired gap against tokens per parameter]({figure})"
+    )
+
+
+def _estimate(r) -> str:
+    def fmt(x: float) -> str:
+        return "n/a" if pd.isna(x) else (f"{x:+.2f}%" if r.unit == "%" else f"{x:.2f}x")
+
+    return f"{fmt(r.estimate)} [{fmt(r.ci_low)}, {fmt(r.ci_high)}]"
+
+
 RENDERERS: dict[str, Callable[[Path, Path], str]] = {
     "results": results_block,
     "cost": cost_block,
@@ -226,6 +261,7 @@ RENDERERS: dict[str, Callable[[Path, Path], str]] = {
     "references": references_block,
     "lr-grid": lr_grid_block,
     "dyt-rows": table_rows_block,
+    "scaling": scaling_block,
 }
 
 

@@ -1,7 +1,8 @@
 # The scaling study (config/scaling.yaml, docs/scaling.md): its runs are trained by rule train
 # (families scaling and scaling_ablation; a cell that is exactly a pretrain run is that run), each
 # run's records are copied to results/cpu/scaling/runs/ (committed), and the summary, figures and
-# manifest are built from those records alone:
+# manifest are built from those records alone (ancient: a fresh clone's file times, which follow
+# the checkout's order, replan nothing; a record or summary a job remakes still does):
 #   snakemake --cores all scaling --configfile config/config.yaml config/scaling.yaml
 # Included when the config has `scaling`.
 
@@ -33,7 +34,7 @@ rule scaling_record:
 
 rule scaling_summary:
     input:
-        runs=SCALING_RECORDS,
+        runs=ancient(SCALING_RECORDS),
     output:
         **{f.replace(".", "_"): f"{wsc.SCALING_DIR}/{f}" for f in SCALING_SUMMARY_FILES},
     log:
@@ -52,8 +53,8 @@ rule scaling_summary:
 
 rule scaling_figure:
     input:
-        runs=SCALING_RECORDS,
-        summary=f"{wsc.SCALING_DIR}/summary.csv",
+        runs=ancient(SCALING_RECORDS),
+        summary=ancient(f"{wsc.SCALING_DIR}/summary.csv"),
     output:
         pdf=f"{wsc.SCALING_DIR}/{{sfigure}}.pdf",
         png=f"{wsc.SCALING_DIR}/{{sfigure}}.png",

@@ -174,10 +174,13 @@ def fig2(run_dirs: Sequence[str | Path], width: int | None = None) -> tuple[Figu
     axes[0].set_ylabel("training loss (CE)")
     axes[0].set_title("(a) training loss", fontsize=10)
     plot_variants(axes[1], runs, val, "val_loss")
+    if val.empty:
+        axes[1].text(0.5, 0.5, "no validation records", ha="center", transform=axes[1].transAxes)
     axes[1].set_ylabel("validation loss (CE)")
     axes[1].set_title("(b) validation loss", fontsize=10)
     for ax in axes:
-        legend_below(ax)
+        if ax.get_legend_handles_labels()[0]:
+            legend_below(ax)
     fig.suptitle(f"Training and validation loss ({scale_title(runs)})", fontsize=11)
     variants = variant_order(runs["variant"])
     ref = paper.FIG2_FINAL_LOSS

@@ -81,6 +81,16 @@ def summary_markdown(summary: pd.DataFrame) -> str:
     return "\n".join(lines) + "\n"
 
 
+def verdict_path(cell: pd.DataFrame) -> str:
+    """A claim's verdicts from the shortest to the longest training at one width ('yes → not
+    resolved: flips'), or the one verdict they all share."""
+    verdicts = list(cell.sort_values("tokens_per_param")["verdict"])
+    if len(set(verdicts)) == 1:
+        return f"{verdicts[0]} at every length"
+    flips = " (the verdict flips)" if verdicts[0] != verdicts[-1] else ""
+    return " → ".join(verdicts) + flips
+
+
 def write_summary(
     summary: pd.DataFrame, per_seed: pd.DataFrame, out: Path, made_by: str = ""
 ) -> list[Path]:
