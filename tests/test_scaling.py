@@ -281,3 +281,34 @@ def test_a_figure_is_rebuilt_from_the_committed_records_alone(tmp_path):
     stats = done.stdout.split("Job stats:")[1].split("\n\n")[0]
     jobs = dict(line.split() for line in stats.splitlines()[3:] if len(line.split()) == 2)
     assert jobs == {"scaling_figure": "1", "total": "1"}, stats
+
+
+def test_claim_rows_and_scale_card_quote_the_study(tmp_path):
+    from tapernorm.analysis.claim_rows import ClaimInputs
+    from tapernorm.analysis.claims_scaling import load_scaling, study_note, with_study
+    from tapernorm.analysis.scale_card import untested
+
+    _, dirs = _study(tmp_path / "r", {("internal_aux", 24): [1.0, 3.0]})
+    summary, per_seed = summarize(read_study(dirs))
+    write_summary(summary, per_seed, tmp_path / "study")
+    study = load_scaling(tmp_path / "study/summary.csv")
+    ours, holds = study_note(study, "1")
+    assert ours.startswith(f"scaling study ({tmp_path / 'study'}): d=32, tokens/param 6: +2.00%")
+    assert "toward the band" in ours
+    assert holds == "at 12 tokens/param (d=32, scaling study): yes, the verdict flips"
+    ours3, holds3 = study_note(study, "3")
+    assert "the ablation on 1 fresh seeds" in ours3 and "holds on 1/1 seeds" in ours3
+    assert holds3 == "" and study_note(study, "2") == ("", "")
+
+    def claim(inp):
+        return {"Claim": "1", "Ours": "d=64: +1%", "Holds?": "yes"}
+
+    row = with_study(claim, "1")(ClaimInputs(scaling=study))
+    assert row["Ours"].startswith("d=64: +1%; scaling study") and row["Holds?"].startswith("yes; ")
+    assert with_study(claim, "1")(ClaimInputs()) == claim(None)  # no study given: unchanged
+    runs = read_study(dirs).runs
+    notes = untested(ClaimInputs(runs=runs[runs["width"] == 32], scaling=study))
+    assert any("the scaling study up to ~12" in n for n in notes)
+    with pytest.raises(ValueError, match="not a summary.csv"):
+        (tmp_path / "bad.csv").write_text("a,b\n1,2\n")
+        load_scaling(tmp_path / "bad.csv")

@@ -34,6 +34,8 @@ STAMP_ARGS = f"--config-hash {CONFIG_HASH}" + (
 )
 # the committed LR grid (docs/norm-free.md): the claims use it where its scale is the runs'
 LR_GRID = "results/cpu/lr_grid/lr_grid.json"
+# the committed scaling study (docs/scaling.md): the claims quote each claim as training grows
+SCALING_SUMMARY = "results/cpu/scaling/summary.csv"
 # what reruns this run (the report's home page names it)
 RERUN_COMMAND = "snakemake --cores all" + (
     f" --configfile {' '.join(os.path.relpath(f) for f in workflow.configfiles)}"
@@ -239,6 +241,11 @@ def train_minutes(wildcards):
 def lr_grid_input(wildcards):
     """The committed LR grid, where the checkout has it (the claims judge by it only at its scale)."""
     return [LR_GRID] if os.path.isfile(LR_GRID) else []
+
+
+def scaling_input(wildcards):
+    """The committed scaling study's summary, where the checkout has it (claims 1-4, DyT's row)."""
+    return [SCALING_SUMMARY] if os.path.isfile(SCALING_SUMMARY) else []
 
 
 def manifest_files(wildcards):

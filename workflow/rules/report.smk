@@ -60,6 +60,7 @@ rule claims:
         finetune=PLAN.finetune_evals(),
         bench=PLAN.bench_csvs(),
         lr_grid=lr_grid_input,
+        scaling=scaling_input,
         data=PRETRAIN_DATA_FILES["meta"],  # the corpus and vocabulary, for the scale card
     output:
         md="results/claims.md",
@@ -79,11 +80,12 @@ rule claims:
         sweep=optional_files("--sweep-runs", "sweep", dirs_of),
         bench=optional_files("--bench", "bench"),
         lr_grid=optional_files("--lr-grid", "lr_grid"),
+        scaling=optional_files("--scaling", "scaling"),
         stamp=STAMP_ARGS,
     shell:
         "tapernorm claims --runs {params.runs} {params.ablation} {params.sweep} "
         "--verify {input.verify} {params.finetune} {params.bench} {params.lr_grid} "
-        "--out {output.md} {params.stamp} > {log} 2>&1"
+        "{params.scaling} --out {output.md} {params.stamp} > {log} 2>&1"
 
 
 rule job_times:

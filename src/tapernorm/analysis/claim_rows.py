@@ -55,6 +55,7 @@ class ClaimInputs:
     bench: pd.DataFrame = field(default_factory=pd.DataFrame)  # the timed rows of load_bench
     bench_skipped: list[str] = field(default_factory=list)  # why a benchmarked model was not timed
     lr_grid: dict | None = None  # lr_grid.json of `tapernorm lr-grid` (the TaperNorm-vs-DyT row)
+    scaling: pd.DataFrame | None = None  # summary.csv of the scaling study (claims_scaling)
 
 
 def claim_row(

@@ -87,6 +87,7 @@ from .claims_dyt import claim_dyt, grid_source, paper_variants_only
 from .claims_finetune import claim8
 from .claims_fold import FOLD_SPEEDUP_YES, claim6, claim7, read_verify
 from .claims_loss import GAP_MAX_PCT, claim1, claim2
+from .claims_scaling import load_scaling, with_study
 from .html import markdown_page
 from .runs import describe_scale, load_runs
 from .scale_card import COLUMNS as SCALE_COLUMNS
@@ -123,15 +124,15 @@ __all__ = [
 ]
 
 CLAIMS: list[Callable[[ClaimInputs], dict]] = [
-    claim1,
-    claim2,
-    paper_variants_only(claim3),
-    paper_variants_only(claim4),
+    with_study(claim1, "1"),
+    with_study(claim2, "2"),
+    with_study(paper_variants_only(claim3), "3"),
+    with_study(paper_variants_only(claim4), "4"),
     paper_variants_only(claim5),
     claim6,
     claim7,
     claim8,
-    claim_dyt,
+    with_study(claim_dyt, "dyt"),
 ]
 
 
@@ -223,6 +224,7 @@ def write_claims(
     lr_grid: str | Path | None = None,
     config_sha256: str | None = None,
     rehearsal: bool = False,
+    scaling: str | Path | None = None,
 ) -> Path:
     """Compute every claim from the given run dirs / verify files; write <out>.md, .html (the
     report's page) and .json (claims_record) atomically.
@@ -231,6 +233,7 @@ def write_claims(
     `finetune_evals`: eval JSON files of the GPT-2 fine-tuning runs (claim 8).
     `bench_files`: CSVs of `tapernorm bench forward|decode` (claim 7).
     `lr_grid`: lr_grid.json of `tapernorm lr-grid` (the TaperNorm-vs-DyT row, the scale card).
+    `scaling`: summary.csv of the scaling study (claims 1-4 and DyT's rows, the scale card).
     `config_sha256`: the workflow config's hash, named in the stamp.
     `rehearsal`: a rehearsal of the paper path on stand-ins (config/rehearsal.yaml): said at the top
     and in the stamp.
@@ -245,6 +248,7 @@ def write_claims(
         bench=inference_tables.timed(bench),
         bench_skipped=inference_tables.skipped_notes(bench),
         lr_grid=load_lr_grid(lr_grid) if lr_grid else None,
+        scaling=load_scaling(scaling) if scaling else None,
     )
     inputs = {
         "pre-training runs": f"{len(runs)} ({describe_scale(inp.runs) if runs else 'none'})",
@@ -255,6 +259,7 @@ def write_claims(
         "fine-tuning evaluations": str(len(finetune_evals)),
         "benchmark CSVs": str(len(bench_files)),
         "LR grid": grid_source(inp.lr_grid) if inp.lr_grid else "none",
+        "scaling study": str(scaling) if scaling else "none",
     }
     record = claims_record(inp, config_sha256, inputs, rehearsal)
     text = claims_markdown(record)

@@ -79,6 +79,7 @@ def _cmd_claims(args: argparse.Namespace) -> int:
         lr_grid=args.lr_grid,
         config_sha256=args.config_hash,
         rehearsal=args.rehearsal,
+        scaling=args.scaling,
     )
     print(out)
     return 0
@@ -187,6 +188,12 @@ def add_subcommands(subparsers) -> None:
         type=Path,
         help="lr_grid.json of `tapernorm lr-grid` at the runs' scale (TaperNorm vs DyT at each "
         "arm's best LR; the scale card's LR line)",
+    )
+    c.add_argument(
+        "--scaling",
+        type=Path,
+        help="summary.csv of the scaling study (results/cpu/scaling): each claim as training "
+        "grows, in claims 1-4 and DyT's rows and the scale card",
     )
     c.add_argument(
         "--out",

@@ -122,16 +122,22 @@ def untested(inp: ClaimInputs) -> list[str]:
     """What these inputs cannot test of the paper's claims."""
     out = []
     runs = inp.runs
+    study = inp.scaling if inp.scaling is not None else pd.DataFrame()
     if not runs.empty and runs["width"].nunique() == 1:
+        widths = sorted(set(study["width"]) - {int(runs["width"].iloc[0])}) if len(study) else []
+        more = f"; the scaling study adds d={', '.join(map(str, widths))}" if widths else ""
         out.append(
-            f"the trend over model size (one width, d={int(runs['width'].iloc[0])}; the paper: "
-            "d=64-512)"
+            f"the trend over model size (one width, d={int(runs['width'].iloc[0])}{more}; the "
+            "paper: d=64-512)"
         )
     if not runs.empty:
         per_param = (_tokens(runs) / runs["n_params"].astype(float)).median()
         if per_param < 100:
+            most = study["tokens_per_param"].max() if len(study) else None
+            longer = f"; the scaling study up to ~{most:.0f}" if most else ""
             out.append(
-                f"converged training (~{per_param:.0f} tokens per parameter; the paper: ~270-4,000)"
+                f"converged training (~{per_param:.0f} tokens per parameter{longer}; the paper: "
+                "~270-4,000)"
             )
     if not inp.bench.empty and set(inp.bench["device"]) == {"cpu"}:
         out.append("GPU speed (claim 7's timings are a CPU's; the paper's are an H100's)")

@@ -1,0 +1,88 @@
+"""What the committed scaling study (results/cpu/scaling/summary.csv) adds to a claim's row: the
+claim's estimate from the shortest to the longest training at each width, the trend toward or away
+from its criterion, and, where the verdict at the longest training differs from the shortest's,
+that the verdict flips. Claims 3 and 4: the ablation on fresh seeds, and on how many it holds."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pandas as pd
+
+from .claim_rows import ClaimInputs
+from .scaling import SUMMARY_COLUMNS, trend
+
+STUDY = "scaling study"
+
+
+def load_scaling(path: str | Path) -> pd.DataFrame:
+    """summary.csv of `tapernorm scaling summary`, with its path kept in attrs["source"]."""
+    frame = pd.read_csv(path, dtype={"claim": str})
+    missing = [c for c in SUMMARY_COLUMNS if c not in frame.columns]
+    if missing:
+        raise ValueError(f"scaling summary {path}: not a summary.csv (no columns {missing})")
+    frame.attrs["source"] = str(Path(path).parent)
+    return frame
+
+
+def _value(x: float, unit: str) -> str:
+    if pd.isna(x):
+        return "n/a"
+    return f"{x:+.2f}%" if unit == "%" else f"{x:.2f}x"
+
+
+def _interval(r) -> str:
+    return f"[{_value(r.ci_low, r.unit)}, {_value(r.ci_high, r.unit)}]"
+
+
+def study_note(summary: pd.DataFrame, claim: str) -> tuple[str, str]:
+    """(text for the Ours column, text for the Holds? column; '' when nothing changes) of one
+    claim, from the study's rows of it."""
+    rows = summary[summary["claim"] == claim]
+    if rows.empty:
+        return "", ""
+    source = summary.attrs.get("source", "results/cpu/scaling")
+    if claim in ("3", "4"):
+        r = rows.iloc[0]
+        text = (
+            f"{STUDY} ({source}), the ablation on {r.n_seeds} fresh seeds: "
+            f"{_value(r.estimate, r.unit)} {_interval(r)}, {r.verdict}"
+        )
+        return text, ""
+    ours, holds = [], []
+    for width, cell in rows.groupby("width"):
+        cell = cell.sort_values("tokens_per_param")
+        first, last = cell.iloc[0], cell.iloc[-1]
+        path = " → ".join(
+            f"{r.tokens_per_param:.0f}: {_value(r.estimate, r.unit)}" for r in cell.itertuples()
+        )
+        ours.append(
+            f"d={width}, tokens/param {path} (longest {_interval(last)}, {last.n_seeds} pairs; "
+            f"{trend(summary, claim, int(width))})"
+        )
+        if last.verdict != first.verdict:
+            holds.append(
+                f"at {last.tokens_per_param:.0f} tokens/param (d={width}, {STUDY}): "
+                f"{last.verdict}, the verdict flips"
+            )
+    return f"{STUDY} ({source}): " + "; ".join(ours), "; ".join(holds)
+
+
+def with_study(claim: Callable[[ClaimInputs], dict], key: str) -> Callable[[ClaimInputs], dict]:
+    """`claim` whose row also quotes the scaling study's rows of `key` (where it is given)."""
+
+    def row(inp: ClaimInputs) -> dict:
+        out = claim(inp)
+        if inp.scaling is None or inp.scaling.empty:
+            return out
+        ours, holds = study_note(inp.scaling, key)
+        if ours:
+            out = {**out, "Ours": f"{out['Ours']}; {ours}"}
+        if holds:
+            out = {**out, "Holds?": f"{out['Holds?']}; {holds}"}
+        return out
+
+    row.__name__ = claim.__name__
+    row.__doc__ = claim.__doc__
+    return row
