@@ -22,6 +22,7 @@ rule scaling_record:
         },
     log:
         "logs/scaling/record/{sfamily}/{run}.log",
+    priority: 100  # right after its run: a part's records are there to commit as it goes
     localrule: True
     conda:
         "../envs/tapernorm.yaml"
