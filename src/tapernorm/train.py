@@ -6,8 +6,10 @@ statistics into the calibration EMAs; clip; step. Data order depends only on (se
 draws exactly the batches an uninterrupted run would.
 
 Data parallel: launched by `torchrun --nproc_per_node W` (WORLD_SIZE > 1), rank r computes micro-batches
-r, r + W, ... of every step, gradients, losses and calibration statistics are summed over ranks, so the
-W processes take the very steps one process would (same global batch), and only rank 0 writes files.
+r, r + W, ... of every step; the model trains in DistributedDataParallel, which sums the gradients over
+ranks in buckets during the backward of each rank's last micro-batch (distributed.data_parallel), and
+losses and calibration statistics are summed over ranks, so the W processes take the very steps one
+process would (same global batch), and only rank 0 writes files. One process trains the bare model.
 
 train() = set_up (inputs pinned, data, model, optimizer) -> resume (from out/ckpt; both in
 training_run.py) -> train_steps (the loop) -> finish (final weights, rolled back if the run
@@ -33,7 +35,7 @@ from tqdm import tqdm
 from .checkpoint import CheckpointError, save_model, write_json
 from .device import resolve_device
 from .diagnostics import clipped, grad_norms, output_stats, prelogit_geometry
-from .distributed import World, barrier, process_group, sum_grads
+from .distributed import World, barrier, process_group
 from .evaluation import evaluate
 from .model import GPT
 from .norms import freeze, set_gate, update_calibration
@@ -161,9 +163,9 @@ def start_step(run: Run, step: int) -> dict:
 
 def train_step(run: Run, record: dict, logged: bool) -> Step:
     """The optimizer step `start_step` began (its `record`): this process's micro-batches forward
-    and backward, gradients and statistics summed over processes, calibration while g = 1, clip,
-    AdamW. Reads nothing back from the device unless `logged` (the logged step's output and
-    gradient statistics)."""
+    and backward (DDP sums the gradients over processes in the last backward), statistics summed
+    over processes, calibration while g = 1, clip, AdamW. Reads nothing back from the device unless
+    `logged` (the logged step's output and gradient statistics)."""
     cfg, model, opt, anchor, fakeln = run.cfg, run.model, run.opt, run.anchor, run.fakeln
     train_cfg, taper_cfg = cfg["train"], cfg["taper"]
     step, gate, accum = record["step"], record["gate"], train_cfg["grad_accum"]
@@ -172,19 +174,19 @@ def train_step(run: Run, record: dict, logged: bool) -> Step:
     for micro in run.micro_batches:
         x, y = run.shards.batch("train", B, T, batch_generator(cfg["seed"], step, micro))
         x, y = to_device(x, run.device), to_device(y, run.device)
-        with run.autocast:
-            logits, h = run.forward(x, return_hidden=True)
-        ce = F.cross_entropy(logits.float().flatten(0, 1), y.flatten())
-        aux = anchor.loss(h) if anchor is not None else ce.new_zeros(())
-        if logged and micro == 0:
-            record.update(output_stats(model, logits, h, y))
-            if cfg["log"]["geometry"]:
-                record.update(prelogit_geometry(logits, h, y, ce))
-        ((ce + aux) / accum).backward()
+        with run.grad_sync(last=micro == run.micro_batches[-1]):  # DDP: sums in the last backward
+            with run.autocast:
+                logits, h = run.forward(x, return_hidden=True)
+            ce = F.cross_entropy(logits.float().flatten(0, 1), y.flatten())
+            aux = anchor.loss(h) if anchor is not None else ce.new_zeros(())
+            if logged and micro == 0:
+                record.update(output_stats(model, logits, h, y))
+                if cfg["log"]["geometry"]:
+                    record.update(prelogit_geometry(logits, run.own_hidden(h), y, ce))
+            ((ce + aux) / accum).backward()
         losses += torch.stack([ce.detach(), aux.detach()]).double()
     losses = (run.reduce(losses) if run.reduce else losses).div(accum)
 
-    sum_grads(model, run.world)
     if gate == 1.0 and run.tapered:
         update_calibration(model, taper_cfg["ema_mu"], run.reduce)
     if anchor is not None:
