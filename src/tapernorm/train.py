@@ -42,6 +42,7 @@ from .norms import freeze, set_gate, update_calibration
 from .provenance import now
 from .run_lock import run_lock
 from .schedules import gate_at, lr_at
+from .tensorboard_log import check_available
 from .training_run import (
     EVAL_KEYS,
     Run,
@@ -237,6 +238,13 @@ def host_values(record: dict) -> dict:
     return out
 
 
+def write_record(run: Run, record: dict) -> None:
+    """A record to metrics.jsonl and, with log.tensorboard, to the TensorBoard log (rank 0)."""
+    run.metrics.write(record)
+    if run.tensorboard is not None:
+        run.tensorboard.write(record)
+
+
 def train_steps(run: Run, first_step: int, stop_after: int | None) -> Outcome:
     """Optimizer steps first_step + 1 ... train.steps, logged, evaluated and checkpointed as the
     config's `log` says. Stops at a non-finite loss or gradient norm (noticed at the next boundary:
@@ -279,10 +287,10 @@ def train_steps(run: Run, first_step: int, stop_after: int | None) -> Outcome:
                 loss=loss, aux_loss=aux_loss, grad_norm=grad_norm, tokens_per_s=tokens_per_s
             )
             if metrics is not None:
-                metrics.write(record)
+                write_record(run, record)
             progress.report(step, loss, record["gate"], record["lr"], tokens_per_s)
         if eval_due and metrics is not None:
-            metrics.write({"step": step, "val_loss": validation_loss(run, run.model)})
+            write_record(run, {"step": step, "val_loss": validation_loss(run, run.model)})
         if ckpt_due and metrics is not None:
             run.inputs.check()  # the steps since the last checkpoint read the pinned data
             metrics.keep(whole=True)
@@ -390,13 +398,15 @@ def train(
 ) -> dict:
     """Run (or resume) one training run described by a resolved run config; returns eval.json's dict.
 
-    Writes out_dir/{config.json, metrics.jsonl, ckpt/, model.safetensors, eval.json}; eval.json last,
-    holding out_dir/train.lock meanwhile (a second train() on out_dir is refused, or with `wait`
-    waits for the first to end). A run found finished is left as it is (its eval.json returned).
-    `stop_after` ends the process early (as if killed) after that many steps: used by resume tests.
+    Writes out_dir/{config.json, metrics.jsonl, ckpt/, model.safetensors, eval.json} (and, with
+    log.tensorboard, out_dir/tensorboard/), eval.json last, holding out_dir/train.lock meanwhile
+    (a second train() on out_dir is refused, or with `wait` waits for the first to end). A run
+    found finished is left as it is (its eval.json returned). `stop_after` ends the process early
+    (as if killed) after that many steps: used by resume tests.
     Under torchrun (WORLD_SIZE > 1) it joins the process group (NCCL on GPUs, gloo on CPUs);
     ranks other than 0 return {"rank": r, "step": k} and write nothing.
     """
+    check_available(cfg)  # log.tensorboard without its package: stop before anything starts
     world = World.from_env()
     device = resolve_device(cfg["train"]["device"], world.local_rank, "train.device")
     with process_group(world, device):
@@ -421,3 +431,5 @@ def train(
             finally:
                 if run.metrics is not None:
                     run.metrics.close()
+                if run.tensorboard is not None:
+                    run.tensorboard.close()

@@ -39,6 +39,7 @@ from .model import GPT, GPTConfig, convert_norms
 from .norms import Reduce, taper_norms
 from .provenance import git_state, host, now, versions
 from .run_identity import Inputs, run_identity
+from .tensorboard_log import TensorBoardLog, wanted
 from .training_state import (
     checkpoint_mismatch,
     clear_run,
@@ -119,6 +120,7 @@ class Run:
     inputs: Inputs  # the data and init files, pinned: checked at each checkpoint and at the end
     val_windows: tuple[torch.Tensor, torch.Tensor]  # the fixed validation windows (made up front)
     metrics: MetricsLog | None = None  # metrics.jsonl, open from resume on (rank 0)
+    tensorboard: TensorBoardLog | None = None  # with log.tensorboard: its view, open with metrics
     ddp: DistributedDataParallel | None = None  # the model in DDP (several processes), else None
     ddp_hidden: ModelHidden | None = None  # with DDP: the model's own h of its last forward
 
@@ -235,7 +237,7 @@ def resume(run: Run) -> int:
     """The step the run continues from: its checkpoint's (loaded, metrics.jsonl restored to it) or
     0. A checkpoint of another config, data or init is not resumed: the run starts over, and every
     file of the old run is removed first; one whose state.json is unreadable is an error. Rank 0
-    writes config.json and opens the record (run.metrics)."""
+    writes config.json and opens the record (run.metrics; with log.tensorboard, run.tensorboard)."""
     cfg, out, world = run.cfg, run.out, run.world
     if world.main:
         out.mkdir(parents=True, exist_ok=True)
@@ -272,4 +274,6 @@ def resume(run: Run) -> int:
             note = f" ({run.metrics_path.name} restored: {restored} records)" if restored else ""
             log.info("[%s] resumed from step %d%s", cfg["name"], step, note)
         run.metrics = MetricsLog(run.metrics_path, cfg["name"])
+        if wanted(cfg):
+            run.tensorboard = TensorBoardLog(run.out, step)
     return step
