@@ -39,6 +39,7 @@ from .distributed import World, barrier, process_group
 from .evaluation import evaluate
 from .model import GPT
 from .norms import freeze, set_gate, update_calibration
+from .progress import clock
 from .provenance import now
 from .run_lock import run_lock
 from .schedules import gate_at, lr_at
@@ -63,18 +64,12 @@ from .training_state import (
 log = logging.getLogger(__name__)
 
 
-def clock(seconds: float) -> str:
-    """A duration as m:ss, or h:mm:ss from an hour on."""
-    minutes, secs = divmod(round(seconds), 60)
-    hours, minutes = divmod(minutes, 60)
-    return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"
-
-
 # ---- the loop -------------------------------------------------------------------------------------
 
 
 class Progress:
-    """A tqdm bar on a terminal; elsewhere a log line per logged step with tok/s, elapsed and ETA."""
+    """A tqdm bar on a terminal; elsewhere a log line per logged step with tok/s, elapsed and ETA
+    (training's own: it reports the loss; other long steps use tapernorm.progress.Progress)."""
 
     def __init__(self, name: str, first_step: int, steps: int, main: bool):
         self.name, self.first_step, self.steps, self.main = name, first_step, steps, main
