@@ -202,6 +202,54 @@ def test_nothing_to_do_after_a_complete_run(ci_run):
     assert "Nothing to be done" in out
 
 
+def _changed_ci(ci_run: Path, name: str, section: str, key: str, value) -> str:
+    """A copy of config/ci.yaml in the run's directory with `section`.`key` set to `value`."""
+    cfg = yaml.safe_load((ci_run / "config/ci.yaml").read_text())
+    node = cfg
+    for part in section.split("."):
+        node = node[part]
+    node[key] = value
+    (ci_run / name).write_text(yaml.safe_dump(cfg, sort_keys=False))
+    return name
+
+
+def _planned_train_runs(output: str) -> set[str]:
+    """The run directories of the train jobs a dry run plans."""
+    return set(re.findall(r"rule train:\n(?:\s+\w+: .*\n)*?\s+output: (\S+)/eval\.json", output))
+
+
+AFTER_A_BENCHMARK = {"claims", "job_times", "report_home", "manifest", "all"}
+
+
+def test_a_bench_change_replans_only_the_benchmark_and_what_reads_it(ci_run):
+    """The tables and figures of the training runs name the config's sha256 in their stamp, which
+    is not a rerun trigger (common.smk, stamp_args); each benchmark's job gets its own grid."""
+    forward = _changed_ci(ci_run, "forward.yaml", "bench.forward", "repeats", 4)
+    counts = job_counts(snakemake(ci_run, "-n", "--configfile", forward).stdout)
+    assert set(counts) == {"bench_forward", "table3", *AFTER_A_BENCHMARK}
+    decode = _changed_ci(ci_run, "decode.yaml", "bench.decode", "new_tokens", 6)
+    counts = job_counts(snakemake(ci_run, "-n", "--configfile", decode).stdout)
+    assert set(counts) == {"bench_decode", "table_decode", "fig5", *AFTER_A_BENCHMARK}
+    assert all(n == 1 for n in counts.values())
+
+
+def test_a_pretrain_train_change_replans_the_pretraining_runs_and_what_reads_them(ci_run):
+    lr = _changed_ci(ci_run, "lr.yaml", "pretrain.train", "lr", 2.0e-3)
+    out = snakemake(ci_run, "-n", "--configfile", lr).stdout
+    counts = job_counts(out)
+    runs = _planned_train_runs(out)
+    assert len(runs) == counts["train"] == 16 and all("/runs/pretrain/" in r for r in runs)
+    assert counts["fold"] == 2 and {"bench_forward", "bench_decode"} <= set(counts)
+    untouched = {
+        "anchor_table",
+        "fig4b_ablation_grad_norms",
+        "fig6_scale_anchor",
+        "fig7_anchor_sweep",
+    }
+    untouched |= {"finetune", "eval_finetune", "table4", "table6", "prepare_data"}
+    assert not untouched & set(counts)  # the ablation's, the sweep's and the fine-tuning's
+
+
 def test_deleting_one_run_rebuilds_only_it_and_its_dependants(ci_run):
     """Snakemake does not bring back a deleted intermediate by itself; `--forcerun` on the run's
     eval.json retrains that run alone and rebuilds exactly what depends on it."""

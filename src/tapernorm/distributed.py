@@ -1,8 +1,8 @@
 """Data parallelism under torchrun: this process's rank, its share of each step's micro-batches,
-and sums over the processes (of gradients and of small statistics)."""
+the model wrapped in DistributedDataParallel (gradients summed over the processes in buckets, while
+the backward runs) and sums over the processes of small statistics."""
 
-from __future__ import annotations
-
+import inspect
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -11,6 +11,7 @@ from datetime import timedelta
 
 import torch
 import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel
 
 from .model import GPT
 from .norms import Reduce
@@ -37,7 +38,7 @@ class World:
         return self.rank == 0
 
     @classmethod
-    def from_env(cls) -> World:
+    def from_env(cls) -> "World":
         size = int(os.environ.get("WORLD_SIZE", "1"))
         if size <= 1:
             return cls()
@@ -87,12 +88,57 @@ def make_reduce(world: World, device: torch.device) -> Reduce | None:
     return reduce
 
 
-def sum_grads(model: GPT, world: World) -> None:
-    """Sum every gradient over the processes: each holds its micro-batches' share of the mean."""
-    if world.size > 1:
-        for p in model.parameters():
-            if p.grad is not None:
-                dist.all_reduce(p.grad)
+# (evaluated annotations: DDP checks that a communication hook's are GradBucket and Future[Tensor])
+def sum_gradients(state: object, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
+    """A DDP communication hook: a bucket of gradients summed over the processes (DDP's own hook
+    averages). Each process's loss is already its micro-batches' share of the step's mean (divided
+    by train.grad_accum, the global count), so the sum is the gradient one process would take."""
+    work = dist.all_reduce(bucket.buffer(), async_op=True)
+    return work.get_future().then(lambda fut: fut.value()[0])
+
+
+def _no_buffer_sync() -> dict:
+    """DDP's option that turns off its broadcast of the buffers before each forward (torch 2.13
+    renamed it)."""
+    params = inspect.signature(DistributedDataParallel.__init__).parameters
+    key = "forward_sync_buffers" if "forward_sync_buffers" in params else "broadcast_buffers"
+    return {key: False}
+
+
+def data_parallel(model: GPT, world: World, device: torch.device) -> DistributedDataParallel | None:
+    """`model` in DistributedDataParallel for several processes (None for one: it trains the bare
+    model). Gradients are summed (sum_gradients) in buckets as the backward produces them. No
+    buffer broadcast before each forward: the buffers (TaperNorm's gate, c and EMAs, FakeNorm's
+    scale) start equal (DDP copies rank 0's once, at construction) and are kept equal by the
+    explicit sums over processes (make_reduce). find_unused_parameters is on: a tapered norm leaves
+    gamma_tilde out of the graph while g = 1 and gamma once g = 0; DDP leaves the gradient of a
+    parameter that no process used as it was (None), as one process would."""
+    if world.size == 1:
+        return None
+    ddp = DistributedDataParallel(
+        model,
+        device_ids=[device] if device.type == "cuda" else None,
+        find_unused_parameters=True,
+        **_no_buffer_sync(),
+    )
+    ddp.register_comm_hook(None, sum_gradients)
+    return ddp
+
+
+class ModelHidden:
+    """h_L of the model's last training forward (grad enabled), as the model returned it. DDP
+    (with find_unused_parameters) hands a forward's outputs back through one autograd node of its
+    own, each output apart: the loss of the logits has no gradient path to DDP's copy of h, and
+    the diagnostic dCE/dh (diagnostics.prelogit_geometry) differentiates with respect to this one
+    (the same values)."""
+
+    def __init__(self, model: GPT):
+        self.h: torch.Tensor | None = None
+        model.register_forward_hook(self._keep)
+
+    def _keep(self, module: GPT, args: tuple, output) -> None:
+        if module.training and torch.is_grad_enabled() and isinstance(output, tuple):
+            self.h = output[1]
 
 
 def barrier(world: World) -> None:

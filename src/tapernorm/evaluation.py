@@ -15,6 +15,7 @@ from .device import autocast_for, is_out_of_memory, resolve_device
 from .divergence import diverged
 from .model import GPT
 from .norms import set_gate, taper_norms
+from .progress import Progress
 
 CLI_SETTINGS = ("--windows", "--batch-size")  # what `tapernorm eval` calls n_windows, batch_size
 
@@ -31,10 +32,12 @@ def mean_ce(
     batch_size: int,
     autocast: AbstractContextManager | None = None,
     gate: float | None = 0.0,
+    label: str | None = None,
 ) -> float:
     """Mean next-token CE of targets y given inputs x, with every TaperNorm at `gate` (default 0;
     None: the gates as they are; they are restored afterwards). `autocast`: a context for the
-    forward passes (default: none)."""
+    forward passes (default: none). `label`: show the batches scored as they go under it
+    (tapernorm.progress; none: quiet)."""
     gates = [m.gate_value for _, m in taper_norms(model)]
     was_training = model.training
     model.eval()
@@ -42,14 +45,18 @@ def mean_ce(
         set_gate(model, gate)
     device = model.tok_emb.weight.device
     total, count = torch.zeros((), dtype=torch.float64, device=device), 0  # read once, at the end
-    for i in range(0, len(x_all), batch_size):
-        x, y = x_all[i : i + batch_size].to(device), y_all[i : i + batch_size].to(device)
-        with autocast or nullcontext():
-            logits = model(x)
-        total += F.cross_entropy(
-            logits.float().flatten(0, 1), y.flatten(), reduction="sum"
-        ).double()
-        count += y.numel()
+    starts = range(0, len(x_all), batch_size)
+    with Progress(label, len(starts), "batch") if label else nullcontext() as progress:
+        for i in starts:
+            x, y = x_all[i : i + batch_size].to(device), y_all[i : i + batch_size].to(device)
+            with autocast or nullcontext():
+                logits = model(x)
+            total += F.cross_entropy(
+                logits.float().flatten(0, 1), y.flatten(), reduction="sum"
+            ).double()
+            count += y.numel()
+            if progress is not None:
+                progress.update()
     total = total.item()
     for (_, m), g in zip(taper_norms(model), gates, strict=True):
         m.set_gate(g)
@@ -81,10 +88,11 @@ def evaluate(
     windows: tuple[torch.Tensor, torch.Tensor] | None = None,
     settings: tuple[str, str] = CLI_SETTINGS,
     gate: float | None = 0.0,
+    label: str | None = None,
 ) -> float:
     """Mean CE over the fixed validation windows (`windows`, made before, or made here), with
     every TaperNorm at `gate` (default 0; None: as the model is). `settings` name n_windows and
-    batch_size in an out-of-memory error."""
+    batch_size in an out-of-memory error; `label` shows the batches as they go (mean_ce)."""
     if shards.vocab_size > model.config.vocab_size:
         raise ValueError(
             f"the shards in {shards.data_dir} have a vocabulary of {shards.vocab_size}, the model "
@@ -93,7 +101,7 @@ def evaluate(
     block_size = model.config.block_size
     x_all, y_all = windows or validation_windows(shards, n_windows, block_size, settings[0])
     try:
-        return mean_ce(model, x_all, y_all, batch_size, gate=gate)
+        return mean_ce(model, x_all, y_all, batch_size, gate=gate, label=label)
     except (MemoryError, RuntimeError) as e:
         if not is_out_of_memory(e):
             raise
@@ -109,9 +117,11 @@ def evaluate_rows(
     batch_size: int,
     max_rows: int | None = None,
     dtype: str = "float32",
+    label: str | None = None,
 ) -> dict:
     """Mean CE of an evaluation set at g = 0: each row scored on its own (row[:-1] predicts
-    row[1:]); `dtype` as train.dtype ("auto": bf16 autocast on CUDA, CE always in float32)."""
+    row[1:]); `dtype` as train.dtype ("auto": bf16 autocast on CUDA, CE always in float32);
+    `label` shows the batches as they go (mean_ce)."""
     rows = eval_set.rows(max_rows)
     if rows.shape[1] - 1 > model.config.block_size:
         raise ValueError(
@@ -125,7 +135,7 @@ def evaluate_rows(
         )
     autocast = autocast_for(model.tok_emb.weight.device, dtype)
     try:
-        loss = mean_ce(model, rows[:, :-1], rows[:, 1:], batch_size, autocast)
+        loss = mean_ce(model, rows[:, :-1], rows[:, 1:], batch_size, autocast, label)
     except (MemoryError, RuntimeError) as e:
         if not is_out_of_memory(e):
             raise
@@ -165,11 +175,11 @@ def evaluate_model(
     if not (Path(data) / "rows.bin").exists():  # token shards: the fixed validation windows
         if folded is not None:
             raise ValueError(f"--folded needs an evaluation set of prepare-eval; {data} has none")
-        loss = evaluate(model, TokenShards(data), windows, batch_size)
+        loss = evaluate(model, TokenShards(data), windows, batch_size, label=f"eval {data}")
         result["val_loss"] = None if bad is not None and not math.isfinite(loss) else loss
         return result
     eval_set = EvalSet(data)
-    scores = evaluate_rows(model, eval_set, batch_size, max_rows, dtype)
+    scores = evaluate_rows(model, eval_set, batch_size, max_rows, dtype, f"eval {data}")
     loss = scores["loss"]
     result.update(
         set=eval_set.meta["set"],
@@ -184,7 +194,8 @@ def evaluate_model(
         result["folded"] = {"model": str(folded), "skipped": bad.reason()}
     elif folded is not None:  # the folded export, on the same rows
         del model
-        loss = evaluate_rows(load_model(folded, dev), eval_set, batch_size, max_rows, dtype)["loss"]
+        folded_model, label = load_model(folded, dev), f"eval {folded} on {data}"
+        loss = evaluate_rows(folded_model, eval_set, batch_size, max_rows, dtype, label)["loss"]
         result["folded"] = {
             "model": str(folded),
             "val_loss": loss,

@@ -6,7 +6,8 @@ same data or init named another way (`./data` for `data`, an absolute path, a mo
 directory of the same bytes) is the same run:
 
 - config: the resolved run config without `data.dir` and `init.from` (the paths: what they hold
-  is the next two parts);
+  is the next two parts) and `log.tensorboard` (whether a TensorBoard view of the record is
+  written);
 - data: the sha256 of the shards (meta.json, train.bin, val.bin) and of the tokenizer model that
   meta.json names;
 - init: for a run or model directory, its config.json's "model" entry and the digest of the
@@ -34,6 +35,7 @@ SHARD_FILES = ("meta.json", "train.bin", "val.bin")
 MODEL_FILES = ("config.json", "model.safetensors")  # what checkpoint.load_model reads
 PARTS = {"config": "another config", "data": "other data", "init": "another init checkpoint"}
 PATH_KEYS = (("data", "dir"), ("init", "from"))  # identified by what they hold, not their spelling
+VIEW_KEYS = (("log", "tensorboard"),)  # how a run is watched, not what it computes
 HF_VOLATILE = ("_name_or_path", "transformers_version")  # in config.json, not the model
 HF_WEIGHTS = (".safetensors", ".bin", ".index.json")
 
@@ -43,9 +45,10 @@ class InputChanged(RuntimeError):
 
 
 def config_identity(cfg: dict) -> dict:
-    """The run config as its identity compares it: without the paths of PATH_KEYS."""
+    """The run config as its identity compares it: without the paths of PATH_KEYS and the views
+    of VIEW_KEYS (a run is the same with or without its TensorBoard log)."""
     cfg = copy.deepcopy(cfg)
-    for section, key in PATH_KEYS:
+    for section, key in PATH_KEYS + VIEW_KEYS:
         if isinstance(cfg.get(section), dict):
             cfg[section].pop(key, None)
     return cfg

@@ -6,8 +6,10 @@ statistics into the calibration EMAs; clip; step. Data order depends only on (se
 draws exactly the batches an uninterrupted run would.
 
 Data parallel: launched by `torchrun --nproc_per_node W` (WORLD_SIZE > 1), rank r computes micro-batches
-r, r + W, ... of every step, gradients, losses and calibration statistics are summed over ranks, so the
-W processes take the very steps one process would (same global batch), and only rank 0 writes files.
+r, r + W, ... of every step; the model trains in DistributedDataParallel, which sums the gradients over
+ranks in buckets during the backward of each rank's last micro-batch (distributed.data_parallel), and
+losses and calibration statistics are summed over ranks, so the W processes take the very steps one
+process would (same global batch), and only rank 0 writes files. One process trains the bare model.
 
 train() = set_up (inputs pinned, data, model, optimizer) -> resume (from out/ckpt; both in
 training_run.py) -> train_steps (the loop) -> finish (final weights, rolled back if the run
@@ -33,13 +35,15 @@ from tqdm import tqdm
 from .checkpoint import CheckpointError, save_model, write_json
 from .device import resolve_device
 from .diagnostics import clipped, grad_norms, output_stats, prelogit_geometry
-from .distributed import World, barrier, process_group, sum_grads
+from .distributed import World, barrier, process_group
 from .evaluation import evaluate
 from .model import GPT
 from .norms import freeze, set_gate, update_calibration
+from .progress import clock
 from .provenance import now
 from .run_lock import run_lock
 from .schedules import gate_at, lr_at
+from .tensorboard_log import check_available
 from .training_run import (
     EVAL_KEYS,
     Run,
@@ -60,18 +64,12 @@ from .training_state import (
 log = logging.getLogger(__name__)
 
 
-def clock(seconds: float) -> str:
-    """A duration as m:ss, or h:mm:ss from an hour on."""
-    minutes, secs = divmod(round(seconds), 60)
-    hours, minutes = divmod(minutes, 60)
-    return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"
-
-
 # ---- the loop -------------------------------------------------------------------------------------
 
 
 class Progress:
-    """A tqdm bar on a terminal; elsewhere a log line per logged step with tok/s, elapsed and ETA."""
+    """A tqdm bar on a terminal; elsewhere a log line per logged step with tok/s, elapsed and ETA
+    (training's own: it reports the loss; other long steps use tapernorm.progress.Progress)."""
 
     def __init__(self, name: str, first_step: int, steps: int, main: bool):
         self.name, self.first_step, self.steps, self.main = name, first_step, steps, main
@@ -161,9 +159,9 @@ def start_step(run: Run, step: int) -> dict:
 
 def train_step(run: Run, record: dict, logged: bool) -> Step:
     """The optimizer step `start_step` began (its `record`): this process's micro-batches forward
-    and backward, gradients and statistics summed over processes, calibration while g = 1, clip,
-    AdamW. Reads nothing back from the device unless `logged` (the logged step's output and
-    gradient statistics)."""
+    and backward (DDP sums the gradients over processes in the last backward), statistics summed
+    over processes, calibration while g = 1, clip, AdamW. Reads nothing back from the device unless
+    `logged` (the logged step's output and gradient statistics)."""
     cfg, model, opt, anchor, fakeln = run.cfg, run.model, run.opt, run.anchor, run.fakeln
     train_cfg, taper_cfg = cfg["train"], cfg["taper"]
     step, gate, accum = record["step"], record["gate"], train_cfg["grad_accum"]
@@ -172,20 +170,20 @@ def train_step(run: Run, record: dict, logged: bool) -> Step:
     for micro in run.micro_batches:
         x, y = run.shards.batch("train", B, T, batch_generator(cfg["seed"], step, micro))
         x, y = to_device(x, run.device), to_device(y, run.device)
-        with run.autocast:
-            logits, h = run.forward(x, return_hidden=True)
-        ce = F.cross_entropy(logits.float().flatten(0, 1), y.flatten())
-        aux = anchor.loss(h) if anchor is not None else ce.new_zeros(())
-        if logged and micro == 0:
-            record.update(output_stats(model, logits, h, y))
-            if cfg["log"]["geometry"]:
-                head = model.head if run.forward is not model else None  # compiled: no h -> loss
-                record.update(prelogit_geometry(logits, h, y, ce, head))
-        ((ce + aux) / accum).backward()
+        with run.grad_sync(last=micro == run.micro_batches[-1]):  # DDP: sums in the last backward
+            with run.autocast:
+                logits, h = run.forward(x, return_hidden=True)
+            ce = F.cross_entropy(logits.float().flatten(0, 1), y.flatten())
+            aux = anchor.loss(h) if anchor is not None else ce.new_zeros(())
+            if logged and micro == 0:
+                record.update(output_stats(model, logits, h, y))
+                if cfg["log"]["geometry"]:
+                    head = model.head if run.forward is not model else None  # compiled, DDP
+                    record.update(prelogit_geometry(logits, run.own_hidden(h), y, ce, head))
+            ((ce + aux) / accum).backward()
         losses += torch.stack([ce.detach(), aux.detach()]).double()
     losses = (run.reduce(losses) if run.reduce else losses).div(accum)
 
-    sum_grads(model, run.world)
     if gate == 1.0 and run.tapered:
         update_calibration(model, taper_cfg["ema_mu"], run.reduce)
     if anchor is not None:
@@ -236,6 +234,13 @@ def host_values(record: dict) -> dict:
     return out
 
 
+def write_record(run: Run, record: dict) -> None:
+    """A record to metrics.jsonl and, with log.tensorboard, to the TensorBoard log (rank 0)."""
+    run.metrics.write(record)
+    if run.tensorboard is not None:
+        run.tensorboard.write(record)
+
+
 def train_steps(run: Run, first_step: int, stop_after: int | None) -> Outcome:
     """Optimizer steps first_step + 1 ... train.steps, logged, evaluated and checkpointed as the
     config's `log` says. Stops at a non-finite loss or gradient norm (noticed at the next boundary:
@@ -278,12 +283,12 @@ def train_steps(run: Run, first_step: int, stop_after: int | None) -> Outcome:
                 loss=loss, aux_loss=aux_loss, grad_norm=grad_norm, tokens_per_s=tokens_per_s
             )
             if metrics is not None:
-                metrics.write(record)
+                write_record(run, record)
             progress.report(step, loss, record["gate"], record["lr"], tokens_per_s)
         if eval_due and metrics is not None:  # the model as trained at this step: its gate
             gate = result.record["gate"]
             val = validation_loss(run, run.model, gate=None)
-            metrics.write({"step": step, "val_loss": val, "val_gate": gate})
+            write_record(run, {"step": step, "val_loss": val, "val_gate": gate})
         if ckpt_due and metrics is not None:
             run.inputs.check()  # the steps since the last checkpoint read the pinned data
             metrics.keep(whole=True)
@@ -392,13 +397,15 @@ def train(
 ) -> dict:
     """Run (or resume) one training run described by a resolved run config; returns eval.json's dict.
 
-    Writes out_dir/{config.json, metrics.jsonl, ckpt/, model.safetensors, eval.json}; eval.json last,
-    holding out_dir/train.lock meanwhile (a second train() on out_dir is refused, or with `wait`
-    waits for the first to end). A run found finished is left as it is (its eval.json returned).
-    `stop_after` ends the process early (as if killed) after that many steps: used by resume tests.
+    Writes out_dir/{config.json, metrics.jsonl, ckpt/, model.safetensors, eval.json} (and, with
+    log.tensorboard, out_dir/tensorboard/), eval.json last, holding out_dir/train.lock meanwhile
+    (a second train() on out_dir is refused, or with `wait` waits for the first to end). A run
+    found finished is left as it is (its eval.json returned). `stop_after` ends the process early
+    (as if killed) after that many steps: used by resume tests.
     Under torchrun (WORLD_SIZE > 1) it joins the process group (NCCL on GPUs, gloo on CPUs);
     ranks other than 0 return {"rank": r, "step": k} and write nothing.
     """
+    check_available(cfg)  # log.tensorboard without its package: stop before anything starts
     world = World.from_env()
     device = resolve_device(cfg["train"]["device"], world.local_rank, "train.device")
     with process_group(world, device):
@@ -423,3 +430,5 @@ def train(
             finally:
                 if run.metrics is not None:
                     run.metrics.close()
+                if run.tensorboard is not None:
+                    run.tensorboard.close()

@@ -10,6 +10,7 @@ the batches an uninterrupted one would.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Callable
 from contextlib import AbstractContextManager
@@ -17,12 +18,20 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+from torch.nn.parallel import DistributedDataParallel
 
 from .anchor import ScaleAnchor
 from .checkpoint import load_model, write_json
 from .data import TokenShards
 from .device import autocast_for
-from .distributed import World, barrier, make_reduce, rank_micro_batches
+from .distributed import (
+    ModelHidden,
+    World,
+    barrier,
+    data_parallel,
+    make_reduce,
+    rank_micro_batches,
+)
 from .evaluation import validation_windows
 from .fakeln import FakeLNSchedule, schedule_for
 from .metrics_log import METRICS, MetricsLog, restore_metrics
@@ -30,6 +39,7 @@ from .model import GPT, GPTConfig, convert_norms
 from .norms import Reduce, taper_norms
 from .provenance import git_state, host, now, versions
 from .run_identity import Inputs, run_identity
+from .tensorboard_log import TensorBoardLog, wanted
 from .training_state import (
     checkpoint_mismatch,
     clear_run,
@@ -105,11 +115,14 @@ class Run:
     micro_batches: list[int]  # this process's share of each step's grad_accum micro-batches
     reduce: Reduce | None  # sums statistics over the processes (None for one process)
     identity: dict  # config + data and init fingerprints (run_identity): what a resume must match
-    forward: Callable  # the training forward: the model, or torch.compile of it
+    forward: Callable  # the training forward: the model (in DDP for several processes), compiled
     provenance: dict  # what made the run: code, host, versions, threads, start (config.json meta)
     inputs: Inputs  # the data and init files, pinned: checked at each checkpoint and at the end
     val_windows: tuple[torch.Tensor, torch.Tensor]  # the fixed validation windows (made up front)
     metrics: MetricsLog | None = None  # metrics.jsonl, open from resume on (rank 0)
+    tensorboard: TensorBoardLog | None = None  # with log.tensorboard: its view, open with metrics
+    ddp: DistributedDataParallel | None = None  # the model in DDP (several processes), else None
+    ddp_hidden: ModelHidden | None = None  # with DDP: the model's own h of its last forward
 
     @property
     def tapered(self) -> bool:
@@ -129,6 +142,19 @@ class Run:
     @property
     def autocast(self) -> AbstractContextManager:
         return autocast_for(self.device, self.cfg["train"]["dtype"])
+
+    def grad_sync(self, last: bool) -> AbstractContextManager:
+        """Around a micro-batch's forward and backward: DDP sums the gradients over the processes
+        in the backward of this process's `last` micro-batch of the step, and accumulates them
+        locally before it (no_sync); nothing to do for one process."""
+        if self.ddp is None or last:
+            return contextlib.nullcontext()
+        return self.ddp.no_sync()
+
+    def own_hidden(self, h: torch.Tensor) -> torch.Tensor:
+        """h_L of the last training forward as the model returned it, for a gradient with respect
+        to it: `h` itself for one process; DDP's copy of it is not on the loss's path."""
+        return h if self.ddp_hidden is None else self.ddp_hidden.h
 
     @property
     def ckpt(self) -> Path:
@@ -163,9 +189,12 @@ def set_up(cfg: dict, out: Path, world: World, device: torch.device) -> Run:
     identity = run_identity(cfg, inputs)
     log_cfg = cfg["log"]
     val_windows = validation_windows(shards, log_cfg["eval_windows"], mcfg.block_size, EVAL_KEYS[0])
+    ddp = data_parallel(model, world, device)  # None for one process: the bare model trains
     # train.compile: one graph per gate phase (g = 1, 0 < g < 1, g = 0): TaperNorm branches on the
-    # phase and computes with the gate buffer, so a changing g does not recompile
-    forward = torch.compile(model) if cfg["train"]["compile"] else model
+    # phase and computes with the gate buffer, so a changing g does not recompile (with DDP,
+    # dynamo splits the graphs at its gradient buckets)
+    forward = ddp if ddp is not None else model
+    forward = torch.compile(forward) if cfg["train"]["compile"] else forward
     provenance = {
         **git_state(),
         "host": host(),
@@ -192,6 +221,8 @@ def set_up(cfg: dict, out: Path, world: World, device: torch.device) -> Run:
         provenance,
         inputs,
         val_windows,
+        ddp=ddp,
+        ddp_hidden=ModelHidden(model) if ddp is not None else None,
     )
 
 
@@ -206,7 +237,7 @@ def resume(run: Run) -> int:
     """The step the run continues from: its checkpoint's (loaded, metrics.jsonl restored to it) or
     0. A checkpoint of another config, data or init is not resumed: the run starts over, and every
     file of the old run is removed first; one whose state.json is unreadable is an error. Rank 0
-    writes config.json and opens the record (run.metrics)."""
+    writes config.json and opens the record (run.metrics; with log.tensorboard, run.tensorboard)."""
     cfg, out, world = run.cfg, run.out, run.world
     if world.main:
         out.mkdir(parents=True, exist_ok=True)
@@ -243,4 +274,6 @@ def resume(run: Run) -> int:
             note = f" ({run.metrics_path.name} restored: {restored} records)" if restored else ""
             log.info("[%s] resumed from step %d%s", cfg["name"], step, note)
         run.metrics = MetricsLog(run.metrics_path, cfg["name"])
+        if wanted(cfg):
+            run.tensorboard = TensorBoardLog(run.out, step)
     return step

@@ -47,7 +47,7 @@ for kind in wb.BENCH_KINDS:
         params:
             kind=kind,
             gpus=gpu_claim(lambda w: BENCH.device),
-            config=json.dumps(config["bench"]),
+            config=json.dumps(BENCH.job_config(kind)),
             models=BENCH_MODELS,
         shell:
             "OMP_NUM_THREADS={threads} {params.gpus} tapernorm bench {params.kind} "
@@ -76,7 +76,7 @@ for bench_table, table_kind, bench_kind in (
         params:
             kind=table_kind,
             out=table_stem,
-            stamp=STAMP_ARGS,
+            stamp=stamp_args,
         shell:
             "tapernorm table {params.kind} --bench {input} --out {params.out} "
             "{params.stamp} > {log} 2>&1"
@@ -93,7 +93,7 @@ rule fig5:
     conda:
         "../envs/tapernorm.yaml"
     params:
-        stamp=STAMP_ARGS,
+        stamp=stamp_args,
     shell:
         "tapernorm figure fig5 --bench {input} {params.stamp} "
         "--out {output.pdf} > {log} 2>&1"

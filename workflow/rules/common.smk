@@ -206,6 +206,16 @@ def all_cores(wildcards):
     return workflow.cores
 
 
+def stamp_args(wildcards, output):
+    """The stamp options of a table, figure, the claims or job times (STAMP_ARGS: the config's
+    sha256, and whether it rehearses). A function of the job's output, which Snakemake counts as
+    derived and leaves out of its params rerun trigger: the stamp names the config an output was
+    made under, and a change to a part of the config that it does not read (bench: for Table 1)
+    must not rebuild it. What it reads are its inputs (runs, benchmarks, data), rebuilt when the
+    params of their jobs (a training run's config) change."""
+    return STAMP_ARGS
+
+
 def job_records_dir(wildcards):
     """The directory of the job records that `tapernorm job-times` reads (its inputs)."""
     return JOB_RECORDS

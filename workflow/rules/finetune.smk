@@ -186,7 +186,7 @@ for n in wp.FINETUNE_TABLES:
             n=n,
             runs=run_dirs,
             out=table_stem,
-            stamp=STAMP_ARGS,
+            stamp=stamp_args,
         shell:
             "tapernorm table {params.n} --runs {params.runs} --evals {input.evals} "
             "--out {params.out} {params.stamp} > {log} 2>&1"

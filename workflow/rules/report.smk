@@ -20,7 +20,7 @@ for n in wp.PRETRAIN_TABLES:
             n=n,
             runs=run_dirs,
             out=table_stem,
-            stamp=STAMP_ARGS,
+            stamp=stamp_args,
         shell:
             "tapernorm table {params.n} --runs {params.runs} --out {params.out} "
             "{params.stamp} > {log} 2>&1"
@@ -44,7 +44,7 @@ for fig_name, fig_runs in FIGURES.items():
             kind=fig_name.split("_")[0],
             runs=run_dirs,
             width=PLAN.figure_width(fig_name),
-            stamp=STAMP_ARGS,
+            stamp=stamp_args,
         shell:
             "tapernorm figure {params.kind} --runs {params.runs} --width {params.width} "
             "{params.stamp} --out {output.pdf} > {log} 2>&1"
@@ -81,7 +81,7 @@ rule claims:
         bench=optional_files("--bench", "bench"),
         lr_grid=optional_files("--lr-grid", "lr_grid"),
         scaling=optional_files("--scaling", "scaling"),
-        stamp=STAMP_ARGS,
+        stamp=stamp_args,
     shell:
         "tapernorm claims --runs {params.runs} {params.ablation} {params.sweep} "
         "--verify {input.verify} {params.finetune} {params.bench} {params.lr_grid} "
@@ -102,7 +102,7 @@ rule job_times:
         records=job_records_dir,
         jobs=" ".join(PLAN.timed_jobs(root=None)),
         out=table_stem,
-        stamp=STAMP_ARGS,
+        stamp=stamp_args,
     shell:
         "tapernorm job-times {params.records} --jobs {params.jobs} --out {params.out} "
         "{params.stamp} > {log} 2>&1"

@@ -15,7 +15,7 @@ rule anchor_table:
     params:
         runs=run_dirs,
         out=table_stem,
-        stamp=STAMP_ARGS,
+        stamp=stamp_args,
     shell:
         "tapernorm table anchor --runs {params.runs} --out {params.out} "
         "{params.stamp} > {log} 2>&1"

@@ -100,12 +100,14 @@ def bench_decode(
     reference: GPT | None = None,
     check_steps: int = 4,
     on_rows: Callable[[list[dict]], None] = lambda rows: None,
+    on_round: Callable[[], None] = lambda: None,
 ) -> list[dict]:
     """Greedy decode per (batch, prompt length) cell and variant: speedups over the first model
     (medians of per-round ratios over `repeats` interleaved rounds) and the prefill and decode times
     and throughputs they imply (bench.trust.paired), with each cell's spread, the load of other
     processes and whether the timing was disturbed. Exports are verified against `reference` first
-    (see bench.variants.prepare_models). Each cell's rows go to `on_rows` as soon as it is timed.
+    (see bench.variants.prepare_models). Each cell's rows go to `on_rows` as soon as it is timed;
+    `on_round` is called after each round (timing.paired_rounds).
 
     Compiled, each (variant, cell) is compiled once (`graphs_compiled`: the graphs dynamo made while
     building and checking it). On a GPU every compiled row says whether its step ran as a CUDA graph
@@ -133,6 +135,7 @@ def bench_decode(
         check_steps=min(check_steps, new_tokens + 1),
         compiled=compile,
         load_before=load_now(),
+        on_round=on_round,
     )
     rows = []
     with contextlib.ExitStack() as stack:
@@ -205,6 +208,7 @@ def _decode_cell(
     check_steps: int,
     compiled: bool,
     load_before: float | None,
+    on_round: Callable[[], None] = lambda: None,
 ) -> list[dict]:
     """One (batch, prompt length) cell: build and check each variant's decoder, then time them
     (bench.trust: paired speedups, the load of other processes, and whether it was disturbed)."""
@@ -234,10 +238,9 @@ def _decode_cell(
         rounds[name] = one_round
     s0 = _skips()
     with LoadMeter() as load:
-        times = paired_rounds(rounds, repeats, warmup)
+        times = paired_rounds(rounds, repeats, warmup, on_round)
     late_skips = _skips() - s0  # counted while timing: not attributable, so every row gets them
-    graphed = compiled and clock.cuda
-    launches = {}
+    graphed, launches = compiled and clock.cuda, {}
     if graphed:
         for name, one_round in rounds.items():
             launches[name] = graph_launches(lambda one_round=one_round: one_round(steps=2))

@@ -27,13 +27,15 @@ def bench_forward(
     dtype: str | torch.dtype = torch.float32,
     reference: GPT | None = None,
     on_rows: Callable[[list[dict]], None] = lambda rows: None,
+    on_round: Callable[[], None] = lambda: None,
 ) -> list[dict]:
     """Paper Table 3: one forward pass over B x T tokens returning the last token's logits, no KV
     cache (the grid: bench.settings.ForwardGrid, whose defaults are the config schema's). Per cell
     and variant: the speedup over the first model (median of per-round ratios over
     `iters` interleaved rounds), the latency and throughput B * T / latency it implies, the cell's
     spread and load, and whether its timing was disturbed (bench.trust). Each cell's rows go to
-    `on_rows` as soon as it is timed (e.g. a CsvRows)."""
+    `on_rows` as soon as it is timed (e.g. a CsvRows); `on_round` is called after each round
+    (timing.paired_rounds)."""
     device, dtype = resolve_device(device), resolve_dtype(dtype)
     models = prepare_models(models, reference, device, dtype)
     clock, names, base = Clock(device), list(models), next(iter(models))
@@ -55,7 +57,8 @@ def bench_forward(
                     return call
 
                 with LoadMeter() as load:
-                    times = paired_rounds({n: run(models[n]) for n in names}, iters, warmup)
+                    runs = {n: run(models[n]) for n in names}
+                    times = paired_rounds(runs, iters, warmup, on_round)
                 timing = paired_cell({n: times[n]["latency"] for n in names})
                 why = disturbance(timing, load.cores)
                 cell = [

@@ -18,6 +18,7 @@ import torch
 from ..checkpoint import load_model
 from ..divergence import diverged
 from ..model import GPT
+from ..progress import Progress
 from . import variants
 from .decode import bench_decode
 from .forward import bench_forward
@@ -140,34 +141,38 @@ def run_inference_bench(
         write([{**row, "source": source, **extra} for row in rows])
 
     rows = []  # (none when every column is skipped)
-    if models and which == "forward":
-        rows = bench_forward(
-            models,
-            grid.batch_sizes,
-            grid.seq_lens,
-            warmup=grid.warmup,
-            iters=grid.repeats,
-            device=settings.device,
-            dtype=settings.dtype,
-            reference=reference,
-            on_rows=on_rows,
-        )
-    elif models:
-        for mode in grid.modes:
-            rows += bench_decode(
+    modes = ["eager"] if which == "forward" else list(grid.modes)
+    cells = len(modes) * len(grid.batch_sizes) * len(grid.lengths) if models else 0
+    with Progress(f"bench {which}", cells * (grid.warmup + grid.repeats), "round") as progress:
+        if models and which == "forward":
+            rows = bench_forward(
                 models,
                 grid.batch_sizes,
-                grid.prompt_lens,
-                grid.new_tokens,
-                repeats=grid.repeats,
+                grid.seq_lens,
+                warmup=grid.warmup,
+                iters=grid.repeats,
                 device=settings.device,
                 dtype=settings.dtype,
-                compile=mode == "compiled",
-                warmup=grid.warmup,
                 reference=reference,
                 on_rows=on_rows,
+                on_round=progress.update,
             )
-    modes = ["eager"] if which == "forward" else list(grid.modes)
+        elif models:
+            for mode in grid.modes:
+                rows += bench_decode(
+                    models,
+                    grid.batch_sizes,
+                    grid.prompt_lens,
+                    grid.new_tokens,
+                    repeats=grid.repeats,
+                    device=settings.device,
+                    dtype=settings.dtype,
+                    compile=mode == "compiled",
+                    warmup=grid.warmup,
+                    reference=reference,
+                    on_rows=on_rows,
+                    on_round=progress.update,
+                )
     notes = skip_rows(which, modes, skipped, source)
     write(notes)
     return pd.DataFrame([*({**r, **extra} for r in rows), *notes]).assign(source=source)

@@ -129,19 +129,25 @@ def timed(
 
 
 def paired_rounds(
-    runs: dict[str, Callable[[], dict[str, float]]], rounds: int, warmup: int
+    runs: dict[str, Callable[[], dict[str, float]]],
+    rounds: int,
+    warmup: int,
+    on_round: Callable[[], None] = lambda: None,
 ) -> dict[str, dict[str, list[float]]]:
     """Call every run `warmup` times, then `rounds` times round-robin, each round starting one name
     later (so no variant always follows the same one). A run returns {quantity: seconds}; the result
-    is, per name and quantity, the list over rounds."""
+    is, per name and quantity, the list over rounds. `on_round` is called after each round, warm-up
+    rounds too, between the timed calls (a progress count)."""
     names = list(runs)
     for _ in range(warmup):
         for name in names:
             runs[name]()
+        on_round()
     times: dict[str, dict[str, list[float]]] = {name: {} for name in names}
     for r in range(rounds):
         for j in range(len(names)):
             name = names[(r + j) % len(names)]
             for key, seconds in runs[name]().items():
                 times[name].setdefault(key, []).append(seconds)
+        on_round()
     return times

@@ -24,8 +24,8 @@ from dataclasses import dataclass
 from typing import BinaryIO, TypeVar
 
 import numpy as np
-from tqdm import tqdm
 
+from ..progress import Progress
 from .tokenizers import Tokenizer, load_tokenizer
 
 BATCH_CHARS = 1 << 21
@@ -167,19 +167,20 @@ def encode_to_file(
     batch_chars: int | None = None,
     desc: str | None = None,
 ) -> Encoded:
-    """Write the non-empty documents' tokens, EOT after each, to `out` as uint16, in order; log
-    what was written and how fast (logger tapernorm.data.encoding, INFO)."""
+    """Write the non-empty documents' tokens, EOT after each, to `out` as uint16, in order; show
+    the documents and tokens done as they go (tapernorm.progress), and log what was written and
+    how fast (logger tapernorm.data.encoding, INFO)."""
     n_tokens = n_docs = 0
     lengths: list[np.ndarray] = []
     start = time.perf_counter()
-    with tqdm(desc=desc, unit="doc", disable=None) as bar:
+    with Progress(f"encoding {desc}" if desc else "encoding", unit="doc") as progress:
         for tokens, doc_lengths in encoded_batches(docs, tokenizer, workers, batch_chars):
             out.write(tokens.tobytes())
             n_tokens += len(tokens)
             n_docs += len(doc_lengths)
             if keep_lengths:
                 lengths.append(doc_lengths)
-            bar.update(len(doc_lengths))
+            progress.update(len(doc_lengths), tokens=len(tokens))
     seconds = time.perf_counter() - start
     log.info(
         "%s: %d documents, %d tokens in %.1f s with %d worker(s)",

@@ -15,6 +15,7 @@ from typing import Protocol
 
 from ..atomic import atomic_write_bytes
 from ..digests import file_sha256
+from ..progress import Progress
 
 EOT_TEXT = "<|endoftext|>"
 
@@ -72,16 +73,19 @@ class SentencePieceTokenizer:
 
 def _training_lines(docs: Iterable[str], max_chars: int | None) -> Iterator[str]:
     """Non-blank lines (newline kept) of the documents, up to max_chars characters in all; read
-    from the documents as they come (the corpus is never held whole)."""
+    from the documents as they come (the corpus is never held whole), the characters read shown
+    as they go (tapernorm.progress)."""
     total = 0
-    for doc in docs:
-        for line in doc.splitlines(keepends=True):
-            if not line.strip():
-                continue
-            if max_chars is not None and total + len(line) > max_chars:
-                return
-            yield line
-            total += len(line)
+    with Progress("tokenizer text", total=max_chars, unit="char") as progress:
+        for doc in docs:
+            for line in doc.splitlines(keepends=True):
+                if not line.strip():
+                    continue
+                if max_chars is not None and total + len(line) > max_chars:
+                    return
+                yield line
+                total += len(line)
+                progress.update(len(line))
 
 
 # SentencePiece's trainer records its thread count in the model file: a fixed count keeps the

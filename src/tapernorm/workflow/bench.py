@@ -50,6 +50,13 @@ class Bench:
             inputs["dyt"] = f"{runs['dyt']}/eval.json"
         return inputs
 
+    def job_config(self, kind: str) -> dict:
+        """The `bench:` section as rule bench_<kind> passes it (--config-json, a params value):
+        device, dtype, random and the grid of `kind` only, so that a change to the other
+        benchmark's grid does not rerun this one (the command fills in the grid it is not given
+        with its defaults, and does not read it)."""
+        return {k: v for k, v in self.section.items() if k == kind or k not in BENCH_KINDS}
+
     def csvs(self) -> list[str]:
         return [f"results/bench/{kind}.csv" for kind in BENCH_KINDS]
 
