@@ -49,3 +49,17 @@ def test_ci_installs_the_readmes_torch():
     assert line.removeprefix("pip install ") in (ROOT / ".ci/run").read_text()
     assert "--extra-index-url https://download.pytorch.org/whl/cpu" in line
     assert "torch==2.13.0" in (ROOT / "environment.yml").read_text()
+
+
+def test_every_install_uses_the_lock():
+    """The README's install line pins the lock; CI, conda's environment.yml and the rules' conda
+    environments install with the same file."""
+    readme = (ROOT / "README.md").read_text()
+    line = next(ln for ln in readme.splitlines() if ln.startswith("pip install -c "))
+    lock = "requirements/constraints-cpu.txt"
+    assert line.split("#")[0].split() == ["pip", "install", "-c", lock, "-e", '".[dev]"']
+    assert (ROOT / lock).is_file()
+    assert f'pip install --quiet -c {lock} -e ".[dev]"' in (ROOT / ".ci/run").read_text()
+    assert f"- -c {lock}" in (ROOT / "environment.yml").read_text()
+    for env in ("tapernorm.yaml", "tapernorm-cuda.yaml"):
+        assert f"- -c ../../{lock}" in (ROOT / "workflow/envs" / env).read_text()
