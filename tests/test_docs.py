@@ -63,3 +63,21 @@ def test_every_install_uses_the_lock():
     assert f"- -c {lock}" in (ROOT / "environment.yml").read_text()
     for env in ("tapernorm.yaml", "tapernorm-cuda.yaml"):
         assert f"- -c ../../{lock}" in (ROOT / "workflow/envs" / env).read_text()
+
+
+def test_the_workflow_catalog_file_has_the_catalogs_keys_and_true_paths():
+    import yaml
+
+    usage = yaml.safe_load((ROOT / ".snakemake-workflow-catalog.yml").read_text())["usage"]
+    assert set(usage) == {"mandatory-flags", "software-stack-deployment"}
+    assert set(usage["mandatory-flags"]) == {"desc", "flags"}
+    assert "--cores" in usage["mandatory-flags"]["flags"]
+    stack = usage["software-stack-deployment"]
+    assert set(stack) == {"conda", "apptainer", "apptainer+conda", "report"}
+    assert all(isinstance(v, bool) for v in stack.values())
+    for path in re.findall(r"(?:config|workflow|requirements)/[\w./-]+\w", str(usage)):
+        assert (ROOT / path).exists(), path
+    if stack["conda"]:  # every rule (named, or made in a loop) names a conda environment
+        for smk in (ROOT / "workflow/rules").glob("*.smk"):
+            rules = re.split(r"(?m)^\s*rule\b[^\n]*:\s*$", smk.read_text())[1:]
+            assert all("conda:" in rule for rule in rules), smk
