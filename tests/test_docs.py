@@ -49,3 +49,35 @@ def test_ci_installs_the_readmes_torch():
     assert line.removeprefix("pip install ") in (ROOT / ".ci/run").read_text()
     assert "--extra-index-url https://download.pytorch.org/whl/cpu" in line
     assert "torch==2.13.0" in (ROOT / "environment.yml").read_text()
+
+
+def test_every_install_uses_the_lock():
+    """The README's install line pins the lock; CI, conda's environment.yml and the rules' conda
+    environments install with the same file."""
+    readme = (ROOT / "README.md").read_text()
+    line = next(ln for ln in readme.splitlines() if ln.startswith("pip install -c "))
+    lock = "requirements/constraints-cpu.txt"
+    assert line.split("#")[0].split() == ["pip", "install", "-c", lock, "-e", '".[dev]"']
+    assert (ROOT / lock).is_file()
+    assert f'pip install --quiet -c {lock} -e ".[dev]"' in (ROOT / ".ci/run").read_text()
+    assert f"- -c {lock}" in (ROOT / "environment.yml").read_text()
+    for env in ("tapernorm.yaml", "tapernorm-cuda.yaml"):
+        assert f"- -c ../../{lock}" in (ROOT / "workflow/envs" / env).read_text()
+
+
+def test_the_workflow_catalog_file_has_the_catalogs_keys_and_true_paths():
+    import yaml
+
+    usage = yaml.safe_load((ROOT / ".snakemake-workflow-catalog.yml").read_text())["usage"]
+    assert set(usage) == {"mandatory-flags", "software-stack-deployment"}
+    assert set(usage["mandatory-flags"]) == {"desc", "flags"}
+    assert "--cores" in usage["mandatory-flags"]["flags"]
+    stack = usage["software-stack-deployment"]
+    assert set(stack) == {"conda", "apptainer", "apptainer+conda", "report"}
+    assert all(isinstance(v, bool) for v in stack.values())
+    for path in re.findall(r"(?:config|workflow|requirements)/[\w./-]+\w", str(usage)):
+        assert (ROOT / path).exists(), path
+    if stack["conda"]:  # every rule (named, or made in a loop) names a conda environment
+        for smk in (ROOT / "workflow/rules").glob("*.smk"):
+            rules = re.split(r"(?m)^\s*rule\b[^\n]*:\s*$", smk.read_text())[1:]
+            assert all("conda:" in rule for rule in rules), smk

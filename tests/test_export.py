@@ -15,8 +15,10 @@ from tapernorm.checkpoint import save_model  # noqa: E402
 from tapernorm.cli import main  # noqa: E402
 from tapernorm.export import (  # noqa: E402
     EXPORT_EPS,
+    VERIFY_KEYS,
     ExportError,
     ExportVerificationError,
+    model_card,
     to_hf,
     verify_hf,
 )
@@ -129,6 +131,17 @@ def test_cli_export_hf_on_a_run(shards_dir, tmp_path, capsys):
     assert (out / "tokenizer.model").is_file()  # the run's SentencePiece model
     card = (out / "README.md").read_text()
     assert "All-Taper (+aux)" in card and "steps: 12" in card
+    meta = _front_matter(card)["tapernorm"]
+    assert meta["export_route"] == "tapernorm export-hf" and meta["export_check"].startswith(
+        "passed"
+    )
+    assert meta["base_model"] == "none: random init, trained here"
+    taper = json.loads((tmp_path / "run" / "config.json").read_text())["taper"]
+    assert meta["taper_schedule"] == (
+        f"norms tapered: all; gate g = 1 to step {taper['start']} (c calibrates), cosine to "
+        f"g = 0 at step {taper['end']}, g = 0 to the last step (12)"
+    )
+    assert meta["fold_check"].startswith("not run by this route")
 
     save_model(GPT(GPTConfig("llama", 1, 2, 32, 50, 16, taper="internal")), tmp_path / "int")
     assert main(["export-hf", "--model", str(tmp_path / "int"), "--out", str(out)]) == 2
@@ -145,6 +158,72 @@ def test_cli_taper_hf_end_to_end(shards_dir, tmp_path):
     assert report["ok"] and report["architecture"] == "LlamaForCausalLM"
     run = json.loads((tmp_path / "run" / "config.json").read_text())
     assert run["init"]["from"].startswith("hf:") and run["model"]["taper"] == "all"
+    meta = _front_matter((tmp_path / "hf" / "README.md").read_text())
+    assert "base_model" not in meta  # a local directory is no Hub id
+    assert meta["tapernorm"]["export_route"] == "tapernorm taper-hf"
+    assert meta["tapernorm"]["fold_check"].startswith("passed: folded vs unfolded")
+    assert meta["tapernorm"]["base_model"] == f"hf:{tmp_path / 'src'}"
+
+
+def _front_matter(card: str) -> dict:
+    import yaml
+
+    assert card.startswith("---\n")
+    return yaml.safe_load(card.split("---\n")[1])
+
+
+def _card_inputs() -> tuple[dict, dict]:
+    report = {key: 0.5 for key in VERIFY_KEYS} | {"greedy_match": True, "argmax_agreement": 1.0}
+    report |= {"architecture": "LlamaForCausalLM", "ok": True, "rtol": 1e-4, "rel_logit_diff": 2e-7}
+    card = {
+        "name": "taper-hf/tiny",
+        "base model": "hf:gpt2",
+        "hub id": "gpt2",
+        "taper schedule": "norms tapered: all; gate g = 1 to step 2, cosine to g = 0 at step 6",
+        "fold check": "passed: folded vs unfolded relative logit difference 1e-07 (rtol 0.001)",
+        "export route": "tapernorm taper-hf",
+    }
+    return report, card
+
+
+@pytest.mark.parametrize("hub", [True, False], ids=["huggingface_hub", "plain"])
+def test_the_model_card_names_paper_base_model_schedule_fold_check_and_route(hub, monkeypatch):
+    import sys
+
+    if hub:
+        pytest.importorskip("huggingface_hub")
+    else:  # huggingface_hub not installed: the same card, written as plain text
+        monkeypatch.setitem(sys.modules, "huggingface_hub", None)
+    report, card = _card_inputs()
+    text = model_card(report, card)
+    meta = _front_matter(text)
+    assert meta["base_model"] == "gpt2" and meta["library_name"] == "transformers"
+    assert "arxiv:2602.10408" in meta["tags"]
+    assert meta["tapernorm"] == {
+        "paper": "arXiv 2602.10408 (https://arxiv.org/abs/2602.10408)",
+        "base_model": "hf:gpt2",
+        "taper_schedule": card["taper schedule"],
+        "fold_check": card["fold check"],
+        "export_route": "tapernorm taper-hf",
+        "export_check": "passed: relative logit difference 2e-07 (rtol 0.0001), greedy decoding "
+        "identical: True",
+    }
+    body = text.split("---\n", 2)[2]
+    assert body.startswith("\n# taper-hf/tiny: a norm-free LlamaForCausalLM\n")
+    assert "[arXiv 2602.10408](https://arxiv.org/abs/2602.10408)" in body
+    assert "- export route: tapernorm taper-hf" in body and "hub id" not in body
+
+
+def test_both_card_routes_write_the_same_metadata_and_text(monkeypatch):
+    pytest.importorskip("huggingface_hub")
+    import sys
+
+    report, card = _card_inputs()
+    with_hub = model_card(report, card)
+    monkeypatch.setitem(sys.modules, "huggingface_hub", None)
+    plain = model_card(report, card)
+    assert _front_matter(with_hub) == _front_matter(plain)
+    assert with_hub.split("---\n", 2)[2] == plain.split("---\n", 2)[2]
 
 
 def test_verify_leaves_the_stock_model_in_eval_mode():

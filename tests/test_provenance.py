@@ -1,8 +1,10 @@
 """Provenance: the commit and dirtiness of a work tree, config hashes, stamps, and what a run's
 config.json records of what made it."""
 
+import hashlib
 import json
 import subprocess
+from pathlib import Path
 
 import pytest
 from conftest import tiny_run
@@ -71,8 +73,42 @@ def test_a_run_records_what_made_it(shards_dir, tmp_path):
     made = meta["provenance"]
     assert made["commit"] == provenance.git_state()["commit"]
     assert made["host"]["cpu"] and made["versions"]["torch"]
+    assert made["distributions"] == provenance.distributions()  # every installed one
     assert made["threads"] >= 1 and made["processes"] == 1
     assert made["started"] <= made["finished"] and made["resumed_from_step"] == 0
     # the run's identity is its config, not this record: a rerun resumes (nothing to train)
     again = train(cfg, tmp_path / "run")
     assert again["val_loss"] == json.loads((tmp_path / "run" / "eval.json").read_text())["val_loss"]
+
+
+def test_config_file_hash_follows_the_files_bytes_not_the_schemas_defaults(tmp_path, monkeypatch):
+    """config_file_sha256 is the file's; config_sha256 the validated config's, which moves when a
+    default of the schema changes while config/config.yaml does not."""
+    from tapernorm.config import yaml_load
+    from tapernorm.workflow import validate_pipeline_config
+
+    root = Path(__file__).resolve().parents[1]
+    monkeypatch.chdir(root)
+    schema = root / "workflow/schemas/config.schema.yaml"
+    changed = tmp_path / "config.schema.yaml"
+    old = 'figure_width: {type: [integer, "null"], default: null,'
+    assert old in schema.read_text()  # (a default config/config.yaml leaves to the schema)
+    changed.write_text(schema.read_text().replace(old, old.replace("null,", "64,")))
+    raw = yaml_load(Path("config/config.yaml").read_text(), "config/config.yaml")
+    hashes = [
+        provenance.config_hash(validate_pipeline_config(raw, str(s))) for s in (schema, changed)
+    ]
+    assert hashes[0] != hashes[1]
+    files = provenance.config_file_hashes(["config/config.yaml"])
+    assert files == {
+        "config/config.yaml": hashlib.sha256(Path("config/config.yaml").read_bytes()).hexdigest()
+    }
+    assert provenance.config_file_hashes([root / "config/config.yaml"]) == files  # absolute: same
+
+
+def test_config_file_hashes_keep_each_file_in_order(tmp_path):
+    a, b = tmp_path / "a.yaml", tmp_path / "b.yaml"
+    a.write_text("x: 1\n")
+    b.write_text("x: 1  # the same config, other bytes\n")
+    hashes = provenance.config_file_hashes([b, a])
+    assert list(hashes) == [b.as_posix(), a.as_posix()] and len(set(hashes.values())) == 2

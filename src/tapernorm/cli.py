@@ -19,7 +19,14 @@ from . import __version__
 from .cli_args import Parser
 from .cli_data import prepare_data_parser, prepare_eval_parser, rehearsal_inputs_parser
 from .cli_errors import one_line
-from .cli_machine import check_config_parser, env_parser, gpu_report_parser, selftest_parser
+from .cli_machine import (
+    check_config_parser,
+    check_env_parser,
+    env_parser,
+    gpu_report_parser,
+    lock_env_parser,
+    selftest_parser,
+)
 from .cli_models import eval_parser, export_hf_parser, fold_parser, taper_hf_parser
 from .cli_scaling import scaling_parser
 from .cli_train import gpus_parser, lr_grid_parser, train_parser
@@ -60,6 +67,8 @@ COMMANDS = (  # in the order of `tapernorm --help`
     _bench_parser,
     check_config_parser,
     env_parser,
+    check_env_parser,
+    lock_env_parser,
     gpu_report_parser,
     lr_grid_parser,
     scaling_parser,

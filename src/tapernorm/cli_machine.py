@@ -1,5 +1,6 @@
-"""`tapernorm selftest`, `check-config`, `env` and `gpu-report`: a new machine, its configs and
-what its GPU check measured."""
+"""`tapernorm selftest`, `check-config`, `env`, `check-env`, `lock-env` and `gpu-report`: a new
+machine, its configs, its installed versions against the reference's, and what its GPU check
+measured."""
 
 from __future__ import annotations
 
@@ -96,6 +97,59 @@ def env_parser(sub) -> None:
     device_arg(n)
     n.add_argument("--out", type=Path, help="write the JSON here too")
     n.set_defaults(func=_cmd_env)
+
+
+def _cmd_check_env(args: argparse.Namespace) -> int:
+    from .env_lock import differences, reference_of
+    from .provenance import distributions
+
+    reference = reference_of(args.against)
+    found = differences(reference, distributions())
+    for difference in found:
+        print(difference)
+    print(
+        f"{args.against}: {len(reference) - len(found)} distributions match"
+        + (f", {len(found)} differ" if found else "")
+    )
+    return 1 if found else 0
+
+
+def check_env_parser(sub) -> None:
+    from .env_lock import CONSTRAINTS
+
+    c = sub.add_parser(
+        "check-env",
+        help="compare this environment's installed distributions with the reference's; exit 1 "
+        "naming each that differs",
+    )
+    c.add_argument(
+        "--against",
+        type=Path,
+        default=CONSTRAINTS,
+        help="a constraints file, or a manifest.json, lr_grid.json or run config.json that "
+        "records its distributions (default: %(default)s, from the repository root)",
+    )
+    c.set_defaults(func=_cmd_check_env)
+
+
+def _cmd_lock_env(args: argparse.Namespace) -> int:
+    from .env_lock import write_lock
+
+    pins = write_lock(args.out)
+    print(f"{args.out}: {pins} distributions pinned")
+    return 0
+
+
+def lock_env_parser(sub) -> None:
+    from .env_lock import CONSTRAINTS
+
+    c = sub.add_parser(
+        "lock-env",
+        help="write this environment's distributions as a pip constraints file (run in a clean "
+        "install of .[dev]: docs/reproducibility.md)",
+    )
+    c.add_argument("--out", type=Path, default=CONSTRAINTS, help="default: %(default)s")
+    c.set_defaults(func=_cmd_lock_env)
 
 
 def _cmd_gpu_report(args: argparse.Namespace) -> int:

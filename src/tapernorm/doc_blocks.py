@@ -51,13 +51,24 @@ def _table(header: list[str], rows: list[list]) -> str:
     return "\n".join(lines)
 
 
+def config_hashes_text(manifest: dict) -> str:
+    """Both config hashes of a manifest: each config file's (config_file_sha256: its bytes) and
+    the validated config's (config_sha256: with the schema's defaults filled in)."""
+    files = manifest.get("config_file_sha256")
+    if files:
+        given = ", ".join(f"{path} sha256 {sha[:12]}" for path, sha in files.items())
+    else:
+        given = "config file sha256 not recorded"  # (a manifest older than config_file_sha256)
+    return f"{given}, validated config sha256 {manifest['config_sha256'][:12]}"
+
+
 def _made(ref: dict) -> str:
     made, m = ref["manifest"]["made"], ref["manifest"]
     commit = str(made["commit"])[:12] + (" (dirty tree)" if made.get("dirty") else "")
     return (
         f"{made['host']['cpu']}, {made['host']['cores']} cores, torch "
-        f"{made['versions'].get('torch', '?')}; tapernorm {commit}, config sha256 "
-        f"{m['config_sha256'][:12]}; {m['snapshot']['snakemake']['started'][:10]}"
+        f"{made['versions'].get('torch', '?')}; tapernorm {commit}, {config_hashes_text(m)}; "
+        f"{m['snapshot']['snakemake']['started'][:10]}"
     )
 
 

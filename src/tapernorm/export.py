@@ -325,35 +325,82 @@ def export_hf(
     return report
 
 
-def model_card(report: dict, card: dict) -> str:
-    """A short README.md for an export: where it came from and how well it verified."""
+PAPER = (
+    "arXiv 2602.10408"  # Gated Normalization Removal and Scale Anchoring in Pre-Norm Transformers
+)
+PAPER_URL = "https://arxiv.org/abs/2602.10408"
+CARD_FACTS = ("base model", "taper schedule", "fold check", "export route")  # in the metadata too
+VERIFY_KEYS = (
+    "max_abs_logit_diff",
+    "rel_logit_diff",
+    "loss_reference",
+    "loss_export",
+    "loss_diff",
+    "argmax_agreement",
+    "greedy_match",
+    "norm_input_max_ms",
+    "eps_rel_error_bound",
+)
+
+
+def card_metadata(report: dict, card: dict) -> dict:
+    """The model card's YAML metadata: the Hub's keys (base_model only for a Hub id) and a
+    `tapernorm` entry naming the paper, the base model, the taper schedule, the fold check, the
+    export route and the export's own check."""
+    meta: dict = {
+        "library_name": "transformers",
+        "pipeline_tag": "text-generation",
+        "tags": ["tapernorm", "norm-free", "arxiv:2602.10408"],
+    }
+    hub_id = card.get("hub id")
+    if hub_id:
+        meta["base_model"] = hub_id
+    facts = {key.replace(" ", "_"): str(card.get(key, "unknown")) for key in CARD_FACTS}
+    check = "passed" if report.get("ok") else "failed"
+    meta["tapernorm"] = {
+        "paper": f"{PAPER} ({PAPER_URL})",
+        **facts,
+        "export_check": f"{check}: relative logit difference {report['rel_logit_diff']:.3g} "
+        f"(rtol {report['rtol']:g}), greedy decoding identical: {report['greedy_match']}",
+    }
+    return meta
+
+
+def _card_body(report: dict, card: dict) -> str:
     arch = report["architecture"]
     lines = [
         f"# {card.get('name', 'tapernorm export')}: a norm-free {arch}",
         "",
-        f"Stock `transformers` {arch} (no remote code) exported by tapernorm's `export_hf`. Every",
-        "normalization of this model was tapered away (TaperNorm at gate 0, a fixed per-channel map).",
-        f"The stock norms remain, with epsilon 2^66 = {EXPORT_EPS:.4g} so that they divide by the",
-        "constant 2^33, and gains 2^33 c gamma_tilde: load it in float32 or bfloat16, not float16",
-        "(the gains overflow float16).",
+        f"Stock `transformers` {arch} (no remote code) exported by tapernorm's `export_hf`, the code",
+        f"of [{PAPER}]({PAPER_URL}) (Gated Normalization Removal and Scale Anchoring in Pre-Norm",
+        "Transformers). Every normalization of this model was tapered away (TaperNorm at gate 0, a",
+        f"fixed per-channel map). The stock norms remain, with epsilon 2^66 = {EXPORT_EPS:.4g} so that",
+        "they divide by the constant 2^33, and gains 2^33 c gamma_tilde: load it in float32 or",
+        "bfloat16, not float16 (the gains overflow float16).",
         "",
     ]
-    lines += [f"- {k}: {v}" for k, v in card.items() if k != "name"]
+    lines += [f"- {k}: {v}" for k, v in card.items() if k not in ("name", "hub id")]
     lines += ["", "## Verification (stock transformers vs tapernorm, float32)", ""]
-    for key in (
-        "max_abs_logit_diff",
-        "rel_logit_diff",
-        "loss_reference",
-        "loss_export",
-        "loss_diff",
-        "argmax_agreement",
-        "greedy_match",
-        "norm_input_max_ms",
-        "eps_rel_error_bound",
-    ):
+    for key in VERIFY_KEYS:
         value = report[key]
         lines.append(f"- {key}: {value:.4g}" if isinstance(value, float) else f"- {key}: {value}")
     return "\n".join(lines) + "\n"
+
+
+def model_card(report: dict, card: dict) -> str:
+    """README.md of an export: YAML metadata (card_metadata) then where it came from and how well
+    it verified; written with huggingface_hub's ModelCard when it is installed, else as plain text
+    with the same front matter."""
+    import yaml
+
+    meta, body = card_metadata(report, card), _card_body(report, card)
+    try:
+        from huggingface_hub import ModelCard, ModelCardData
+    except ImportError:
+        front = yaml.safe_dump(meta, sort_keys=False, allow_unicode=True)
+        return f"---\n{front}---\n\n{body}"
+    data = ModelCardData(**meta)
+    return str(ModelCard(f"---\n{data.to_yaml()}\n---\n\n{body}"))
 
 
 # ---- run directories: tokens, tokenizer and card from the run; the taper-hf recipe --------------
@@ -386,9 +433,12 @@ def export_run(
     windows: int = 4,
     rtol: float = 1e-4,
     device: str = "cpu",
+    route: str = "tapernorm export-hf",
+    fold: dict | None = None,
 ) -> dict:
     """export_hf of a run (or model) directory, verified on validation windows of its token shards
-    (`data`, default the run's data.dir) when they exist; card and tokenizer from the run.
+    (`data`, default the run's data.dir) when they exist; card and tokenizer from the run. The
+    card names the export `route` and the fold check `fold` (verify_fold's report) if one ran.
 
     A run whose eval.json says it diverged is not exported: OUT then holds only verify.json, which
     records `skipped` (divergence.Diverged.reason)."""
@@ -413,20 +463,54 @@ def export_run(
     meta = cfg.get("meta", {})
     variant = meta.get("protocol") or cfg.get("variant")
     label = {**VARIANTS, **PROTOCOLS}.get(variant, {}).get("label", variant)
+    source = (cfg.get("init") or {}).get("from")
     card = {
         "name": cfg.get("name", model_dir.name),
         "source run": str(model_dir),
-        "initialised from": (cfg.get("init") or {}).get("from") or "random init (trained here)",
+        "base model": source or "none: random init, trained here",
+        "hub id": _hub_id(source),
         "source architecture": (model.config.hf_config or {}).get("model_type", "none (by style)"),
         "variant": label or f"taper={model.config.taper}",
+        "taper schedule": taper_schedule_text(cfg, model.config.taper),
         "steps": outcome.get("steps", "unknown"),
         "validation loss (g=0)": outcome.get("val_loss", "unknown"),
         "tokenizer": tokenizer_note,
+        "fold check": fold_check_text(fold),
+        "export route": route,
     }
     report = export_hf(model, out, tokens, targets, rtol, tokenizer, card)
     if sp_model is not None:
         shutil.copyfile(sp_model, Path(out) / "tokenizer.model")
     return report
+
+
+def _hub_id(source: str | None) -> str | None:
+    """The Hub id of an `init.from` that names one (hf:ID, not a local directory), else None."""
+    if not source or not source.startswith("hf:") or Path(source[3:]).exists():
+        return None
+    return source[3:]
+
+
+def taper_schedule_text(cfg: dict, taper: str) -> str:
+    """The gate schedule of a run config in words (tapernorm.schedules.gate_at)."""
+    tp, steps = cfg.get("taper") or {}, (cfg.get("train") or {}).get("steps")
+    if taper == "none" or tp.get("start") is None or tp.get("end") is None:
+        return f"norms tapered: {taper}; schedule unknown (not in the run's config)"
+    return (
+        f"norms tapered: {taper}; gate g = 1 to step {tp['start']} (c calibrates), cosine to "
+        f"g = 0 at step {tp['end']}, g = 0 to the last step ({steps})"
+    )
+
+
+def fold_check_text(fold: dict | None) -> str:
+    """A fold check's result (fold.verify_fold's report) in words."""
+    if fold is None:
+        return "not run by this route (`tapernorm fold` folds a run and checks it)"
+    verdict = "passed" if fold.get("ok") else "failed"
+    return (
+        f"{verdict}: folded vs unfolded relative logit difference {fold['rel_logit_diff']:.3g} "
+        f"(rtol {fold.get('rtol', 'unknown')})"
+    )
 
 
 def skip_export(out: Path, model_dir: Path, reason: str) -> dict:
@@ -488,4 +572,7 @@ def taper_hf(
     x, y = TokenShards(data).val_windows(4, model.config.block_size)
     fold = verify_fold(model, fold_model(model), x.to(device), y.to(device), rtol=FOLD_RTOL)
     write_json(out / "fold_verify.json", fold)
-    return {"fold": fold, "export": export_run(out / "run", out / "hf", data, device=device)}
+    export = export_run(
+        out / "run", out / "hf", data, device=device, route="tapernorm taper-hf", fold=fold
+    )
+    return {"fold": fold, "export": export}

@@ -149,13 +149,13 @@ def write_summary(
     import pandas as pd
 
     from .atomic import atomic_write_bytes
-    from .provenance import git_state, host, now, versions
+    from .provenance import made
 
     cell_df = pd.DataFrame(cells).sort_values(["variant", "lr"])
     csv, md, js = out / "lr_grid.csv", out / "lr_grid.md", out / "lr_grid.json"
     record = {
         "command": command,
-        "made": {**git_state(), "host": host(), "versions": versions(), "written": now()},
+        "made": made(),
         "scale": scale,
         "cells": cells,
         "gaps": gaps,

@@ -1,14 +1,17 @@
 """The manifest of a pipeline run, and the check of a result tree against it.
 
 `results/manifest.json` (rule `manifest`, the DAG's last job) records what made the run (the
-commit and whether the tree was dirty, the validated config and its sha256, the host, the library
-versions, the training and benchmark threads, the seeds of each family, when its runs started and
-ended) and the sha256 and size of every file the run read or wrote: data shards and tokenizers,
-every run's config, weights, metrics and evaluation, fold checks, benchmarks, job records, tables,
-figures and claims. Paths are relative to the manifest's `root` (relative to the manifest's own
-directory), so a copied tree checks where it lies:
+commit and whether the tree was dirty, the sha256 of each config file given (config_file_sha256),
+the validated config and its sha256 (config_sha256), the host, the library versions and every
+installed distribution, the training and benchmark threads, the seeds of each family, when its
+runs started and ended) and the sha256 and size of every file the run read or wrote: data shards
+and tokenizers, every run's config, weights, metrics and evaluation, fold checks, benchmarks, job
+records, tables, figures and claims. Paths are relative to the manifest's `root` (relative to the
+manifest's own directory), so a copied tree checks where it lies:
 
     tapernorm check-manifest results/manifest.json      # names every file that changed or is gone
+
+and warns (one line) when the environment checking it differs from the one that made it.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from pathlib import Path
 
 from .digests import file_sha256
 from .jsonio import FileError, read_json, write_json
-from .provenance import config_hash, git_state, host, now, versions
+from .provenance import config_hash, made
 
 FORMAT = "tapernorm manifest 1"
 
@@ -74,9 +77,16 @@ def expand_dirs(files: Iterable[str | Path], root: Path) -> list[str]:
     return out
 
 
-def build_manifest(files: Iterable[str | Path], config: dict, seeds: dict, root: Path) -> dict:
+def build_manifest(
+    files: Iterable[str | Path],
+    config: dict,
+    seeds: dict,
+    root: Path,
+    config_files: dict[str, str] | None = None,
+) -> dict:
     """The manifest of `files` (paths relative to `root`, each must exist; a directory stands for
-    the files under it: expand_dirs) made under `config`."""
+    the files under it: expand_dirs) made under `config`, read from `config_files` ({path:
+    sha256}: provenance.config_file_hashes; empty when not given)."""
     rels = sorted(dict.fromkeys(expand_dirs(files, root)))
     missing = [f for f in rels if not (root / f).is_file()]
     if missing:
@@ -86,7 +96,8 @@ def build_manifest(files: Iterable[str | Path], config: dict, seeds: dict, root:
     ended = [r["finished"] for r in runs if r.get("finished")]
     return {
         "format": FORMAT,
-        "made": {**git_state(), "host": host(), "versions": versions(), "written": now()},
+        "made": made(),
+        "config_file_sha256": dict(config_files or {}),
         "config_sha256": config_hash(config),
         "config": config,
         "seeds": seeds,
@@ -106,11 +117,16 @@ def build_manifest(files: Iterable[str | Path], config: dict, seeds: dict, root:
 
 
 def write_manifest(
-    out: str | Path, files: Iterable[str | Path], config: dict, seeds: dict, root: str | Path = "."
+    out: str | Path,
+    files: Iterable[str | Path],
+    config: dict,
+    seeds: dict,
+    root: str | Path = ".",
+    config_files: dict[str, str] | None = None,
 ) -> dict:
     """Build the manifest of `files` (relative to `root`) and write it to `out`; returns it."""
     out, root = Path(out), Path(root)
-    manifest = build_manifest(files, config, seeds, root)
+    manifest = build_manifest(files, config, seeds, root, config_files)
     manifest["root"] = Path(os.path.relpath(root.resolve(), out.resolve().parent)).as_posix()
     write_json(out, manifest)
     return manifest

@@ -1,5 +1,6 @@
-"""Where an output came from: the code's commit (and whether the tree was dirty), the config's hash,
-the host and the library versions; a stamp of them for tables and figures, and sha256 of files.
+"""Where an output came from: the code's commit (and whether the tree was dirty), the config's two
+hashes (of the files given, and of the validated config), the host, the library versions and every
+installed distribution; a stamp of them for tables and figures.
 
 Nothing here imports torch at module level: the Snakefile and the analysis commands use it too.
 The commit is that of the git work tree holding this package's source (an editable install, the
@@ -11,12 +12,14 @@ from __future__ import annotations
 import datetime
 import os
 import platform
+import re
 import subprocess
 import sys
+from collections.abc import Iterable
 from importlib import metadata
 from pathlib import Path
 
-from .digests import json_sha256
+from .digests import file_sha256, json_sha256
 
 UNKNOWN = "unknown"
 SHORT = 12  # hex digits of a commit or a hash in a stamp
@@ -49,8 +52,19 @@ def git_state(root: str | Path | None = None) -> dict:
 
 
 def config_hash(config: dict) -> str:
-    """sha256 of a (validated) config's canonical JSON (sorted keys, no whitespace)."""
+    """config_sha256: sha256 of a validated config's canonical JSON (sorted keys, no whitespace).
+    The schema's defaults are filled in, so it changes with them while the config files do not."""
     return json_sha256(config)
+
+
+def config_file_hashes(paths: Iterable[str | Path]) -> dict[str, str]:
+    """config_file_sha256: {path: sha256 of the file's bytes} of each config file given, in order
+    (a path under the working directory relative to it): an unchanged file keeps its hash."""
+    out = {}
+    for path in paths:
+        name = os.path.relpath(path) if Path(path).resolve().is_relative_to(Path.cwd()) else path
+        out[Path(name).as_posix()] = file_sha256(path)
+    return out
 
 
 def cpu_name() -> str:
@@ -87,6 +101,34 @@ def versions() -> dict:
     except metadata.PackageNotFoundError:
         out["tapernorm"] = UNKNOWN
     return out
+
+
+def canonical_name(name: str) -> str:
+    """A distribution's name as pip compares it (PEP 503): lower case, runs of -_. as one -."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def distributions() -> dict[str, str]:
+    """{name: version} of every installed distribution (importlib.metadata), sorted by canonical
+    name; of two with one name, the first on sys.path (the one `import` finds)."""
+    out: dict[str, str] = {}
+    for dist in metadata.distributions():
+        name = dist.metadata["Name"]
+        if name and canonical_name(name) not in out:
+            out[canonical_name(name)] = dist.version
+    return dict(sorted(out.items()))
+
+
+def made() -> dict:
+    """What made a record: the commit, the host, the headline versions, every installed
+    distribution and the time (a manifest's or a study's "made")."""
+    return {
+        **git_state(),
+        "host": host(),
+        "versions": versions(),
+        "distributions": distributions(),
+        "written": now(),
+    }
 
 
 def now() -> str:

@@ -6,34 +6,49 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 from pathlib import Path
 
+log = logging.getLogger(__name__)
+
 REFERENCE_KINDS = ("results", "cost", "job-times", "dyt-rows")  # blocks quoting one reference run
+
+
+def _json_object(text: str, option: str, what: str) -> dict:
+    try:
+        obj = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{option} is not valid JSON: {e}") from e
+    if not isinstance(obj, dict):
+        raise ValueError(f"{option}: {what} must be a JSON object")
+    return obj
 
 
 def _cmd_manifest(args: argparse.Namespace) -> int:
     from .manifest import write_manifest
     from .workflow.training import family_seeds
 
-    try:
-        config = json.loads(args.config_json)
-    except json.JSONDecodeError as e:
-        raise ValueError(f"--config-json is not valid JSON: {e}") from e
-    if not isinstance(config, dict):
-        raise ValueError("--config-json: the workflow config must be a JSON object")
-    manifest = write_manifest(args.out, args.files, config, family_seeds(config), args.root)
+    config = _json_object(args.config_json, "--config-json", "the workflow config")
+    files = _json_object(args.config_file_sha256, "--config-file-sha256", "{path: sha256}")
+    manifest = write_manifest(
+        args.out, args.files, config, family_seeds(config), args.root, config_files=files
+    )
     print(f"{args.out}: {len(manifest['files'])} files, config {manifest['config_sha256'][:12]}")
     return 0
 
 
 def _cmd_check_manifest(args: argparse.Namespace) -> int:
+    from .env_lock import environment_warning
     from .manifest import check_manifest
 
     ok, problems = check_manifest(args.manifest, args.root)
     for problem in problems:
         print(problem)
     print(f"{args.manifest}: {ok} files match" + (f", {len(problems)} do not" if problems else ""))
+    warning = environment_warning(args.manifest)
+    if warning:
+        log.warning("warning: %s", warning)
     return 1 if problems else 0
 
 
@@ -71,6 +86,12 @@ def add_subcommands(sub) -> None:
     )
     m.add_argument("files", nargs="+", type=Path, help="every file the run read or wrote")
     m.add_argument("--config-json", required=True, help="the validated workflow config")
+    m.add_argument(
+        "--config-file-sha256",
+        default="{}",
+        help='the config files given, as JSON {"path": "sha256 of its bytes"} (the workflow '
+        "passes provenance.config_file_hashes of Snakemake's config files)",
+    )
     m.add_argument("--out", type=Path, required=True, help="e.g. results/manifest.json")
     m.add_argument("--root", type=Path, default=Path("."), help="the files' paths are relative to")
     m.set_defaults(func=_cmd_manifest)

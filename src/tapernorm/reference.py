@@ -124,10 +124,10 @@ def snapshot(
         (tmp / rel).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(root / rel, tmp / rel)
     shutil.copy2(log, tmp / LOG_NAME)
-    run = ("made", "config_sha256", "config", "seeds", "threads", "runs")
+    run = ("made", "config_file_sha256", "config_sha256", "config", "seeds", "threads", "runs")
     own = {
         "format": FORMAT,
-        **{key: manifest[key] for key in run},
+        **{key: manifest[key] for key in run if key in manifest},  # (older: no config_file_sha256)
         "snapshot": {
             "of": "results/manifest.json",
             "written": now(),

@@ -37,7 +37,7 @@ from .fakeln import FakeLNSchedule, schedule_for
 from .metrics_log import METRICS, MetricsLog, restore_metrics
 from .model import GPT, GPTConfig, convert_norms
 from .norms import Reduce, taper_norms
-from .provenance import git_state, host, now, versions
+from .provenance import distributions, git_state, host, now, versions
 from .run_identity import Inputs, run_identity
 from .tensorboard_log import TensorBoardLog, wanted
 from .training_state import (
@@ -199,6 +199,7 @@ def set_up(cfg: dict, out: Path, world: World, device: torch.device) -> Run:
         **git_state(),
         "host": host(),
         "versions": versions(),
+        "distributions": distributions(),  # every installed one (env_lock compares them)
         "threads": torch.get_num_threads(),
         "device": str(device),
         "processes": world.size,

@@ -1,8 +1,10 @@
 import json
 import os
+import sys
 
 from tapernorm import provenance
 from tapernorm.analysis.runs import ANALYSIS_INPUTS
+from tapernorm.env_lock import CONSTRAINTS, environment_warning
 from tapernorm.job_resources import hf_cache_env
 from tapernorm.run_identity import MODEL_FILES
 from tapernorm.run_lock import WAIT_ENV
@@ -26,8 +28,15 @@ os.environ.setdefault(WAIT_ENV, "1")
 # Hugging Face's caches (hub models, datasets) in data/hf_home unless HF_HOME or a cache variable
 # is set (docs/usage.md, "Data"); the jobs inherit it, on a cluster too (sbatch --export=ALL)
 os.environ.update(hf_cache_env(os.environ, os.getcwd()))
-# the validated config's sha256, named in every table's, figure's and the claims' provenance stamp
+# the validated config's sha256 (config_sha256, with the schema's defaults filled in), named in
+# every table's, figure's and the claims' provenance stamp
 CONFIG_HASH = provenance.config_hash(config)
+# config_file_sha256: the sha256 of the bytes of each config file given, read now (the manifest's)
+CONFIG_FILE_HASHES = provenance.config_file_hashes(workflow.configfiles)
+# the installed versions against the committed lock (one line naming each that differs)
+ENV_WARNING = environment_warning(f"{workflow.basedir}/{CONSTRAINTS}")
+if ENV_WARNING:
+    print(f"tapernorm: warning: {ENV_WARNING}", file=sys.stderr)
 # the stamp arguments of every table, figure, the claims and job times: a rehearsal says so in each
 STAMP_ARGS = f"--config-hash {CONFIG_HASH}" + (
     " --rehearsal" if config["rehearsal"] else ""

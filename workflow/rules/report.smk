@@ -141,5 +141,7 @@ rule manifest:
         "../envs/tapernorm.yaml"
     params:
         config=json.dumps(config),
+        config_files=json.dumps(CONFIG_FILE_HASHES),
     shell:
-        "tapernorm manifest {input} --config-json {params.config:q} --out {output} > {log} 2>&1"
+        "tapernorm manifest {input} --config-json {params.config:q} "
+        "--config-file-sha256 {params.config_files:q} --out {output} > {log} 2>&1"

@@ -84,7 +84,9 @@ def load_bench(paths: Sequence[str | Path], benchmark: str | None = None) -> pd.
         if column not in df.columns:
             df[column] = default
     df["disturbed"] = df["disturbed"].astype(str).str.lower() == "true"
-    return df.fillna({"source": "", "disturbed_why": ""}).reset_index(drop=True)
+    for column in ("source", "disturbed_why"):  # text; a column with none reads as float NaN
+        df[column] = df[column].astype(object).fillna("")
+    return df.reset_index(drop=True)
 
 
 def timed(df: pd.DataFrame) -> pd.DataFrame:
