@@ -35,7 +35,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
     if threads is not None:
         torch.set_num_threads(threads)
     try:
-        result = train(cfg, args.out, wait=args.wait)
+        result = train(cfg, args.out, wait=args.wait, force=args.force)
     except KeyboardInterrupt:
         from .training_state import resume_step
 
@@ -89,6 +89,12 @@ def train_parser(sub) -> None:
         default=os.environ.get(WAIT_ENV, "") not in ("", "0"),
         help="if another tapernorm train is writing --out, wait for it to end instead of stopping "
         f"(default: no, unless {WAIT_ENV} is set, as the workflow sets it for its jobs)",
+    )
+    t.add_argument(
+        "--force",
+        action="store_true",
+        help="train into an --out that holds other files: the run's files (config.json, "
+        "metrics.jsonl, eval.json, model.safetensors, ckpt/) are replaced, every other is kept",
     )
     t.add_argument(
         "--threads",
