@@ -11,6 +11,11 @@ from tapernorm.out_dirs import PathInUse, claim_dir, install_dir, refuse_inside
 from tapernorm.train import train
 
 
+def error_line(err: str) -> str:
+    """The one line of stderr, past the progress bars transformers draws while loading."""
+    return one_line("\n".join(x for x in err.splitlines() if "it/s]" not in x))
+
+
 def users_files(directory, **files) -> dict:
     """Write the user's files into `directory`; returns {name: content} to check them by."""
     directory.mkdir(parents=True, exist_ok=True)
@@ -92,3 +97,126 @@ def test_train_force_replaces_only_the_runs_files(shards_dir, tmp_path):
 def test_train_refuses_an_out_inside_its_data(shards_dir, tmp_path):
     with pytest.raises(PathInUse, match=r"lies inside the data directory \(data.dir\)"):
         train(tiny_run(shards_dir, train={"steps": 4, "warmup_steps": 1}), shards_dir / "run")
+
+
+# ---- export-hf and taper-hf --------------------------------------------------------------------------
+
+
+@pytest.fixture
+def g0_model_dir(tmp_path):
+    """A saved GPT whose every norm is a TaperNorm at g=0 (it exports)."""
+    import torch
+
+    from tapernorm.checkpoint import save_model
+    from tapernorm.model import GPT, GPTConfig
+    from tapernorm.norms import set_gate
+
+    torch.manual_seed(0)
+    model = GPT(GPTConfig("llama", 1, 2, 32, 50, 16, taper="all"))
+    set_gate(model, 0.0)
+    save_model(model, tmp_path / "model")
+    return tmp_path / "model"
+
+
+def test_export_hf_refuses_a_directory_of_the_users(g0_model_dir, tmp_path, capsys):
+    pytest.importorskip("transformers")
+    out = tmp_path / "mine"
+    users = users_files(out, notes_dot_txt="mine", config_dot_json='{"my": 1}')
+    status, err = run_cli(["export-hf", "--model", str(g0_model_dir), "--out", str(out)], capsys)
+    assert status == 2 and "holds files tapernorm export-hf did not write" in one_line(err)
+    assert unchanged(out, users) and len(list(out.iterdir())) == 2
+    # --force: the export's files replace those of their names; the user's other file stays
+    argv = ["export-hf", "--model", str(g0_model_dir), "--out", str(out), "--force"]
+    assert run_cli(argv, capsys)[0] == 0
+    assert unchanged(out, {"notes.txt": "mine"}) and (out / "model.safetensors").is_file()
+    assert json.loads((out / "verify.json").read_text())["ok"]
+
+
+def test_export_hf_again_keeps_what_the_user_added(g0_model_dir, tmp_path, capsys):
+    pytest.importorskip("transformers")
+    out = tmp_path / "hf"
+    argv = ["export-hf", "--model", str(g0_model_dir), "--out", str(out)]
+    assert run_cli(argv, capsys)[0] == 0
+    (out / "tokenizer.model").write_text("an earlier export's")  # (its own: removed)
+    users = users_files(out, my_notes_dot_md="mine")
+    assert run_cli(argv, capsys)[0] == 0  # its own earlier output: no --force needed
+    assert unchanged(out, users) and not (out / "tokenizer.model").exists()
+    assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
+
+
+def test_export_hf_refuses_an_out_inside_its_model(g0_model_dir, capsys):
+    before = sorted(p.name for p in g0_model_dir.iterdir())
+    for out in (g0_model_dir, g0_model_dir / "hf"):
+        argv = ["export-hf", "--model", str(g0_model_dir), "--out", str(out)]
+        status, err = run_cli(argv, capsys)
+        assert status == 2 and "the model directory (--model)" in one_line(err)
+        assert "give --out a path outside" in err
+    assert sorted(p.name for p in g0_model_dir.iterdir()) == before
+
+
+def test_taper_hf_refuses_a_directory_of_the_users(shards_dir, tmp_path, capsys):
+    users = users_files(tmp_path / "mine", notes_dot_txt="mine")
+    argv = ["taper-hf", "--model", "gpt2", "--data", str(shards_dir), "--out"]
+    status, err = run_cli([*argv, str(tmp_path / "mine")], capsys)
+    assert status == 2 and "holds files tapernorm taper-hf did not write" in one_line(err)
+    assert unchanged(tmp_path / "mine", users)
+    status, err = run_cli([*argv, str(shards_dir / "out")], capsys)
+    assert status == 2 and "lies inside the token shards (--data)" in one_line(err)
+
+
+def hf_model_dir(tmp_path, kind: str, **config) -> str:
+    from conftest import tiny_hf_lm
+
+    tiny_hf_lm(kind, vocab=512, **config).save_pretrained(tmp_path / kind)
+    return str(tmp_path / kind)
+
+
+def test_taper_hf_on_an_unsupported_architecture(shards_dir, tmp_path, capsys):
+    transformers = pytest.importorskip("transformers")
+    config = transformers.BertConfig(
+        vocab_size=512, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+        intermediate_size=64, max_position_embeddings=64,
+    )  # fmt: skip
+    transformers.BertForMaskedLM(config).save_pretrained(tmp_path / "bert")
+    capsys.readouterr()  # (save_pretrained's progress bar)
+    out = tmp_path / "out"
+    argv = ["taper-hf", "--model", str(tmp_path / "bert"), "--data", str(shards_dir)]
+    status, err = run_cli([*argv, "--out", str(out)], capsys)
+    line = error_line(err)
+    assert status == 2 and f"{tmp_path / 'bert'} is a 'bert' model (BertForMaskedLM)" in line
+    assert "supported model_type: gpt2, llama, mistral, qwen2" in line and not out.exists()
+
+
+@pytest.mark.parametrize(
+    "kind,config,named",
+    [
+        ("llama", {"hidden_act": "gelu"}, "hidden_act='gelu' (only silu)"),
+        ("gpt2", {"activation_function": "relu"}, "activation_function='relu'"),
+        ("gpt2", {"scale_attn_weights": False}, "(only scale_attn_weights=True)"),
+        ("qwen2", {"rope_scaling": {"rope_type": "linear", "factor": 2.0}}, "RoPE scaling"),
+    ],
+)
+def test_taper_hf_on_an_unsupported_setting(shards_dir, tmp_path, capsys, kind, config, named):
+    pytest.importorskip("transformers")
+    model = hf_model_dir(tmp_path, kind, **config)
+    capsys.readouterr()  # (save_pretrained's progress bar)
+    argv = ["taper-hf", "--model", model, "--data", str(shards_dir), "--out", str(tmp_path / "o")]
+    status, err = run_cli(argv, capsys)
+    line = error_line(err)
+    assert status == 2 and named in line and "which tapernorm's GPT does not model" in line
+    assert not (tmp_path / "o").exists()
+
+
+def test_taper_hf_model_and_data_disagree(shards_dir, tmp_path, capsys):
+    pytest.importorskip("transformers")
+    from conftest import tiny_hf_lm
+
+    tiny_hf_lm("llama", vocab=101).save_pretrained(tmp_path / "small")
+    capsys.readouterr()  # (save_pretrained's progress bar)
+    argv = ["taper-hf", "--model", str(tmp_path / "small"), "--data", str(shards_dir)]
+    status, err = run_cli([*argv, "--out", str(tmp_path / "o")], capsys)
+    line = error_line(err)
+    assert (
+        status == 2 and f"init.from model hf:{tmp_path / 'small'} has a vocabulary of 101" in line
+    )
+    assert f"the data {shards_dir} (512)" in line and not (tmp_path / "o").exists()

@@ -11,6 +11,7 @@ from .cli_args import (
     POSITIVE,
     POSITIVE_FLOAT,
     device_arg,
+    force_arg,
 )
 from .config import section_defaults
 
@@ -90,7 +91,9 @@ def _cmd_export_hf(args: argparse.Namespace) -> int:
     from .export import export_run
 
     device = resolve_device(args.device, setting="--device").type
-    report = export_run(args.model, args.out, args.data, args.windows, args.rtol, device)
+    report = export_run(
+        args.model, args.out, args.data, args.windows, args.rtol, device, force=args.force
+    )
     print(jsonio.dumps(report, indent=2))
     return 0
 
@@ -106,6 +109,9 @@ def export_hf_parser(sub) -> None:
     x.add_argument("--windows", type=POSITIVE, default=4, help="validation windows to verify on")
     x.add_argument("--rtol", type=POSITIVE_FLOAT, default=1e-4, help="max |dz| / max |z| allowed")
     device_arg(x)
+    force_arg(
+        x, "export-hf", "the export's files (config.json, model.safetensors, verify.json, ...)"
+    )
     x.set_defaults(func=_cmd_export_hf)
 
 
@@ -115,7 +121,15 @@ def _cmd_taper_hf(args: argparse.Namespace) -> int:
 
     device = resolve_device(args.device, setting="--device").type
     result = taper_hf(
-        args.model, args.data, args.out, args.steps, args.lr, args.batch_size, args.lam, device
+        args.model,
+        args.data,
+        args.out,
+        args.steps,
+        args.lr,
+        args.batch_size,
+        args.lam,
+        device,
+        force=args.force,
     )
     print(jsonio.dumps(result, indent=2))
     return 0
@@ -136,4 +150,5 @@ def taper_hf_parser(sub) -> None:
     h.add_argument("--batch-size", type=POSITIVE, default=8, help="sequences per step")
     h.add_argument("--lam", type=NON_NEGATIVE_FLOAT, default=0.1, help="scale loss weight")
     device_arg(h)
+    force_arg(h, "taper-hf", "run/'s, hf/'s and fold_verify.json")
     h.set_defaults(func=_cmd_taper_hf)

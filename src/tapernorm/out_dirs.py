@@ -12,8 +12,8 @@ place file by file, so that files the command did not write stay where they are.
 from __future__ import annotations
 
 import os
+import secrets
 import shutil
-import tempfile
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
@@ -107,9 +107,18 @@ def is_temporary(name: str) -> bool:
 
 
 def make_aside(out: Path) -> Path:
-    """A new, empty, uniquely named directory beside `out` to write the output into first."""
+    """A new, empty, uniquely named directory `.<name>.<random>.tmp` beside `out` to write the
+    output into first, with the mode a plain mkdir gives (umask applied; mkdtemp's is 0o700)."""
+    out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    return Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent))
+    for _ in range(100):
+        tmp = out.with_name(f".{out.name}.{secrets.token_hex(4)}.tmp")
+        try:
+            tmp.mkdir()
+        except FileExistsError:
+            continue
+        return tmp
+    raise FileExistsError(f"no unused temporary name beside {out}")
 
 
 def install_dir(tmp: Path, out: Path, own: Callable[[str], bool], last: str) -> None:
