@@ -220,3 +220,102 @@ def test_taper_hf_model_and_data_disagree(shards_dir, tmp_path, capsys):
         status == 2 and f"init.from model hf:{tmp_path / 'small'} has a vocabulary of 101" in line
     )
     assert f"the data {shards_dir} (512)" in line and not (tmp_path / "o").exists()
+
+
+# ---- data preparation, fold, eval, lr-grid ----------------------------------------------------------
+
+
+def test_prepare_data_refuses_a_directory_of_the_users(tmp_path, capsys):
+    users = users_files(tmp_path / "mine", meta_dot_json='{"mine": 1}')
+    argv = ["prepare-data", "--corpus", "shakespeare", "--out", str(tmp_path / "mine")]
+    status, err = run_cli(argv, capsys)
+    assert status == 2 and "holds files tapernorm prepare-data did not write" in one_line(err)
+    assert unchanged(tmp_path / "mine", users)
+
+
+def test_prepare_eval_and_rehearsal_inputs_refuse_a_directory_of_the_users(tmp_path, capsys):
+    users = users_files(tmp_path / "mine", rows_dot_bin="mine", notes_dot_txt="mine")
+    for argv in (
+        ["prepare-eval", "--set", "heldout", "--shards", str(tmp_path / "none")],
+        ["rehearsal-inputs"],
+    ):
+        status, err = run_cli([*argv, "--out", str(tmp_path / "mine")], capsys)
+        assert status == 2 and f"tapernorm {argv[0]} did not write" in one_line(err)
+        assert unchanged(tmp_path / "mine", users)
+
+
+def test_a_vocabulary_too_small_for_the_corpus_names_the_smallest(tmp_path, capsys):
+    from tapernorm.data import train_sentencepiece
+
+    docs = ["abcdefghij klmnopqrst\nuvwxyz ABCDEFGHIJ"] * 3
+    with pytest.raises(ValueError, match=r"needs at least (\d+) .*--vocab-size\) to \1 or more"):
+        train_sentencepiece(docs, 20, str(tmp_path / "sp"), byte_fallback=False)
+    smallest = len(set("".join(docs))) + 2  # every character but the newline piece, + unk, eot
+    for vocab in (smallest - 1, smallest):
+        try:
+            train_sentencepiece(docs, vocab, str(tmp_path / "sp"), byte_fallback=False)
+        except ValueError as e:
+            assert vocab == smallest - 1 and f"needs at least {smallest} " in str(e)
+
+
+def test_fold_refuses_an_out_inside_its_model_and_data_of_another_vocabulary(
+    g0_model_dir, shards_dir, tmp_path, capsys
+):
+    argv = ["fold", "--model", str(g0_model_dir), "--data", str(shards_dir), "--out"]
+    status, err = run_cli([*argv, str(g0_model_dir / "folded")], capsys)
+    assert status == 2 and "lies inside the model directory (--model)" in one_line(err)
+    status, err = run_cli([*argv, str(tmp_path / "fold")], capsys)  # vocab 50 < the shards' 512
+    line = one_line(err)
+    assert status == 2 and f"the token shards {shards_dir} have a vocabulary of 512" in line
+    assert f"the model {g0_model_dir} only 50" in line
+    users = users_files(tmp_path / "mine", verify_dot_json="{}")
+    status, err = run_cli([*argv, str(tmp_path / "mine")], capsys)
+    assert status == 2 and "tapernorm fold did not write" in one_line(err)
+    assert unchanged(tmp_path / "mine", users)
+
+
+def test_eval_out_may_not_replace_an_input_or_a_users_file(
+    g0_model_dir, shards_dir, tmp_path, capsys
+):
+    argv = ["eval", "--model", str(g0_model_dir), "--data", str(shards_dir), "--out"]
+    status, err = run_cli([*argv, str(g0_model_dir / "config.json")], capsys)
+    assert status == 2 and "lies inside the model (--model)" in one_line(err)
+    users = users_files(tmp_path, result_dot_json='{"mine": 1}')
+    status, err = run_cli([*argv, str(tmp_path / "result.json")], capsys)
+    assert status == 2 and "is not an earlier output of tapernorm eval" in one_line(err)
+    assert unchanged(tmp_path, users)
+
+
+def grid_run(root, variant: str, seed: int, lr: float, loss: float = 3.5):
+    from tapernorm.lr_grid import GridRun
+
+    d = root / GridRun(variant, 64, seed, lr).name
+    d.mkdir(parents=True)
+    (d / "eval.json").write_text(json.dumps({"val_loss": loss, "diverged": False}))
+    cfg = {"variant": variant, "seed": seed, "model": {"n_embd": 64}, "train": {"lr": lr}}
+    (d / "config.json").write_text(json.dumps(cfg))
+    return str(d)
+
+
+def test_lr_grid_with_a_run_missing_or_a_shared_lr_off_the_grid(tmp_path, capsys):
+    runs = [
+        grid_run(tmp_path / "runs", variant, seed, lr)
+        for variant in ("dyt", "baseline_untied")
+        for seed in (0, 1)
+        for lr in (1e-3, 3e-3)
+    ]
+    argv = ["lr-grid", "--shared-lr", "1e-3", "--out", str(tmp_path / "grid"), "--runs"]
+    status, err = run_cli([*argv, *runs[1:]], capsys)
+    line = one_line(err)
+    assert (
+        status == 2 and "the grid is incomplete: 1 of 8 runs missing (dyt-d64-s0-lr0.001)" in line
+    )
+    assert not (tmp_path / "grid").exists()
+    argv[2] = "2e-3"
+    status, err = run_cli([*argv, *runs], capsys)
+    assert status == 2 and "--shared-lr 0.002 is not an LR of the grid (0.001, 0.003)" in err
+    users = users_files(tmp_path / "mine", lr_grid_dot_md="mine")
+    argv[2], argv[4] = "1e-3", str(tmp_path / "mine")
+    status, err = run_cli([*argv, *runs], capsys)
+    assert status == 2 and "tapernorm lr-grid did not write" in one_line(err)
+    assert unchanged(tmp_path / "mine", users)

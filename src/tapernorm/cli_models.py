@@ -19,7 +19,13 @@ from .config import section_defaults
 def _cmd_eval(args: argparse.Namespace) -> int:
     from .checkpoint import write_json
     from .evaluation import evaluate_model
+    from .out_dirs import claim_file, json_with, refuse_inside
 
+    if args.out:
+        inputs = {"model (--model)": args.model, "data (--data)": args.data}
+        refuse_inside(args.out, {**inputs, "folded export (--folded)": args.folded})
+        own = lambda path: json_with(path, ("model", "data", "eval"))  # noqa: E731
+        claim_file(args.out, "eval", own, args.force)
     result = evaluate_model(
         args.model,
         args.data,
@@ -54,6 +60,9 @@ def eval_parser(sub) -> None:
     e.add_argument("--folded", type=Path, help="evaluation set: also score this folded export")
     device_arg(e)
     e.add_argument("--out", type=Path, help="write the result as JSON here")
+    e.add_argument(
+        "--force", action="store_true", help="replace an --out that is not an earlier result"
+    )
     e.set_defaults(func=_cmd_eval)
 
 
@@ -61,7 +70,14 @@ def _cmd_fold(args: argparse.Namespace) -> int:
     from .fold import fold_run
 
     report = fold_run(
-        args.model, args.data, args.out, args.windows, args.eval_windows, args.rtol, args.device
+        args.model,
+        args.data,
+        args.out,
+        args.windows,
+        args.eval_windows,
+        args.rtol,
+        args.device,
+        force=args.force,
     )
     print(jsonio.dumps(report, indent=2))
     return 0
@@ -83,6 +99,7 @@ def fold_parser(sub) -> None:
         help="max |dz| / max |z| allowed",
     )
     device_arg(f)
+    force_arg(f, "fold", "folded/'s and scaled/'s model files and verify.json")
     f.set_defaults(func=_cmd_fold)
 
 

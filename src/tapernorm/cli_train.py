@@ -147,9 +147,14 @@ def gpus_parser(sub) -> None:
 
 
 def _cmd_lr_grid(args: argparse.Namespace) -> int:
-    from .lr_grid import grid_scale, read_runs, summarize, write_summary
+    from .lr_grid import check_grid, grid_scale, read_runs, summarize, write_summary
+    from .out_dirs import claim_dir, json_with, refuse_inside
 
+    for run in args.runs:
+        refuse_inside(args.out, {"run directory (--runs)": run})
+    claim_dir(args.out, "lr-grid", lambda out: json_with(out / "lr_grid.json", ("cells",)))
     runs = read_runs(args.runs)
+    check_grid(runs, args.shared_lr)
     cells, gaps = summarize(runs, args.shared_lr)
     command = args.made_by or (
         f"tapernorm lr-grid --runs {' '.join(map(str, args.runs))} --shared-lr {args.shared_lr:g} "

@@ -446,6 +446,7 @@ def export_run(
     from .config import PROTOCOLS, VARIANTS
     from .data import TokenShards
     from .divergence import diverged
+    from .evaluation import check_vocab
 
     model_dir, out = Path(model_dir), Path(out)
     refuse_inside(out, {"model directory (--model)": model_dir, "token shards (--data)": data})
@@ -460,7 +461,9 @@ def export_run(
     tokens = targets = tokenizer = sp_model = None
     tokenizer_note = "unknown (no token shards given)"
     if (data / "meta.json").is_file():
-        tokens, targets = TokenShards(data).val_windows(windows, model.config.block_size)
+        shards = TokenShards(data)
+        check_vocab(shards, model, model_dir)
+        tokens, targets = shards.val_windows(windows, model.config.block_size)
         tokenizer, sp_model, tokenizer_note = _tokenizer(data)
     meta = cfg.get("meta", {})
     variant = meta.get("protocol") or cfg.get("variant")
