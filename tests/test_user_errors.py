@@ -398,3 +398,35 @@ def test_a_generated_block_without_its_end_is_not_rewritten(run_tree, capsys):
     status, err = run_cli(["docs", "--repo", str(run_tree)], capsys)
     assert status == 2 and "has no '<!-- end generated -->' before the next" in one_line(err)
     assert (run_tree / "README.md").read_text() == text
+
+
+# ---- the workflow from a read-only checkout ---------------------------------------------------------
+
+
+def test_a_run_in_another_directory_reads_the_committed_lr_grid(tmp_path):
+    import shutil
+
+    from test_workflow import ROOT, snakemake
+
+    checkout = tmp_path / "checkout"
+    checkout.mkdir()
+    shutil.copy(ROOT / "Snakefile", checkout)
+    for part in ("workflow", "config"):
+        shutil.copytree(ROOT / part, checkout / part)
+    grid = checkout / "results/cpu/lr_grid/lr_grid.json"
+    grid.parent.mkdir(parents=True)
+    grid.write_text("{}")
+    other = tmp_path / "elsewhere"
+    argv = ["-n", "-p", "-d", str(other), "--configfile", "config/config.yaml", "--"]
+    out = snakemake(checkout, *argv, "results/claims.md").stdout
+    assert f"--lr-grid {grid}" in out
+    assert not (other / "results").exists()  # (a dry run: nothing written there)
+
+
+def test_a_lock_path_that_is_no_lock_file_is_one_line_with_the_fix(shards_dir, tmp_path, capsys):
+    (tmp_path / "run" / "train.lock").mkdir(parents=True)  # (left by something else)
+    config = tiny_yaml(tmp_path / "run.yaml", shards_dir, steps=2)
+    status, err = run_cli(["train", "--config", config, "--out", str(tmp_path / "run")], capsys)
+    line = one_line(err)
+    assert status == 2 and f"{tmp_path / 'run' / 'train.lock'}, the run's lock file" in line
+    assert "remove it" in line and (tmp_path / "run" / "train.lock").is_dir()
