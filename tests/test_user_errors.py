@@ -141,6 +141,8 @@ def test_export_hf_again_keeps_what_the_user_added(g0_model_dir, tmp_path, capsy
     users = users_files(out, my_notes_dot_md="mine")
     assert run_cli(argv, capsys)[0] == 0  # its own earlier output: no --force needed
     assert unchanged(out, users) and not (out / "tokenizer.model").exists()
+    (out / "verify.json").unlink()  # (Snakemake deletes a job's outputs before it reruns it)
+    assert run_cli(argv, capsys)[0] == 0 and unchanged(out, users)
     assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
 
 

@@ -40,7 +40,7 @@ import torch
 from torch import nn
 
 from .atomic import plain_modes
-from .checkpoint import read_json, write_json
+from .checkpoint import CheckpointError, read_json, write_json
 from .fold import _g0_map, compare_logits
 from .model import GPT, GPTConfig
 from .norms import FixedScale, TaperNorm
@@ -72,9 +72,17 @@ def is_export_file(name: str) -> bool:
 
 
 def is_export_dir(path: Path) -> bool:
-    """Whether `path` holds an export of export_hf (or a skipped one): its verify.json."""
+    """Whether `path` holds an export of export_hf (or a skipped one): its verify.json, or (which
+    Snakemake deletes before a rerun) a config.json with the export's norm epsilon, 2^66."""
     verify = Path(path) / "verify.json"
-    return json_with(verify, ("architecture", "ok")) or json_with(verify, ("model", "skipped"))
+    if json_with(verify, ("architecture", "ok")) or json_with(verify, ("model", "skipped")):
+        return True
+    try:
+        config = read_json(Path(path) / "config.json")
+    except (CheckpointError, OSError, ValueError):
+        return False
+    eps = ("rms_norm_eps", "layer_norm_epsilon")
+    return isinstance(config, dict) and any(config.get(k) == EXPORT_EPS for k in eps)
 
 
 def claim_export_dir(path: Path, force: bool = False) -> None:

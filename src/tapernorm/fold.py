@@ -182,6 +182,19 @@ def verify_fold(
 EXPORTS = ("folded", "scaled")  # what fold_run writes beside verify.json, one model directory each
 
 
+def is_fold_dir(out: Path) -> bool:
+    """Whether `out` holds fold_run's earlier output: its verify.json, or (Snakemake deletes
+    verify.json before a rerun) only folded/ and scaled/ with nothing but model files in them."""
+    from .run_identity import MODEL_FILES
+
+    if json_with(out / "verify.json", ("model", "written")):
+        return True
+    return all(
+        p.name in EXPORTS and p.is_dir() and all(f.name in MODEL_FILES for f in p.iterdir())
+        for p in out.iterdir()
+    )
+
+
 def fold_run(
     model_dir: str | Path,
     data: str | Path,
@@ -214,7 +227,7 @@ def fold_run(
 
     out = Path(out)
     refuse_inside(out, {"model directory (--model)": model_dir, "token shards (--data)": data})
-    claim_dir(out, "fold", lambda o: json_with(o / "verify.json", ("model", "written")), force)
+    claim_dir(out, "fold", is_fold_dir, force)
     bad = diverged(model_dir)
     if bad is not None:
         for name in EXPORTS:
