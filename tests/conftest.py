@@ -1,5 +1,7 @@
 """Shared fixtures: a small tokenized slice of the embedded Shakespeare corpus."""
 
+import json
+
 import pytest
 
 from tapernorm.data import load_shakespeare, train_sentencepiece, write_shards
@@ -115,3 +117,57 @@ def blow_up_at(monkeypatch, step: int) -> None:
         return out
 
     monkeypatch.setattr(GPT, "forward", forward_then_inf)
+
+
+# ---- a finished pipeline run's tree (test_reference, test_user_errors) ---------------------------
+
+LOG = """Assuming unrestricted shared filesystem usage.
+  Date: 2026-12-01 23:56:02
+Job stats:
+[Tue Dec  1 23:56:03 2026]
+localrule prepare_data:
+[Tue Dec  1 23:56:45 2026]
+Finished jobid: 1 (Rule: prepare_data)
+1 of 2 steps (50%) done
+[Wed Dec  2 00:20:55 2026]
+Finished jobid: 0 (Rule: all)
+2 of 2 steps (100%) done
+"""
+
+
+def _claims_record() -> dict:
+    card = [{"": "Training", "Ours": "600 steps", "Paper": "0.5M-1M steps"}]
+    rows = [
+        {"Claim": "1. Internal-Taper (+aux) within ~2%", "Ours": "d=64: +1.13% [+0.4%, +1.9%]",
+         "Holds?": "yes", "grade": "yes"},
+        {"Claim": "TaperNorm vs DyT: ours", "Ours": "a | b", "Holds?": "partly (x)",
+         "grade": "partly"},
+    ]  # fmt: skip
+    return {"scale_card": card, "claims": rows}
+
+
+@pytest.fixture
+def run_tree(tmp_path):
+    """A finished run's tree: a run directory with its provenance, claims, a table, a figure."""
+    from tapernorm.manifest import write_manifest
+
+    root = tmp_path / "work"
+    run = root / "results/runs/pretrain/baseline-d64-s0"
+    run.mkdir(parents=True)
+    made = {"commit": "a" * 40, "threads": 1, "started": "2026-12-01T23:56:10+00:00"}
+    made["finished"] = "2026-12-01T23:58:00+00:00"
+    (run / "config.json").write_text(json.dumps({"meta": {"provenance": made}}))
+    (run / "model.safetensors").write_bytes(b"\0weights")
+    (root / "results/tables").mkdir(parents=True)
+    (root / "results/tables/table1.md").write_text("| a |\n|---|\n| 1 |\n")
+    (root / "results/claims.json").write_text(json.dumps(_claims_record()))
+    (root / "results/claims.md").write_text("# claims\n")
+    (root / "figures").mkdir()
+    (root / "figures/fig6_scale_anchor.png").write_bytes(b"\x89PNG fake")
+    (root / ".snakemake/log").mkdir(parents=True)
+    (root / ".snakemake/log/2026-12-01T235602.snakemake.log").write_text(LOG)
+    files = [str(p.relative_to(root)) for p in root.rglob("*") if p.is_file()]
+    files = [f for f in files if not f.startswith(".snakemake")]
+    config = {"pretrain": {"variants": ["baseline"], "seeds": 1}}
+    write_manifest(root / "results/manifest.json", files, config, {"pretrain": {}}, root)
+    return root

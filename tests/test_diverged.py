@@ -202,7 +202,8 @@ def test_export_of_a_diverged_run_is_skipped_with_the_reason(runs, tmp_path):
     pytest.importorskip("transformers")
     out = tmp_path / "export"
     (out).mkdir()
-    (out / "model.safetensors").write_bytes(b"an earlier export")
+    (out / "model.safetensors").write_bytes(b"an earlier export")  # (its verify.json deleted,
+    (out / "config.json").write_text('{"rms_norm_eps": 7.378697629483821e19}')  # as Snakemake does)
     assert main(["export-hf", "--model", str(runs["all_taperln"]), "--out", str(out)]) == 0
     assert sorted(p.name for p in out.iterdir()) == ["verify.json"]
     verify = jsonio.read_json(out / "verify.json")

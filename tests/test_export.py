@@ -151,12 +151,13 @@ def test_cli_export_hf_on_a_run(shards_dir, tmp_path, capsys):
 
 def test_cli_taper_hf_end_to_end(shards_dir, tmp_path):
     tiny_hf_lm("llama", vocab=512).save_pretrained(tmp_path / "src")
-    args = ["--model", str(tmp_path / "src"), "--data", str(shards_dir), "--out", str(tmp_path)]
+    out = tmp_path / "out"
+    args = ["--model", str(tmp_path / "src"), "--data", str(shards_dir), "--out", str(out)]
     assert main(["taper-hf", *args, "--steps", "8", "--batch-size", "4", "--lr", "1e-3"]) == 0
-    assert json.loads((tmp_path / "fold_verify.json").read_text())["ok"]
-    report = json.loads((tmp_path / "hf" / "verify.json").read_text())
+    assert json.loads((out / "fold_verify.json").read_text())["ok"]
+    report = json.loads((out / "hf" / "verify.json").read_text())
     assert report["ok"] and report["architecture"] == "LlamaForCausalLM"
-    run = json.loads((tmp_path / "run" / "config.json").read_text())
+    run = json.loads((out / "run" / "config.json").read_text())
     assert run["init"]["from"].startswith("hf:") and run["model"]["taper"] == "all"
     meta = _front_matter((tmp_path / "hf" / "README.md").read_text())
     assert "base_model" not in meta  # a local directory is no Hub id

@@ -53,6 +53,16 @@ def device_arg(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", default="auto", choices=DEVICES, help=DEVICE_HELP)
 
 
+def force_arg(p: argparse.ArgumentParser, command: str, files: str) -> None:
+    """--force: write into an --out holding files the command did not write (out_dirs)."""
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help=f"write into an --out that holds files {command} did not write: only {files} are "
+        "replaced, every other file is kept",
+    )
+
+
 def config_json(text: str | None) -> dict | None:
     """A command's --config-json: the JSON object it holds (None for None); ConfigError if it is
     not JSON or not an object."""

@@ -7,8 +7,28 @@ import argparse
 from pathlib import Path
 
 from . import jsonio
-from .cli_args import POSITIVE, number, section_settings, with_default
+from .cli_args import POSITIVE, force_arg, number, section_settings, with_default
 from .config import section_defaults
+from .out_dirs import claim_dir, is_temporary, json_with, only_names, refuse_inside
+
+SHARD_FILES = ("train.bin", "val.bin", "tokenizer.model", "tokenizer.vocab", "meta.json")
+EVAL_SET_FILES = ("rows.bin", "meta.json")
+
+
+def is_shards_dir(out: Path) -> bool:
+    """Whether `out` holds prepare-data's earlier output: its meta.json, or only its other files
+    (an interrupted preparation's: meta.json is written last)."""
+    return json_with(out / "meta.json", ("vocab_size", "train_tokens")) or only_names(
+        out, lambda name: name in SHARD_FILES[:-1] or is_temporary(name)
+    )
+
+
+def is_eval_set_dir(out: Path) -> bool:
+    """Whether `out` holds prepare-eval's earlier output (or an interrupted one's files)."""
+    return json_with(out / "meta.json", ("n_rows", "row_len")) or only_names(
+        out, lambda name: name in EVAL_SET_FILES[:-1] or is_temporary(name)
+    )
+
 
 DATA_KEYS = {  # the config's data: keys -> the prepare-data options that set them
     "corpus": "corpus",
@@ -33,6 +53,8 @@ def _cmd_prepare_data(args: argparse.Namespace) -> int:
     from .data import prepare_shards
 
     data = data_settings(args)
+    refuse_inside(args.out, {"corpus copy (local_path)": data["local_path"]})
+    claim_dir(args.out, "prepare-data", is_shards_dir, args.force)
     meta = prepare_shards(
         data["corpus"],
         str(args.out),
@@ -109,6 +131,7 @@ def prepare_data_parser(sub) -> None:
         help="processes tokenizing the corpus (default: every CPU this process may use); "
         "the shards are the same for any number",
     )
+    force_arg(d, "prepare-data", f"its files ({', '.join(SHARD_FILES)})")
     d.set_defaults(func=_cmd_prepare_data)
 
 
@@ -130,6 +153,10 @@ def _cmd_prepare_eval(args: argparse.Namespace) -> int:
     from .data import prepare_eval_set
 
     ev = eval_settings(args)
+    refuse_inside(
+        args.out, {"token shards (--shards)": args.shards, "local copy": ev["local_path"]}
+    )
+    claim_dir(args.out, "prepare-eval", is_eval_set_dir, args.force)
     meta = prepare_eval_set(
         args.set,
         str(args.out),
@@ -173,12 +200,14 @@ def prepare_eval_parser(sub) -> None:
         metavar="N|all",
         help=with_default("keep the first N rows (all: every row)", defaults["max_rows"]),
     )
+    force_arg(v, "prepare-eval", f"its files ({', '.join(EVAL_SET_FILES)})")
     v.set_defaults(func=_cmd_prepare_eval)
 
 
 def _cmd_rehearsal_inputs(args: argparse.Namespace) -> int:
-    from .data.standins import make_standins
+    from .data.standins import MARKER, make_standins
 
+    claim_dir(args.out, "rehearsal-inputs", lambda out: (out / MARKER).is_file(), args.force)
     record = make_standins(args.out, seed=args.seed)
     print(jsonio.dumps(record, indent=2))
     return 0
@@ -194,4 +223,5 @@ def rehearsal_inputs_parser(sub) -> None:
         "--out", type=Path, required=True, help="writes the stand-ins, standins.json last"
     )
     r.add_argument("--seed", type=int, default=0, help="fixes every stand-in (default: 0)")
+    force_arg(r, "rehearsal-inputs", "the stand-ins' files and directories")
     r.set_defaults(func=_cmd_rehearsal_inputs)

@@ -11,6 +11,7 @@ from .cli_args import (
     POSITIVE,
     POSITIVE_FLOAT,
     device_arg,
+    force_arg,
 )
 from .config import section_defaults
 
@@ -18,7 +19,13 @@ from .config import section_defaults
 def _cmd_eval(args: argparse.Namespace) -> int:
     from .checkpoint import write_json
     from .evaluation import evaluate_model
+    from .out_dirs import claim_file, json_with, refuse_inside
 
+    if args.out:
+        inputs = {"model (--model)": args.model, "data (--data)": args.data}
+        refuse_inside(args.out, {**inputs, "folded export (--folded)": args.folded})
+        own = lambda path: json_with(path, ("model", "data", "eval"))  # noqa: E731
+        claim_file(args.out, "eval", own, args.force)
     result = evaluate_model(
         args.model,
         args.data,
@@ -53,6 +60,9 @@ def eval_parser(sub) -> None:
     e.add_argument("--folded", type=Path, help="evaluation set: also score this folded export")
     device_arg(e)
     e.add_argument("--out", type=Path, help="write the result as JSON here")
+    e.add_argument(
+        "--force", action="store_true", help="replace an --out that is not an earlier result"
+    )
     e.set_defaults(func=_cmd_eval)
 
 
@@ -60,7 +70,14 @@ def _cmd_fold(args: argparse.Namespace) -> int:
     from .fold import fold_run
 
     report = fold_run(
-        args.model, args.data, args.out, args.windows, args.eval_windows, args.rtol, args.device
+        args.model,
+        args.data,
+        args.out,
+        args.windows,
+        args.eval_windows,
+        args.rtol,
+        args.device,
+        force=args.force,
     )
     print(jsonio.dumps(report, indent=2))
     return 0
@@ -82,6 +99,7 @@ def fold_parser(sub) -> None:
         help="max |dz| / max |z| allowed",
     )
     device_arg(f)
+    force_arg(f, "fold", "folded/'s and scaled/'s model files and verify.json")
     f.set_defaults(func=_cmd_fold)
 
 
@@ -90,7 +108,9 @@ def _cmd_export_hf(args: argparse.Namespace) -> int:
     from .export import export_run
 
     device = resolve_device(args.device, setting="--device").type
-    report = export_run(args.model, args.out, args.data, args.windows, args.rtol, device)
+    report = export_run(
+        args.model, args.out, args.data, args.windows, args.rtol, device, force=args.force
+    )
     print(jsonio.dumps(report, indent=2))
     return 0
 
@@ -106,6 +126,9 @@ def export_hf_parser(sub) -> None:
     x.add_argument("--windows", type=POSITIVE, default=4, help="validation windows to verify on")
     x.add_argument("--rtol", type=POSITIVE_FLOAT, default=1e-4, help="max |dz| / max |z| allowed")
     device_arg(x)
+    force_arg(
+        x, "export-hf", "the export's files (config.json, model.safetensors, verify.json, ...)"
+    )
     x.set_defaults(func=_cmd_export_hf)
 
 
@@ -115,7 +138,15 @@ def _cmd_taper_hf(args: argparse.Namespace) -> int:
 
     device = resolve_device(args.device, setting="--device").type
     result = taper_hf(
-        args.model, args.data, args.out, args.steps, args.lr, args.batch_size, args.lam, device
+        args.model,
+        args.data,
+        args.out,
+        args.steps,
+        args.lr,
+        args.batch_size,
+        args.lam,
+        device,
+        force=args.force,
     )
     print(jsonio.dumps(result, indent=2))
     return 0
@@ -136,4 +167,5 @@ def taper_hf_parser(sub) -> None:
     h.add_argument("--batch-size", type=POSITIVE, default=8, help="sequences per step")
     h.add_argument("--lam", type=NON_NEGATIVE_FLOAT, default=0.1, help="scale loss weight")
     device_arg(h)
+    force_arg(h, "taper-hf", "run/'s, hf/'s and fold_verify.json")
     h.set_defaults(func=_cmd_taper_hf)

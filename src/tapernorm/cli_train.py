@@ -35,7 +35,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
     if threads is not None:
         torch.set_num_threads(threads)
     try:
-        result = train(cfg, args.out, wait=args.wait)
+        result = train(cfg, args.out, wait=args.wait, force=args.force)
     except KeyboardInterrupt:
         from .training_state import resume_step
 
@@ -91,6 +91,12 @@ def train_parser(sub) -> None:
         f"(default: no, unless {WAIT_ENV} is set, as the workflow sets it for its jobs)",
     )
     t.add_argument(
+        "--force",
+        action="store_true",
+        help="train into an --out that holds other files: the run's files (config.json, "
+        "metrics.jsonl, eval.json, model.safetensors, ckpt/) are replaced, every other is kept",
+    )
+    t.add_argument(
         "--threads",
         type=POSITIVE,
         help="torch CPU threads (default: 1 when training on the CPU, where runs are then "
@@ -141,9 +147,14 @@ def gpus_parser(sub) -> None:
 
 
 def _cmd_lr_grid(args: argparse.Namespace) -> int:
-    from .lr_grid import grid_scale, read_runs, summarize, write_summary
+    from .lr_grid import check_grid, grid_scale, read_runs, summarize, write_summary
+    from .out_dirs import claim_dir, json_with, refuse_inside
 
+    for run in args.runs:
+        refuse_inside(args.out, {"run directory (--runs)": run})
+    claim_dir(args.out, "lr-grid", lambda out: json_with(out / "lr_grid.json", ("cells",)))
     runs = read_runs(args.runs)
+    check_grid(runs, args.shared_lr)
     cells, gaps = summarize(runs, args.shared_lr)
     command = args.made_by or (
         f"tapernorm lr-grid --runs {' '.join(map(str, args.runs))} --shared-lr {args.shared_lr:g} "

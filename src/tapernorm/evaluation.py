@@ -80,6 +80,16 @@ def validation_windows(
         ) from None
 
 
+def check_vocab(shards: TokenShards, model: GPT, model_dir: str | Path) -> None:
+    """ValueError naming both if the shards' token ids may exceed the model's vocabulary."""
+    if shards.vocab_size > model.config.vocab_size:
+        raise ValueError(
+            f"the token shards {shards.data_dir} have a vocabulary of {shards.vocab_size}, the "
+            f"model {model_dir} only {model.config.vocab_size}: give shards of the model's own "
+            "tokenizer (--data)"
+        )
+
+
 def evaluate(
     model: GPT,
     shards: TokenShards,

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import copy
 import logging
+import re
 import shutil
 from pathlib import Path
 
@@ -39,10 +40,11 @@ import torch
 from torch import nn
 
 from .atomic import plain_modes
-from .checkpoint import read_json, replace_dir, write_json
+from .checkpoint import CheckpointError, read_json, write_json
 from .fold import _g0_map, compare_logits
 from .model import GPT, GPTConfig
 from .norms import FixedScale, TaperNorm
+from .out_dirs import claim_dir, install_dir, is_temporary, json_with, make_aside, refuse_inside
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +56,38 @@ ARCHITECTURES = {
     "mistral": "MistralForCausalLM",
     "qwen2": "Qwen2ForCausalLM",
 }
+
+
+# the files an export writes (save_pretrained's, the tokenizer's, the card, verify.json): what a
+# later export into the same directory replaces; every other file there is left alone
+EXPORT_FILES = re.compile(
+    r"(config|generation_config|verify|tokenizer|tokenizer_config|special_tokens_map|vocab|"
+    r"added_tokens)\.json|model(-\d+-of-\d+)?\.safetensors(\.index\.json)?|README\.md|"
+    r"tokenizer\.model|merges\.txt|chat_template\.jinja"
+)
+
+
+def is_export_file(name: str) -> bool:
+    return bool(EXPORT_FILES.fullmatch(name)) or is_temporary(name)
+
+
+def is_export_dir(path: Path) -> bool:
+    """Whether `path` holds an export of export_hf (or a skipped one): its verify.json, or (which
+    Snakemake deletes before a rerun) a config.json with the export's norm epsilon, 2^66."""
+    verify = Path(path) / "verify.json"
+    if json_with(verify, ("architecture", "ok")) or json_with(verify, ("model", "skipped")):
+        return True
+    try:
+        config = read_json(Path(path) / "config.json")
+    except (CheckpointError, OSError, ValueError):
+        return False
+    eps = ("rms_norm_eps", "layer_norm_epsilon")
+    return isinstance(config, dict) and any(config.get(k) == EXPORT_EPS for k in eps)
+
+
+def claim_export_dir(path: Path, force: bool = False) -> None:
+    """Refuse (PathInUse) an export directory holding files of something else, unless `force`."""
+    claim_dir(Path(path), "export-hf", is_export_dir, force)
 
 
 class ExportError(RuntimeError):
@@ -285,6 +319,7 @@ def export_hf(
     rtol: float = 1e-4,
     tokenizer=None,
     card: dict | None = None,
+    force: bool = False,
 ) -> dict:
     """Write a norm-free GPT (every norm tapered, g = 0) as a stock HF checkpoint directory, load it
     back with AutoModelForCausalLM and verify it on `tokens` (default: random); returns the report.
@@ -292,14 +327,24 @@ def export_hf(
     `path` gets save_pretrained's files, verify.json, README.md (a model card: `card`'s entries
     and the verify numbers) and the tokenizer's files if one is given (anything with
     save_pretrained). A verification beyond `rtol` raises ExportVerificationError and leaves the
-    export in PATH.failed with its verify.json.
+    export in PATH.failed with its verify.json. A `path` holding files of something else is
+    refused (PathInUse) unless `force`; an earlier export's files are replaced, no other file.
     """
+    path = Path(path)
+    claim_export_dir(path, force)
+    hf = to_hf(model)
+    tmp = make_aside(path)
+    try:
+        return _write_export(model, hf, tmp, path, tokens, targets, rtol, tokenizer, card)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)  # (gone unless something failed)
+
+
+def _write_export(model, hf, tmp, path, tokens, targets, rtol, tokenizer, card) -> dict:
+    """export_hf's writing: the export into `tmp`, verified, then installed as `path`."""
     import transformers
 
-    path = Path(path)
-    tmp = path.with_name(path.name + ".tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    to_hf(model).save_pretrained(tmp)
+    hf.save_pretrained(tmp)
     if tokenizer is not None:
         tokenizer.save_pretrained(tmp)
     stock = transformers.AutoModelForCausalLM.from_pretrained(
@@ -311,9 +356,7 @@ def export_hf(
     }
     write_json(tmp / "verify.json", report)
     if not report["ok"]:
-        failed = path.with_name(path.name + ".failed")
-        shutil.rmtree(failed, ignore_errors=True)
-        tmp.rename(failed)
+        failed = _keep_failed(tmp, path)
         raise ExportVerificationError(
             f"export_hf: the stock {report['architecture']} disagrees with the model "
             f"(max relative logit difference {report['rel_logit_diff']:.3g} vs rtol {rtol:g}, "
@@ -321,7 +364,7 @@ def export_hf(
         )
     (tmp / "README.md").write_text(model_card(report, card or {}))
     plain_modes(tmp)  # safetensors writes model.safetensors private (0o600)
-    replace_dir(tmp, path)
+    install_dir(tmp, path, is_export_file, "verify.json")
     return report
 
 
@@ -364,6 +407,19 @@ def card_metadata(report: dict, card: dict) -> dict:
         f"(rtol {report['rtol']:g}), greedy decoding identical: {report['greedy_match']}",
     }
     return meta
+
+
+def _keep_failed(tmp: Path, path: Path) -> Path:
+    """Where a failed export is kept: PATH.failed (an earlier failed export there replaced), or
+    its temporary directory if PATH.failed is something else."""
+    failed = path.with_name(path.name + ".failed")
+    if failed.exists() and not is_export_dir(failed):
+        kept = tmp.with_name(tmp.name.removesuffix(".tmp") + ".failed")
+        tmp.rename(kept)
+        return kept
+    shutil.rmtree(failed, ignore_errors=True)
+    tmp.rename(failed)
+    return failed
 
 
 def _card_body(report: dict, card: dict) -> str:
@@ -435,22 +491,27 @@ def export_run(
     device: str = "cpu",
     route: str = "tapernorm export-hf",
     fold: dict | None = None,
+    force: bool = False,
 ) -> dict:
     """export_hf of a run (or model) directory, verified on validation windows of its token shards
     (`data`, default the run's data.dir) when they exist; card and tokenizer from the run. The
     card names the export `route` and the fold check `fold` (verify_fold's report) if one ran.
 
     A run whose eval.json says it diverged is not exported: OUT then holds only verify.json, which
-    records `skipped` (divergence.Diverged.reason)."""
+    records `skipped` (divergence.Diverged.reason). OUT equal to or inside the model or the data
+    directory, or holding files of something else (unless `force`), is refused (PathInUse)."""
     from .checkpoint import load_model
     from .config import PROTOCOLS, VARIANTS
     from .data import TokenShards
     from .divergence import diverged
+    from .evaluation import check_vocab
 
-    model_dir = Path(model_dir)
+    model_dir, out = Path(model_dir), Path(out)
+    refuse_inside(out, {"model directory (--model)": model_dir, "token shards (--data)": data})
+    claim_export_dir(out, force)
     bad = diverged(model_dir)
     if bad is not None:
-        return skip_export(Path(out), model_dir, bad.reason())
+        return skip_export(out, model_dir, bad.reason())
     model = load_model(model_dir, device).eval()
     cfg = read_json(model_dir / "config.json")
     outcome = read_json(model_dir / "eval.json") if (model_dir / "eval.json").is_file() else {}
@@ -458,7 +519,9 @@ def export_run(
     tokens = targets = tokenizer = sp_model = None
     tokenizer_note = "unknown (no token shards given)"
     if (data / "meta.json").is_file():
-        tokens, targets = TokenShards(data).val_windows(windows, model.config.block_size)
+        shards = TokenShards(data)
+        check_vocab(shards, model, model_dir)
+        tokens, targets = shards.val_windows(windows, model.config.block_size)
         tokenizer, sp_model, tokenizer_note = _tokenizer(data)
     meta = cfg.get("meta", {})
     variant = meta.get("protocol") or cfg.get("variant")
@@ -478,7 +541,7 @@ def export_run(
         "fold check": fold_check_text(fold),
         "export route": route,
     }
-    report = export_hf(model, out, tokens, targets, rtol, tokenizer, card)
+    report = export_hf(model, out, tokens, targets, rtol, tokenizer, card, force=True)
     if sp_model is not None:
         shutil.copyfile(sp_model, Path(out) / "tokenizer.model")
     return report
@@ -516,11 +579,9 @@ def fold_check_text(fold: dict | None) -> str:
 def skip_export(out: Path, model_dir: Path, reason: str) -> dict:
     """OUT as a skipped export: only verify.json, recording why (an earlier export is replaced)."""
     report = {"model": str(model_dir), "skipped": reason}
-    tmp = out.with_name(out.name + ".tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
+    tmp = make_aside(out)
     write_json(tmp / "verify.json", report)
-    replace_dir(tmp, out)
+    install_dir(tmp, out, is_export_file, "verify.json")
     log.warning("export-hf: %s: skipped, nothing exported", reason)
     return report
 
@@ -556,23 +617,47 @@ def taper_hf(
     batch_size: int = 8,
     lam: float = 0.1,
     device: str = "cpu",
+    force: bool = False,
 ) -> dict:
     """Import a HF model with every norm tapered, fine-tune it through the taper on `data`,
-    fold-verify and export: OUT/run (the run), OUT/fold_verify.json, OUT/hf (the export)."""
+    fold-verify and export: OUT/run (the run), OUT/fold_verify.json, OUT/hf (the export). OUT
+    inside the model or the data, or holding files of something else (unless `force`), is
+    refused (PathInUse)."""
     from .checkpoint import load_model
     from .data import TokenShards
     from .fold import FOLD_RTOL, fold_model, verify_fold
     from .train import train
 
     out = Path(out)
+    local = source if Path(source).exists() else None
+    refuse_inside(out, {"model (--model)": local, "token shards (--data)": data})
+    claim_dir(out, "taper-hf", is_taper_hf_dir, force)
     cfg = taper_hf_config(source, data, steps, lr, batch_size, lam)
     cfg["train"]["device"] = device
-    train(cfg, out / "run")
+    train(cfg, out / "run", force=force)
     model = load_model(out / "run", device).eval()
     x, y = TokenShards(data).val_windows(4, model.config.block_size)
     fold = verify_fold(model, fold_model(model), x.to(device), y.to(device), rtol=FOLD_RTOL)
     write_json(out / "fold_verify.json", fold)
     export = export_run(
-        out / "run", out / "hf", data, device=device, route="tapernorm taper-hf", fold=fold
+        out / "run",
+        out / "hf",
+        data,
+        device=device,
+        route="tapernorm taper-hf",
+        fold=fold,
+        force=force,
     )
     return {"fold": fold, "export": export}
+
+
+def is_taper_hf_dir(out: Path) -> bool:
+    """Whether `out` holds taper-hf's earlier output: its run, fold check or export."""
+    from .training_state import is_run_dir
+
+    run = out / "run"
+    return (
+        (out / "fold_verify.json").is_file()
+        or (run.is_dir() and is_run_dir(run) and any(run.iterdir()))
+        or is_export_dir(out / "hf")
+    )

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import shutil
 from pathlib import Path
 
 import torch
@@ -23,6 +22,7 @@ from torch import nn
 
 from .model import EXPORTED, GPT
 from .norms import FixedScale, TaperNorm, taper_norms
+from .out_dirs import claim_dir, json_with, refuse_inside
 
 # max |logit difference| / max |reference logit| a fold must keep (Sec. 4 / 6.1: ~1e-5 in float32);
 # the workflow config's fold.rtol defaults to it (a test holds the schema to it)
@@ -182,6 +182,19 @@ def verify_fold(
 EXPORTS = ("folded", "scaled")  # what fold_run writes beside verify.json, one model directory each
 
 
+def is_fold_dir(out: Path) -> bool:
+    """Whether `out` holds fold_run's earlier output: its verify.json, or (Snakemake deletes
+    verify.json before a rerun) only folded/ and scaled/ with nothing but model files in them."""
+    from .run_identity import MODEL_FILES
+
+    if json_with(out / "verify.json", ("model", "written")):
+        return True
+    return all(
+        p.name in EXPORTS and p.is_dir() and all(f.name in MODEL_FILES for f in p.iterdir())
+        for p in out.iterdir()
+    )
+
+
 def fold_run(
     model_dir: str | Path,
     data: str | Path,
@@ -190,6 +203,7 @@ def fold_run(
     eval_windows: int = 64,
     rtol: float = FOLD_RTOL,
     device: str = "auto",
+    force: bool = False,
 ) -> dict:
     """Export the g = 0 model of a run (or model) directory as explicit scaling and folded, verify
     both against it on `windows` validation windows of token shards `data` (raises beyond `rtol`),
@@ -199,21 +213,27 @@ def fold_run(
 
     A run whose eval.json says it diverged is not folded: its weights are those it rolled back to,
     not a trained model. verify.json then records `skipped` (divergence.Diverged.reason), and
-    OUT/folded and OUT/scaled are left empty (earlier exports in them removed)."""
+    OUT/folded and OUT/scaled are left empty (earlier exports in them removed).
+
+    OUT equal to or inside the model or the data, or holding files of something else (unless
+    `force`: then only fold's files are replaced), is refused (out_dirs.PathInUse)."""
     from .checkpoint import load_model, save_model, write_json
     from .data import TokenShards
     from .device import resolve_device
     from .divergence import diverged
-    from .evaluation import evaluate
+    from .evaluation import check_vocab, evaluate
     from .norms import set_gate
     from .run_identity import MODEL_FILES
 
     out = Path(out)
+    refuse_inside(out, {"model directory (--model)": model_dir, "token shards (--data)": data})
+    claim_dir(out, "fold", is_fold_dir, force)
     bad = diverged(model_dir)
     if bad is not None:
         for name in EXPORTS:
-            shutil.rmtree(out / name, ignore_errors=True)
-            (out / name).mkdir(parents=True)
+            (out / name).mkdir(parents=True, exist_ok=True)
+            for file in MODEL_FILES:  # (an earlier export's; nothing else in it)
+                (out / name / file).unlink(missing_ok=True)
         report = {
             "model": str(model_dir),
             "skipped": bad.reason(),
@@ -229,6 +249,7 @@ def fold_run(
     set_gate(model, 0.0)
     folded, scaled = fold_model(model), export_explicit_scaling(model)
     shards = TokenShards(data)
+    check_vocab(shards, model, model_dir)
     x, y = shards.val_windows(windows, model.config.block_size)
     x, y = x.to(dev), y.to(dev)
     report = {"model": str(model_dir), "rtol": rtol}

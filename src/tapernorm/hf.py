@@ -49,6 +49,11 @@ class HFMappingError(RuntimeError):
     """A Hugging Face checkpoint lacks weights our model of its architecture needs."""
 
 
+class UnsupportedModel(NotImplementedError):
+    """A Hugging Face model of an architecture, or with a setting, that tapernorm's GPT does not
+    model: says which, and what is supported (one line on the command line)."""
+
+
 class HFUnavailableError(RuntimeError):
     """A hub id was given but the Hugging Face hub (and a cached copy) could not be reached."""
 
@@ -71,9 +76,9 @@ def load_hf(model_or_path: Any, taper: str = "none", dtype: torch.dtype = torch.
     elif type(hf) in family:
         config, weights = _llama(hf, taper, family[type(hf)])
     else:
-        raise NotImplementedError(
-            f"load_hf: unsupported model {type(hf).__name__}; expected a transformers "
-            f"GPT2LMHeadModel or {' / '.join(LLAMA_FAMILY.values())}"
+        raise UnsupportedModel(
+            f"load_hf: unsupported model {type(hf).__name__}; supported: transformers' "
+            f"GPT2LMHeadModel, {', '.join(LLAMA_FAMILY.values())}"
         )
     config.hf_config = hf_config_dict(hf.config)
     return _build(config, weights, dtype)
@@ -130,8 +135,10 @@ def _load_pretrained(src: str, local_files_only: bool) -> nn.Module:
     classes = {k: getattr(transformers, v) for k, v in LLAMA_FAMILY.items()}
     classes["gpt2"] = transformers.GPT2LMHeadModel
     if config.model_type not in classes:
-        raise NotImplementedError(
-            f"load_hf: {src!r} has model_type {config.model_type!r}; supported: {SUPPORTED}"
+        raise UnsupportedModel(
+            f"load_hf: {src} is a {config.model_type!r} model ({', '.join(config.architectures or [])}"
+            f"), an architecture tapernorm does not import; supported model_type: "
+            f"{', '.join(SUPPORTED)} (causal LMs with pre-norm blocks)"
         )
     cls = classes[config.model_type]
     model, info = cls.from_pretrained(
@@ -191,8 +198,8 @@ def _is_connection_error(e: BaseException) -> bool:
 # ---- architectures ---------------------------------------------------------------------------
 
 
-def _unsupported(arch: str, what: str) -> NotImplementedError:
-    return NotImplementedError(
+def _unsupported(arch: str, what: str) -> UnsupportedModel:
+    return UnsupportedModel(
         f"load_hf: this {arch} checkpoint has {what}, which tapernorm's GPT does not model"
     )
 
@@ -212,7 +219,7 @@ def _gpt2(hf: nn.Module, taper: str) -> tuple[GPTConfig, dict[str, torch.Tensor]
         ("add_cross_attention", False),
     ):
         if bool(getattr(c, flag, want)) != want:
-            raise _unsupported("GPT-2", f"{flag}={getattr(c, flag)!r}")
+            raise _unsupported("GPT-2", f"{flag}={getattr(c, flag)!r} (only {flag}={want})")
     tie = bool(getattr(c, "tie_word_embeddings", True))
     config = GPTConfig(
         style="gpt2",

@@ -53,6 +53,35 @@ def read_runs(run_dirs: list[Path]) -> dict[GridRun, Path]:
     return runs
 
 
+def check_grid(runs: dict[GridRun, Path], shared_lr: float) -> None:
+    """ConfigError unless `runs` fill their grid (every variant and width at every LR and seed
+    that any run has: a missing run would leave its cell's mean, and the gaps, on fewer seeds or
+    none) and the shared LR is one of the grid's."""
+    variants = sorted({(r.variant, r.width) for r in runs})
+    lrs, seeds = sorted({r.lr for r in runs}), sorted({r.seed for r in runs})
+    missing = [
+        GridRun(v, w, seed, lr).name
+        for v, w in variants
+        for lr in lrs
+        for seed in seeds
+        if GridRun(v, w, seed, lr) not in runs
+    ]
+    if missing:
+        shown = ", ".join(missing[:4]) + (
+            f" and {len(missing) - 4} more" if len(missing) > 4 else ""
+        )
+        total = len(variants) * len(lrs) * len(seeds)
+        raise ConfigError(
+            f"lr-grid: the grid is incomplete: {len(missing)} of {total} runs missing ({shown}): "
+            "train them (the workflow's lr_grid family) and give every run directory to --runs"
+        )
+    if shared_lr not in lrs:
+        raise ConfigError(
+            f"lr-grid: --shared-lr {shared_lr:g} is not an LR of the grid "
+            f"({', '.join(f'{lr:g}' for lr in lrs)}): give one of them"
+        )
+
+
 def summarize(runs: dict[GridRun, Path], shared_lr: float) -> tuple[list[dict], list[dict]]:
     """(cells, gaps) of runs {GridRun: directory}: per (variant, lr) the seeds' validation losses,
     mean and std; per compared variant its gap to the matched baseline at the shared LR and with

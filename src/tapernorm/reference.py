@@ -143,17 +143,89 @@ def snapshot(
     return dest
 
 
+# ---- what a run's log says ran -----------------------------------------------------------------
+
+_CONFIG_FILES = re.compile(r"^\s*Config file\(s\): \[(.*)\]\s*$")
+_QUOTED = re.compile(r"'([^']+)'")
+DEFAULT_CONFIG = "config/config.yaml"  # the Snakefile's configfile
+
+
+def log_jobs(log: Path) -> dict[str, int]:
+    """{rule: jobs} of the first 'Job stats:' table of a Snakemake log (what the run planned)."""
+    lines = log.read_text(errors="replace").splitlines()
+    start = next((i for i, line in enumerate(lines) if line.strip() == "Job stats:"), None)
+    jobs: dict[str, int] = {}
+    for line in lines[start + 3 :] if start is not None else []:
+        parts = line.split()
+        if len(parts) != 2 or not parts[1].isdigit():
+            break
+        if parts[0] != "total":
+            jobs[parts[0]] = int(parts[1])
+    return jobs
+
+
+def log_config(log: Path) -> str:
+    """The config a Snakemake run read, from its log: 'the default config' for the Snakefile's own
+    (config/config.yaml), else its file names; 'a config its log does not name' if none is."""
+    for line in log.read_text(errors="replace").splitlines():
+        m = _CONFIG_FILES.match(line)
+        if m:
+            names = [Path(p).as_posix() for p in _QUOTED.findall(m[1])]
+            names = ["/".join(Path(p).parts[-2:]) for p in names]
+            if names == [DEFAULT_CONFIG]:
+                return "the default config"
+            return " + ".join(f"`{n}`" for n in names) or "a config its log does not name"
+    return "a config its log does not name"
+
+
+def run_scope(ref: Path, manifest: dict) -> dict:
+    """What the reference run's log ran: its jobs, its config and whether it was the whole DAG:
+    every job that left a job record in the run (results/job_records/<rule>/...) ran in it, not
+    only a partial rerun of some of them."""
+    log = ref / LOG_NAME
+    jobs = log_jobs(log)
+    run = ref / "results" / "manifest.json"
+    files = read_manifest(run)["files"] if run.is_file() else {}
+    recorded: dict[str, int] = {}
+    for rel in files:
+        parts = rel.split("/")
+        if rel.startswith("results/job_records/") and len(parts) > 3:
+            recorded[parts[2]] = recorded.get(parts[2], 0) + 1
+    whole = all(jobs.get(rule, 0) >= n for rule, n in recorded.items())
+    return {
+        "jobs": manifest["snapshot"]["snakemake"]["jobs"],
+        "whole": whole,
+        "recorded": sum(recorded.values()),
+        "config": log_config(log),
+    }
+
+
+def scope_text(scope: dict) -> str:
+    """'the whole DAG (63 jobs)', or 'a partial rerun (3 jobs; not the whole DAG)'."""
+    if scope["whole"]:
+        return f"the whole DAG ({scope['jobs']} jobs)"
+    return f"a partial rerun ({scope['jobs']} jobs; not the whole DAG)"
+
+
 # ---- reading one ----------------------------------------------------------------------------------
 
 
 def load_reference(ref: str | Path) -> dict:
-    """A reference directory's manifest, claims record and the directory itself."""
+    """A reference directory's manifest, claims record, what its run ran (run_scope) and the
+    directory itself, after checking its files against its manifest (an edited or missing file
+    is a ReferenceError: nothing is quoted from it)."""
     ref = Path(ref)
     manifest = read_manifest(ref / "manifest.json")
     if "snapshot" not in manifest:
         raise ReferenceError(f"{ref}: its manifest.json is a run's, not a reference run's")
+    _, problems = check_manifest(ref / "manifest.json")
+    if problems:
+        raise ReferenceError(
+            f"{ref}: its files differ from its manifest.json ({problems[0]}; {len(problems)} in "
+            f"all): restore them (git checkout -- {ref}) or point the block at another reference"
+        )
     claims = read_json(ref / "results" / "claims.json")
-    return {"dir": ref, "manifest": manifest, "claims": claims}
+    return {"dir": ref, "manifest": manifest, "claims": claims, "scope": run_scope(ref, manifest)}
 
 
 def wall_text(manifest: dict) -> str:

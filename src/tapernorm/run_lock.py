@@ -35,6 +35,20 @@ class RunLocked(RuntimeError):
     """Another process is writing the run directory."""
 
 
+class LockFileError(RuntimeError):
+    """The lock file's path holds something that is not a lock file (a directory, ...)."""
+
+
+def _open_lock(path: Path) -> int:
+    try:
+        return os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+    except (IsADirectoryError, NotADirectoryError, PermissionError) as e:
+        raise LockFileError(
+            f"{path}, the run's lock file, cannot be opened ({e.strerror}): if no tapernorm train "
+            "is writing the run, remove it (it is only the lock) and run the command again"
+        ) from None
+
+
 def _owner(fd: int) -> dict:
     try:
         data = json.loads(os.pread(fd, 4096, 0) or b"{}")
@@ -83,7 +97,7 @@ def run_lock(out: Path, name: str = "run", wait: bool = False) -> Iterator[None]
     out.mkdir(parents=True, exist_ok=True)
     path = out / LOCK_NAME
     while True:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+        fd = _open_lock(path)
         try:
             _acquire(fd, out, name, wait)
         except BaseException:

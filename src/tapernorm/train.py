@@ -54,6 +54,7 @@ from .training_run import (
     set_up,
 )
 from .training_state import (
+    claim_run_dir,
     finished_result,
     has_checkpoint,
     load_training_state,
@@ -393,7 +394,11 @@ def diverged_line(step: int, weights_step: int, val: float) -> str:
 
 
 def train(
-    cfg: dict, out_dir: str | Path, stop_after: int | None = None, wait: bool = False
+    cfg: dict,
+    out_dir: str | Path,
+    stop_after: int | None = None,
+    wait: bool = False,
+    force: bool = False,
 ) -> dict:
     """Run (or resume) one training run described by a resolved run config; returns eval.json's dict.
 
@@ -402,10 +407,13 @@ def train(
     (a second train() on out_dir is refused, or with `wait` waits for the first to end). A run
     found finished is left as it is (its eval.json returned). `stop_after` ends the process early
     (as if killed) after that many steps: used by resume tests.
+    A directory holding anything but a run of this project is refused (claim_run_dir), unless
+    `force`: then only the files a run writes are replaced.
     Under torchrun (WORLD_SIZE > 1) it joins the process group (NCCL on GPUs, gloo on CPUs);
     ranks other than 0 return {"rank": r, "step": k} and write nothing.
     """
     check_available(cfg)  # log.tensorboard without its package: stop before anything starts
+    claim_run_dir(cfg, Path(out_dir), force)
     world = World.from_env()
     device = resolve_device(cfg["train"]["device"], world.local_rank, "train.device")
     with process_group(world, device):

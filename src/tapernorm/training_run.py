@@ -78,7 +78,9 @@ def build_model(cfg: dict, vocab_size: int) -> GPT:
         model = convert_norms(load_model(source), taper, norm)
     if model.config.vocab_size < vocab_size:
         raise ValueError(
-            f"init.from model has vocab {model.config.vocab_size} < data's {vocab_size}"
+            f"init.from model {source} has a vocabulary of {model.config.vocab_size}, smaller "
+            f"than that of the data {cfg['data']['dir']} ({vocab_size}): give token shards made "
+            "with the model's tokenizer (prepare-data --tokenizer gpt2 for GPT-2 models)"
         )
     return model
 
@@ -174,7 +176,11 @@ def set_up(cfg: dict, out: Path, world: World, device: torch.device) -> Run:
     model = build_model(cfg, shards.vocab_size).to(device)
     mcfg = model.config
     if shards.vocab_size > mcfg.vocab_size:
-        raise ValueError(f"data vocab {shards.vocab_size} exceeds model vocab {mcfg.vocab_size}")
+        raise ValueError(
+            f"the data {cfg['data']['dir']} has a vocabulary of {shards.vocab_size}, the model "
+            f"only {mcfg.vocab_size} (model.vocab_size): set model.vocab_size to at least "
+            f"{shards.vocab_size}, or leave it out to take the data's"
+        )
     shards.check_fits(mcfg.block_size)
     micro_batches = rank_micro_batches(cfg["train"]["grad_accum"], world.rank, world.size)
     reduce = make_reduce(world, device)

@@ -38,7 +38,9 @@ from .checkpoint import (
 )
 from .metrics_log import METRICS, record_lines
 from .model import GPT
+from .out_dirs import claim_dir, is_temporary, json_with, only_names, refuse_inside
 from .run_identity import Inputs, differences, run_identity
+from .run_lock import LOCK_NAME
 
 log = logging.getLogger(__name__)
 
@@ -234,6 +236,33 @@ def clear_run(out: Path, ckpt: Path) -> list[str]:
             shutil.rmtree(path)
             removed.append(path.name + "/")
     return removed
+
+
+RUN_RECORD_KEYS = ("name", "model", "train", "meta", "n_params")  # config.json of a run
+
+
+def is_run_dir(out: Path) -> bool:
+    """Whether directory `out` holds a run of this project: its checkpoint (or one a kill left
+    half-written), its config.json record, or only a lock file and temporaries a kill left."""
+    ckpt = out / "ckpt"
+    if (ckpt / "state.json").is_file() or any(
+        p.is_dir() for p in (ckpt.with_name("ckpt.old"), ckpt.with_name("ckpt.tmp"))
+    ):
+        return True
+    if json_with(out / "config.json", RUN_RECORD_KEYS):
+        return True
+    return only_names(out, lambda name: name == LOCK_NAME or is_temporary(name))
+
+
+def claim_run_dir(cfg: dict, out: Path, force: bool = False) -> None:
+    """Refuse (PathInUse) a run directory that holds files of something else (unless `force`:
+    then only the files a run writes are replaced), or that is the run's data or init."""
+    init = cfg["init"]["from"]
+    inputs = {"data directory (data.dir)": cfg["data"]["dir"]}
+    if init and not str(init).startswith("hf:"):
+        inputs["init.from model"] = init
+    refuse_inside(out, inputs)
+    claim_dir(out, "train", is_run_dir, force)
 
 
 def resume_step(cfg: dict, out_dir: str | Path) -> int:

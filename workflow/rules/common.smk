@@ -258,8 +258,13 @@ def train_minutes(wildcards):
 
 
 def lr_grid_input(wildcards):
-    """The committed LR grid, where the checkout has it (the claims judge by it only at its scale)."""
-    return [LR_GRID] if os.path.isfile(LR_GRID) else []
+    """The committed LR grid, where the checkout has it (the claims judge by it only at its scale):
+    the working directory's, else the checkout's (a run with `-d OTHERDIR`, e.g. from a read-only
+    checkout, reads the committed records where they are)."""
+    for path in (LR_GRID, os.path.join(workflow.basedir, LR_GRID)):
+        if os.path.isfile(path):
+            return [path]
+    return []
 
 
 def scaling_input(wildcards):

@@ -8,6 +8,7 @@ import importlib.util
 import io
 import itertools
 import os
+import re
 from collections.abc import Iterable, Iterator
 from functools import lru_cache
 from pathlib import Path
@@ -115,6 +116,10 @@ class _Source:
             raise
 
 
+# SentencePiece's complaint about a vocabulary below the corpus' characters: "<given> vs <needed>"
+_TOO_SMALL = re.compile(r"Vocabulary size is smaller than required_chars\. (\d+) vs (\d+)")
+
+
 def _train(
     spm, sentences: Iterator[str], model: io.BytesIO, vocab_size: int, byte_fallback
 ) -> None:
@@ -176,9 +181,17 @@ def train_sentencepiece(
     spm.set_random_generator_seed(seed)
     try:
         _train(spm, sentences, model, vocab_size, byte_fallback)
-    except RuntimeError:
+    except RuntimeError as e:
         if sentences.error is not None:  # reading the corpus failed: that error, as raised
             raise sentences.error from None
+        too_small = _TOO_SMALL.search(str(e))
+        if too_small:
+            raise ValueError(
+                f"vocab_size {vocab_size} is too small for this corpus: SentencePiece needs at "
+                f"least {too_small[2]} (every character of the corpus and the reserved pieces"
+                f"{', byte_fallback off' if not byte_fallback else ''}): set data.vocab_size "
+                f"(--vocab-size) to {too_small[2]} or more"
+            ) from None
         raise
     out = Path(out_prefix)
 
