@@ -36,7 +36,7 @@ def _cmd_figure(args: argparse.Namespace) -> int:
     from .analysis.scaling import read_study
     from .analysis.scaling_figures import curves_figure, gap_figure
 
-    stamp = provenance.stamp(args.config_hash)
+    stamp = provenance.stamp(args.config_hash, rehearsal=args.rehearsal)
     if args.name == "fig_scaling_gaps":
         if args.summary is None:
             raise ValueError("fig_scaling_gaps draws summary.csv: give --summary")
@@ -73,5 +73,6 @@ def scaling_parser(sub) -> None:
     f.add_argument("--summary", type=Path, help="summary.csv (fig_scaling_gaps)")
     f.add_argument("--records", type=Path, nargs="+", help="record directories (curves)")
     f.add_argument("--config-hash", help="the study config's sha256, in the provenance stamp")
+    f.add_argument("--rehearsal", action="store_true", help="a rehearsal's figure: says so")
     f.add_argument("--out", type=Path, required=True, help="output path without extension")
     f.set_defaults(func=_cmd_figure)

@@ -68,10 +68,10 @@ rule scaling_figure:
     params:
         runs=run_dirs,
         out=lambda wildcards, output: output.pdf.removesuffix(".pdf"),
-        hash=CONFIG_HASH,
+        stamp=stamp_args,
     shell:
         "tapernorm scaling figure {wildcards.sfigure} --records {params.runs} "
-        "--summary {input.summary} --config-hash {params.hash} --out {params.out} > {log} 2>&1"
+        "--summary {input.summary} {params.stamp} --out {params.out} > {log} 2>&1"
 
 
 rule scaling_manifest:
@@ -92,8 +92,10 @@ rule scaling_manifest:
         "../envs/tapernorm.yaml"
     params:
         config=json.dumps(config),
+        config_files=json.dumps(CONFIG_FILE_HASHES),
     shell:
-        "tapernorm manifest {input} --config-json {params.config:q} --out {output} > {log} 2>&1"
+        "tapernorm manifest {input} --config-json {params.config:q} "
+        "--config-file-sha256 {params.config_files:q} --out {output} > {log} 2>&1"
 
 
 rule scaling:
