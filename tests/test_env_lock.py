@@ -19,11 +19,16 @@ LOCK = ROOT / env_lock.CONSTRAINTS
 REFERENCES = sorted(ROOT.glob("results/reference/*/manifest.json"))
 
 
+OPT_IN_EXTRAS = ("tensorboard",)  # not in .[dev], so not in the lock: installed by choice
+
+
 def _declared() -> list[str]:
-    """The canonical names of pyproject's dependencies, core and every extra."""
+    """The canonical names of pyproject's dependencies, core and every extra a clean install of
+    .[dev] brings (not the opt-in ones)."""
     tomllib = pytest.importorskip("tomllib")  # (Python 3.11+)
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    extras = project["optional-dependencies"].values()
+    optional = project["optional-dependencies"]
+    extras = [specs for name, specs in optional.items() if name not in OPT_IN_EXTRAS]
     specs = project["dependencies"] + [spec for extra in extras for spec in extra]
     return sorted({provenance.canonical_name(re.split(r"[<>=!~;\[ ]", s)[0]) for s in specs})
 

@@ -159,7 +159,7 @@ def test_cli_taper_hf_end_to_end(shards_dir, tmp_path):
     assert report["ok"] and report["architecture"] == "LlamaForCausalLM"
     run = json.loads((out / "run" / "config.json").read_text())
     assert run["init"]["from"].startswith("hf:") and run["model"]["taper"] == "all"
-    meta = _front_matter((tmp_path / "hf" / "README.md").read_text())
+    meta = _front_matter((out / "hf" / "README.md").read_text())
     assert "base_model" not in meta  # a local directory is no Hub id
     assert meta["tapernorm"]["export_route"] == "tapernorm taper-hf"
     assert meta["tapernorm"]["fold_check"].startswith("passed: folded vs unfolded")

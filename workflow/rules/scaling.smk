@@ -101,3 +101,6 @@ rule scaling_manifest:
 rule scaling:
     input:
         f"{wsc.SCALING_DIR}/manifest.json",
+    localrule: True
+    conda:
+        "../envs/tapernorm.yaml"
