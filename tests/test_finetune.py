@@ -547,3 +547,15 @@ def test_table4_names_what_its_owt_column_holds():
     table, caption = ft.table4(stand_in)
     assert "shakespeare held-out, in OWT's place (ours)" in table.columns
     assert "OWT (paper)" in table.columns and "stands in for the OWT" in caption
+
+
+def test_row_evaluation_is_at_g0_whatever_the_gate_and_with_a_progress_label(finetuned):
+    """evaluate_rows scores at g = 0 with or without a progress label, from any gate the model
+    holds (the label once reached mean_ce as its gate)."""
+    model = load_model(finetuned["runs"]["all_taperln-tiny"]).eval()
+    eval_set = D.EvalSet(finetuned["root"] / "eval")
+    set_gate(model, 0.0)
+    at_zero = evaluate_rows(model, eval_set, 4)["loss"]
+    set_gate(model, 0.5)
+    assert evaluate_rows(model, eval_set, 4)["loss"] == at_zero
+    assert evaluate_rows(model, eval_set, 4, label="eval heldout")["loss"] == at_zero

@@ -31,6 +31,7 @@ def mean_ce(
     y_all: torch.Tensor,
     batch_size: int,
     autocast: AbstractContextManager | None = None,
+    *,
     gate: float | None = 0.0,
     label: str | None = None,
 ) -> float:
@@ -145,7 +146,7 @@ def evaluate_rows(
         )
     autocast = autocast_for(model.tok_emb.weight.device, dtype)
     try:
-        loss = mean_ce(model, rows[:, :-1], rows[:, 1:], batch_size, autocast, label)
+        loss = mean_ce(model, rows[:, :-1], rows[:, 1:], batch_size, autocast, label=label)
     except (MemoryError, RuntimeError) as e:
         if not is_out_of_memory(e):
             raise
