@@ -336,7 +336,12 @@ def test_every_json_a_run_and_its_commands_write_parses_strictly(
     result = train(cfg, run)
     assert result["diverged"] and result["diverged_step"] == 14
     records = [r for r in read_metrics(run) if "val_loss" in r]
-    assert records[0] == {"step": 5, "val_loss": None, "non_finite": {"val_loss": "inf"}}
+    assert records[0] == {
+        "step": 5,
+        "val_loss": None,
+        "val_gate": 1.0,  # the gate the run held when it was evaluated
+        "non_finite": {"val_loss": "inf"},
+    }
     monkeypatch.undo()
     commands = [
         ["eval", "--model", str(run), "--data", str(shards_dir), "--windows", "2",

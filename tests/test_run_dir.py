@@ -248,7 +248,9 @@ def test_train_threads_default_and_option(shards_dir, tmp_path, monkeypatch, cap
 
     seen = []
     monkeypatch.setattr(
-        tapernorm.train, "train", lambda cfg, out, wait: seen.append(torch.get_num_threads()) or {}
+        tapernorm.train,
+        "train",
+        lambda cfg, out, wait, **kw: seen.append(torch.get_num_threads()) or {},
     )
     base = ["train", "--set", f"data.dir={shards_dir}", "--set", "train.steps=1"]
     base += ["--set", "train.device=cpu", "--out", str(tmp_path)]

@@ -101,6 +101,5 @@ rule scaling_manifest:
 rule scaling:
     input:
         f"{wsc.SCALING_DIR}/manifest.json",
-    localrule: True
     conda:
         "../envs/tapernorm.yaml"

@@ -5,6 +5,7 @@ that the verdict flips. Claims 3 and 4: the ablation on fresh seeds, and on how 
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from pathlib import Path
 
@@ -72,6 +73,7 @@ def study_note(summary: pd.DataFrame, claim: str) -> tuple[str, str]:
 def with_study(claim: Callable[[ClaimInputs], dict], key: str) -> Callable[[ClaimInputs], dict]:
     """`claim` whose row also quotes the scaling study's rows of `key` (where it is given)."""
 
+    @functools.wraps(claim)
     def row(inp: ClaimInputs) -> dict:
         out = claim(inp)
         if inp.scaling is None or inp.scaling.empty:
@@ -83,6 +85,4 @@ def with_study(claim: Callable[[ClaimInputs], dict], key: str) -> Callable[[Clai
             out = {**out, "Holds?": f"{out['Holds?']}; {holds}"}
         return out
 
-    row.__name__ = claim.__name__
-    row.__doc__ = claim.__doc__
     return row
