@@ -68,3 +68,20 @@ def test_compiled_training_takes_one_graph_per_gate_phase(shards_dir, tmp_path):
     assert [r["gate"] for r in compiled] == [r["gate"] for r in eager]
     for a, b in zip(eager, compiled, strict=True):
         assert b["loss"] == pytest.approx(a["loss"], rel=1e-4), a["step"]
+
+
+def test_the_geometry_heads_second_pass_records_no_calibration(shards_dir):
+    """dCE/dh of a compiled or DDP step goes through the head again: that pass must not add the
+    final TaperNorm's statistics a second time (with grad_accum > 1 it moved c, and DDP's
+    processes left the single process's step), and gives the head's own logits."""
+    from tapernorm.diagnostics import head_without_calibration
+    from tapernorm.training_run import build_model
+
+    cfg = tiny_run(shards_dir, variant="all_aux")
+    model = build_model(cfg, 512).train()
+    h = torch.randn(2, 5, model.config.n_embd)
+    logits = model.head(h)
+    pending = list(model.ln_f._pending)
+    assert len(pending) == 1  # the training pass recorded its statistics
+    assert torch.equal(head_without_calibration(model, h), logits)
+    assert model.ln_f._pending == pending and model.ln_f.training

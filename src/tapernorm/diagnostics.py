@@ -63,6 +63,18 @@ def output_stats(model: GPT, logits: torch.Tensor, h: torch.Tensor, y: torch.Ten
     return out
 
 
+def head_without_calibration(model: GPT, h: torch.Tensor) -> torch.Tensor:
+    """model.head(h) with the final norm in eval mode for the call: a second pass through the head
+    records no calibration statistics (a TaperNorm's c, a FakeNorm's s), so the diagnostic leaves
+    the training as it would be without it (the output is the same in either mode)."""
+    ln_f, was_training = model.ln_f, model.ln_f.training
+    ln_f.eval()
+    try:
+        return model.head(h)
+    finally:
+        ln_f.train(was_training)
+
+
 def prelogit_geometry(
     logits: torch.Tensor,
     h: torch.Tensor,
@@ -72,9 +84,10 @@ def prelogit_geometry(
 ) -> dict:
     """Fraction of tokens with a positive margin z_y - max_{j!=y} z_j, and mean cos(dCE/dh, h).
 
-    dCE/dh through the training graph; with `head` (the model's final norm and output layer) through
-    `head` applied again to a detached h: a compiled forward returns logits and h as sibling outputs
-    of one graph node, so the training graph holds no path from h to the loss."""
+    dCE/dh through the training graph; with `head` (head_without_calibration: the model's final
+    norm and output layer) through `head` applied again to a detached h: a compiled forward returns
+    logits and h as sibling outputs of one graph node, so the training graph holds no path from h
+    to the loss."""
     if head is None:
         (grad_h,) = torch.autograd.grad(ce, h, retain_graph=True)
     else:
