@@ -279,9 +279,9 @@ def test_one_figure_builds_only_the_runs_it_needs(workdir, tmp_path):
     counts = job_counts(out.stdout)
     assert counts == {
         "prepare_data": 1,
-        "train": 8,
+        "train": 10,
         "fig2_train_loss": 1,
-    }  # baseline, internal_aux, dyt, baseline_untied x 2 seeds
+    }  # baseline, internal_aux, all_aux, dyt, baseline_untied x 2 seeds
 
 
 def test_benchmarks_need_the_three_runs_and_the_fold_check(workdir, tmp_path):
