@@ -3,8 +3,6 @@ clipping), the output's scale and saturation, and the pre-logit geometry."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import torch
 import torch.nn.functional as F
 
@@ -80,19 +78,18 @@ def prelogit_geometry(
     h: torch.Tensor,
     y: torch.Tensor,
     ce: torch.Tensor,
-    head: Callable[[torch.Tensor], torch.Tensor] | None = None,
+    head_of: GPT | None = None,
 ) -> dict:
     """Fraction of tokens with a positive margin z_y - max_{j!=y} z_j, and mean cos(dCE/dh, h).
 
-    dCE/dh through the training graph; with `head` (head_without_calibration: the model's final
-    norm and output layer) through `head` applied again to a detached h: a compiled forward returns
-    logits and h as sibling outputs of one graph node, so the training graph holds no path from h
-    to the loss."""
-    if head is None:
+    dCE/dh through the training graph; with `head_of` (a model) through its head applied again to
+    a detached h (head_without_calibration): a compiled forward returns logits and h as sibling
+    outputs of one graph node, so the training graph holds no path from h to the loss."""
+    if head_of is None:
         (grad_h,) = torch.autograd.grad(ce, h, retain_graph=True)
     else:
         h_leaf = h.detach().requires_grad_()
-        z_again = head(h_leaf).float().flatten(0, 1)
+        z_again = head_without_calibration(head_of, h_leaf).float().flatten(0, 1)
         (grad_h,) = torch.autograd.grad(F.cross_entropy(z_again, y.flatten()), h_leaf)
     z = logits.detach().float()
     z_y = z.gather(-1, y.unsqueeze(-1)).squeeze(-1)

@@ -26,7 +26,6 @@ import math
 import sys
 import time
 from dataclasses import dataclass
-from functools import partial
 from pathlib import Path
 
 import torch
@@ -35,13 +34,7 @@ from tqdm import tqdm
 
 from .checkpoint import CheckpointError, save_model, write_json
 from .device import resolve_device
-from .diagnostics import (
-    clipped,
-    grad_norms,
-    head_without_calibration,
-    output_stats,
-    prelogit_geometry,
-)
+from .diagnostics import clipped, grad_norms, output_stats, prelogit_geometry
 from .distributed import World, barrier, process_group
 from .evaluation import evaluate
 from .model import GPT
@@ -186,12 +179,8 @@ def train_step(run: Run, record: dict, logged: bool) -> Step:
             if logged and micro == 0:
                 record.update(output_stats(model, logits, h, y))
                 if cfg["log"]["geometry"]:
-                    head = (  # compiled or DDP: dCE/dh through the head applied again
-                        partial(head_without_calibration, model)
-                        if run.forward is not model
-                        else None
-                    )
-                    record.update(prelogit_geometry(logits, run.own_hidden(h), y, ce, head))
+                    head_of = model if run.forward is not model else None  # compiled, DDP
+                    record.update(prelogit_geometry(logits, run.own_hidden(h), y, ce, head_of))
             ((ce + aux) / accum).backward()
         losses += torch.stack([ce.detach(), aux.detach()]).double()
     losses = (run.reduce(losses) if run.reduce else losses).div(accum)
