@@ -45,8 +45,8 @@ rule scaling_summary:
         "../envs/tapernorm.yaml"
     params:
         runs=run_dirs,
-        made_by=RERUN_COMMAND + " scaling",
-        out=wsc.SCALING_DIR,
+        made_by=f"{RERUN_COMMAND} scaling",
+        out=output_dir("summary_csv"),
     shell:
         "tapernorm scaling summary --records {params.runs} --made-by {params.made_by:q} "
         "--out {params.out} > {log} 2>&1"
