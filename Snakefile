@@ -75,4 +75,4 @@ report: wp.REPORT_HOME if os.path.isfile(wp.REPORT_HOME) else "workflow/report/w
 rule all:
     default_target: True
     input:
-        PLAN.all_targets(),
+        ALL_TARGETS,

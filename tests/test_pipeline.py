@@ -8,6 +8,7 @@ import yaml
 
 from tapernorm import pipeline as tp
 from tapernorm.config import ConfigError
+from tapernorm.workflow import Plan
 
 ROOT = Path(__file__).resolve().parents[1]
 SCHEMA = str(ROOT / "workflow/schemas/config.schema.yaml")
@@ -250,7 +251,10 @@ def test_all_targets_follow_the_configured_families():
     assert {t.split("/")[-1].split(".")[0] for t in targets if t.startswith("figures/")} == {
         *tp.figures(ci),
         "fig5_decode_speedup",
+        "fig_claim_gaps",  # the claims' paired gaps, from claims.json
     }
+    with_grid = Plan(ci).all_targets(lr_grid=True)  # the checkout has the committed LR grid
+    assert set(with_grid) - set(targets) == {"figures/fig_lr_grid.pdf", "figures/fig_lr_grid.png"}
     bare = tp.validate_pipeline_config(
         _bad(lambda c: c.update(ablation=None, anchor_sweep=None, finetune=None, bench=None)),
         SCHEMA,

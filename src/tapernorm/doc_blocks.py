@@ -30,6 +30,8 @@ END = "<!-- end generated -->"
 DOCUMENTS = ("README.md", "docs/*.md", "config/README.md")  # where blocks may sit
 
 FIGURE_ALT = {
+    "fig_claim_gaps": "The claims' paired gaps: claims 1, 2 and TaperNorm vs DyT, each with its 95% "
+    "interval, against the ±2% criterion",
     "fig6_scale_anchor": "Figure 6: logit norm, pre-logit scale, final taper scale, margins, "
     "gradient cosine and softmax saturation of the six variants in the scale-anchor ablation",
     "fig7_anchor_sweep": "Figure 7: end logit norm and r(h)/s_tgt of All-Taper (+aux) against the "
@@ -86,14 +88,16 @@ def results_block(source: Path, doc_dir: Path) -> str:
         f"{wall_text(ref['manifest'])}{conditions}. Numbers, criteria and comments of every row: "
         f"[claims.md]({_link(source / 'results' / 'claims.md', doc_dir)}).",
         "",
-        "**The scale of these numbers** (far below the paper's; verdicts hold at this scale only):",
+        "**The scale of these numbers** (far below the paper's; verdicts hold at this scale only; "
+        f"the whole scale card: [claims.md]({_link(source / 'results' / 'claims.md', doc_dir)})):",
         "",
         _table(
-            ["", "Ours", "Paper"], [[r[""], r["Ours"], r["Paper"]] for r in claims["scale_card"]]
+            ["", "Ours", "Paper"],
+            [[r[""], r["Ours"], r["Paper"]] for r in claims["scale_card"] if r[""] in CARD_ROWS],
         ),
         "",
         _table(
-            ["#", "Claim of the paper", "Ours", "Holds?"],
+            ["#", "Claim of the paper", "Ours (headline)", "Holds?"],
             [_claim_cells(r) for r in claims["claims"]],
         ),
     ]
@@ -104,11 +108,23 @@ def results_block(source: Path, doc_dir: Path) -> str:
     return "\n".join(lines)
 
 
+CARD_ROWS = ("Model (pre-training)", "Training")  # the scale card's rows the README shows
+
+
 def _claim_cells(row: dict) -> list[str]:
+    """A claim's short row: its headline number (claims.json's `headline`) and its grade; the
+    full wording stays in claims.md."""
     number, _, claim = row["Claim"].partition(". ")
     if not number.isdigit():
         number, claim = "—", row["Claim"]
-    return [number, claim, row["Ours"], row["Holds?"]]
+    return [number, claim, row.get("headline") or _legacy_headline(row["Ours"]), row["grade"]]
+
+
+def _legacy_headline(ours: str) -> str:
+    """The headline of a claims.json from before its `headline` field: the first part of the
+    Ours column that was judged (not marked [context])."""
+    parts = ours.split("; ")
+    return next((p for p in parts if "[context]" not in p), parts[0])
 
 
 def cost_block(source: Path, doc_dir: Path) -> str:

@@ -272,6 +272,10 @@ def scaling_input(wildcards):
     return [SCALING_SUMMARY] if os.path.isfile(SCALING_SUMMARY) else []
 
 
+# every default target (rule all): the LR grid's figure where the checkout has the committed grid
+ALL_TARGETS = PLAN.all_targets(lr_grid=bool(lr_grid_input(None)))
+
+
 def manifest_files(wildcards):
     """Every file of the run that the manifest hashes: the data it read, every run's files, the
     fold checks, benchmarks, evaluations, job records, and every default target."""
@@ -289,5 +293,5 @@ def manifest_files(wildcards):
         files += PLAN.finetune_evals() + PLAN.finetune_verify()
         # the folded models (directories: `tapernorm manifest` hashes the files in them)
         files += [f"{os.path.dirname(v)}/folded" for v in PLAN.finetune_verify()]
-    files += [t for t in PLAN.all_targets() if t != wp.MANIFEST]
+    files += [t for t in ALL_TARGETS if t != wp.MANIFEST]
     return list(dict.fromkeys(files))

@@ -88,6 +88,42 @@ rule claims:
         "{params.scaling} --out {output.md} {params.stamp} > {log} 2>&1"
 
 
+# the claims' paired gaps (claims 1, 2, DyT) from the numbers claims.json carries
+rule fig_claim_gaps:
+    input:
+        "results/claims.json",
+    output:
+        **figure_outputs(wp.CLAIM_GAPS_FIGURE),
+    log:
+        f"logs/figures/{wp.CLAIM_GAPS_FIGURE}.log",
+    localrule: True
+    conda:
+        "../envs/tapernorm.yaml"
+    params:
+        stamp=stamp_args,
+    shell:
+        "tapernorm figure claim_gaps --claims {input} {params.stamp} --out {output.pdf} "
+        "> {log} 2>&1"
+
+
+# the committed LR grid as validation loss vs LR (a default target where the checkout has it)
+rule fig_lr_grid:
+    input:
+        lr_grid_input,
+    output:
+        **figure_outputs(wp.LR_GRID_FIGURE),
+    log:
+        f"logs/figures/{wp.LR_GRID_FIGURE}.log",
+    localrule: True
+    conda:
+        "../envs/tapernorm.yaml"
+    params:
+        stamp=stamp_args,
+    shell:
+        "tapernorm figure lr_grid --lr-grid {input} {params.stamp} --out {output.pdf} "
+        "> {log} 2>&1"
+
+
 rule job_times:
     input:
         PLAN.timed_jobs(),

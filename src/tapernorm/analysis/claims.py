@@ -7,9 +7,10 @@ they need new inputs, fields to ClaimInputs) or by passing markdown through `ext
 claims live by group in claims_loss (1, 2), claims_chasing (3-5), claims_fold (6, 7) and
 claims_finetune (8), and the row beyond the paper, TaperNorm vs DyT, in claims_dyt (its criterion
 stated there); their thresholds are named constants there (claim 8's CLOSE_PCT in claims_finetune),
-the main ones re-exported here; ClaimInputs and the graded vocabulary of the "Holds?" column (yes;
-yes, weaker than the paper; yes, unlike the paper; only at a deviation; partly; no; not resolved;
-not measured; not judged) with its rules are in claim_rows.
+the main ones re-exported here, each claim's criterion as data in CRITERIA (claim_numbers: the
+numbers claims.json carries beside each row's prose); ClaimInputs and the graded vocabulary of the
+"Holds?" column (yes; yes, weaker than the paper; yes, unlike the paper; only at a deviation;
+partly; no; not resolved; not measured; not judged) with its rules are in claim_rows.
 
 Criteria (never tuned to the data; "end" = mean over the last 10% of logged steps, diverged runs
 excluded from means and counted). Each reaches a plain yes / partly / no (or not resolved), then
@@ -44,9 +45,11 @@ a yes is graded:
 7. benchmark CSVs (tapernorm bench forward|decode): per cell the median over interleaved rounds of
    the folded model's per-round speedup, with the interquartile range of those ratios; a benchmark
    (forward; decode per mode) is faster where more than half of its cells have that range wholly
-   above 1.0, slower where more than half have it wholly below, else not resolved. yes if every
-   benchmark is faster (graded weaker than the paper where a median is below 1.05), no if every
-   one is slower, not resolved if none is resolved, else partly. A model the benchmarks skipped
+   above 1.0, slower where more than half have it wholly below, else not resolved. A cell whose
+   range lies wholly below 1.0 is a measured slowdown, named in the row: with one, the claim is no
+   where no cell is faster or every benchmark is slower, else partly. Without one: yes if every
+   benchmark is faster (graded weaker than the paper where a median is below 1.05), not resolved
+   if none is resolved, else partly. A model the benchmarks skipped
    (its run diverged) is named; not judged when the exports were not timed or the timing was
    disturbed.
 8. GPT-2 fine-tuning evals: per TaperLN cell (model, protocol, set) the CE gap to our Vanilla of the same
@@ -61,6 +64,7 @@ Claims 3-5 judge the paper's six variants only (DyT's row is claims_dyt's).
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -71,22 +75,33 @@ from ..jsonio import read_json, write_json
 from ..provenance import REHEARSAL_NOTE, git_state, host, now, stamp, versions
 from . import finetune as ft
 from . import inference_tables, paper
+from .claim_numbers import Criterion, record_fields
 from .claim_rows import COLUMNS, GRADES, NOT_MEASURED, SIZE_FACTOR, ClaimInputs, grade_of
 from .claims_chasing import (
+    CHASE_CRITERION,
     CHASE_PARTLY,
     CHASE_YES,
     CLOSE_FACTOR,
+    GRAD_CRITERION,
     MARGIN_JUDGED,
     PAPER_ANCHOR,
+    SUPPRESS_CRITERION,
     SUPPRESS_MIN,
     claim3,
     claim4,
     claim5,
 )
-from .claims_dyt import claim_dyt, grid_source, paper_variants_only
-from .claims_finetune import claim8
-from .claims_fold import FOLD_SPEEDUP_YES, claim6, claim7, read_verify
-from .claims_loss import GAP_MAX_PCT, claim1, claim2
+from .claims_dyt import DYT_CRITERION, claim_dyt, grid_source, paper_variants_only
+from .claims_finetune import FINETUNE_CRITERION, claim8
+from .claims_fold import (
+    EXACT_CRITERION,
+    FOLD_SPEEDUP_YES,
+    SPEED_CRITERION,
+    claim6,
+    claim7,
+    read_verify,
+)
+from .claims_loss import GAP_CRITERION, GAP_MAX_PCT, claim1, claim2
 from .claims_scaling import load_scaling, with_study
 from .html import markdown_page
 from .runs import describe_scale, load_runs
@@ -136,9 +151,28 @@ CLAIMS: list[Callable[[ClaimInputs], dict]] = [
 ]
 
 
+# each claim's criterion (claims.json's `criterion`), keyed by the claim function CLAIMS wraps
+CRITERIA: dict[Callable[[ClaimInputs], dict], Criterion] = {
+    claim1: GAP_CRITERION,
+    claim2: GAP_CRITERION,
+    claim3: CHASE_CRITERION,
+    claim4: SUPPRESS_CRITERION,
+    claim5: GRAD_CRITERION,
+    claim6: EXACT_CRITERION,
+    claim7: SPEED_CRITERION,
+    claim8: FINETUNE_CRITERION,
+    claim_dyt: DYT_CRITERION,
+}
+
+
+def claim_rows(inp: ClaimInputs) -> list[tuple[dict, Criterion | None]]:
+    """(row, its criterion) per claim in CLAIMS; a row may carry its Numbers (claim_numbers)."""
+    return [(claim(inp), CRITERIA.get(inspect.unwrap(claim))) for claim in CLAIMS]
+
+
 def claims_table(inp: ClaimInputs) -> pd.DataFrame:
     """One row per claim in CLAIMS."""
-    return pd.DataFrame([claim(inp) for claim in CLAIMS], columns=list(COLUMNS))
+    return pd.DataFrame([row for row, _ in claim_rows(inp)], columns=list(COLUMNS))
 
 
 def load_lr_grid(path: str | Path) -> dict:
@@ -173,9 +207,16 @@ def claims_record(
     inp: ClaimInputs, config_sha256: str | None, inputs: dict, rehearsal: bool = False
 ) -> dict:
     """Everything claims.md shows, as data (results/claims.json): what made it (and whether it is
-    a rehearsal on stand-ins), the scale card, each row with its grade, the inputs."""
-    table = claims_table(inp)
-    rows = [{**row, "grade": grade_of(row["Holds?"])} for row in table.to_dict("records")]
+    a rehearsal on stand-ins), the scale card, each row with its grade and its numbers
+    (claim_numbers.record_fields), the inputs."""
+    rows = [
+        {
+            **{c: row[c] for c in COLUMNS},
+            "grade": grade_of(row["Holds?"]),
+            **record_fields(row, criterion),
+        }
+        for row, criterion in claim_rows(inp)
+    ]
     card = scale_card(inp)
     return {
         "made": {**git_state(), "host": host(), "versions": versions(), "written": now()},

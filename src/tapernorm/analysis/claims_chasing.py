@@ -11,6 +11,7 @@ import pandas as pd
 
 from ..config import VARIANTS
 from . import paper
+from .claim_numbers import Criterion, Numbers, Part, with_numbers
 from .claim_rows import (
     NO,
     NOT_MEASURED,
@@ -38,6 +39,22 @@ SUPPRESS_MIN = (
 )
 PAPER_ANCHOR = ("eq5", 0.1)  # the paper's pre-training scale loss: Eq. 5 at λ=0.1 (Sec. 3)
 FORM_NAMES = {"eq5": "Eq. 5", "relative": "relative"}
+CHASE_CRITERION = Criterion(
+    f"end logit norm of each unanchored variant without a final norm >= {CHASE_YES:g}x that of "
+    "the runs keeping a final norm (judged where margins are positive)",
+    CHASE_YES,
+    None,
+)
+SUPPRESS_CRITERION = Criterion(
+    f"All-Taper (+aux)'s end logit norm within {CLOSE_FACTOR:g}x the baseline's (A), where the "
+    f"unanchored runs chase (U >= {CHASE_YES:g}x)",
+    1 / CLOSE_FACTOR,
+    CLOSE_FACTOR,
+)
+GRAD_CRITERION = Criterion(
+    f"per weight type, no-final-norm over final-norm gradient norms <= 1/{CLOSE_FACTOR:g} "
+    f"(clusters) and All-Taper (+aux) over Internal-Taper (+aux) within {CLOSE_FACTOR:g}x (closes)"
+)
 
 
 # ---- claims 3 and 4: logit chasing and its suppression ---------------------------------------------
@@ -98,19 +115,21 @@ def claim3(inp: ClaimInputs) -> dict:
         f"~{paper.FIG3_CHASING_RATIO[0]}-{paper.FIG3_CHASING_RATIO[1]}x at d=512 (All-Taper ~2e5, "
         "Final-Taper ~1.2e5 vs ~5e3-6e3 anchored)"
     )
-    ours, verdicts, details, scales, notes, sizes = [], [], [], [], [], []
+    ours, verdicts, details, scales, notes, sizes, parts = [], [], [], [], [], [], []
     for name, runs, judged in _sources(inp):
         free, kept = _free(runs), runs[~runs["final_taper"]]
         if free.empty or kept.empty:
             continue
         ratio = free["logit_norm_end"].mean() / kept["logit_norm_end"].mean()
+        seeds = int(runs["seed"].nunique())
+        parts.append(Part(f"{name}{'' if judged else ' [context]'}", ratio, n_seeds=seeds))
         each = free.groupby("variant")["logit_norm_end"].mean() / kept["logit_norm_end"].mean()
         verdict = "yes" if each.min() >= CHASE_YES else "partly" if ratio >= CHASE_PARTLY else "no"
         per = ", ".join(f"{variant_label(v)} {r:.2f}x" for v, r in each.items())
         ours.append(f"{name}: {ratio:.2f}x ({per}){'' if judged else ' [context]'}")
         if judged:
             verdicts.append(verdict)
-            sizes.append((ratio, f"{name} {ratio:.2f}x"))
+            sizes.append((ratio, f"{name} {ratio:.2f}x", seeds))
         details.append(f"{name}: {_variant_means(runs, 'logit_norm_end')} ({verdict})")
         scales.append(f"{name}: {describe_scale(runs)}")
         notes.append(_margin_note(name, runs, judged))
@@ -130,7 +149,15 @@ def claim3(inp: ClaimInputs) -> dict:
         f"a yes whose ratio is below the paper's {lo}x / {SIZE_FACTOR:g} is graded weaker than the "
         "paper." + _diverged_note(inp)
     )
-    return claim_row(claim, paper_value, "; ".join(ours), " | ".join(scales), holds, comment)
+    row = claim_row(claim, paper_value, "; ".join(ours), " | ".join(scales), holds, comment)
+    numbers = Numbers(
+        headline=f"{smallest[1]} (paper ~{lo}-{hi}x)",
+        unit="x",
+        estimate=smallest[0],
+        n_seeds=smallest[2],
+        parts=tuple(parts),
+    )
+    return with_numbers(row, numbers)
 
 
 def _sweep_summary(inp: ClaimInputs) -> str:
@@ -200,6 +227,7 @@ def claim4(inp: ClaimInputs) -> dict:
     lo, hi = paper.FIG3_ANCHORED_RANGE
     paper_value = f"All-Taper (+aux) ~{lo:.0e}-{hi:.0e}, like the baseline (ratio ~1)"
     ours, verdicts, details, scales, deviations, at_paper = [], [], [], [], [], []
+    parts, judged_at = [], []
     for name, runs, judged in _sources(inp):
         aux, base, free = (
             runs[runs["variant"] == "all_aux"],
@@ -217,7 +245,16 @@ def claim4(inp: ClaimInputs) -> dict:
             f"{name} ({setting}): {ratio:.2f}x baseline (unanchored {chase:.2f}x)"
             + ("" if judged else " [context]")
         )
+        seeds = int(runs["seed"].nunique())
+        context = "" if judged else " [context]"
+        parts += [
+            Part(
+                f"{name} ({setting}): A, All-Taper (+aux) / Baseline{context}", ratio, n_seeds=seeds
+            ),
+            Part(f"{name}: U, unanchored / Baseline{context}", chase, n_seeds=seeds),
+        ]
         if judged:
+            judged_at.append((abs(math.log(ratio)), ratio, chase, f"{name} ({setting})", seeds))
             verdicts.append(verdict)
             if forms == [PAPER_ANCHOR]:
                 at_paper.append((verdict, ratio, name))
@@ -259,7 +296,19 @@ def claim4(inp: ClaimInputs) -> dict:
         "small residual stream loosely; the relative form's is λ at any scale."
         + _diverged_note(inp)
     )
-    return claim_row(claim, paper_value, "; ".join(ours), " | ".join(scales), holds, comment)
+    row = claim_row(claim, paper_value, "; ".join(ours), " | ".join(scales), holds, comment)
+    if not judged_at:
+        why = "no judged source"
+        return with_numbers(row, Numbers(why, "x", no_estimate=why, parts=tuple(parts)))
+    _, ratio, chase, where, seeds = max(judged_at)  # the judged source farthest from the baseline
+    numbers = Numbers(
+        headline=f"{where}: {ratio:.2f}x baseline (unanchored {chase:.2f}x)",
+        unit="x",
+        estimate=ratio,
+        n_seeds=seeds,
+        parts=tuple(parts),
+    )
+    return with_numbers(row, numbers)
 
 
 # ---- claim 5: gradient norms cluster by final-norm presence -----------------------------------------
@@ -267,10 +316,13 @@ def claim4(inp: ClaimInputs) -> dict:
 GRAD_NEEDED = ("baseline", "internal", "final", "all", "internal_aux", "all_aux")
 
 
-def _grad_verdict(means: pd.DataFrame, columns: Sequence[str]) -> tuple[str, str, str, int]:
-    """(verdict, text, short text, types where no-final-norm gradients are larger) for one
-    convention."""
+def _grad_verdict(
+    means: pd.DataFrame, columns: Sequence[str]
+) -> tuple[str, str, str, int, list[tuple[str, float]]]:
+    """(verdict, text, short text, types where no-final-norm gradients are larger, (label, ratio)
+    of each type's two ratios) for one convention."""
     seps, closes, n_cluster, n_close, n_larger, s_all, c_all = [], [], 0, 0, 0, [], []
+    parts = []
     for c in columns:
         g = means[f"{c}_end"]
         sep, close = gradient_ratios(g)
@@ -285,6 +337,7 @@ def _grad_verdict(means: pd.DataFrame, columns: Sequence[str]) -> tuple[str, str
         short = c.removeprefix("grad_").removesuffix("_clipped")
         seps.append(f"{short} {sep:.2f}x{'' if clusters else ' (no cluster)'}")
         closes.append(f"{short} {close:.2f}x{'' if closed else ' (not closed)'}")
+        parts += [(f"{short}: no-final/final-norm", sep), (f"{short}: all_aux/internal_aux", close)]
     n = len(columns)
     if n_cluster == n and n_close == n:
         verdict = "yes"
@@ -300,7 +353,7 @@ def _grad_verdict(means: pd.DataFrame, columns: Sequence[str]) -> tuple[str, str
         f"no-final/final-norm {min(s_all):.2f}-{max(s_all):.2f}x, All-Taper (+aux)/Internal-Taper "
         f"(+aux) {min(c_all):.2f}-{max(c_all):.2f}x ({verdict})"
     )
-    return verdict, text, short, n_larger
+    return verdict, text, short, n_larger, parts
 
 
 def _grad_source(inp: ClaimInputs) -> tuple[str, pd.DataFrame] | None:
@@ -334,9 +387,11 @@ def claim5(inp: ClaimInputs) -> dict:
     conventions = [("before clipping", GRAD_COLUMNS)]
     if means[[f"{c}_end" for c in CLIPPED_COLUMNS]].notna().all().all():
         conventions.append(("after clipping", CLIPPED_COLUMNS))
-    verdicts, texts, shorts, larger = [], [], [], []
+    verdicts, texts, shorts, larger, parts = [], [], [], [], []
+    seeds = int(runs["seed"].nunique())
     for label, columns in conventions:
-        verdict, text, short, n_larger = _grad_verdict(means, columns)
+        verdict, text, short, n_larger, ratios = _grad_verdict(means, columns)
+        parts += [Part(f"{name}, {label}, {what}", r, n_seeds=seeds) for what, r in ratios]
         verdicts.append(verdict)
         texts.append(f"{label}: {text}")
         shorts.append(f"{label}: {short}")
@@ -360,6 +415,15 @@ def claim5(inp: ClaimInputs) -> dict:
         "conventions." + saturation + _diverged_note(inp)
     )
     ours = f"{name}, " + "; ".join(shorts)
-    return claim_row(
+    row = claim_row(
         claim, paper_value, ours, describe_scale(runs), combine_verdicts(verdicts), comment
     )
+    numbers = Numbers(
+        headline=ours,
+        unit="x",
+        n_seeds=seeds,
+        no_estimate="one ratio per weight type and clipping convention, two per type (parts): "
+        "no single headline number",
+        parts=tuple(parts),
+    )
+    return with_numbers(row, numbers)

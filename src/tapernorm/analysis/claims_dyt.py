@@ -27,9 +27,10 @@ import pandas as pd
 
 from ..config import PAPER_VARIANTS, VARIANTS, baseline_of
 from . import inference_tables
+from .claim_numbers import PAIRED_GAP, Criterion, Numbers, Part, with_numbers
 from .claim_rows import NO, NOT_RESOLVED, PARTLY, YES, ClaimInputs, claim_row, not_measured
 from .runs import corpus_of, describe_scale
-from .stats import gap_pct, stats_by_cell
+from .stats import gap_pct, paired_gap, stats_by_cell
 
 TAPER = "internal_aux"  # the TaperNorm variant compared: internal norms folded, final norm kept
 TAPER_UNTIED = "internal_aux_untied"  # the same with DyT's head, preferred where it ran
@@ -38,6 +39,13 @@ CLAIM = (
     "own, and faster folded"
 )
 PAPER = "— (DyT is not in the paper; our comparison)"
+DYT_CRITERION = Criterion(
+    "TaperNorm's validation-loss gap to its matched baseline minus DyT's to its own is <= 0 "
+    "(each arm at its best LR where an LR grid at this scale is given), and folded is faster than "
+    "DyT in every benchmark",
+    None,
+    0.0,
+)
 
 
 def paper_variants_only(claim: Callable[[ClaimInputs], dict]) -> Callable[[ClaimInputs], dict]:
@@ -139,6 +147,8 @@ def claim_dyt(inp: ClaimInputs) -> dict:
     ]
     loss_ok = [taper.pct <= dyt.pct for taper, dyt in gaps.values()]
     loss_where = "at the shared LR"
+    width, (t_gap, d_gap) = max(gaps.items())
+    judged = (t_gap.variant, t_gap.pct, d_gap.pct, f"d={width}{at}", None)
     grid, grid_note = inp.lr_grid, ""
     if grid:
         mismatch = grid_mismatch(grid, shown, corpus_of(shown))
@@ -152,6 +162,14 @@ def claim_dyt(inp: ClaimInputs) -> dict:
             t, d = best[arms[0]], best["dyt"]
             loss_ok = [_finite_le(t["gap_best_pct"], d["gap_best_pct"])]
             loss_where = "each arm at its own best LR"
+            seeds = len((grid.get("scale") or {}).get("seeds", [])) or None
+            judged = (
+                arms[0],
+                t["gap_best_pct"],
+                d["gap_best_pct"],
+                "each arm at its best LR",
+                seeds,
+            )
             ours.append(
                 f"each arm at its best LR ({grid_source(grid)}): {_label(arms[0])} "
                 f"{_pct(t['gap_best_pct'])} (LR {t['best_lr']:g}) vs {t['against']} "
@@ -227,7 +245,45 @@ def claim_dyt(inp: ClaimInputs) -> dict:
     if apart and not disturbed:
         places = {inference_tables.where(part) for _, part in inp.bench.groupby("benchmark")}
         scale += " | benchmarks: " + "; ".join(sorted(places))
-    return claim_row(CLAIM, PAPER, "; ".join(ours), scale, holds, comment)
+    row = claim_row(CLAIM, PAPER, "; ".join(ours), scale, holds, comment)
+    return with_numbers(
+        row, dyt_numbers(runs, gaps, judged, grid if loss_where != "at the shared LR" else None)
+    )
+
+
+def dyt_numbers(
+    runs: pd.DataFrame, gaps: dict[int, tuple[Gap, Gap]], judged: tuple, grid: dict | None
+) -> Numbers:
+    """TaperNorm's gap minus DyT's (percentage points) where the loss half is judged, as the
+    headline; each arm's gap paired by seed at the shared LR (per width) and, with a grid, at its
+    best LR, as parts. `judged`: (TaperNorm's variant, its gap, DyT's gap, where, seeds)."""
+    variant, taper_pct, dyt_pct, where, seeds = judged
+    parts = []
+    for width, pair in gaps.items():
+        for g in pair:
+            p = paired_gap(runs, width, g.variant, g.against)
+            label = (
+                f"d={width}, shared LR, paired by seed: {_label(g.variant)} vs {_label(g.against)}"
+            )
+            parts.append(Part(label, p.mean, p.lo, p.hi, p.n, PAIRED_GAP, g.variant))
+            if grid is None and g.variant == "dyt" and width == max(gaps):
+                seeds = p.n
+    if grid:
+        best = best_lr_gaps(grid)
+        for v in (variant, "dyt"):
+            label = (
+                f"each at its best LR ({grid_source(grid)}): {_label(v)} vs {best[v]['against']}"
+            )
+            parts.append(Part(label, best[v]["gap_best_pct"], n_seeds=seeds, variant=v))
+    finite = [math.inf if x is None else x for x in (taper_pct, dyt_pct)]
+    return Numbers(
+        headline=f"loss gap {where}: {_label(variant)} {_pct(taper_pct)} vs DyT {_pct(dyt_pct)}",
+        unit="percentage points (TaperNorm's gap minus DyT's; parts: each arm's gap, %)",
+        estimate=finite[0] - finite[1],
+        n_seeds=seeds,
+        interval="parts: 95% t interval of each arm's gap paired by seed",
+        parts=tuple(parts),
+    )
 
 
 def _speed_state(above: int, below: int, cells: int) -> str:
@@ -242,7 +298,7 @@ def _finite_le(a: float | None, b: float | None) -> bool:
 
 
 def _pct(value: float | None) -> str:
-    return "diverged" if value is None else f"{value:+.2f}%"
+    return "diverged" if value is None or value == math.inf else f"{value:+.2f}%"
 
 
 def _label(variant: str) -> str:

@@ -10,6 +10,7 @@ import pandas as pd
 
 from . import finetune as ft
 from . import paper
+from .claim_numbers import Criterion, Numbers, Part, with_numbers
 from .claim_rows import NO, PARTLY, YES, ClaimInputs, claim_row, not_judged, not_measured
 
 CLOSE_PCT = 2.0  # a TaperLN cell is "close to Vanilla" if at most this much above it
@@ -19,6 +20,12 @@ PROTO_SHORT = {"internal_taperln": "Internal", "all_taperln": "All"}
 # one run per cell and moves across hosts (FakeLN's gap to Vanilla: +3.66% on one host, +3.96% on
 # another; docs/reproducibility.md).
 LINE_MARGIN_PP = 0.5
+FINETUNE_CRITERION = Criterion(
+    f"more than half of the TaperLN cells within +{CLOSE_PCT:g}% of Vanilla's CE (the share, "
+    "above the lower bound 0.5), and more than half at or below FakeLN",
+    0.5,
+    None,
+)
 
 
 def claim8_cells(evals: pd.DataFrame) -> dict:
@@ -193,4 +200,12 @@ def claim8(inp: ClaimInputs) -> dict:
         "; ".join(f"{r['label']}, {r['steps']} steps" for _, r in models.iterrows())
         + f"; sets: {', '.join(sorted(set(evals['set'])))}"
     )
-    return claim_row(claim, paper_value, ours, scale, holds, comment)
+    row = claim_row(claim, paper_value, ours, scale, holds, comment)
+    numbers = Numbers(
+        headline=ours,
+        unit=f"share of TaperLN cells within +{CLOSE_PCT:g}% of Vanilla (parts: each cell's CE "
+        "gap to Vanilla, %)",
+        estimate=k_close / m,
+        parts=tuple(Part(f"{mod}/{PROTO_SHORT[p]}/{s}", g) for mod, p, s, g in cells["close"]),
+    )
+    return with_numbers(row, numbers)

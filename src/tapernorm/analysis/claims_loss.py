@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from ..config import PAPER_VARIANTS, VARIANTS
 from . import paper
+from .claim_numbers import PAIRED_GAP, Criterion, Numbers, Part, with_numbers
 from .claim_rows import (
     NO,
     NOT_RESOLVED,
@@ -32,6 +33,12 @@ from .runs import describe_scale, diverged_text
 from .stats import PairedGap, paired_gap, stats_by_cell
 
 GAP_MAX_PCT = 2.0
+GAP_CRITERION = Criterion(
+    f"the 95% interval of the gap to the baseline's validation loss, paired by seed, lies inside "
+    f"±{GAP_MAX_PCT:g}% (at every width)",
+    -GAP_MAX_PCT,
+    GAP_MAX_PCT,
+)
 
 
 def within_verdict(gap: PairedGap, limit: float = GAP_MAX_PCT) -> tuple[str, str]:
@@ -106,9 +113,11 @@ def _gap_claim(inp: ClaimInputs, number: int, variant: str) -> dict:
     if not widths:
         return not_measured(claim, paper_value, f"no width has both baseline and {variant} runs")
     ours, whys, verdicts, reasons, below, notes, n_div = [], [], [], [], [], "", 0
+    gaps = []
     for w in widths:
         n_div += len(stats[(w, variant)].diverged)
         gap = paired_gap(inp.runs, w, variant, "baseline")
+        gaps.append(gap)
         verdict, why = within_verdict(gap)
         if stats[(w, variant)].all_diverged:  # it did not train here: not within 2%
             verdict, why = NO, f"every {variant_label(variant)} run diverged"
@@ -146,7 +155,35 @@ def _gap_claim(inp: ClaimInputs, number: int, variant: str) -> dict:
     comment += notes
     steps = sorted(inp.runs["steps"].unique())
     comment += f" Our runs are {', '.join(f'{s:,}' for s in steps)} steps vs the paper's 500k-1M."
-    return claim_row(claim, paper_value, "; ".join(ours), scale, holds, comment)
+    row = claim_row(claim, paper_value, "; ".join(ours), scale, holds, comment)
+    return with_numbers(row, gap_numbers(gaps, ours[-1]))
+
+
+def gap_numbers(gaps: list[PairedGap], headline: str) -> Numbers:
+    """The paired gap at the largest width as the headline, every width as a part."""
+    last = gaps[-1]
+    return Numbers(
+        headline=headline,
+        unit="%",
+        estimate=last.mean,
+        ci_low=last.lo,
+        ci_high=last.hi,
+        interval="95% t interval over the seed pairs",
+        n_seeds=last.n,
+        no_estimate=None if last.n else f"d={last.width}: no seed pair",
+        parts=tuple(
+            Part(
+                f"d={g.width}: {variant_label(g.variant)} vs Baseline",
+                g.mean,
+                g.lo,
+                g.hi,
+                g.n,
+                PAIRED_GAP,
+                g.variant,
+            )  # fmt: skip
+            for g in gaps
+        ),
+    )
 
 
 def claim1(inp: ClaimInputs) -> dict:

@@ -7,6 +7,7 @@ import argparse
 from pathlib import Path
 
 BENCH_TABLES, BENCH_FIGURES = ("3", "decode"), ("fig5",)  # from benchmark CSVs (--bench)
+SUMMARY_SOURCES = {"claim_gaps": "claims", "lr_grid": "lr_grid"}  # figure -> its source option
 
 
 def _bench_csvs(args: argparse.Namespace) -> list[Path]:
@@ -48,6 +49,14 @@ def _cmd_figure(args: argparse.Namespace) -> int:
         from .inference_tables import make_fig5
 
         paths = make_fig5(_bench_csvs(args), args.out, stamp)
+    elif args.which in SUMMARY_SOURCES:  # from claims.json or lr_grid.json
+        from .figures_summary import make_summary_figure
+
+        source = getattr(args, SUMMARY_SOURCES[args.which])
+        if source is None:
+            option = "--" + SUMMARY_SOURCES[args.which].replace("_", "-")
+            raise ValueError(f"figure {args.which} needs {option}")
+        paths = make_summary_figure(args.which, source, args.out, stamp)
     elif args.which == "fig7":
         from .anchor_sweep import make_fig7
 
@@ -153,10 +162,15 @@ def add_subcommands(subparsers) -> None:
         "PNG with its caption as text), each stamped with the commit and config hash",
     )
     f.add_argument(
-        "which", choices=["fig1", "fig2", "fig3", "fig4", "fig4b", "fig5", "fig6", "fig7"]
+        "which",
+        choices=["fig1", "fig2", "fig3", "fig4", "fig4b", "fig5", "fig6", "fig7", *SUMMARY_SOURCES],
+        help="a paper figure, claim_gaps (the claims' paired gaps, from --claims) or lr_grid (the "
+        "LR grid, from --lr-grid)",
     )
     f.add_argument("--runs", type=Path, nargs="+", default=[], help=runs_help)
     f.add_argument("--bench", type=Path, nargs="+", default=[], help="fig5: decode " + bench_help)
+    f.add_argument("--claims", type=Path, help="claim_gaps: results/claims.json")
+    f.add_argument("--lr-grid", type=Path, help="lr_grid: lr_grid.json of `tapernorm lr-grid`")
     f.add_argument("--out", type=Path, required=True, help="e.g. figures/fig3_logit_norm.pdf")
     f.add_argument("--width", type=int, help="model width for figs 2-4 (default: the largest)")
     _config_hash_option(f)

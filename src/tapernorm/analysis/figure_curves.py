@@ -8,10 +8,11 @@ import math
 from collections.abc import Sequence
 
 import pandas as pd
+import seaborn as sns
 from matplotlib.axes import Axes
 
 from ..config import VARIANTS
-from .figure_style import BAND_ALPHA, COLORS, line_style, seed_band
+from .figure_style import BAND_ALPHA, COLORS, line_style, seed_errorbar
 from .runs import load_runs, pick_width, variant_order
 
 
@@ -36,8 +37,9 @@ def runs_at_width(run_dirs, width: int | None) -> tuple[pd.DataFrame, pd.DataFra
 
 
 def plot_variant(ax: Axes, runs: pd.DataFrame, metrics: pd.DataFrame, variant: str, column: str):
-    """Mean over the variant's non-diverged runs with its seed_band; diverged runs as thin lines
-    ending in an 'x' at the divergence step."""
+    """Mean over the variant's non-diverged runs with its band over the seeds (seaborn's estimator
+    and error band, figure_style.seed_errorbar); diverged runs as thin lines ending in an 'x' at
+    the divergence step."""
     mine = runs[runs["variant"] == variant]
     ok, bad = mine[~mine["diverged"]], mine[mine["diverged"]]
     label = VARIANTS[variant]["label"]
@@ -49,12 +51,15 @@ def plot_variant(ax: Axes, runs: pd.DataFrame, metrics: pd.DataFrame, variant: s
     if rows.empty:  # e.g. c_f r(h) of a variant whose final norm does not taper
         return
     if len(ok):
-        wide = rows[rows["run"].isin(ok["run"])].pivot(index="step", columns="run", values=column)
-        style = line_style(variant, len(wide))
-        ax.plot(wide.index, wide.mean(axis=1), label=label, lw=1.5, **style)
-        band = seed_band(wide)
-        if band is not None:
-            ax.fill_between(wide.index, *band, color=COLORS[variant], alpha=BAND_ALPHA, lw=0)
+        mine_ok = rows[rows["run"].isin(ok["run"])]
+        style = line_style(variant, mine_ok["step"].nunique())
+        labels = ax.get_xlabel(), ax.get_ylabel()  # (seaborn names the axes after the columns)
+        sns.lineplot(
+            data=mine_ok, x="step", y=column, estimator="mean", ax=ax, label=label, lw=1.5,
+            errorbar=seed_errorbar(len(ok)), err_kws={"alpha": BAND_ALPHA, "lw": 0},
+            legend=False, markeredgecolor=COLORS[variant], **style,
+        )  # fmt: skip
+        ax.set(xlabel=labels[0], ylabel=labels[1])
         label = None
     for run in bad.itertuples():
         d = rows[rows["run"] == run.run].sort_values("step")

@@ -168,19 +168,22 @@ def style_key(variants) -> str:
     return f"{styles}. Line style: {meanings}."
 
 
-def seed_band(wide: pd.DataFrame) -> tuple[pd.Series, pd.Series] | None:
-    """The band over the seeds (one column each) of a curve: none for one seed, the min-max for
-    fewer than PERCENTILE_SEEDS, the 2.5-97.5 percentile from there on."""
-    n = wide.shape[1]
+def _min_max(values: pd.Series) -> tuple[float, float]:
+    return float(values.min()), float(values.max())
+
+
+def seed_errorbar(n: int):
+    """seaborn's `errorbar` of the band over n seeds of a curve: none for one seed, the min-max
+    for fewer than PERCENTILE_SEEDS, the 2.5-97.5 percentile interval from there on."""
     if n < 2:
         return None
     if n < PERCENTILE_SEEDS:
-        return wide.min(axis=1), wide.max(axis=1)
-    return wide.quantile(PERCENTILE_BAND[0], axis=1), wide.quantile(PERCENTILE_BAND[1], axis=1)
+        return _min_max
+    return ("pi", 100 * (PERCENTILE_BAND[1] - PERCENTILE_BAND[0]))
 
 
 def band_name(n: int) -> str:
-    """What seed_band draws for n seeds, for captions."""
+    """What seed_errorbar draws for n seeds, for captions."""
     if n < 2:
         return "no band"
     if n < PERCENTILE_SEEDS:

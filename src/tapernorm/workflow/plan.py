@@ -24,6 +24,8 @@ ABLATION_FIGURES = ("fig4b_ablation_grad_norms", "fig6_scale_anchor", "fig7_anch
 MANIFEST = "results/manifest.json"  # rule manifest: the run's last job
 REPORT_HOME = "results/report/home.rst"  # rule report_home: the report's home page after a run
 LR_GRID_SUMMARY = "results/lr_grid/lr_grid.json"  # rule lr_grid: the grid's summary
+CLAIM_GAPS_FIGURE = "fig_claim_gaps"  # rule fig_claim_gaps: the claims' paired gaps (claims.json)
+LR_GRID_FIGURE = "fig_lr_grid"  # rule fig_lr_grid: the committed LR grid (results/cpu/lr_grid)
 
 
 def table_files(name: str) -> dict[str, str]:
@@ -105,8 +107,9 @@ class Plan:
         devices = [f.device for f in self.families()]
         return rules_env(devices + ([self.bench.device] if self.bench else []))
 
-    def all_targets(self) -> list[str]:
-        """Every file the workflow's default target (rule all) builds for this config."""
+    def all_targets(self, lr_grid: bool = False) -> list[str]:
+        """Every file the workflow's default target (rule all) builds for this config; `lr_grid`:
+        the checkout has the committed LR grid (its figure is drawn)."""
 
         def tables(*names: str) -> list[str]:
             return [path for name in names for path in table_files(name).values()]
@@ -121,6 +124,8 @@ class Plan:
         if self.bench:
             targets += tables("table3", "table_decode")
             targets += [f"figures/fig5_decode_speedup.{ext}" for ext in FIGURE_FILES]
+        summaries = [CLAIM_GAPS_FIGURE] + ([LR_GRID_FIGURE] if lr_grid else [])
+        targets += [f"figures/{name}.{ext}" for name in summaries for ext in FIGURE_FILES]
         claims = ["results/claims.md", "results/claims.json", "results/claims.html", REPORT_HOME]
         return targets + claims + tables("job_times") + [MANIFEST]
 

@@ -1,0 +1,153 @@
+"""claims.json's machine-readable numbers beside each row's prose (claim_numbers), and claim 7's
+verdict from its cells (a measured slowdown is named, and is no 'not resolved')."""
+
+import json
+import math
+
+import pandas as pd
+import pytest
+
+from tapernorm.analysis import claims
+from tapernorm.analysis.claim_numbers import FIELDS, record_fields
+from tapernorm.analysis.claim_rows import ClaimInputs
+from tapernorm.analysis.claims_dyt import claim_dyt
+from tapernorm.jsonio import dumps
+
+
+def _paired(gaps: dict[str, list[float]], base=(4.0, 4.1, 4.2)) -> pd.DataFrame:
+    """A run table: the baseline at `base` per seed, each variant `gaps[v]` % above it per seed."""
+    rows = []
+    for variant, per_seed in {"baseline": [0.0] * len(base), **gaps}.items():
+        for seed, gap in enumerate(per_seed):
+            rows.append(
+                {
+                    "name": f"{variant}-d64-s{seed}",
+                    "variant": variant,
+                    "width": 64,
+                    "seed": seed,
+                    "steps": 600,
+                    "lr": 1e-3,
+                    "corpus": "shakespeare",
+                    "train_tokens": None,
+                    "diverged": False,
+                    "val_loss": base[seed] * (1 + gap / 100),
+                }
+            )
+    return pd.DataFrame(rows)
+
+
+def _bench(cells: dict[tuple[str, int], tuple[float, float, float]]) -> pd.DataFrame:
+    """Decode rows: per (mode, batch) the folded model's per-round speedups (q1, median, q3); the
+    explicit export at 1.1x (1.0-1.2) everywhere."""
+    rows = []
+    for (mode, batch), folded in cells.items():
+        for variant, (q1, med, q3) in (
+            ("baseline", (1.0, 1.0, 1.0)),
+            ("explicit", (1.0, 1.1, 1.2)),
+            ("folded", folded),
+        ):
+            rows.append(
+                dict(
+                    benchmark="decode", mode=mode, variant=variant, batch=batch, prompt_len=128,
+                    new_tokens=16, prefill_ms=1.0, decode_tok_s=100 * med, speedup=med,
+                    speedup_q1=q1, speedup_q3=q3, rounds=9, warmup=1, device="cpu",
+                    device_name="a test CPU", dtype="float32", torch="2", threads=2, n_embd=512,
+                    n_layer=8, params=30_000_000, disturbed=False, disturbed_why="", source="",
+                    skipped="",
+                )
+            )  # fmt: skip
+    return pd.DataFrame(rows)
+
+
+def _record_row(inp: ClaimInputs, number: str) -> dict:
+    """The claims.json entry of claim `number` ("1.", ..., "TaperNorm") computed from `inp`."""
+    claim = {"1.": claims.claim1, "2.": claims.claim2, "6.": claims.claim6, "7.": claims.claim7}
+    claim["TaperNorm"] = claim_dyt
+    row = claim[number](inp)
+    fields = record_fields(row, claims.CRITERIA[claim[number]])
+    json.loads(dumps(fields))  # plain JSON: no NaN or infinity
+    return {**row, **fields}
+
+
+def test_every_row_has_the_fields_and_says_why_a_number_is_null():
+    record = claims.claims_record(ClaimInputs(), None, {})
+    for row in record["claims"]:
+        assert set(FIELDS) <= set(row)
+        assert row["estimate"] is None and row["no_estimate"].startswith("not measured")
+        assert row["verdict"] == row["Holds?"] == "not measured"
+        assert row["criterion"]["text"]  # stated even where nothing was measured
+    gap = next(r for r in record["claims"] if r["Claim"].startswith("1."))
+    assert (gap["criterion"]["low"], gap["criterion"]["high"]) == (-2.0, 2.0)
+
+
+@pytest.mark.parametrize("number, variant", [("1.", "internal_aux"), ("2.", "all_aux")])
+def test_the_gap_fields_are_the_numbers_of_the_prose(number, variant):
+    row = _record_row(ClaimInputs(runs=_paired({variant: [0.9, 1.4, 1.1]})), number)
+    assert row["unit"] == "%" and row["n_seeds"] == 3
+    assert row["estimate"] == pytest.approx(1.1333, abs=1e-3)
+    quoted = f"d=64: {row['estimate']:+.2f}% [{row['ci_low']:+.2f}%, {row['ci_high']:+.2f}%]"
+    assert row["Ours"].startswith(quoted) and row["headline"].startswith(quoted)
+    assert row["ci_low"] < row["estimate"] < row["ci_high"] < 2.0
+    assert row["verdict"] == "yes" and row["interval"].startswith("95% t interval")
+    assert [p["label"] for p in row["parts"]][0].startswith("d=64")
+
+
+def test_a_single_seed_pair_has_no_interval_and_says_so():
+    row = _record_row(ClaimInputs(runs=_paired({"internal_aux": [1.0]}, base=(4.0,))), "1.")
+    assert row["estimate"] == pytest.approx(1.0) and row["ci_low"] is None
+    assert row["n_seeds"] == 1 and "1 seed pair" in row["Ours"]
+
+
+def test_the_dyt_row_carries_both_arms_and_their_difference():
+    runs = _paired({"internal_aux": [1.0]}, base=(4.0,))
+    untied = _paired({"dyt": [5.0]}, base=(3.6,))
+    untied["variant"] = untied["variant"].replace({"baseline": "baseline_untied"})
+    untied["name"] = untied["variant"] + "-d64-s0"
+    row = _record_row(ClaimInputs(runs=pd.concat([runs, untied], ignore_index=True)), "TaperNorm")
+    assert "Internal-Taper (+aux) +1.00% vs Baseline, DyT +5.00%" in row["Ours"]
+    assert row["estimate"] == pytest.approx(-4.0) and row["criterion"]["high"] == 0.0
+    estimates = [p["estimate"] for p in row["parts"]]
+    assert estimates == pytest.approx([1.0, 5.0]) and row["verdict"].startswith("partly")
+
+
+def test_claim7_names_a_slower_cell_and_judges_by_it():
+    bench = _bench(
+        {
+            ("eager", 1): (1.05, 1.08, 1.10),
+            ("eager", 4): (1.02, 1.05, 1.07),
+            ("compiled", 1): (1.01, 1.03, 1.06),
+            ("compiled", 4): (0.93, 0.96, 0.98),  # slower in 3 of 4 rounds
+        }
+    )
+    row = claims.claim7(ClaimInputs(bench=bench))
+    slow = "decode compiled B=4 P=128: 0.96× (IQR 0.93-0.98, below 1)"
+    assert f"folded slower in {slow}" in row["Ours"]
+    assert "below 1 in 1/2" in row["Ours"]
+    assert row["Holds?"] == f"partly (folded faster in 3/4 cells, slower in 1/4: {slow})"
+    fields = _record_row(ClaimInputs(bench=bench), "7.")
+    assert fields["estimate"] == pytest.approx(1.04) and fields["verdict"] == row["Holds?"]
+    assert "faster in 3, slower in 1" in fields["headline"]
+    cell = next(p for p in fields["parts"] if p["label"] == "decode compiled B=4 P=128")
+    assert (cell["estimate"], cell["ci_low"], cell["ci_high"]) == (0.96, 0.93, 0.98)
+
+
+def test_claim7_is_no_where_slowdowns_are_all_it_measured():
+    bench = _bench({("eager", 1): (0.97, 0.99, 1.02), ("eager", 4): (0.90, 0.92, 0.95)})
+    row = claims.claim7(ClaimInputs(bench=bench))
+    assert row["Holds?"].startswith("no (folded slower in 1/2 cells, faster in 0: decode eager B=4")
+    calm = _bench({("eager", 1): (1.02, 1.05, 1.08), ("eager", 4): (1.03, 1.06, 1.09)})
+    assert claims.claim7(ClaimInputs(bench=calm))["Holds?"] == "yes"
+    span = _bench({("eager", 1): (0.98, 1.0, 1.02), ("eager", 4): (0.99, 1.01, 1.03)})
+    assert claims.claim7(ClaimInputs(bench=span))["Holds?"].startswith("not resolved")
+
+
+def test_claim6_reports_its_largest_difference():
+    verify = [("v.json", {"folded": _check(3e-7), "scaled": _check(8e-7), "model": "m"})]
+    row = _record_row(ClaimInputs(verify=verify), "6.")
+    assert row["estimate"] == pytest.approx(8e-7) and row["criterion"]["high"] == 1e-5
+    assert "8.0e-07 (explicit scaling)" in row["Ours"] and row["verdict"] == "yes"
+    assert math.isclose(max(p["estimate"] for p in row["parts"]), 8e-7)
+
+
+def _check(rel: float) -> dict:
+    return {"rel_logit_diff": rel, "loss_diff": 1e-7, "ok": True, "rtol": 1e-5}
