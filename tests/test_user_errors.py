@@ -559,3 +559,51 @@ def test_lr_grid_force_writes_beside_the_users_files(tmp_path, capsys):
     assert run_cli([*argv, "--force"], capsys)[0] == 0
     assert unchanged(tmp_path / "mine", users) and (tmp_path / "mine/lr_grid.json").is_file()
     assert run_cli(argv, capsys)[0] == 0  # its own summary now
+
+
+def test_selftest_only_matching_no_check(capsys):
+    from tapernorm import selftest
+
+    status, err = run_cli(["selftest", "--device", "cpu", "--only", "no such check"], capsys)
+    line = one_line(err)
+    assert status == 2 and "--only 'no such check' matches no check's name" in line
+    assert selftest.LOOP in line
+    ran = selftest.run_selftest("meta", only="decode", report=lambda line: None)
+    assert [r.name for r in ran] == [n for n in selftest.check_names() if "decode" in n]
+
+
+def test_job_times_of_no_record_is_an_error(tmp_path, capsys):
+    (tmp_path / "records/train").mkdir(parents=True)
+    status, err = run_cli(["job-times", str(tmp_path / "records")], capsys)
+    assert status == 2 and "no job records (.tsv) under" in one_line(err)
+    argv = ["job-times", str(tmp_path / "records"), "--jobs", "train/a.tsv", "--out"]
+    status, err = run_cli([*argv, str(tmp_path / "jt")], capsys)
+    line = one_line(err)
+    assert status == 2 and "none of the 1 records --jobs names is under" in line
+    assert "(e.g. train/a.tsv)" in line and not list(tmp_path.glob("jt*"))
+    (tmp_path / "records/train/a.tsv").write_text("s\nnan\n")
+    status, err = run_cli(argv[:-1], capsys)
+    assert status == 2 and "its time nan s is not a finite number of seconds" in one_line(err)
+
+
+@pytest.mark.parametrize(
+    "edit,named",
+    [
+        (lambda c: c["model"].update(n_embd=64), "has shape [32, 32], the model wants [64, 64]"),
+        (lambda c: c.pop("model"), "has no 'model' entry: not a model directory tapernorm wrote"),
+    ],
+)
+def test_a_models_config_and_weights_that_disagree(g0_model_dir, shards_dir, capsys, edit, named):
+    config = json.loads((g0_model_dir / "config.json").read_text())
+    edit(config)
+    (g0_model_dir / "config.json").write_text(json.dumps(config))
+    for argv in (
+        ["eval", "--model", str(g0_model_dir), "--data", str(shards_dir)],
+        ["fold", "--model", str(g0_model_dir), "--data", str(shards_dir), "--out", "unused"],
+    ):
+        status, err = run_cli(argv, capsys)
+        line = one_line(err)
+        assert status == 2 and named in line and str(g0_model_dir / "config.json") in line
+        if "shape" in named:
+            assert f"{g0_model_dir / 'model.safetensors'} does not match" in line
+            assert "put back the config.json saved with them" in line

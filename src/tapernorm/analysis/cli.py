@@ -105,11 +105,13 @@ def _cmd_report_home(args: argparse.Namespace) -> int:
 
 def _cmd_job_times(args: argparse.Namespace) -> int:
     from ..out_files import claim_table
-    from .job_times import job_times_table, load_job_times, write_job_times
+    from .job_times import job_times_table, load_job_times, require_records, write_job_times
     from .tables import to_markdown
 
     if args.out is None:
-        print(to_markdown(*job_times_table(*load_job_times(args.records, args.jobs))), end="")
+        records, missing = load_job_times(args.records, args.jobs)
+        require_records(records, missing, args.records)
+        print(to_markdown(*job_times_table(records, missing)), end="")
         return 0
     claim_table(args.out, "job-times", args.force)
     for path in write_job_times(
