@@ -607,3 +607,35 @@ def test_a_models_config_and_weights_that_disagree(g0_model_dir, shards_dir, cap
         if "shape" in named:
             assert f"{g0_model_dir / 'model.safetensors'} does not match" in line
             assert "put back the config.json saved with them" in line
+
+
+def test_gpu_report_keeps_the_users_files_and_unpacks_only_results(tmp_path, capsys):
+    import io
+    import tarfile
+
+    check = tmp_path / "check"
+    users = users_files(check / "report", table3_dot_md="my notes on table 3")
+    (check / "results").mkdir()
+    status, err = run_cli(["gpu-report", str(check)], capsys)
+    line = one_line(err)
+    assert status == 2 and f"{check / 'report/table3.md'} exists and is not an earlier" in line
+    assert unchanged(check / "report", users)
+    (check / "results").rmdir()
+    users = users_files(check, summary_dot_md="mine")
+    with tarfile.open(check / "results.tar.gz", "w:gz") as tar:
+        info = tarfile.TarInfo("summary.md")
+        info.size = 6
+        tar.addfile(info, io.BytesIO(b"theirs"))
+    status, err = run_cli(["gpu-report", str(check), "--force"], capsys)
+    assert status == 2 and "member 'summary.md' is not under results/" in one_line(err)
+    assert unchanged(check, users)
+
+
+def test_a_run_directory_whose_files_are_damaged_names_the_fix(tmp_path, capsys):
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run/config.json").write_text('{"seed": ')
+    argv = ["table", "1", "--runs", str(tmp_path / "run"), "--out", str(tmp_path / "t")]
+    status, err = run_cli(argv, capsys)
+    line = one_line(err)
+    assert status == 2 and "config.json is not valid JSON" in line
+    assert "rerun `tapernorm train` on the run" in line

@@ -170,7 +170,7 @@ def lock_env_parser(sub) -> None:
 def _cmd_gpu_report(args: argparse.Namespace) -> int:
     from .gpu_check import gpu_report
 
-    for line in gpu_report(args.dir, args.config):
+    for line in gpu_report(args.dir, args.config, args.force):
         print(line)
     return 0
 
@@ -186,5 +186,10 @@ def gpu_report_parser(sub) -> None:
         type=Path,
         default=Path("config/paper.yaml"),
         help="the pipeline config whose pre-training grid is costed",
+    )
+    r.add_argument(
+        "--force",
+        action="store_true",
+        help="replace files in DIR/report/ that an earlier gpu-report did not write",
     )
     r.set_defaults(func=_cmd_gpu_report)

@@ -72,10 +72,10 @@ def claim_table(stem: Path, command: str, force: bool) -> None:
     claim_outputs(stem_paths(stem, TABLE_SUFFIXES), command, own_table_file, force)
 
 
-def claim_figure(out: Path, force: bool) -> None:
+def claim_figure(out: Path, force: bool, command: str = "figure") -> None:
     """`figure`: <stem>.pdf, .png and .html, each with its stamp."""
     paths = [Path(out).with_suffix(suffix) for suffix in FIGURE_SUFFIXES]
-    claim_outputs(paths, "figure", stamped, force)
+    claim_outputs(paths, command, stamped, force)
 
 
 def claim_claims(out: Path, force: bool) -> None:
