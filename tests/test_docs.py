@@ -10,6 +10,7 @@ DOCS = [
     "README.md",
     "docs/usage.md",
     "docs/protocol.md",
+    "docs/writing-paths.md",
     "config/README.md",
     "benchmarks/README.md",
     "workflow/profiles/README.md",
@@ -34,6 +35,36 @@ def test_relative_links_resolve_inside_the_repository(doc):
         assert resolved.is_relative_to(ROOT), f"{doc} links outside the repository: {target}"
         if resolved.parent != ROOT / "docs/figures":  # (the next test)
             assert resolved.exists(), f"{doc} links to a missing file: {target}"
+
+
+def test_writing_paths_names_every_command():
+    """docs/writing-paths.md, what each command writes and does when the path is in use, has a row
+    for every `tapernorm` command (and `bench`'s and `scaling`'s steps)."""
+    from tapernorm.cli import build_parser
+
+    def commands(parser, prefix=""):
+        for name, sub in parser._subparsers._group_actions[0].choices.items():
+            if sub._subparsers is not None:
+                yield from commands(sub, f"{prefix}{name} ")
+            else:
+                yield prefix + name
+
+    rows = [
+        ln for ln in (ROOT / "docs/writing-paths.md").read_text().splitlines() if ln[:2] == "| "
+    ]
+    text = "\n".join(row.split(" | ")[0] for row in rows).replace("\\|", "|")
+    missing = [c for c in commands(build_parser()) if not _named(c, text)]
+    assert not missing, missing
+
+
+def _named(command: str, text: str) -> bool:
+    """Whether a table row's first cell names `command` (`bench train-step\\|forward` names all
+    three benchmarks; a row may name several commands)."""
+    head, _, last = command.rpartition(" ")
+    return any(
+        re.search(rf"`{re.escape(prefix)}[^`]*\b{re.escape(last)}\b", text)
+        for prefix in ([f"{head} "] if head else [""])
+    )
 
 
 def test_readme_figures_are_those_of_the_committed_reference_run():

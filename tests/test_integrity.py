@@ -120,18 +120,28 @@ def test_an_init_model_written_again_is_the_same_init(shards_dir, tmp_path, capf
     assert same_run(tmp_path / "ft", tmp_path / "ft_fresh")
 
 
-def test_an_unreadable_state_json_is_one_line_and_deletes_nothing(shards_dir, tmp_path, capsys):
+@pytest.mark.parametrize(
+    "damage,named",
+    [
+        (lambda text: text[:50], "is not valid JSON"),  # cut short
+        (lambda text: "{}", "has no valid step or param_groups"),  # (not 'another config')
+        (lambda text: text.replace('"step"', '"stop"'), "has no valid step:"),
+    ],
+)
+def test_an_unreadable_state_json_is_one_line_and_deletes_nothing(
+    shards_dir, tmp_path, capsys, damage, named
+):
     cfg = tiny_yaml(tmp_path / "run.yaml", shards_dir, steps=20)
     out = tmp_path / "o"
     argv = ["train", "--config", cfg, "--out", str(out)]
     assert run_cli(argv, capsys)[0] == 0
     state = out / "ckpt" / "state.json"
-    state.write_text(state.read_text()[:50])  # cut short
+    state.write_text(damage(state.read_text()))
     (out / "eval.json").unlink()
     before = {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
     status, err = run_cli(argv, capsys)
     line = one_line(err)
-    assert status == 2 and f"{state} is not valid JSON" in line
+    assert status == 2 and f"{state} {named}" in line
     assert f"delete {out / 'ckpt'} to start the run over" in line and "left as it is" in line
     assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file()} == before
 

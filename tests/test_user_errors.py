@@ -288,13 +288,15 @@ def test_eval_out_may_not_replace_an_input_or_a_users_file(
     assert unchanged(tmp_path, users)
 
 
-def grid_run(root, variant: str, seed: int, lr: float, loss: float = 3.5):
+def grid_run(root, variant: str, seed: int, lr: float, loss: float = 3.5, steps: int = 100):
     from tapernorm.lr_grid import GridRun
 
     d = root / GridRun(variant, 64, seed, lr).name
     d.mkdir(parents=True)
     (d / "eval.json").write_text(json.dumps({"val_loss": loss, "diverged": False}))
-    cfg = {"variant": variant, "seed": seed, "model": {"n_embd": 64}, "train": {"lr": lr}}
+    model = {"n_embd": 64, "n_layer": 2, "n_head": 2, "block_size": 32}
+    train = {"lr": lr, "steps": steps, "batch_size": 4, "grad_accum": 1}
+    cfg = {"variant": variant, "seed": seed, "model": model, "train": train}
     (d / "config.json").write_text(json.dumps(cfg))
     return str(d)
 
@@ -321,6 +323,26 @@ def test_lr_grid_with_a_run_missing_or_a_shared_lr_off_the_grid(tmp_path, capsys
     status, err = run_cli([*argv, *runs], capsys)
     assert status == 2 and "tapernorm lr-grid did not write" in one_line(err)
     assert unchanged(tmp_path / "mine", users)
+
+
+def test_lr_grid_runs_of_another_scale_or_without_a_run_config(tmp_path, capsys):
+    runs = [
+        grid_run(tmp_path / "runs", variant, seed, lr, steps=200 if lr == 3e-3 else 100)
+        for variant in ("dyt", "baseline_untied")
+        for seed in (0, 1)
+        for lr in (1e-3, 3e-3)
+    ]
+    argv = ["lr-grid", "--shared-lr", "1e-3", "--out", str(tmp_path / "grid"), "--runs", *runs]
+    status, err = run_cli(argv, capsys)
+    line = one_line(err)
+    assert (
+        status == 2 and f"runs {runs[0]} and {runs[1]} differ in train.steps (100 and 200)" in line
+    )
+    assert "give --runs of one grid" in line and not (tmp_path / "grid").exists()
+    config = tmp_path / "runs/dyt-d64-s0-lr0.001/config.json"
+    config.write_text(json.dumps({"variant": "dyt", "seed": 0, "model": {"n_embd": 64}}))
+    status, err = run_cli(argv, capsys)
+    assert status == 2 and f"{config} has no train.lr: not a run config of tapernorm train" in err
 
 
 # ---- reference runs and the README's generated blocks -----------------------------------------------
@@ -432,3 +454,188 @@ def test_a_lock_path_that_is_no_lock_file_is_one_line_with_the_fix(shards_dir, t
     line = one_line(err)
     assert status == 2 and f"{tmp_path / 'run' / 'train.lock'}, the run's lock file" in line
     assert "remove it" in line and (tmp_path / "run" / "train.lock").is_dir()
+
+
+# ---- commands writing files the user names (out_files) ----------------------------------------------
+
+
+def test_table_files_are_replaced_only_when_the_command_wrote_them(tmp_path, capsys):
+    records = tmp_path / "records/train/pretrain"
+    records.mkdir(parents=True)
+    (records / "a.tsv").write_text("s\n12.5\n")
+    argv = ["job-times", str(tmp_path / "records"), "--out", str(tmp_path / "jt")]
+    assert run_cli(argv, capsys)[0] == 0
+    assert run_cli(argv, capsys)[0] == 0  # its own earlier output
+    (tmp_path / "jt.md").unlink()  # the .csv is still known by the stamped .tex and .html
+    users = users_files(tmp_path, jt_dot_tex="mine")
+    status, err = run_cli(argv, capsys)
+    line = one_line(err)
+    assert status == 2 and f"{tmp_path / 'jt.tex'} exists and is not an earlier output" in line
+    assert "tapernorm job-times: give another --out, or add --force" in line
+    assert unchanged(tmp_path, users)
+    assert run_cli([*argv, "--force"], capsys)[0] == 0
+    assert "Made by tapernorm " in (tmp_path / "jt.tex").read_text()
+    users = users_files(tmp_path / "mine", t2_dot_csv="mine")  # a csv with no table beside it
+    argv = ["table", "2", "--runs", str(tmp_path / "none"), "--out", str(tmp_path / "mine/t2")]
+    status, err = run_cli(argv, capsys)
+    assert status == 2 and "t2.csv exists and is not an earlier output of tapernorm table" in err
+    assert unchanged(tmp_path / "mine", users)
+
+
+def test_a_figures_files_are_known_by_their_stamp(tmp_path, capsys):
+    from tapernorm.analysis.figure_style import new_figure, save_figure
+    from tapernorm.out_files import stamped
+    from tapernorm.provenance import REHEARSAL
+
+    for name, stamp in (("plain", "tapernorm 0123456789ab"), ("r", f"{REHEARSAL} · tapernorm x")):
+        fig, axes = new_figure(1, 1, (2, 2))
+        axes[0].plot([1, 2])
+        stamp = stamp.replace("x", "commit unknown (dirty tree)")
+        for path in save_figure(fig, tmp_path / f"{name}.pdf", "caption", stamp):
+            assert stamped(path), path  # (the rehearsal's PDF holds it as UTF-16)
+    users = users_files(tmp_path, fig3_dot_png="mine")
+    argv = ["figure", "fig3", "--runs", str(tmp_path / "none"), "--out"]
+    status, err = run_cli([*argv, str(tmp_path / "fig3.pdf")], capsys)
+    assert status == 2 and "fig3.png exists and is not an earlier output of tapernorm figure" in err
+    assert unchanged(tmp_path, users) and not stamped(tmp_path / "fig3.png")
+
+
+def test_claims_and_report_home_keep_the_users_files(tmp_path, capsys):
+    users = users_files(tmp_path, claims_dot_json='{"mine": 1}')
+    status, err = run_cli(["claims", "--out", str(tmp_path / "claims.md")], capsys)
+    assert status == 2 and "claims.json exists and is not an earlier output" in one_line(err)
+    assert unchanged(tmp_path, users) and not (tmp_path / "claims.md").exists()
+    (tmp_path / "claims.json").unlink()
+    for _ in range(2):  # the second time over its own earlier output
+        assert run_cli(["claims", "--out", str(tmp_path / "claims.md")], capsys)[0] == 0
+    home = ["report-home", "--claims", str(tmp_path / "claims.json"), "--out"]
+    status, err = run_cli([*home, str(tmp_path / "claims.json")], capsys)
+    assert status == 2 and "is the claims record (--claims)" in one_line(err)
+    for _ in range(2):
+        assert run_cli([*home, str(tmp_path / "home.rst")], capsys)[0] == 0
+    status, err = run_cli([*home, str(tmp_path / "claims.md")], capsys)  # stamped, not a page
+    assert status == 2 and "not an earlier output of tapernorm report-home" in one_line(err)
+
+
+def test_manifest_env_lock_env_and_bench_keep_the_users_files(tmp_path, capsys):
+    from test_workflow import ROOT
+
+    from tapernorm.env_lock import is_lock_file
+
+    users = users_files(tmp_path, mine_dot_json='{"mine": 1}', mine_dot_csv="a,b\n1,2\n")
+    mine, csv = str(tmp_path / "mine.json"), str(tmp_path / "mine.csv")
+    for argv in (
+        ["manifest", mine, "--config-json", "{}", "--out", mine],
+        ["env", "--out", mine],
+        ["lock-env", "--out", mine],
+        ["bench", "train-step", "--out", mine],
+        ["bench", "train-step", "--out", csv],
+        ["bench", "forward", "--out", csv],
+        ["bench", "decode", "--out", csv],
+    ):
+        status, err = run_cli(argv, capsys)
+        line = one_line(err)
+        assert status == 2 and "exists and is not an earlier output of tapernorm" in line, argv
+        assert "add --force to replace it" in line
+    assert unchanged(tmp_path, users)
+    manifest = ["manifest", mine, "--config-json", "{}", "--out", str(tmp_path / "m.json")]
+    assert run_cli(manifest, capsys)[0] == 0 and run_cli(manifest, capsys)[0] == 0
+    assert run_cli(["env", "--out", str(tmp_path / "env.json")], capsys)[0] == 0
+    assert run_cli(["env", "--out", str(tmp_path / "env.json")], capsys)[0] == 0
+    assert is_lock_file(ROOT / "requirements/constraints-cpu.txt")  # (lock-env's default --out)
+    assert not is_lock_file(tmp_path / "mine.csv")
+
+
+def test_lr_grid_force_writes_beside_the_users_files(tmp_path, capsys):
+    runs = [
+        grid_run(tmp_path / "runs", variant, seed, lr)
+        for variant in ("dyt", "baseline_untied")
+        for seed in (0, 1)
+        for lr in (1e-3, 3e-3)
+    ]
+    users = users_files(tmp_path / "mine", notes_dot_txt="mine")
+    argv = ["lr-grid", "--shared-lr", "1e-3", "--out", str(tmp_path / "mine"), "--runs", *runs]
+    assert run_cli(argv, capsys)[0] == 2
+    assert run_cli([*argv, "--force"], capsys)[0] == 0
+    assert unchanged(tmp_path / "mine", users) and (tmp_path / "mine/lr_grid.json").is_file()
+    assert run_cli(argv, capsys)[0] == 0  # its own summary now
+
+
+def test_selftest_only_matching_no_check(capsys):
+    from tapernorm import selftest
+
+    status, err = run_cli(["selftest", "--device", "cpu", "--only", "no such check"], capsys)
+    line = one_line(err)
+    assert status == 2 and "--only 'no such check' matches no check's name" in line
+    assert selftest.LOOP in line
+    ran = selftest.run_selftest("meta", only="decode", report=lambda line: None)
+    assert [r.name for r in ran] == [n for n in selftest.check_names() if "decode" in n]
+
+
+def test_job_times_of_no_record_is_an_error(tmp_path, capsys):
+    (tmp_path / "records/train").mkdir(parents=True)
+    status, err = run_cli(["job-times", str(tmp_path / "records")], capsys)
+    assert status == 2 and "no job records (.tsv) under" in one_line(err)
+    argv = ["job-times", str(tmp_path / "records"), "--jobs", "train/a.tsv", "--out"]
+    status, err = run_cli([*argv, str(tmp_path / "jt")], capsys)
+    line = one_line(err)
+    assert status == 2 and "none of the 1 records --jobs names is under" in line
+    assert "(e.g. train/a.tsv)" in line and not list(tmp_path.glob("jt*"))
+    (tmp_path / "records/train/a.tsv").write_text("s\nnan\n")
+    status, err = run_cli(argv[:-1], capsys)
+    assert status == 2 and "its time nan s is not a finite number of seconds" in one_line(err)
+
+
+@pytest.mark.parametrize(
+    "edit,named",
+    [
+        (lambda c: c["model"].update(n_embd=64), "has shape [32, 32], the model wants [64, 64]"),
+        (lambda c: c.pop("model"), "has no 'model' entry: not a model directory tapernorm wrote"),
+    ],
+)
+def test_a_models_config_and_weights_that_disagree(g0_model_dir, shards_dir, capsys, edit, named):
+    config = json.loads((g0_model_dir / "config.json").read_text())
+    edit(config)
+    (g0_model_dir / "config.json").write_text(json.dumps(config))
+    for argv in (
+        ["eval", "--model", str(g0_model_dir), "--data", str(shards_dir)],
+        ["fold", "--model", str(g0_model_dir), "--data", str(shards_dir), "--out", "unused"],
+    ):
+        status, err = run_cli(argv, capsys)
+        line = one_line(err)
+        assert status == 2 and named in line and str(g0_model_dir / "config.json") in line
+        if "shape" in named:
+            assert f"{g0_model_dir / 'model.safetensors'} does not match" in line
+            assert "put back the config.json saved with them" in line
+
+
+def test_gpu_report_keeps_the_users_files_and_unpacks_only_results(tmp_path, capsys):
+    import io
+    import tarfile
+
+    check = tmp_path / "check"
+    users = users_files(check / "report", table3_dot_md="my notes on table 3")
+    (check / "results").mkdir()
+    status, err = run_cli(["gpu-report", str(check)], capsys)
+    line = one_line(err)
+    assert status == 2 and f"{check / 'report/table3.md'} exists and is not an earlier" in line
+    assert unchanged(check / "report", users)
+    (check / "results").rmdir()
+    users = users_files(check, summary_dot_md="mine")
+    with tarfile.open(check / "results.tar.gz", "w:gz") as tar:
+        info = tarfile.TarInfo("summary.md")
+        info.size = 6
+        tar.addfile(info, io.BytesIO(b"theirs"))
+    status, err = run_cli(["gpu-report", str(check), "--force"], capsys)
+    assert status == 2 and "member 'summary.md' is not under results/" in one_line(err)
+    assert unchanged(check, users)
+
+
+def test_a_run_directory_whose_files_are_damaged_names_the_fix(tmp_path, capsys):
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run/config.json").write_text('{"seed": ')
+    argv = ["table", "1", "--runs", str(tmp_path / "run"), "--out", str(tmp_path / "t")]
+    status, err = run_cli(argv, capsys)
+    line = one_line(err)
+    assert status == 2 and "config.json is not valid JSON" in line
+    assert "rerun `tapernorm train` on the run" in line

@@ -160,7 +160,10 @@ def model_config(model_dir: str | Path) -> GPTConfig:
     path = Path(model_dir) / "config.json"
     config = read_json(path)
     if "model" not in config:
-        raise CheckpointError(f"{path} has no 'model' entry")
+        raise CheckpointError(
+            f"{path} has no 'model' entry: not a model directory tapernorm wrote (give a run's "
+            "directory, or fold's folded/ or scaled/)"
+        )
     try:
         return GPTConfig.from_dict(config["model"])
     except (TypeError, ValueError, KeyError, AttributeError) as e:
@@ -194,13 +197,17 @@ def load_model(model_dir: str | Path, device: str | torch.device = "cpu") -> GPT
         raise CheckpointError(f"model directory {model_dir} does not exist")
     config = model_config(model_dir)
     weights = model_dir / "model.safetensors"
+    against = f"the 'model' entry of {model_dir / 'config.json'}"
     with torch.device("meta"):  # shapes only
-        check_shapes(
-            GPT(config),
-            header_shapes(weights),
-            str(weights),
-            f"the 'model' entry of {model_dir / 'config.json'}",
-        )
+        try:
+            check_shapes(GPT(config), header_shapes(weights), str(weights), against)
+        except CheckpointError as e:
+            if not weights.is_file():
+                raise
+            raise CheckpointError(
+                f"{e}: the weights and the config were not saved together; put back the "
+                f"config.json saved with them, or give the directory of a whole model"
+            ) from None
     model = GPT(config)
     load_model_tensors(model, load_tensors(weights), str(weights))
     return model.to(device)

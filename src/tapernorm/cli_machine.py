@@ -84,7 +84,12 @@ def check_config_parser(sub) -> None:
 def _cmd_env(args: argparse.Namespace) -> int:
     from .checkpoint import write_json
     from .gpu_check import environment_report
+    from .out_dirs import json_with
+    from .out_files import claim_outputs
 
+    if args.out:
+        own = lambda path: json_with(path, ("device", "torch", "tapernorm", "packages"))  # noqa: E731
+        claim_outputs([args.out], "env", own, args.force)
     report = environment_report(args.device)
     if args.out:
         write_json(args.out, report)
@@ -96,6 +101,9 @@ def env_parser(sub) -> None:
     n = sub.add_parser("env", help="this machine's device, versions and nvidia-smi as JSON")
     device_arg(n)
     n.add_argument("--out", type=Path, help="write the JSON here too")
+    n.add_argument(
+        "--force", action="store_true", help="replace an --out that is not an earlier env JSON"
+    )
     n.set_defaults(func=_cmd_env)
 
 
@@ -133,8 +141,10 @@ def check_env_parser(sub) -> None:
 
 
 def _cmd_lock_env(args: argparse.Namespace) -> int:
-    from .env_lock import write_lock
+    from .env_lock import is_lock_file, write_lock
+    from .out_files import claim_outputs
 
+    claim_outputs([args.out], "lock-env", is_lock_file, args.force)
     pins = write_lock(args.out)
     print(f"{args.out}: {pins} distributions pinned")
     return 0
@@ -149,13 +159,18 @@ def lock_env_parser(sub) -> None:
         "install of .[dev]: docs/reproducibility.md)",
     )
     c.add_argument("--out", type=Path, default=CONSTRAINTS, help="default: %(default)s")
+    c.add_argument(
+        "--force",
+        action="store_true",
+        help="replace an --out that is not a constraints file lock-env wrote",
+    )
     c.set_defaults(func=_cmd_lock_env)
 
 
 def _cmd_gpu_report(args: argparse.Namespace) -> int:
     from .gpu_check import gpu_report
 
-    for line in gpu_report(args.dir, args.config):
+    for line in gpu_report(args.dir, args.config, args.force):
         print(line)
     return 0
 
@@ -171,5 +186,10 @@ def gpu_report_parser(sub) -> None:
         type=Path,
         default=Path("config/paper.yaml"),
         help="the pipeline config whose pre-training grid is costed",
+    )
+    r.add_argument(
+        "--force",
+        action="store_true",
+        help="replace files in DIR/report/ that an earlier gpu-report did not write",
     )
     r.set_defaults(func=_cmd_gpu_report)

@@ -14,6 +14,7 @@ from .cli_args import (
     NON_NEGATIVE,
     POSITIVE,
     POSITIVE_FLOAT,
+    force_arg,
 )
 from .run_lock import WAIT_ENV
 
@@ -152,7 +153,8 @@ def _cmd_lr_grid(args: argparse.Namespace) -> int:
 
     for run in args.runs:
         refuse_inside(args.out, {"run directory (--runs)": run})
-    claim_dir(args.out, "lr-grid", lambda out: json_with(out / "lr_grid.json", ("cells",)))
+    own = lambda out: json_with(out / "lr_grid.json", ("cells",))  # noqa: E731
+    claim_dir(args.out, "lr-grid", own, args.force)
     runs = read_runs(args.runs)
     check_grid(runs, args.shared_lr)
     cells, gaps = summarize(runs, args.shared_lr)
@@ -196,4 +198,5 @@ def lr_grid_parser(sub) -> None:
     )
     g.add_argument("--made-by", help="the command that made the runs, named in the summary")
     g.add_argument("--out", type=Path, default=Path("results/lr_grid"), help="summary directory")
+    force_arg(g, "lr-grid", "lr_grid.json, .md and .csv")
     g.set_defaults(func=_cmd_lr_grid)

@@ -44,11 +44,14 @@ class Difference:
         return f"{self.name} {self.installed or 'not installed'} (reference {self.reference})"
 
 
+LOCK_HEAD = b"# The versions a clean install of tapernorm[dev]"  # how a lock file begins
+
+
 def lock_text(dists: dict[str, str]) -> str:
     """A constraints file pinning `dists` (without NOT_LOCKED; local labels dropped, so that the
     CPU lock admits the CUDA build of the same torch)."""
     lines = [
-        "# The versions a clean install of tapernorm[dev] brought (the reference run's), made by",
+        LOCK_HEAD.decode() + " brought (the reference run's), made by",
         "# `tapernorm lock-env` in a fresh virtual environment after the README's install:",
         f"#   Python {platform.python_version()} on {sys.platform}, torch from PyTorch's CPU index.",
         '# Use: pip install -c requirements/constraints-cpu.txt -e ".[dev]"',
@@ -57,6 +60,15 @@ def lock_text(dists: dict[str, str]) -> str:
         if canonical_name(name) not in NOT_LOCKED:
             lines.append(f"{name}=={version.split('+')[0]}")
     return "\n".join(lines) + "\n"
+
+
+def is_lock_file(path: str | Path) -> bool:
+    """Whether `path` begins as lock_text's files do (an earlier output of `tapernorm lock-env`)."""
+    try:
+        with open(path, "rb") as f:
+            return f.read(len(LOCK_HEAD)) == LOCK_HEAD
+    except OSError:
+        return False
 
 
 def write_lock(path: str | Path, dists: dict[str, str] | None = None) -> int:

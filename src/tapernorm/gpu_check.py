@@ -111,12 +111,12 @@ def extract_results(directory: Path) -> Path:
         with tarfile.open(archive) as tar:
             for member in tar.getmembers():
                 target = (directory / member.name).resolve()
-                if (
-                    not target.is_relative_to(directory.resolve())
-                    or member.issym()
-                    or member.islnk()
-                ):
-                    raise ValueError(f"{archive}: member {member.name!r} leaves the directory")
+                if not target.is_relative_to(results.resolve()) or member.issym() or member.islnk():
+                    raise ValueError(
+                        f"{archive}: member {member.name!r} is not under results/ (only that "
+                        "directory is unpacked, beside what DIR holds): give the archive "
+                        "benchmarks/gpu_check.sh wrote"
+                    )
             safe = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}
             tar.extractall(directory, **safe)
     return results
@@ -206,16 +206,23 @@ def _at(table: tuple[object, str], stem: Path) -> tuple[object, Path, str]:
     return table[0], stem, table[1]
 
 
-def gpu_report(directory: str | Path, config: str | Path = "config/paper.yaml") -> list[str]:
+def gpu_report(
+    directory: str | Path, config: str | Path = "config/paper.yaml", force: bool = False
+) -> list[str]:
     """Build DIR/report/{table3, table_decode}.{csv,md,tex,html}, fig5_decode_speedup.{pdf,png,html} and
     gpu_hours.{csv,md,tex,html} from the check's files in DIR; returns one line per output (its path, or
-    why it was not built: a step that failed or ran out of time leaves its part out)."""
+    why it was not built: a step that failed or ran out of time leaves its part out). A file of
+    those names that an earlier gpu-report did not write is refused (out_files), unless `force`."""
     from .analysis.inference_tables import make_bench_table, make_fig5
     from .analysis.tables import write_table
+    from .out_files import claim_figure, claim_table
 
     directory = Path(directory)
-    results = extract_results(directory)
     report = directory / "report"
+    for stem in ("table3", "table_decode", "gpu_hours"):
+        claim_table(report / stem, "gpu-report", force)
+    claim_figure(report / "fig5_decode_speedup.pdf", force, "gpu-report")
+    results = extract_results(directory)
     report.mkdir(exist_ok=True)
     forward = _csvs(results, "forward.csv")
     decode = _csvs(results, "decode_*.csv")

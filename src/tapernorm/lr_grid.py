@@ -34,6 +34,19 @@ class GridRun:
         return f"{self.variant}-d{self.width}-s{self.seed}-lr{self.lr:g}"
 
 
+def _setting(cfg: dict, path: Path, key: str):
+    """`cfg`'s dotted `key` ('model.n_embd'); ConfigError naming the file if it lacks it."""
+    value = cfg
+    for part in key.split("."):
+        if not isinstance(value, dict) or part not in value:
+            raise ConfigError(
+                f"lr-grid: {path} has no {key}: not a run config of tapernorm train (retrain "
+                "that run, or leave its directory out of --runs)"
+            )
+        value = value[part]
+    return value
+
+
 def read_runs(run_dirs: list[Path]) -> dict[GridRun, Path]:
     """{GridRun: its directory} of finished grid runs, each identified by its config.json (variant,
     width, seed, peak LR); a run without eval.json, or two runs of one cell, are refused."""
@@ -41,10 +54,11 @@ def read_runs(run_dirs: list[Path]) -> dict[GridRun, Path]:
     for run_dir in map(Path, run_dirs):
         if not (run_dir / "eval.json").is_file():
             raise ConfigError(f"lr-grid: run {run_dir} has no eval.json (not finished)")
-        cfg = jsonio.read_json(run_dir / "config.json")
-        run = GridRun(
-            cfg["variant"], int(cfg["model"]["n_embd"]), int(cfg["seed"]), cfg["train"]["lr"]
-        )
+        path = run_dir / "config.json"
+        cfg = jsonio.read_json(path)
+        key = (_setting(cfg, path, k) for k in ("variant", "model.n_embd", "seed", "train.lr"))
+        variant, width, seed, lr = key
+        run = GridRun(variant, int(width), int(seed), float(lr))
         if run in runs:
             raise ConfigError(f"lr-grid: {run_dir} and {runs[run]} are the same cell and seed")
         runs[run] = run_dir
@@ -147,22 +161,39 @@ def _gap(loss: float | None, base: float | None) -> float:
     return gap_pct(loss, base) if math.isfinite(loss) and math.isfinite(base) else math.inf
 
 
+SHARED = ("model.n_embd", "model.n_layer", "model.n_head", "model.block_size", "train.steps")
+BATCH = "the batch (train.batch_size × train.grad_accum)"
+
+
+def _shared(run_dir: Path) -> dict:
+    """The settings of `run_dir`'s config.json that every run of one grid shares."""
+    path = Path(run_dir) / "config.json"
+    cfg = jsonio.read_json(path)
+    batch = _setting(cfg, path, "train.batch_size") * _setting(cfg, path, "train.grad_accum")
+    return {**{key: _setting(cfg, path, key) for key in SHARED}, BATCH: batch}
+
+
 def grid_scale(runs: dict[GridRun, Path], data_dir: str) -> dict:
-    """What the grid's runs share (everything but the variant, seed and LR, from the first run's
-    config.json): the scale a reader of its numbers, and the claims that quote them, must match."""
-    cfg = jsonio.read_json(Path(next(iter(runs.values()))) / "config.json")
+    """What the grid's runs share (everything but the variant, seed and LR, from their
+    config.json): the scale a reader of its numbers, and the claims that quote them, must match.
+    ConfigError naming two runs that differ in it."""
+    dirs = list(runs.values())
+    first = _shared(dirs[0])
+    for run_dir in dirs[1:]:
+        other = _shared(run_dir)
+        for key in (k for k in first if first[k] != other[k]):
+            raise ConfigError(
+                f"lr-grid: runs {dirs[0]} and {run_dir} differ in {key} ({first[key]} and "
+                f"{other[key]}): a grid compares LRs at one scale; give --runs of one grid"
+            )
     try:
         corpus = jsonio.read_json(Path(data_dir) / "meta.json").get("corpus")
     except (OSError, ValueError, AttributeError):
         corpus = None
     return {
         "corpus": corpus,
-        "n_embd": cfg["model"]["n_embd"],
-        "n_layer": cfg["model"]["n_layer"],
-        "n_head": cfg["model"]["n_head"],
-        "block_size": cfg["model"]["block_size"],
-        "steps": cfg["train"]["steps"],
-        "batch_size": cfg["train"]["batch_size"] * cfg["train"]["grad_accum"],
+        **{key.split(".")[1]: first[key] for key in SHARED},
+        "batch_size": first[BATCH],
         "seeds": sorted({run.seed for run in runs}),
         "lrs": sorted({run.lr for run in runs}),
     }

@@ -27,8 +27,12 @@ def _json_object(text: str, option: str, what: str) -> dict:
 
 def _cmd_manifest(args: argparse.Namespace) -> int:
     from .manifest import write_manifest
+    from .out_dirs import json_with
+    from .out_files import claim_outputs
     from .workflow.training import family_seeds
 
+    own = lambda path: json_with(path, ("files", "config_sha256"))  # noqa: E731
+    claim_outputs([args.out], "manifest", own, args.force)
     config = _json_object(args.config_json, "--config-json", "the workflow config")
     files = _json_object(args.config_file_sha256, "--config-file-sha256", "{path: sha256}")
     manifest = write_manifest(
@@ -94,6 +98,9 @@ def add_subcommands(sub) -> None:
     )
     m.add_argument("--out", type=Path, required=True, help="e.g. results/manifest.json")
     m.add_argument("--root", type=Path, default=Path("."), help="the files' paths are relative to")
+    m.add_argument(
+        "--force", action="store_true", help="replace an --out that is not an earlier manifest"
+    )
     m.set_defaults(func=_cmd_manifest)
 
     c = sub.add_parser(

@@ -301,6 +301,28 @@ def skip_reason(
     return None
 
 
+LOOP = "training loop: checkpoint, resume, eval.json"
+DECODE_MODES = ("eager", "compiled")
+
+
+def fold_name(c: TrainCheck) -> str:
+    return f"fold and verify: {c.name}"
+
+
+def decode_name(mode: str) -> str:
+    return f"decode, KV cache, {mode}"
+
+
+def check_names() -> list[str]:
+    """Every check's name, in the order they run (what --only selects from)."""
+    return [
+        *(c.name for c in TRAIN_CHECKS),
+        LOOP,
+        *map(fold_name, FOLDED),
+        *map(decode_name, DECODE_MODES),
+    ]
+
+
 def run_selftest(
     device: str = "auto",
     dtype: str = "auto",
@@ -310,9 +332,15 @@ def run_selftest(
 ) -> list[Result]:
     """Every check on `device` (auto | cpu | cuda[:N] | meta), training in `dtype`. `compile`: run
     the compiled checks (True), none (False), or compiled decoding on CUDA only (None). `only`: the
-    checks whose name contains it."""
+    checks whose name contains it (ValueError if none does)."""
     from .device import resolve_device
 
+    if only is not None and not any(only.lower() in name.lower() for name in check_names()):
+        raise ValueError(
+            f"--only {only!r} matches no check's name: give part of one of them ("
+            + "; ".join(check_names())
+            + ")"
+        )
     dev = torch.device("meta") if device == "meta" else resolve_device(device, 0, "--device")
     results: list[Result] = []
     trained: dict[str, object] = {}  # training check name -> its model (None if it failed)
@@ -342,19 +370,12 @@ def run_selftest(
 
         for c in TRAIN_CHECKS:
             check(c.name, lambda c=c: train_check(config(c), dev), needs_values=False)
-        check(
-            "training loop: checkpoint, resume, eval.json",
-            lambda: loop_check(config(DECODED), Path(tmp) / "loop"),
-        )
+        check(LOOP, lambda: loop_check(config(DECODED), Path(tmp) / "loop"))
         for c in FOLDED:
-            check(
-                f"fold and verify: {c.name}",
-                partial(fold_check, trained, c.name, dev),
-                needs=c.name,
-            )
-        for mode in ("eager", "compiled"):
+            check(fold_name(c), partial(fold_check, trained, c.name, dev), needs=c.name)
+        for mode in DECODE_MODES:
             decode = partial(decode_check, trained, DECODED.name, dev, mode)
-            check(f"decode, KV cache, {mode}", decode, mode == "compiled", DECODED.name)
+            check(decode_name(mode), decode, mode == "compiled", DECODED.name)
     counts = {s: sum(r.status == s for r in results) for s in ("pass", "fail", "skip")}
     failed = ", ".join(r.name for r in results if r.status == "fail")
     report(

@@ -136,7 +136,18 @@ def read_state(ckpt: Path) -> dict:
     leaves the checkpoint alone: nothing can say whether it is this run's."""
     path = readable_checkpoint(ckpt) or ckpt
     try:
-        return read_json(path / "state.json")
+        state = read_json(path / "state.json")
+        valid = {
+            "step": type(state.get("step")) is int and state["step"] >= 0,
+            "param_groups": isinstance(state.get("param_groups"), list),
+        }
+        bad = [key for key, ok in valid.items() if not ok]
+        if bad:
+            raise CheckpointError(
+                f"{path / 'state.json'} has no valid {' or '.join(bad)}: not a checkpoint's "
+                "state as tapernorm train writes it (damaged?)"
+            )
+        return state
     except CheckpointError as e:
         raise CheckpointError(
             f"{e}; so the checkpoint in {path} cannot be matched to the run and is left as it is: "

@@ -19,8 +19,10 @@ def _bench_csvs(args: argparse.Namespace) -> list[Path]:
 
 
 def _cmd_table(args: argparse.Namespace) -> int:
+    from ..out_files import claim_table
     from .tables import make_table
 
+    claim_table(args.out, "table", args.force)
     stamp = (args.config_hash, args.rehearsal)  # what each table's stamp names
     if args.which in BENCH_TABLES:
         from .inference_tables import make_bench_table
@@ -43,7 +45,9 @@ def _cmd_table(args: argparse.Namespace) -> int:
 
 def _cmd_figure(args: argparse.Namespace) -> int:
     from .. import provenance
+    from ..out_files import claim_figure
 
+    claim_figure(args.out, args.force)
     stamp = provenance.stamp(args.config_hash, rehearsal=args.rehearsal)
     if args.which in BENCH_FIGURES:
         from .inference_tables import make_fig5
@@ -75,8 +79,10 @@ def _cmd_figure(args: argparse.Namespace) -> int:
 
 
 def _cmd_claims(args: argparse.Namespace) -> int:
+    from ..out_files import claim_claims
     from .claims import write_claims
 
+    claim_claims(args.out, args.force)
     out = write_claims(
         args.out,
         runs=args.runs,
@@ -95,24 +101,41 @@ def _cmd_claims(args: argparse.Namespace) -> int:
 
 
 def _cmd_report_home(args: argparse.Namespace) -> int:
+    from ..out_dirs import refuse_inside
+    from ..out_files import claim_outputs, stamped
     from .report_home import write_home_page
 
+    refuse_inside(args.out, {"claims record (--claims)": args.claims})
+    own = lambda path: stamped(path) and b"**Made by**" in path.read_bytes()  # noqa: E731
+    claim_outputs([args.out], "report-home", own, args.force)
     print(write_home_page(args.claims, args.out, args.rerun))
     return 0
 
 
 def _cmd_job_times(args: argparse.Namespace) -> int:
-    from .job_times import job_times_table, load_job_times, write_job_times
+    from ..out_files import claim_table
+    from .job_times import job_times_table, load_job_times, require_records, write_job_times
     from .tables import to_markdown
 
     if args.out is None:
-        print(to_markdown(*job_times_table(*load_job_times(args.records, args.jobs))), end="")
+        records, missing = load_job_times(args.records, args.jobs)
+        require_records(records, missing, args.records)
+        print(to_markdown(*job_times_table(records, missing)), end="")
         return 0
+    claim_table(args.out, "job-times", args.force)
     for path in write_job_times(
         args.records, args.out, args.jobs, args.config_hash, args.rehearsal
     ):
         print(path)
     return 0
+
+
+def _force_option(parser: argparse.ArgumentParser, files: str) -> None:
+    parser.add_argument(
+        "--force",
+        action="store_true",
+        help=f"replace {files} even where one exists that is not an earlier output of the command",
+    )
 
 
 def _config_hash_option(parser: argparse.ArgumentParser) -> None:
@@ -154,6 +177,7 @@ def add_subcommands(subparsers) -> None:
         "--out", type=Path, required=True, help="output stem, e.g. results/tables/table2"
     )
     _config_hash_option(t)
+    _force_option(t, "the stem's .csv, .md, .tex and .html")
     t.set_defaults(func=_cmd_table)
 
     f = subparsers.add_parser(
@@ -174,6 +198,7 @@ def add_subcommands(subparsers) -> None:
     f.add_argument("--out", type=Path, required=True, help="e.g. figures/fig3_logit_norm.pdf")
     f.add_argument("--width", type=int, help="model width for figs 2-4 (default: the largest)")
     _config_hash_option(f)
+    _force_option(f, "the stem's .pdf, .png and .html")
     f.set_defaults(func=_cmd_figure)
 
     c = subparsers.add_parser("claims", help="results/claims.md: paper's claims vs ours")
@@ -216,6 +241,7 @@ def add_subcommands(subparsers) -> None:
         help="markdown file, e.g. results/claims.md (.html and .json are written beside it)",
     )
     _config_hash_option(c)
+    _force_option(c, "--out and the .html and .json beside it")
     c.set_defaults(func=_cmd_claims)
 
     r = subparsers.add_parser(
@@ -226,6 +252,7 @@ def add_subcommands(subparsers) -> None:
     r.add_argument("--claims", type=Path, required=True, help="results/claims.json")
     r.add_argument("--rerun", default="snakemake --cores all", help="the command that reran it")
     r.add_argument("--out", type=Path, required=True, help="e.g. results/report/home.rst")
+    _force_option(r, "--out")
     r.set_defaults(func=_cmd_report_home)
 
     j = subparsers.add_parser(
@@ -243,4 +270,5 @@ def add_subcommands(subparsers) -> None:
     )
     j.add_argument("--out", type=Path, help="output stem (default: the markdown on stdout)")
     _config_hash_option(j)
+    _force_option(j, "the stem's .csv, .md, .tex and .html")
     j.set_defaults(func=_cmd_job_times)

@@ -6,6 +6,7 @@ quote job times from this table.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -24,7 +25,13 @@ def read_record(path: str | Path) -> float:
         raise ValueError(f"job record {path} is not a Snakemake benchmark TSV: {e}") from e
     if "s" not in record.columns or record.empty:
         raise ValueError(f"job record {path} has no 's' column with a time in it")
-    return float(record["s"].mean())
+    seconds = float(record["s"].mean())
+    if not math.isfinite(seconds) or seconds < 0:
+        raise ValueError(
+            f"job record {path}: its time {seconds} s is not a finite number of seconds: rerun the "
+            "job, or delete the record to count it as without one"
+        )
+    return seconds
 
 
 def load_job_times(
@@ -52,6 +59,23 @@ def load_job_times(
         job = parts[-1] if len(parts) > 1 else ""
         rows.append((rule, family, job, read_record(root / rel)))
     return pd.DataFrame(rows, columns=["rule", "family", "job", "seconds"]), missing
+
+
+def require_records(records: pd.DataFrame, missing: Sequence[str], root: str | Path) -> None:
+    """ValueError if no record was found: a table of no jobs (every one given absent, or none
+    under `root`) would read as a pipeline that took no time."""
+    if len(records):
+        return
+    if missing:
+        found = (
+            f"none of the {len(missing)} records --jobs names is under {root} (e.g. {missing[0]})"
+        )
+    else:
+        found = f"no job records (.tsv) under {root}"
+    raise ValueError(
+        f"{found}: give the directory Snakemake's benchmark: files are written to "
+        "(results/job_records), after the jobs ran"
+    )
 
 
 def job_times_table(records: pd.DataFrame, missing: Sequence[str] = ()) -> tuple[pd.DataFrame, str]:
@@ -87,6 +111,9 @@ def write_job_times(
     config_sha256: str | None = None,
     rehearsal: bool = False,
 ) -> list[Path]:
-    """The job-times table of the records under `root` (or only `jobs`) as <out_stem>.csv/.md/.tex/.html."""
-    table, caption = job_times_table(*load_job_times(root, jobs))
+    """The job-times table of the records under `root` (or only `jobs`) as <out_stem>.csv/.md/.tex/.html;
+    ValueError if there is none."""
+    records, missing = load_job_times(root, jobs)
+    require_records(records, missing, root)
+    table, caption = job_times_table(records, missing)
     return write_table(table, out_stem, caption, config_sha256, rehearsal)

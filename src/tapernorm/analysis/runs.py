@@ -25,6 +25,11 @@ CLIPPED_COLUMNS = tuple(f"{c}_clipped" for c in GRAD_COLUMNS)  # the same after 
 SCALE_COLUMNS = ("prelogit_scale", "final_c_r", "saturation", "margin_pos_frac", "grad_h_cos")
 END_COLUMNS = ("loss", "logit_norm", "grad_norm", *GRAD_COLUMNS, *CLIPPED_COLUMNS, *SCALE_COLUMNS)
 END_FRACTION = 0.1  # "end of training" = the last 10% of logged steps
+# how a run's damaged files are written again: train resumes from the run's checkpoint
+REWRITE = (
+    "; rerun `tapernorm train` on the run (it writes them again, from its checkpoint if kept), or "
+    "leave it out"
+)
 # columns of the run table copied onto every training record
 RUN_KEYS = ("run", "name", "variant", "label", "width", "seed", "steps", "final_taper", "anchor")
 
@@ -46,9 +51,11 @@ def _read_json(path: Path, run_dir: Path) -> dict:
     try:
         obj = json.loads(path.read_text())
     except json.JSONDecodeError as e:
-        raise ValueError(f"run directory {run_dir}: {path.name} is not valid JSON: {e}") from e
+        raise ValueError(
+            f"run directory {run_dir}: {path.name} is not valid JSON: {e}{REWRITE}"
+        ) from e
     if not isinstance(obj, dict):
-        raise ValueError(f"run directory {run_dir}: {path.name} is not a JSON object")
+        raise ValueError(f"run directory {run_dir}: {path.name} is not a JSON object{REWRITE}")
     return obj
 
 
@@ -75,10 +82,10 @@ def _run_row(run_dir: Path, cfg: dict, result: dict, records: list[dict]) -> dic
     if missing:
         raise ValueError(
             f"run directory {run_dir}: config.json lacks the run config keys {missing} "
-            "(it must be the resolved run config that `tapernorm train` writes)"
+            f"(it must be the resolved run config that `tapernorm train` writes){REWRITE}"
         )
     if not records and not result.get("diverged"):
-        raise ValueError(f"run directory {run_dir}: metrics.jsonl has no training records")
+        raise ValueError(f"run directory {run_dir}: metrics.jsonl has no training records{REWRITE}")
     m, t = cfg["model"], cfg["train"]
     variant = cfg.get("variant")
     if variant is not None and variant not in VARIANTS:

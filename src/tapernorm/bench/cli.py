@@ -9,6 +9,7 @@ from pathlib import Path
 from .. import jsonio
 from ..cli_args import DEVICE_HELP, DEVICES, NON_NEGATIVE, POSITIVE, config_json, device_arg
 from ..config import section_defaults
+from ..out_files import claim_outputs, own_bench_csv, own_bench_json
 from .settings import SECTION, BenchRuns, BenchSettings, bench_settings
 
 
@@ -74,6 +75,9 @@ def _cmd_bench_train_step(args: argparse.Namespace) -> int:
     from .train_step import bench_train_steps
 
     csv_out = args.out is not None and args.out.suffix == ".csv"
+    if args.out is not None:
+        own = own_bench_csv if csv_out else own_bench_json
+        claim_outputs([args.out], "bench train-step", own, args.force)
     results = bench_train_steps(
         args.n_embd,
         args.out if csv_out else None,
@@ -125,6 +129,7 @@ def _bench_train_step_parser(benchmarks) -> None:
         help="bfloat16: the step under bf16 autocast (as training)",
     )
     t.add_argument("--out", type=Path, help="FILE.csv: rows per width; any other name: the JSON")
+    _force_arg(t)
     t.set_defaults(func=_cmd_bench_train_step)
 
 
@@ -161,10 +166,18 @@ def inference_settings(args: argparse.Namespace) -> BenchSettings:
     )
 
 
+def _force_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--force", action="store_true", help="replace an --out that is not an earlier benchmark's"
+    )
+
+
 def _bench_inference(args: argparse.Namespace) -> int:
     """bench forward or decode (args.which)."""
     from .grid import run_inference_bench, summary_table
 
+    if args.out is not None:
+        claim_outputs([args.out], f"bench {args.which}", own_bench_csv, args.force)
     df = run_inference_bench(
         args.which,
         inference_settings(args),
@@ -295,3 +308,4 @@ def _bench_rounds_args(p: argparse.ArgumentParser, grid, defaults: dict, which: 
     )
     p.add_argument("--threads", type=POSITIVE, help="torch CPU threads (default: torch's choice)")
     p.add_argument("--out", type=Path, help="CSV, each cell's rows written as soon as it is timed")
+    _force_arg(p)
