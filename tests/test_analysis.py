@@ -595,7 +595,7 @@ def test_a_seed_without_its_pair_is_left_out_and_named():
     runs = runs[runs["name"] != "baseline-d64-s1"]
     gap = stats.paired_gap(runs, 64, "all_aux", "baseline")
     assert gap.per_seed == pytest.approx({0: -2.0})
-    assert gap.left_out == ("seed 1 (no Baseline run)", "seed 2 (All-Taper (+aux) excluded)")
+    assert gap.left_out == ("seed 1 (no Baseline run)", "seed 2 (All-Taper (+aux) diverged)")
     row = claims.claim2(claims.ClaimInputs(runs=_paired({"all_aux": [-0.1, 0.2, 0.0]})))
     assert row["Holds?"] == "yes"
     diverged = _paired({"all_aux": [-0.1, 0.2, 0.0, 0.1]}, (4.0, 4.1, 4.2, 4.3))

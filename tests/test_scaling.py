@@ -10,6 +10,7 @@ import pandas as pd
 import pytest
 import yaml
 
+from tapernorm.analysis.claims_scaling import load_scaling, study_note
 from tapernorm.analysis.scaling import read_study, summarize, trend
 from tapernorm.analysis.scaling_figures import curves_figure, gap_figure
 from tapernorm.analysis.scaling_io import RecordError, copy_record, write_summary
@@ -192,6 +193,40 @@ def test_summary_files_and_markdown(tmp_path):
         "| 1: Internal-Taper (+aux) vs Baseline | d=32 | 24 |"
         in (tmp_path / "out/summary.md").read_text()
     )
+
+
+def test_a_diverged_seed_is_named_where_it_is_left_out(tmp_path):
+    _, dirs = _study(tmp_path / "r", {("internal_aux", 24): [1.0, 3.0]})
+    diverged = next(d for d in dirs if d.name == "internal_aux-d32-s1-n24")
+    (diverged / "eval.json").write_text(json.dumps(
+        {"val_loss": None, "diverged": True, "weights_step": 20, "n_params": 1000}
+    ))  # fmt: skip
+    summary, per_seed = summarize(read_study(dirs))
+    row = summary[(summary["claim"] == "1") & (summary["steps"] == 24)].iloc[0]
+    assert row["n_seeds"] == 1 and row["left_out"] == "seed 1 (Internal-Taper (+aux) diverged)"
+    assert summary[(summary["claim"] == "1") & (summary["steps"] == 48)].iloc[0]["left_out"] == ""
+    write_summary(summary, per_seed, tmp_path / "out")
+    md = (tmp_path / "out/summary.md").read_text()
+    assert "- Left out of claim 1, d=32, 24 steps: seed 1 (Internal-Taper (+aux) diverged)." in md
+    note, _ = study_note(load_scaling(tmp_path / "out/summary.csv"), "1")
+    assert "24 steps: seed 1 (Internal-Taper (+aux) diverged) left out" in note
+
+
+def test_summary_and_figure_replace_only_their_own_files(tmp_path, capsys):
+    _, dirs = _study(tmp_path / "r", {})
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "summary.md").write_text("my notes\n")
+    args = ["scaling", "summary", "--records", *map(str, dirs), "--out", str(out)]
+    assert main(args) == 2
+    assert "summary.md exists and is not an earlier output" in capsys.readouterr().err
+    assert (out / "summary.md").read_text() == "my notes\n" and not (out / "summary.csv").exists()
+    assert main([*args, "--force"]) == 0
+    assert main(args) == 0  # its own files now
+    (tmp_path / "fig.png").write_bytes(b"a user's picture")
+    fig = ["scaling", "figure", "fig_scaling_gaps", "--summary", str(out / "summary.csv")]
+    assert main([*fig, "--out", str(tmp_path / "fig")]) == 2
+    assert (tmp_path / "fig.png").read_bytes() == b"a user's picture"
 
 
 def test_figures_draw_from_the_records(tmp_path):

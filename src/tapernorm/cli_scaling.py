@@ -6,6 +6,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from .cli_args import force_arg
+
 SUMMARY_FILES = ("summary.csv", "per_seed.csv", "summary.md", "summary.json")
 FIGURES = ("fig_scaling_gaps", "fig_scaling_curves")
 
@@ -21,7 +23,9 @@ def _cmd_record(args: argparse.Namespace) -> int:
 def _cmd_summary(args: argparse.Namespace) -> int:
     from .analysis.scaling import read_study, summarize
     from .analysis.scaling_io import write_summary
+    from .out_files import claim_scaling_summary
 
+    claim_scaling_summary(args.out, SUMMARY_FILES, args.force)
     summary, per_seed = summarize(read_study(args.records))
     for path in write_summary(summary, per_seed, args.out, args.made_by):
         print(f"wrote {path}")
@@ -35,7 +39,9 @@ def _cmd_figure(args: argparse.Namespace) -> int:
     from . import provenance
     from .analysis.scaling import read_study
     from .analysis.scaling_figures import curves_figure, gap_figure
+    from .out_files import claim_figure
 
+    claim_figure(args.out, args.force, "scaling figure")
     stamp = provenance.stamp(args.config_hash, rehearsal=args.rehearsal)
     if args.name == "fig_scaling_gaps":
         if args.summary is None:
@@ -67,6 +73,7 @@ def scaling_parser(sub) -> None:
                    help="the study's record directories (every run of the grid)")  # fmt: skip
     s.add_argument("--out", type=Path, required=True, help="directory of the summary files")
     s.add_argument("--made-by", default="", help="the command that made the study")
+    force_arg(s, "scaling summary", ", ".join(SUMMARY_FILES))
     s.set_defaults(func=_cmd_summary)
     f = steps.add_parser("figure", help="one of the study's figures (.pdf, .png, .html)")
     f.add_argument("name", choices=FIGURES)
@@ -75,4 +82,5 @@ def scaling_parser(sub) -> None:
     f.add_argument("--config-hash", help="the study config's sha256, in the provenance stamp")
     f.add_argument("--rehearsal", action="store_true", help="a rehearsal's figure: says so")
     f.add_argument("--out", type=Path, required=True, help="output path without extension")
+    force_arg(f, "scaling figure", "the figure's .pdf, .png and .html")
     f.set_defaults(func=_cmd_figure)

@@ -114,3 +114,29 @@ def own_bench_json(path: Path) -> bool:
     return bool(items) and all(
         isinstance(x, dict) and "benchmark" in x and "results" in x for x in items
     )
+
+
+SCALING_HEADS = {
+    "summary.csv": b"claim,width,tokens_per_param,",
+    "per_seed.csv": b"claim,width,steps,seed,",
+    "summary.md": b"| Claim | Width | Steps |",
+}
+
+
+def own_scaling_file(path: Path) -> bool:
+    """`scaling summary`'s files: summary.json by its keys, the others by how they begin."""
+    path = Path(path)
+    if path.name == "summary.json":
+        return json_with(path, ("made_by", "rows", "trends"))
+    try:
+        with open(path, "rb") as f:
+            return f.read(64).startswith(SCALING_HEADS[path.name])
+    except OSError:
+        return False
+
+
+def claim_scaling_summary(out: Path, names: Iterable[str], force: bool) -> None:
+    """`scaling summary`: the summary files `names` in the directory `out`."""
+    claim_outputs(
+        [Path(out) / name for name in names], "scaling summary", own_scaling_file, force
+    )

@@ -50,6 +50,8 @@ def study_note(summary: pd.DataFrame, claim: str) -> tuple[str, str]:
             f"{STUDY} ({source}), the ablation on {r.n_seeds} fresh seeds: "
             f"{_value(r.estimate, r.unit)} {_interval(r)}, {r.verdict}"
         )
+        if isinstance(r.left_out, str) and r.left_out:
+            text += f" ({r.left_out} left out)"
         return text, ""
     ours, holds = [], []
     for width, cell in rows.groupby("width"):
@@ -58,9 +60,14 @@ def study_note(summary: pd.DataFrame, claim: str) -> tuple[str, str]:
         path = " → ".join(
             f"{r.tokens_per_param:.0f}: {_value(r.estimate, r.unit)}" for r in cell.itertuples()
         )
+        left = "; ".join(
+            f"{r.steps:,} steps: {r.left_out} left out"
+            for r in cell.itertuples()
+            if isinstance(r.left_out, str) and r.left_out
+        )
         ours.append(
             f"d={width}, tokens/param {path} (longest {_interval(last)}, {last.n_seeds} pairs; "
-            f"{trend(summary, claim, int(width))})"
+            f"{trend(summary, claim, int(width))}{'; ' + left if left else ''})"
         )
         if last.verdict != first.verdict:
             holds.append(

@@ -24,12 +24,12 @@ import pandas as pd
 from .claims_chasing import CHASE_PARTLY, CHASE_YES, suppression_verdict
 from .claims_loss import GAP_MAX_PCT, within_verdict
 from .runs import load_runs, val_records
-from .stats import paired_gap, t975
+from .stats import VARIANT_LABELS, paired_gap, t975
 
 GAP_CLAIMS = {"1": ("internal_aux", "baseline"), "2": ("all_aux", "baseline")}
 GAP_CLAIMS["dyt"] = ("dyt", "baseline_untied")
 SUMMARY_COLUMNS = ("claim", "width", "tokens_per_param", "estimate", "ci_low", "ci_high")
-SUMMARY_COLUMNS += ("n_seeds", "unit", "steps", "verdict", "criterion")
+SUMMARY_COLUMNS += ("n_seeds", "unit", "steps", "verdict", "criterion", "left_out")
 KEPT_NORM = ("baseline", "internal", "internal_aux")  # runs that keep a real final norm
 UNANCHORED_FREE = ("final", "all")  # final norm tapered, no scale loss
 
@@ -82,6 +82,7 @@ def gap_rows(study: StudyRuns) -> tuple[list[dict], list[dict]]:
                     "steps": int(steps),
                     "verdict": verdict,
                     "criterion": f"95% interval inside ±{GAP_MAX_PCT:g}%",
+                    "left_out": "; ".join(gap.left_out),
                 }
             )
             seeds += [
@@ -152,6 +153,10 @@ def chasing_rows(study: StudyRuns) -> tuple[list[dict], list[dict]]:
     width = int(abl["width"].iloc[0])
     tokens = cell_tokens(abl, "baseline")
     steps = int(abl["steps"].iloc[0])
+    left_out = "; ".join(
+        f"seed {int(r.seed)} ({VARIANT_LABELS.get(r.variant, r.variant)} diverged)"
+        for r in abl[abl["diverged"]].sort_values(["seed", "variant"]).itertuples()
+    )
     rows, seeds = [], []
     specs = (("3", "U", "claim3", f"each unanchored variant >= {CHASE_YES:g}x"),
              ("4", "A", "claim4", "A within 1/1.5-1.5x while U >= 2x"))  # fmt: skip
@@ -165,7 +170,8 @@ def chasing_rows(study: StudyRuns) -> tuple[list[dict], list[dict]]:
         rows.append(
             {"claim": claim, "width": width, "tokens_per_param": tokens, "estimate": mean,
              "ci_low": lo, "ci_high": hi, "n_seeds": len(judged), "unit": "x", "steps": steps,
-             "verdict": f"holds on {held}/{len(verdicts)} seeds", "criterion": criterion}
+             "verdict": f"holds on {held}/{len(verdicts)} seeds", "criterion": criterion,
+             "left_out": left_out}
         )  # fmt: skip
         seeds += [
             {"claim": claim, "width": width, "steps": steps, "seed": int(r.seed),

@@ -72,6 +72,11 @@ def summary_markdown(summary: pd.DataFrame) -> str:
             f"{r.verdict} |"
         )
     lines.append("")
+    for r in summary.itertuples():
+        if isinstance(r.left_out, str) and r.left_out:
+            lines.append(
+                f"- Left out of claim {r.claim}, d={r.width}, {r.steps:,} steps: {r.left_out}."
+            )
     for claim in (c for c in GAP_CLAIMS if c in set(summary["claim"])):
         for width in sorted(summary.loc[summary["claim"] == claim, "width"].unique()):
             lines.append(

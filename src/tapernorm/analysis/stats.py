@@ -187,29 +187,32 @@ class PairedGap:
         return f"{self.mean:+.2f}% {self.interval()} ({self.n} seed pair{'s' * (self.n != 1)})"
 
 
-def _kept(cell: pd.DataFrame) -> dict[int, float]:
-    """seed -> validation loss of the runs Table 2's rule keeps in a cell."""
+def _kept(cell: pd.DataFrame) -> tuple[dict[int, float], dict[int, str]]:
+    """(seed -> validation loss of the runs Table 2's rule keeps in a cell, seed -> why a run
+    was dropped: 'diverged' or 'an outlier')."""
     st = cell_stats(cell)
-    dropped = set(st.diverged) | set(st.outliers)
-    return {int(r.seed): float(r.val_loss) for r in cell.itertuples() if r.name not in dropped}
+    why = {name: "diverged" for name in st.diverged} | {name: "an outlier" for name in st.outliers}
+    kept = {int(r.seed): float(r.val_loss) for r in cell.itertuples() if r.name not in why}
+    dropped = {int(r.seed): why[r.name] for r in cell.itertuples() if r.name in why}
+    return kept, dropped
 
 
 def paired_gap(runs: pd.DataFrame, width: int, variant: str, against: str) -> PairedGap:
     """`variant`'s gap to `against` at `width`, paired by seed (PairedGap)."""
     at = runs[runs["width"] == width]
     mine, base = (at[at["variant"] == v] for v in (variant, against))
-    kept_v, kept_b = _kept(mine), _kept(base)
+    (kept_v, why_v), (kept_b, why_b) = _kept(mine), _kept(base)
     per_seed = {s: gap_pct(kept_v[s], kept_b[s]) for s in sorted(kept_v) if s in kept_b}
     left_out = []
     for seed in sorted(set(mine["seed"]) | set(base["seed"])):
         seed = int(seed)
         if seed in per_seed:
             continue
-        for v, kept, runs_v in ((variant, kept_v, mine), (against, kept_b, base)):
+        for v, why, runs_v in ((variant, why_v, mine), (against, why_b, base)):
             if seed not in set(runs_v["seed"]):
                 left_out.append(f"seed {seed} (no {VARIANT_LABELS.get(v, v)} run)")
-            elif seed not in kept:
-                left_out.append(f"seed {seed} ({VARIANT_LABELS.get(v, v)} excluded)")
+            elif seed in why:
+                left_out.append(f"seed {seed} ({VARIANT_LABELS.get(v, v)} {why[seed]})")
     gaps = np.array(list(per_seed.values()), dtype=float)
     mean = float(gaps.mean()) if len(gaps) else math.nan
     lo = hi = math.nan
