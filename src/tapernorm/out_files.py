@@ -137,6 +137,4 @@ def own_scaling_file(path: Path) -> bool:
 
 def claim_scaling_summary(out: Path, names: Iterable[str], force: bool) -> None:
     """`scaling summary`: the summary files `names` in the directory `out`."""
-    claim_outputs(
-        [Path(out) / name for name in names], "scaling summary", own_scaling_file, force
-    )
+    claim_outputs([Path(out) / name for name in names], "scaling summary", own_scaling_file, force)
