@@ -285,25 +285,31 @@ def test_node_fault_fails_the_run_in_bounded_time_and_a_rerun_completes_it(runs,
     assert_same_losses(val_losses(wd), want)
 
 
-def test_the_rehearsal_finetuning_family_on_slurm(cluster, tmp_path):
-    """The paper config's GPT-2 fine-tuning family, rehearsed (config/rehearsal.yaml) on SLURM:
-    the stand-ins, the OWT shards, all 16 fine-tunes (GPT-2 L and XL as 2 gloo processes under
-    torchrun, on one node), the folds, the 48 evaluations, the stock-HF exports, Tables 4 and 6,
-    each a SLURM job (the tables local), every one finished and the tables marked REHEARSAL."""
+def test_the_rehearsal_torchrun_finetunes_on_slurm(cluster, tmp_path):
+    """The paper config's GPT-2 fine-tuning path, rehearsed (config/rehearsal.yaml) on SLURM for
+    the models that run under torchrun (GPT-2 L and XL: 2 gloo processes on one node): the
+    stand-ins, the OWT shards, GPT-2 L's Vanilla fine-tune and GPT-2 XL's All-TaperLN fine-tune
+    with its fold, its evaluations and its stock-HF export, each a SLURM job, every one finished.
+    (tests/test_rehearsal.py runs the whole family, all 16 fine-tunes, locally.)"""
     wd = copy_workflow(tmp_path / "wf")
     configs = ("--configfile", "config/paper.yaml", "config/rehearsal.yaml")
-    targets = [f"results/tables/table{n}.md" for n in (4, 6)]
+    _, plan = snakemake(wd, "-n", "results/tables/table4.md", *configs)
+    xl = "all_taperln-gpt2-xl"
+    export = f"results/export/{xl}/verify.json"
+    evals = sorted(set(re.findall(rf"results/finetune/eval/{xl}/[\w.-]+\.json", plan)))
+    large = "results/runs/finetune/vanilla-gpt2-large/eval.json"
+    targets = [large, export, *evals]
+    assert evals, plan[-3000:]
     _, plan = snakemake(wd, "-n", *targets, *configs)
-    export = sorted(set(re.findall(r"results/export/[\w.-]+/verify\.json", plan)))
-    _, plan = snakemake(wd, "-n", *targets, *export, *configs)
     planned = int(re.findall(r"^total\s+(\d+)$", plan, re.M)[-1])
     t0 = time.monotonic()
-    _, out = snakemake(wd, *targets, *export, "--profile", PROFILE, *configs)
-    print(f"\nrehearsal fine-tuning family on SLURM: {planned} jobs, {time.monotonic() - t0:.0f} s")
-    assert len(re.findall(r"submitted with SLURM jobid \d+", out)) >= 16 + 48
+    _, out = snakemake(wd, *targets, "--profile", PROFILE, *configs)
+    print(
+        f"\nrehearsal torchrun fine-tunes on SLURM: {planned} jobs, {time.monotonic() - t0:.0f} s"
+    )
+    assert len(re.findall(r"submitted with SLURM jobid \d+", out)) >= 2 + len(evals) + 2
     assert f"{planned} of {planned} steps (100%) done" in out
-    for name in ("gpt2-large", "gpt2-xl"):
-        run = json.loads((wd / f"results/runs/finetune/vanilla-{name}/eval.json").read_text())
-        assert run["processes"] == 2, name
-    for target in targets:
-        assert "REHEARSAL" in (wd / target).read_text()
+    for run in ("vanilla-gpt2-large", xl):
+        record = json.loads((wd / f"results/runs/finetune/{run}/eval.json").read_text())
+        assert record["processes"] == 2, run
+    assert json.loads((wd / export).read_text())["ok"]
