@@ -100,6 +100,7 @@ CHECK_MODULES = (
     "tapernorm.model",
     "tapernorm.norms",
     "tapernorm.out_dirs",
+    "tapernorm.out_files",
     "tapernorm.progress",
     "tapernorm.provenance",
     "tapernorm.record_cli",
