@@ -218,7 +218,7 @@ def _planned_train_runs(output: str) -> set[str]:
     return set(re.findall(r"rule train:\n(?:\s+\w+: .*\n)*?\s+output: (\S+)/eval\.json", output))
 
 
-AFTER_A_BENCHMARK = {"claims", "job_times", "report_home", "manifest", "all"}
+AFTER_A_BENCHMARK = {"claims", "fig_claim_gaps", "job_times", "report_home", "manifest", "all"}
 
 
 def test_a_bench_change_replans_only_the_benchmark_and_what_reads_it(ci_run):
@@ -258,7 +258,8 @@ def test_deleting_one_run_rebuilds_only_it_and_its_dependants(ci_run):
     counts = job_counts(snakemake(ci_run, "-n", *force, "--configfile", "config/ci.yaml").stdout)
     assert counts.get("train") == 1 and "prepare_data" not in counts and "fold" not in counts
     figures = {rule for rule in counts if rule.startswith("fig")}  # one rule per figure
-    assert counts.get("claims") == 1 and figures == {"fig3_logit_norm", "fig4_grad_norms"}
+    assert counts.get("claims") == 1
+    assert figures == {"fig3_logit_norm", "fig4_grad_norms", "fig_claim_gaps"}  # reads claims.json
     assert counts.get("job_times") == 1  # the retrained run's time
     tables = {rule for rule in counts if rule.startswith("table")}  # one rule per table
     assert tables == {"table1", "table2", "table5"}  # not the fine-tuning or benchmark tables

@@ -272,7 +272,7 @@ def scaling_input(wildcards):
     return [SCALING_SUMMARY] if os.path.isfile(SCALING_SUMMARY) else []
 
 
-# every default target (rule all): the LR grid's figure where the checkout has the committed grid
+# every default target (the all rule's input), the LR grid's figure where the checkout has the grid
 ALL_TARGETS = PLAN.all_targets(lr_grid=bool(lr_grid_input(None)))
 
 
