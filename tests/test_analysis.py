@@ -537,6 +537,7 @@ def _paired(gaps: dict[str, list[float]], base=(4.0, 4.1, 4.2)) -> pd.DataFrame:
                     "width": 64,
                     "seed": seed,
                     "steps": 600,
+                    "lr": 1e-3,
                     "corpus": "shakespeare",
                     "train_tokens": None,
                     "diverged": False,

@@ -6,34 +6,13 @@ import math
 
 import pandas as pd
 import pytest
+from test_analysis import _paired
 
 from tapernorm.analysis import claims
 from tapernorm.analysis.claim_numbers import FIELDS, record_fields
 from tapernorm.analysis.claim_rows import ClaimInputs
 from tapernorm.analysis.claims_dyt import claim_dyt
 from tapernorm.jsonio import dumps
-
-
-def _paired(gaps: dict[str, list[float]], base=(4.0, 4.1, 4.2)) -> pd.DataFrame:
-    """A run table: the baseline at `base` per seed, each variant `gaps[v]` % above it per seed."""
-    rows = []
-    for variant, per_seed in {"baseline": [0.0] * len(base), **gaps}.items():
-        for seed, gap in enumerate(per_seed):
-            rows.append(
-                {
-                    "name": f"{variant}-d64-s{seed}",
-                    "variant": variant,
-                    "width": 64,
-                    "seed": seed,
-                    "steps": 600,
-                    "lr": 1e-3,
-                    "corpus": "shakespeare",
-                    "train_tokens": None,
-                    "diverged": False,
-                    "val_loss": base[seed] * (1 + gap / 100),
-                }
-            )
-    return pd.DataFrame(rows)
 
 
 def _bench(cells: dict[tuple[str, int], tuple[float, float, float]]) -> pd.DataFrame:

@@ -301,13 +301,18 @@ def grid_run(root, variant: str, seed: int, lr: float, loss: float = 3.5, steps:
     return str(d)
 
 
-def test_lr_grid_with_a_run_missing_or_a_shared_lr_off_the_grid(tmp_path, capsys):
-    runs = [
-        grid_run(tmp_path / "runs", variant, seed, lr)
+def grid_runs(root) -> list[str]:
+    """A whole DyT/untied-baseline LR grid: 2 seeds x 2 LRs of each arm."""
+    return [
+        grid_run(root, variant, seed, lr)
         for variant in ("dyt", "baseline_untied")
         for seed in (0, 1)
         for lr in (1e-3, 3e-3)
     ]
+
+
+def test_lr_grid_with_a_run_missing_or_a_shared_lr_off_the_grid(tmp_path, capsys):
+    runs = grid_runs(tmp_path / "runs")
     argv = ["lr-grid", "--shared-lr", "1e-3", "--out", str(tmp_path / "grid"), "--runs"]
     status, err = run_cli([*argv, *runs[1:]], capsys)
     line = one_line(err)
@@ -547,12 +552,7 @@ def test_manifest_env_lock_env_and_bench_keep_the_users_files(tmp_path, capsys):
 
 
 def test_lr_grid_force_writes_beside_the_users_files(tmp_path, capsys):
-    runs = [
-        grid_run(tmp_path / "runs", variant, seed, lr)
-        for variant in ("dyt", "baseline_untied")
-        for seed in (0, 1)
-        for lr in (1e-3, 3e-3)
-    ]
+    runs = grid_runs(tmp_path / "runs")
     users = users_files(tmp_path / "mine", notes_dot_txt="mine")
     argv = ["lr-grid", "--shared-lr", "1e-3", "--out", str(tmp_path / "mine"), "--runs", *runs]
     assert run_cli(argv, capsys)[0] == 2

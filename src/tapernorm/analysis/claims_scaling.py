@@ -23,6 +23,7 @@ def load_scaling(path: str | Path) -> pd.DataFrame:
     missing = [c for c in SUMMARY_COLUMNS if c not in frame.columns]
     if missing:
         raise ValueError(f"scaling summary {path}: not a summary.csv (no columns {missing})")
+    frame["left_out"] = frame["left_out"].fillna("")  # (an empty CSV cell reads as NaN)
     frame.attrs["source"] = str(Path(path).parent)
     return frame
 
@@ -50,7 +51,7 @@ def study_note(summary: pd.DataFrame, claim: str) -> tuple[str, str]:
             f"{STUDY} ({source}), the ablation on {r.n_seeds} fresh seeds: "
             f"{_value(r.estimate, r.unit)} {_interval(r)}, {r.verdict}"
         )
-        if isinstance(r.left_out, str) and r.left_out:
+        if r.left_out:
             text += f" ({r.left_out} left out)"
         return text, ""
     ours, holds = [], []
@@ -61,9 +62,7 @@ def study_note(summary: pd.DataFrame, claim: str) -> tuple[str, str]:
             f"{r.tokens_per_param:.0f}: {_value(r.estimate, r.unit)}" for r in cell.itertuples()
         )
         left = "; ".join(
-            f"{r.steps:,} steps: {r.left_out} left out"
-            for r in cell.itertuples()
-            if isinstance(r.left_out, str) and r.left_out
+            f"{r.steps:,} steps: {r.left_out} left out" for r in cell.itertuples() if r.left_out
         )
         ours.append(
             f"d={width}, tokens/param {path} (longest {_interval(last)}, {last.n_seeds} pairs; "

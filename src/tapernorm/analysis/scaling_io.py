@@ -73,7 +73,7 @@ def summary_markdown(summary: pd.DataFrame) -> str:
         )
     lines.append("")
     for r in summary.itertuples():
-        if isinstance(r.left_out, str) and r.left_out:
+        if r.left_out:
             lines.append(
                 f"- Left out of claim {r.claim}, d={r.width}, {r.steps:,} steps: {r.left_out}."
             )
