@@ -120,6 +120,17 @@ def test_claim7_is_no_where_slowdowns_are_all_it_measured():
     assert claims.claim7(ClaimInputs(bench=span))["Holds?"].startswith("not resolved")
 
 
+def test_claim7_judges_a_gpu_check_apart_by_the_same_criterion():
+    cpu = _bench({("eager", 1): (1.02, 1.05, 1.08), ("eager", 4): (1.03, 1.06, 1.09)})
+    gpu = _bench({("eager", 1): (0.90, 0.92, 0.95), ("eager", 4): (0.91, 0.93, 0.96)})
+    row = claims.claim7(ClaimInputs(bench=cpu, gpu=gpu, gpu_where="GPU X, bfloat16; DIR"))
+    assert row["Holds?"].startswith("yes; on a GPU: no (folded slower in 2/2 cells")
+    assert "; on a GPU (GPU X, bfloat16; DIR): decode eager: folded best 0.93×" in row["Ours"]
+    assert "On a GPU: a first-GPU check (GPU X, bfloat16; DIR" in row["Comment"]
+    plain = claims.claim7(ClaimInputs(bench=cpu))
+    assert plain["Holds?"] == "yes" and "GPU" not in plain["Ours"]
+
+
 def test_claim6_reports_its_largest_difference():
     verify = [("v.json", {"folded": _check(3e-7), "scaled": _check(8e-7), "model": "m"})]
     row = _record_row(ClaimInputs(verify=verify), "6.")

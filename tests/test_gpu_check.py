@@ -1,7 +1,7 @@
 """The first-GPU check (benchmarks/gpu_check.sh) and what it relies on: per-cell CSV rows, the
 CUDA-graph verdict, the GPU-hour arithmetic, a device path that imports none of the packages the
 GPU machine lacks, what comes back from that machine (at most 8 files directly under OUT) and the
-time budget (each step's limit; the compiled-decode steps get what the earlier ones left). No test
+time budget (each step's limit; the decode steps get what the earlier ones left). No test
 asserts a timing.
 
 TAPERNORM_CHECK_PYTHON=/path/to/python runs the check's subprocesses with another interpreter (the
@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+import torch
 import yaml
 
 from tapernorm.bench import decode as bench_decode
@@ -35,14 +36,14 @@ STEPS = {
     "selftest": 60,
     "train_step": 45,
     "forward": 40,
-    "decode_eager": 90,
+    "decode_eager": 120,
     "decode_compiled_p128": 100,
     "decode_compiled_p512": 100,
     "pack": 5,
 }
-BANKED = ("decode_compiled_p128", "decode_compiled_p512")
+BANKED = ("decode_eager", "decode_compiled_p128", "decode_compiled_p512")
 GRACE = 3  # s between timeout's SIGTERM and its SIGKILL
-BUDGET = sum(STEPS.values()) + GRACE * len(STEPS)  # 532 s: inside one 600 s device command
+BUDGET = sum(STEPS.values()) + GRACE * len(STEPS)  # 562 s: inside one 600 s device command
 MAX_FILES = 8  # the device tool returns at most 8 files, directly under OUT
 # every tapernorm module the check's steps import (on a CPU; the slow test keeps this list complete,
 # the fast one imports them all without ABSENT)
@@ -206,6 +207,22 @@ def test_train_step_rows_per_width(tmp_path):
         bench_train_steps([16], None, **sizes, dtype="float16")
 
 
+def test_train_step_compile_puts_each_models_forward_under_torch_compile(tmp_path, monkeypatch):
+    """--compile: every timed model goes through torch.compile (here a recorder, no compiling),
+    and the rows say so; without it none does."""
+    compiled = []
+    monkeypatch.setattr(torch, "compile", lambda model: compiled.append(model) or model)
+    sizes = dict(n_layer=1, n_head=2, vocab_size=64, block_size=16, batch_size=2)
+    out = tmp_path / "eager.csv"
+    bench_train_steps([16], out, **sizes, repeats=1, warmup=0, with_hf=False, with_dyt=True)
+    assert compiled == [] and not pd.read_csv(out)["compile"].any()
+    out = tmp_path / "compiled.csv"
+    bench_train_steps(
+        [16], out, **sizes, repeats=1, warmup=0, with_hf=False, with_dyt=True, compile=True
+    )
+    assert len(compiled) == 3 and pd.read_csv(out)["compile"].all()
+
+
 def test_gpu_hours_arithmetic(tmp_path):
     config = yaml.safe_load((ROOT / "config/paper.yaml").read_text())
     rows = [
@@ -326,8 +343,8 @@ def _returned(out: Path) -> list[str]:
 
 def test_budget_and_returned_files_with_every_step_failed_on_purpose(tmp_path):
     """No step runs (each fails on purpose): the files left fit the device tool's return (at most
-    8, none in a subdirectory), the summary states every step's limit and the 532 s deadline, and
-    the unused time goes to the compiled-decode steps."""
+    8, none in a subdirectory), the summary states every step's limit and the 562 s deadline, and
+    the unused time goes to the decode steps."""
     out = tmp_path / "out"
     fail = ",".join(STEPS)
     env = {**os.environ, "GPU_CHECK_FAIL": fail, "PYTHON": "/nonexistent/python"}
@@ -340,8 +357,9 @@ def test_budget_and_returned_files_with_every_step_failed_on_purpose(tmp_path):
     steps = _summary_steps(summary)
     _check_limits(steps)
     assert steps["wheels"]["status"] == "skipped: no --wheels"
-    assert f"(deadline {BUDGET} s:" in summary and BUDGET == 532
-    assert int(steps["decode_compiled_p128"]["limit"]) >= 100 + 23 + 45 + 60 + 45 + 40 + 90 - 5
+    assert f"(deadline {BUDGET} s:" in summary and BUDGET == 562
+    assert int(steps["decode_eager"]["limit"]) >= 120 + 23 + 45 + 60 + 45 + 40 - 5
+    assert int(steps["decode_compiled_p128"]["limit"]) >= 100 + 23 + 45 + 60 + 45 + 40 + 120 - 5
     script = SCRIPT.read_text()
     for name, limit in STEPS.items():  # the header's table, as the script runs them
         assert f"[{name}]={limit}" in script and f"# | {name:<21}| {limit} " in script, name
@@ -350,7 +368,7 @@ def test_budget_and_returned_files_with_every_step_failed_on_purpose(tmp_path):
 @pytest.mark.slow
 def test_gpu_check_smoke_keeps_every_other_step_when_one_fails(tmp_path):
     """SMOKE=1 on the CPU without the packages the GPU machine lacks, the forward step made to fail:
-    at most 8 files at the top (3), every step in the summary in order with its limit (532 s in
+    at most 8 files at the top (3), every step in the summary in order with its limit (562 s in
     all), every other step's results in the tarball, and only CHECK_MODULES imported; then
     tapernorm gpu-report builds what it can."""
     out = tmp_path / "out"
@@ -397,3 +415,56 @@ def test_gpu_check_smoke_keeps_every_other_step_when_one_fails(tmp_path):
         assert (report / name).stat().st_size > 0, name
     decode = pd.read_csv(report / "table_decode.csv")
     assert set(decode["Mode"]) == {"eager", "compiled"}
+
+
+def _committed_check(tmp_path: Path) -> Path:
+    """A copy of the newest committed first-GPU check (its unpacked results/ and a rerun/)."""
+    import shutil
+
+    from tapernorm.workflow.bench import newest_gpu_check
+
+    source = Path(newest_gpu_check(ROOT / "results/gpu")).parent
+    shutil.copytree(source, tmp_path / source.name)
+    return tmp_path / source.name
+
+
+def test_newest_gpu_check_goes_by_the_date_in_the_name(tmp_path):
+    from tapernorm.workflow.bench import newest_gpu_check
+
+    assert newest_gpu_check(tmp_path) is None
+    for name in ("b-gpu-2026-12-04", "a-gpu-2027-01-02", "c-gpu-2026-11-30", "no-env-2028-01-01"):
+        (tmp_path / name).mkdir()
+        if not name.startswith("no-env"):
+            (tmp_path / name / "env.json").write_text("{}")
+    assert newest_gpu_check(tmp_path) == str(tmp_path / "a-gpu-2027-01-02" / "env.json")
+
+
+def test_a_rerun_step_replaces_the_checks_csv_in_the_report_and_the_claims(tmp_path):
+    from tapernorm.gpu_check import gpu_bench
+
+    check = _committed_check(tmp_path)
+    rerun = pd.read_csv(check / "rerun" / "decode_eager.csv")
+    rows, where = gpu_bench(check)
+    eager = rows[(rows["benchmark"] == "decode") & (rows["mode"] == "eager")]
+    assert len(eager) == len(rerun) and str(check) in where
+    # without the rerun, the check's own (cut) step is what is read
+    (check / "rerun" / "decode_eager.csv").unlink()
+    rows, _ = gpu_bench(check)
+    own = pd.read_csv(check / "results" / "decode_eager.csv")
+    decode = rows[rows["benchmark"] == "decode"]
+    assert len(decode[decode["mode"] == "eager"]) == len(own) < len(rerun)
+
+
+def test_the_readme_gpu_block_refuses_a_disturbed_cell(tmp_path):
+    from tapernorm.doc_blocks import gpu_block
+    from tapernorm.reference import ReferenceError
+
+    check = _committed_check(tmp_path)
+    text = gpu_block(check, tmp_path)
+    assert "| Forward, folded / baseline |" in text and "GPU-hours" in text
+    forward = check / "results" / "forward.csv"
+    df = pd.read_csv(forward)
+    df.loc[0, "disturbed"] = True
+    df.to_csv(forward, index=False)
+    with pytest.raises(ReferenceError, match="disturbed"):
+        gpu_block(check, tmp_path)

@@ -284,6 +284,72 @@ def _estimate(r) -> str:
     return f"{fmt(r.estimate)} [{fmt(r.ci_low)}, {fmt(r.ci_high)}]"
 
 
+def _span(values) -> str:
+    lo, hi = min(values), max(values)
+    return f"{lo:.2f}×" if f"{lo:.2f}" == f"{hi:.2f}" else f"{lo:.2f}–{hi:.2f}×"
+
+
+def gpu_block(source: Path, doc_dir: Path) -> str:
+    """A first-GPU check (results/gpu/DIR, benchmarks/gpu_check.sh and `tapernorm gpu-report`):
+    the speedups of the exports against the paper's, the training step and the GPU-hours it
+    implies; a step rerun alone (DIR/rerun/) in place of the check's, a compiled training step
+    (DIR/compile/) where measured."""
+    from .analysis.paper import DECODE_SPEEDUP, TABLE3
+    from .gpu_check import _csvs
+
+    env = read_json(source / "env.json")
+    results, rerun = source / "results", source / "rerun"
+    forward = pd.concat(pd.read_csv(p) for p in _csvs(results, "forward.csv", rerun))
+    decode = pd.concat(pd.read_csv(p) for p in _csvs(results, "decode_*.csv", rerun))
+    if forward["disturbed"].any() or decode["disturbed"].any():
+        raise ReferenceError(f"{source}: a disturbed cell; rerun it before quoting the check")
+
+    def ours(df: pd.DataFrame, variant: str, mode: str = "eager") -> str:
+        cells = df[(df["variant"] == variant) & (df["mode"] == mode)]
+        return f"{_span(cells['speedup'])} ({len(cells)} cells)"
+
+    paper = {v: _span([cell[v][1] for cell in TABLE3.values()]) for v in ("explicit", "folded")}
+    hours = pd.read_csv(source / "report" / "gpu_hours.csv", dtype=str).fillna("")
+    step = pd.read_csv(_csvs(results, "train_step.csv", rerun)[0])
+    ms = step.groupby("n_embd")["ms_per_step"]
+    rows = [
+        ["Forward, explicit scaling / baseline (Table 3's grid)", ours(forward, "explicit"),
+         paper["explicit"]],
+        ["Forward, folded / baseline", ours(forward, "folded"), paper["folded"]],
+        ["KV-cache decode, eager, folded / baseline", ours(decode, "folded"),
+         f"up to {DECODE_SPEEDUP['folded']:.2f}×"],
+        ["KV-cache decode, compiled (CUDA graphs), folded / baseline",
+         ours(decode, "folded", "compiled"), "—"],
+        ["Training step (batch 16 × 512, bf16, eager), d=64–512",
+         f"{ms.min().min():.0f}–{ms.max().max():.0f} ms", "—"],
+    ]  # fmt: skip
+    compiled = source / "compile" / "train_step_compiled.csv"
+    if compiled.is_file():
+        fast = pd.read_csv(compiled)
+        slow = pd.read_csv(source / "compile" / "train_step_eager.csv")
+        keys = ["variant", "n_embd"]
+        both = fast.merge(slow, on=keys, suffixes=("_c", "_e"))
+        rows.append(
+            ["Training step under train.compile, eager timed in the same call "
+             f"(d={', '.join(str(w) for w in sorted(both['n_embd'].unique()))})",
+             f"{both['ms_per_step_c'].min():.0f}–{both['ms_per_step_c'].max():.0f} ms: "
+             f"{_span(both['ms_per_step_e'] / both['ms_per_step_c'])} faster than eager", "—"]
+        )  # fmt: skip
+    total = hours[hours["grid"] == "total"]["GPU-hours"].iloc[0]
+    rows.append(
+        ["config/paper.yaml's pre-training grid and ablation at the eager step", f"{total} "
+         "GPU-hours", "—"]
+    )  # fmt: skip
+    return (
+        f"The first-GPU check [{source.name}]({_link(source, doc_dir)}/) on "
+        f"{env['device_name']} (torch {env['torch']}, bf16, random weights at the paper's d=512, "
+        f"L=8): selftest "
+        + ("passed" if "selftest | ok" in (source / "summary.md").read_text() else "FAILED")
+        + "; speedups are ranges over cells of medians of interleaved rounds, the paper's on one "
+        "H100:\n\n" + _table(["On a GPU", "Ours", "Paper"], rows)
+    )
+
+
 RENDERERS: dict[str, Callable[[Path, Path], str]] = {
     "results": results_block,
     "cost": cost_block,
@@ -292,6 +358,7 @@ RENDERERS: dict[str, Callable[[Path, Path], str]] = {
     "lr-grid": lr_grid_block,
     "dyt-rows": table_rows_block,
     "scaling": scaling_block,
+    "gpu": gpu_block,
 }
 
 

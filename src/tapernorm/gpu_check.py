@@ -122,9 +122,30 @@ def extract_results(directory: Path) -> Path:
     return results
 
 
-def _csvs(results: Path, pattern: str) -> list[Path]:
-    """The CSVs matching `pattern` with at least one data row (a step killed early leaves none)."""
-    return [p for p in sorted(results.glob(pattern)) if len(p.read_text().splitlines()) > 1]
+def _csvs(results: Path, pattern: str, rerun: Path | None = None) -> list[Path]:
+    """The CSVs matching `pattern` with at least one data row (a step killed early leaves none); a
+    CSV of the same name in `rerun` (a step run again on its own) takes the place of the check's."""
+    found = {p.name: p for p in sorted(results.glob(pattern))}
+    if rerun is not None and rerun.is_dir():
+        found |= {p.name: p for p in sorted(rerun.glob(pattern))}
+    return [p for _, p in sorted(found.items()) if len(p.read_text().splitlines()) > 1]
+
+
+def gpu_bench(directory: str | Path) -> tuple[object, str]:
+    """(rows, where): the timed forward and decode rows of a check's output (a rerun in place of
+    its step, as gpu_report), as inference_tables.load_bench reads benchmark CSVs, and one phrase
+    naming the device, dtype and directory."""
+    from .analysis import inference_tables
+
+    directory = Path(directory)
+    results, rerun = extract_results(directory), directory / "rerun"
+    files = _csvs(results, "forward.csv", rerun) + _csvs(results, "decode_*.csv", rerun)
+    if not files:
+        raise ValueError(f"{directory}: the check timed no forward or decode cell (summary.md)")
+    rows = inference_tables.load_bench(files)
+    first = rows.iloc[0]
+    where = f"{first['device_name']}, {first['dtype']}, torch {first['torch']}; {directory}"
+    return inference_tables.timed(rows), where
 
 
 def gpu_hours(train_step: Path, config: Path) -> tuple[object, str]:
@@ -211,8 +232,10 @@ def gpu_report(
 ) -> list[str]:
     """Build DIR/report/{table3, table_decode}.{csv,md,tex,html}, fig5_decode_speedup.{pdf,png,html} and
     gpu_hours.{csv,md,tex,html} from the check's files in DIR; returns one line per output (its path, or
-    why it was not built: a step that failed or ran out of time leaves its part out). A file of
-    those names that an earlier gpu-report did not write is refused (out_files), unless `force`."""
+    why it was not built: a step that failed or ran out of time leaves its part out). A step's CSV
+    in DIR/rerun/ (that step run again on its own, same arguments) replaces the check's, said in a
+    line. A file of those names that an earlier gpu-report did not write is refused (out_files),
+    unless `force`."""
     from .analysis.inference_tables import make_bench_table, make_fig5
     from .analysis.tables import write_table
     from .out_files import claim_figure, claim_table
@@ -224,9 +247,10 @@ def gpu_report(
     claim_figure(report / "fig5_decode_speedup.pdf", force, "gpu-report")
     results = extract_results(directory)
     report.mkdir(exist_ok=True)
-    forward = _csvs(results, "forward.csv")
-    decode = _csvs(results, "decode_*.csv")
-    train = _csvs(results, "train_step.csv")
+    rerun = directory / "rerun"
+    forward = _csvs(results, "forward.csv", rerun)
+    decode = _csvs(results, "decode_*.csv", rerun)
+    train = _csvs(results, "train_step.csv", rerun)
     jobs = {
         "table3": (forward, lambda: make_bench_table("3", forward, report / "table3")),
         "table_decode": (
@@ -239,7 +263,11 @@ def gpu_report(
             lambda: write_table(*_at(gpu_hours(train[0], Path(config)), report / "gpu_hours")),
         ),
     }
-    lines = []
+    lines = [
+        f"{p.name}: from {rerun.name}/, in place of {results.name}/{p.name}"
+        for p in forward + decode + train
+        if p.parent == rerun
+    ]
     for name, (inputs, build) in jobs.items():
         if not inputs:
             lines.append(f"{name}: not built (no rows in {results.name}/; see summary.md)")

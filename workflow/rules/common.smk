@@ -45,6 +45,8 @@ STAMP_ARGS = f"--config-hash {CONFIG_HASH}" + (
 LR_GRID = "results/cpu/lr_grid/lr_grid.json"
 # the committed scaling study (docs/scaling.md): the claims quote each claim as training grows
 SCALING_SUMMARY = "results/cpu/scaling/summary.csv"
+# the committed first-GPU checks (benchmarks/README.md): claim 7 quotes the newest
+GPU_CHECKS = "results/gpu"
 # what reruns this run (the report's home page names it)
 RERUN_COMMAND = "snakemake --cores all" + (
     f" --configfile {' '.join(os.path.relpath(f) for f in workflow.configfiles)}"
@@ -270,6 +272,12 @@ def lr_grid_input(wildcards):
 def scaling_input(wildcards):
     """The committed scaling study's summary, where the checkout has it (claims 1-4, DyT's row)."""
     return [SCALING_SUMMARY] if os.path.isfile(SCALING_SUMMARY) else []
+
+
+def gpu_input(wildcards):
+    """The newest committed first-GPU check's env.json, where the checkout has one (claim 7)."""
+    newest = wb.newest_gpu_check(GPU_CHECKS)
+    return [newest] if newest else []
 
 
 # every default target (the all rule's input), the LR grid's figure where the checkout has the grid

@@ -61,6 +61,7 @@ rule claims:
         bench=PLAN.bench_csvs(),
         lr_grid=lr_grid_input,
         scaling=scaling_input,
+        gpu=gpu_input,
         data=PRETRAIN_DATA_FILES["meta"],  # the corpus and vocabulary, for the scale card
     output:
         md="results/claims.md",
@@ -81,11 +82,12 @@ rule claims:
         bench=optional_files("--bench", "bench"),
         lr_grid=optional_files("--lr-grid", "lr_grid"),
         scaling=optional_files("--scaling", "scaling"),
+        gpu=optional_files("--gpu", "gpu", lambda files: os.path.dirname(files[0])),
         stamp=stamp_args,
     shell:
         "tapernorm claims --runs {params.runs} {params.ablation} {params.sweep} "
         "--verify {input.verify} {params.finetune} {params.bench} {params.lr_grid} "
-        "{params.scaling} --out {output.md} {params.stamp} > {log} 2>&1"
+        "{params.scaling} {params.gpu} --out {output.md} {params.stamp} > {log} 2>&1"
 
 
 # the claims' paired gaps (claims 1, 2, DyT) from the numbers claims.json carries

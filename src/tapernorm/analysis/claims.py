@@ -266,6 +266,7 @@ def write_claims(
     config_sha256: str | None = None,
     rehearsal: bool = False,
     scaling: str | Path | None = None,
+    gpu: str | Path | None = None,
 ) -> Path:
     """Compute every claim from the given run dirs / verify files; write <out>.md, .html (the
     report's page) and .json (claims_record) atomically.
@@ -275,11 +276,18 @@ def write_claims(
     `bench_files`: CSVs of `tapernorm bench forward|decode` (claim 7).
     `lr_grid`: lr_grid.json of `tapernorm lr-grid` (the TaperNorm-vs-DyT row, the scale card).
     `scaling`: summary.csv of the scaling study (claims 1-4 and DyT's rows, the scale card).
+    `gpu`: a first-GPU check's directory (results/gpu/DIR): claim 7 on a GPU too.
     `config_sha256`: the workflow config's hash, named in the stamp.
     `rehearsal`: a rehearsal of the paper path on stand-ins (config/rehearsal.yaml): said at the top
     and in the stamp.
     """
     bench = inference_tables.load_bench(bench_files) if bench_files else pd.DataFrame()
+    if gpu:
+        from ..gpu_check import gpu_bench  # (imports torch)
+
+        gpu_rows, gpu_where = gpu_bench(gpu)
+    else:
+        gpu_rows, gpu_where = None, ""
     inp = ClaimInputs(
         runs=load_runs(runs)[0] if runs else pd.DataFrame(),
         ablation=load_runs(ablation_runs)[0] if ablation_runs else pd.DataFrame(),
@@ -290,6 +298,8 @@ def write_claims(
         bench_skipped=inference_tables.skipped_notes(bench),
         lr_grid=load_lr_grid(lr_grid) if lr_grid else None,
         scaling=load_scaling(scaling) if scaling else None,
+        gpu=gpu_rows,
+        gpu_where=gpu_where,
     )
     inputs = {
         "pre-training runs": f"{len(runs)} ({describe_scale(inp.runs) if runs else 'none'})",
@@ -301,6 +311,7 @@ def write_claims(
         "benchmark CSVs": str(len(bench_files)),
         "LR grid": grid_source(inp.lr_grid) if inp.lr_grid else "none",
         "scaling study": str(scaling) if scaling else "none",
+        "first-GPU check": str(gpu) if gpu else "none",
     }
     record = claims_record(inp, config_sha256, inputs, rehearsal)
     text = claims_markdown(record)

@@ -278,5 +278,18 @@ def claim7(inp: ClaimInputs) -> dict:
     if not_timed:
         comment += f" Not timed: {not_timed}."
     scale = " | ".join(v if k == "both" else f"{k}: {v}" for k, v in scales.items())
+    if inp.gpu is not None and not inp.gpu.empty:  # a first-GPU check, judged alike, said apart
+        gpu_ours, gpu_states, gpu_medians = _benchmark_texts(inp.gpu)
+        gpu_holds = (
+            DISTURBED_VERDICT
+            if inference_tables.disturbed_cells(inp.gpu)
+            else speed_verdict(gpu_states, gpu_medians, inp.gpu)
+        )
+        ours.append(f"on a GPU ({inp.gpu_where}): " + "; ".join(gpu_ours))
+        holds += f"; on a GPU: {gpu_holds}"
+        comment += (
+            f" On a GPU: a first-GPU check ({inp.gpu_where}; "
+            f"{inference_tables.scale_note(inp.gpu)}), judged by the same criterion."
+        )
     row = claim_row(claim, paper_value, "; ".join(ours), scale, holds, comment)
     return with_numbers(row, speed_numbers(inp.bench))

@@ -95,6 +95,7 @@ def _cmd_claims(args: argparse.Namespace) -> int:
         config_sha256=args.config_hash,
         rehearsal=args.rehearsal,
         scaling=args.scaling,
+        gpu=args.gpu,
     )
     print(out)
     return 0
@@ -233,6 +234,12 @@ def add_subcommands(subparsers) -> None:
         type=Path,
         help="summary.csv of the scaling study (results/cpu/scaling): each claim as training "
         "grows, in claims 1-4 and DyT's rows and the scale card",
+    )
+    c.add_argument(
+        "--gpu",
+        type=Path,
+        help="a first-GPU check's directory (results/gpu/DIR, benchmarks/README.md): claim 7's "
+        "speedups on that GPU too, judged by the same criterion",
     )
     c.add_argument(
         "--out",

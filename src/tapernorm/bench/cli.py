@@ -92,6 +92,7 @@ def _cmd_bench_train_step(args: argparse.Namespace) -> int:
         dtype=args.dtype,
         with_dyt=args.with_dyt,
         warmup=args.warmup,
+        compile=args.compile,
     )
     result = results[0] if len(results) == 1 else results
     if args.out and not csv_out:
@@ -121,6 +122,11 @@ def _bench_train_step_parser(benchmarks) -> None:
     t.add_argument("--with-dyt", action="store_true", help="also time a DyT model (every norm)")
     t.add_argument("--warmup", type=NON_NEGATIVE, default=2, help="untimed rounds")
     t.add_argument("--repeats", type=POSITIVE, default=7, help="timed rounds")
+    t.add_argument(
+        "--compile",
+        action="store_true",
+        help="each model's forward under torch.compile, as train.compile (warmup: >= 2 rounds)",
+    )
     device_arg(t)
     t.add_argument(
         "--dtype",

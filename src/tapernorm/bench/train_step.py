@@ -95,11 +95,14 @@ def bench_train_step(
     dtype: str = "float32",
     with_dyt: bool = False,
     warmup: int = 2,
+    compile: bool = False,
 ) -> dict:
     """Seconds per training step (forward, backward, clip, AdamW): our baseline, our model mid-taper
     (0 < g < 1, both branches computed), with_dyt a DyT model, and transformers' LlamaForCausalLM on
     the same sizes. On `device`; dtype bfloat16 runs the step under bf16 autocast as training does
-    (device.autocast_for); on a GPU each timed step is synchronized before and after."""
+    (device.autocast_for); on a GPU each timed step is synchronized before and after. `compile`
+    puts each model's forward under torch.compile as train.compile does (backward through its
+    graph; clip and AdamW eager); the warmup rounds then include the compiles."""
     if dtype not in TRAIN_DTYPES:
         raise ValueError(f"train-step dtype must be one of {list(TRAIN_DTYPES)}, got {dtype!r}")
     device = resolve_device(device, setting="--device")
@@ -126,7 +129,7 @@ def bench_train_step(
         models["transformers_llama"] = hf_llama_like(base_cfg).train()
     fns = {
         name: _train_step_fn(
-            model.to(device),
+            torch.compile(model.to(device)) if compile else model.to(device),
             batch,
             hf=name == "transformers_llama",
             autocast=lambda: autocast_for(device, dtype),
@@ -140,6 +143,7 @@ def bench_train_step(
             **base_cfg.to_dict(),
             "batch_size": batch_size,
             "dtype": dtype,
+            "compile": compile,
             "device": device.type,
             "params": ours.num_params(),
         },
@@ -176,6 +180,7 @@ def train_step_rows(result: dict) -> list[dict]:
                 "device_name": env["device"],
                 "torch": env["torch"],
                 "dtype": cfg["dtype"],
+                "compile": cfg.get("compile", False),
                 "threads": env["threads"],
                 "variant": name,
                 "n_embd": cfg["n_embd"],

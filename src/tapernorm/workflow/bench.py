@@ -3,6 +3,9 @@ they time, what they wait for, the GPUs they hold."""
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 from ..config import ConfigError
 from .devices import job_gpus
 from .names import run_dir, run_name
@@ -85,3 +88,14 @@ class Bench:
                 raise ConfigError(
                     f"config key bench.decode: prompt_lens + new_tokens exceed block_size {block}"
                 )
+
+
+def newest_gpu_check(root: str | Path = "results/gpu") -> str | None:
+    """env.json of the newest first-GPU check committed under `root` (directories named
+    <device>-<YYYY-MM-DD>, by date, then name; benchmarks/README.md), or None where there is none."""
+    checks = [
+        (m[1] if (m := re.search(r"(\d{4}-\d{2}-\d{2})$", d.name)) else "", d.name, d)
+        for d in Path(root).glob("*")
+        if (d / "env.json").is_file()
+    ]
+    return str(max(checks)[2] / "env.json") if checks else None
