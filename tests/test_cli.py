@@ -126,7 +126,7 @@ INFERENCE = ROUNDS | MODELS | {"--vocab", "--batch-sizes", "--threads", "--confi
 BENCH_OPTIONS = {
     "train-step": ROUNDS
     | {"--n-embd", "--n-layer", "--n-head", "--vocab", "--block-size"}
-    | {"--batch-size", "--no-hf", "--with-dyt"},
+    | {"--batch-size", "--no-hf", "--with-dyt", "--compile"},
     "forward": INFERENCE | {"--seq-lens"},
     "decode": INFERENCE | {"--prompt-lens", "--new-tokens", "--modes"},
 }
