@@ -294,15 +294,17 @@ def gpu_block(source: Path, doc_dir: Path) -> str:
     the speedups of the exports against the paper's, the training step and the GPU-hours it
     implies; a step rerun alone (DIR/rerun/) in place of the check's, a compiled training step
     (DIR/compile/) where measured."""
+    from .analysis.inference_tables import disturbed_cells
     from .analysis.paper import DECODE_SPEEDUP, TABLE3
-    from .gpu_check import _csvs
+    from .gpu_check import _csvs, gpu_bench
 
     env = read_json(source / "env.json")
-    results, rerun = source / "results", source / "rerun"
-    forward = pd.concat(pd.read_csv(p) for p in _csvs(results, "forward.csv", rerun))
-    decode = pd.concat(pd.read_csv(p) for p in _csvs(results, "decode_*.csv", rerun))
-    if forward["disturbed"].any() or decode["disturbed"].any():
-        raise ReferenceError(f"{source}: a disturbed cell; rerun it before quoting the check")
+    timed, _ = gpu_bench(source)
+    if disturbed := disturbed_cells(timed):
+        raise ReferenceError(
+            f"{source}: a disturbed cell ({'; '.join(disturbed)}); rerun it before quoting the check"
+        )
+    forward, decode = (timed[timed["benchmark"] == b] for b in ("forward", "decode"))
 
     def ours(df: pd.DataFrame, variant: str, mode: str = "eager") -> str:
         cells = df[(df["variant"] == variant) & (df["mode"] == mode)]
@@ -310,7 +312,7 @@ def gpu_block(source: Path, doc_dir: Path) -> str:
 
     paper = {v: _span([cell[v][1] for cell in TABLE3.values()]) for v in ("explicit", "folded")}
     hours = pd.read_csv(source / "report" / "gpu_hours.csv", dtype=str).fillna("")
-    step = pd.read_csv(_csvs(results, "train_step.csv", rerun)[0])
+    step = pd.read_csv(_csvs(source / "results", "train_step.csv", source / "rerun")[0])
     ms = step.groupby("n_embd")["ms_per_step"]
     rows = [
         ["Forward, explicit scaling / baseline (Table 3's grid)", ours(forward, "explicit"),
