@@ -9,21 +9,10 @@ BENCH = PLAN.bench
 
 # what the benchmarks wait for (the timed runs' eval.json, the fold check) and the model files that
 # each loads from each timed run
-BENCH_INPUTS = BENCH.inputs()
-for key, path in list(BENCH_INPUTS.items()):
-    if os.path.basename(path) == "eval.json":
-        BENCH_INPUTS |= model_files(os.path.dirname(path), prefix=f"{key}_")
+BENCH_INPUTS = BENCH.job_inputs()
 # the timed runs' directories as options, with a trailing space (none with bench.random, which
 # the --config-json section carries)
-BENCH_MODELS = "".join(
-    f"--{option} {BENCH.run_dirs()[variant]} "
-    for option, variant in (
-        ("baseline", "baseline"),
-        ("tapered", "internal_aux"),
-        ("dyt", "dyt"),
-    )
-    if variant in BENCH.run_dirs()
-)
+BENCH_MODELS = BENCH.model_options()
 
 
 for kind in wb.BENCH_KINDS:

@@ -21,7 +21,7 @@ rule prepare_finetune_data:
         "../envs/tapernorm.yaml"
     threads: all_cores  # tokenizing processes (a cluster profile sets its own: set-threads)
     params:
-        config=json.dumps({**config["finetune"]["data"], "tokenizer": "gpt2"}),  # GPT-2 BPE
+        config=json.dumps(wf.finetune_data_config(config)),  # GPT-2 BPE
         out=output_dir("meta"),
     shell:
         "tapernorm prepare-data --config-json {params.config:q} --workers {threads} "

@@ -1,6 +1,7 @@
 # The GPT-2 fine-tuning family's inputs, params and resources (functions of a job's wildcards),
 # for finetune.smk and export.smk. Included when the config has `finetune`.
 from tapernorm import job_resources as jr
+from tapernorm.workflow.job_functions import heldout_shards
 
 FINETUNE = PLAN.finetune
 EVAL_SETS = config["finetune"]["eval"]["sets"]
@@ -63,12 +64,6 @@ def folded_option(wildcards, input):
     if "folded" not in input.keys():
         return ""
     return f"--folded {input.folded}"
-
-
-def heldout_shards(wildcards):
-    """--shards of the held-out set (cut from the fine-tuning shards), with its trailing space; ""
-    for a set from the hub."""
-    return f"--shards {FINETUNE_DATA} " if wildcards.evalset == "heldout" else ""
 
 
 def prepare_eval_inputs(wildcards):

@@ -18,11 +18,11 @@ rule train:
         GPU_ENV
     threads: 1
     resources:
-        gpu=train_gpus,
-        runtime=train_minutes,
+        gpu=TRAIN.gpus,
+        runtime=TRAIN.minutes,
     params:
-        run=train_json,
-        gpus=gpu_claim(train_device),
+        run=TRAIN.config_json,
+        gpus=gpu_claim(TRAIN.device),
         out=output_dir("eval"),
     shell:
         "OMP_NUM_THREADS={threads} {params.gpus} tapernorm train --config-json {params.run:q} "

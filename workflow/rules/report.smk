@@ -55,8 +55,7 @@ rule claims:
         runs=run_files(PLAN.pretrain.run_dirs()),
         ablation=run_files(family_dirs(PLAN.ablation)),
         sweep=run_files(family_dirs(PLAN.sweep)),
-        verify=[f"results/fold/{run}/verify.json" for run in PLAN.fold_runs()]
-        + PLAN.finetune_verify(),
+        verify=PLAN.fold_verify() + PLAN.finetune_verify(),
         finetune=PLAN.finetune_evals(),
         bench=PLAN.bench_csvs(),
         lr_grid=lr_grid_input,

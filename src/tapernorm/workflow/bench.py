@@ -8,11 +8,13 @@ from pathlib import Path
 
 from ..config import ConfigError
 from .devices import job_gpus
-from .names import run_dir, run_name
+from .names import model_files, run_dir, run_name
 
 BENCH_VARIANTS = ("baseline", "internal_aux")  # timed: the baseline, and the tapered run exported
 BENCH_OPTIONAL = ("dyt",)  # timed too when pretrain.variants has it
 BENCH_KINDS = ("forward", "decode")  # results/bench/<kind>.csv of rule bench_<kind>
+# `tapernorm bench` option -> the variant of the timed run it names
+BENCH_MODEL_OPTIONS = (("baseline", "baseline"), ("tapered", "internal_aux"), ("dyt", "dyt"))
 
 
 class Bench:
@@ -52,6 +54,21 @@ class Bench:
         if "dyt" in runs:
             inputs["dyt"] = f"{runs['dyt']}/eval.json"
         return inputs
+
+    def job_inputs(self) -> dict[str, str]:
+        """inputs(), and the model files that the benchmarks load from each timed run (named
+        <input>_config, <input>_model)."""
+        inputs = self.inputs()
+        for key, path in list(inputs.items()):
+            if Path(path).name == "eval.json":
+                inputs |= model_files(str(Path(path).parent), prefix=f"{key}_")
+        return inputs
+
+    def model_options(self) -> str:
+        """The timed runs' directories as `tapernorm bench` options, each with a trailing space;
+        "" with bench.random (the --config-json section carries it)."""
+        runs = self.run_dirs()
+        return "".join(f"--{opt} {runs[v]} " for opt, v in BENCH_MODEL_OPTIONS if v in runs)
 
     def job_config(self, kind: str) -> dict:
         """The `bench:` section as rule bench_<kind> passes it (--config-json, a params value):

@@ -68,3 +68,8 @@ class Family:
 
     def record_wildcards(self, run: str) -> tuple[str, ...]:
         return (self.name, run)
+
+
+def family_dirs(family: Family | None) -> list[str]:
+    """The run directories of an optional family: none when the config leaves it out (None)."""
+    return family.run_dirs() if family else []

@@ -1,10 +1,12 @@
-"""Run names, run directories and job records of the workflow, and the Snakemake wildcard
-constraints made from the run-name patterns. Every run of every family lives in
-`results/runs/<family>/<name>/` (run_dir)."""
+"""Run names, run directories (and the model files in one) and job records of the workflow, and
+the Snakemake wildcard constraints made from the run-name patterns. Every run of every family lives
+in `results/runs/<family>/<name>/` (run_dir)."""
 
 from __future__ import annotations
 
 import re
+
+from ..run_identity import MODEL_FILES
 
 RUNS_ROOT = "results/runs"
 # Snakemake's job records (benchmark:) of the long jobs, <rule>/<wildcards>.tsv; table job_times
@@ -29,6 +31,12 @@ def wildcard_pattern(name: re.Pattern, **fixed: str) -> str:
 def run_dir(family: str, name: str) -> str:
     """The directory of run `name` of `family` (what `tapernorm train --out` writes)."""
     return f"{RUNS_ROOT}/{family}/{name}"
+
+
+def model_files(run: str, prefix: str = "") -> dict[str, str]:
+    """{name: path} of what loading the model of run directory `run` reads (config, weights), each
+    named `prefix` + the file's stem."""
+    return {f"{prefix}{f.split('.')[0]}": f"{run}/{f}" for f in MODEL_FILES}
 
 
 def job_record(rule: str, *wildcards: str, root: str | None = JOB_RECORDS) -> str:

@@ -3,11 +3,16 @@ makes, every target of rule all, the job records. `Plan(config)` is what the Sna
 
 from __future__ import annotations
 
+import os
+from collections.abc import Sequence
+
+from ..run_identity import MODEL_FILES
 from .bench import BENCH_KINDS, Bench
 from .devices import rules_env
-from .family import Family
+from .family import Family, family_dirs
+from .files import FINETUNE_DATA_FILES, eval_set_files, pretrain_data_files, run_files
 from .finetune import FinetuneBaseFamily, FinetuneFamily
-from .names import JOB_RECORDS, job_record, run_name
+from .names import JOB_RECORDS, job_record, parse_run_name, run_name
 from .scaling import ScalingAblationFamily, ScalingFamily
 from .training import LrGridFamily, SweepFamily, TrainingFamily
 
@@ -81,6 +86,27 @@ class Plan:
             names.append("fig7_anchor_sweep")
         return names
 
+    def figure_runs(self) -> dict[str, list[str]]:
+        """{figure: the run directories it plots} of the figures this config draws (figures())."""
+        width = self.pretrain.figure_width
+
+        def pretrain(variants: Sequence[str] | None = None) -> list[str]:
+            names = self.pretrain.runs(width)
+            if variants is not None:
+                names = [n for n in names if parse_run_name(n)[0] in variants]
+            return self.pretrain.run_dirs(names)
+
+        runs = {
+            "fig1_gate_schedule": pretrain(["internal_aux"])[:1],
+            "fig2_train_loss": pretrain(FIG2_VARIANTS),
+            "fig3_logit_norm": pretrain(),
+            "fig4_grad_norms": pretrain(),
+            "fig4b_ablation_grad_norms": family_dirs(self.ablation),
+            "fig6_scale_anchor": family_dirs(self.ablation),
+            "fig7_anchor_sweep": family_dirs(self.ablation) + family_dirs(self.sweep),
+        }
+        return {name: runs[name] for name in self.figures()}
+
     def figure_width(self, figure: str) -> int:
         """--width of a figure: the ablation's for the ablation's figures, else figures 2-4's."""
         if figure in ABLATION_FIGURES and self.ablation:
@@ -91,6 +117,10 @@ class Plan:
         """The pre-training runs whose fold is checked (fold.variants at the figure width)."""
         width = self.pretrain.figure_width
         return [run_name(v, width, 0) for v in self.config["fold"]["variants"]]
+
+    def fold_verify(self) -> list[str]:
+        """verify.json of the fold check of each of fold_runs() (rule fold)."""
+        return [f"results/fold/{run}/verify.json" for run in self.fold_runs()]
 
     def finetune_evals(self) -> list[str]:
         return self.finetune.eval_paths() if self.finetune else []
@@ -139,3 +169,24 @@ class Plan:
         if self.bench:
             records += [job_record(f"bench_{kind}", root=root) for kind in BENCH_KINDS]
         return records
+
+    def manifest_inputs(self, analysis_inputs: Sequence[str], lr_grid: bool = False) -> list[str]:
+        """Every file of the run that the manifest hashes, each once: the data it read, the files
+        `analysis_inputs` of every training run, the fold checks, benchmarks, evaluations, job
+        records, and every default target (all_targets(lr_grid)) but the manifest."""
+        files = [*pretrain_data_files(self.config).values()]
+        trained = [self.pretrain, self.ablation, self.sweep]
+        files += run_files([d for fam in trained for d in family_dirs(fam)], analysis_inputs)
+        files += self.fold_verify()
+        files += self.bench_csvs() + self.timed_jobs()
+        if self.finetune:
+            files += [*FINETUNE_DATA_FILES.values()]
+            for eval_set in self.finetune.section["eval"]["sets"]:
+                files += [*eval_set_files(eval_set).values()]
+            runs = self.finetune.run_dirs() + family_dirs(self.finetune_base)
+            files += run_files(runs, (*MODEL_FILES, "eval.json"))
+            files += self.finetune_evals() + self.finetune_verify()
+            # the folded models (directories: `tapernorm manifest` hashes the files in them)
+            files += [f"{os.path.dirname(v)}/folded" for v in self.finetune_verify()]
+        files += [t for t in self.all_targets(lr_grid) if t != MANIFEST]
+        return list(dict.fromkeys(files))

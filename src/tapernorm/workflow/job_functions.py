@@ -1,0 +1,157 @@
+"""The functions that Snakemake calls for each job of a rule (its params, resources, threads and
+input functions). Snakemake passes each what its parameters name (wildcards, input, output,
+resources), so those names are Snakemake's; the factories here (input_dir, gpu_claim, ...) make
+one for a given key or value. rule train's are TrainJobs'."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from .devices import gpu_prefix
+from .family import Family
+from .files import (
+    FINETUNE_DATA,
+    committed_gpu_check,
+    committed_lr_grid,
+    committed_scaling_summary,
+)
+from .names import JOB_RECORDS
+from .plan import Plan
+
+# what Snakemake passes a job function: the job's wildcards, input, output or resources, each a
+# Namedlist (its entries also attributes by name); typed loosely, planning imports no Snakemake
+Namedlist = Any
+JobFunction = Callable[..., Any]
+
+
+def input_dir(key: str) -> JobFunction:
+    """A params function: the directory of the job's input `key` (a run, a data set)."""
+
+    def param(wildcards: Namedlist, input: Namedlist) -> str:
+        return os.path.dirname(getattr(input, key))
+
+    return param
+
+
+def output_dir(key: str) -> JobFunction:
+    """A params function: the directory of the job's output `key` (where its command writes)."""
+
+    def param(wildcards: Namedlist, output: Namedlist) -> str:
+        return os.path.dirname(getattr(output, key))
+
+    return param
+
+
+def dirs_of(paths: Sequence[str]) -> str:
+    """Run directories of a list of files inside them, in order, each once (for --runs)."""
+    return " ".join(dict.fromkeys(p.rsplit("/", 1)[0] for p in paths))
+
+
+def run_dirs(wildcards: Namedlist, input: Namedlist) -> str:
+    """--runs: the run directories of the job's input `runs`."""
+    return dirs_of(input.runs)
+
+
+def table_stem(wildcards: Namedlist, output: Namedlist) -> str:
+    """--out of a table command: its outputs' path without the extension."""
+    return output.csv.removesuffix(".csv")
+
+
+def optional_files(
+    option: str, key: str, join: Callable[[Sequence[str]], str] = " ".join
+) -> JobFunction:
+    """A params function: `option FILES` of the job's input `key` (FILES: join(files)), or ""
+    when that input is empty (the claims' optional families)."""
+
+    def param(wildcards: Namedlist, input: Namedlist) -> str:
+        files = getattr(input, key)
+        return f"{option} {join(files)}" if files else ""
+
+    return param
+
+
+def one_rank(wildcards: Namedlist) -> int:
+    return 1
+
+
+def gpu_claim(
+    device: Callable[[Namedlist], str], ranks: Callable[[Namedlist], int] = one_rank
+) -> JobFunction:
+    """A params function: the `tapernorm gpus` prefix that gives the job the GPUs it holds
+    (resources.gpu, as Snakemake granted it) on a workstation, for a command on device(wildcards)
+    of ranks(wildcards) processes; "" for a job that holds none."""
+
+    def param(wildcards: Namedlist, resources: Namedlist) -> str:
+        return gpu_prefix(resources.gpu, device(wildcards), ranks(wildcards))
+
+    return param
+
+
+def all_cores(workflow: Any) -> JobFunction:
+    """A threads function: every core Snakemake was given (`workflow.cores`, read when the job is
+    planned: --unlock and -n need no --cores), for a benchmark or a data preparation."""
+
+    def threads(wildcards: Namedlist) -> int:
+        return workflow.cores
+
+    return threads
+
+
+def job_records_dir(wildcards: Namedlist) -> str:
+    """The directory of the job records that `tapernorm job-times` reads (its inputs)."""
+    return JOB_RECORDS
+
+
+def heldout_shards(wildcards: Namedlist) -> str:
+    """--shards of evaluation set wildcards.evalset, with its trailing space: the fine-tuning
+    shards that the held-out set is cut from; "" for a set from the hub."""
+    return f"--shards {FINETUNE_DATA} " if wildcards.evalset == "heldout" else ""
+
+
+def lr_grid_input(checkout: str) -> JobFunction:
+    """An input function: the committed LR grid where there is one (files.committed_lr_grid; the
+    claims judge by it only at its scale), else nothing."""
+
+    def files(wildcards: Namedlist) -> list[str]:
+        return committed_lr_grid(checkout)
+
+    return files
+
+
+def scaling_input(wildcards: Namedlist) -> list[str]:
+    """The committed scaling study's summary, where the checkout has it (claims 1-4, DyT's row)."""
+    return committed_scaling_summary()
+
+
+def gpu_input(wildcards: Namedlist) -> list[str]:
+    """The newest committed first-GPU check's env.json, where the checkout has one (claim 7)."""
+    return committed_gpu_check()
+
+
+class TrainJobs:
+    """The job functions of rule train: the family of the job's run (wildcards.family) answers
+    for the run (wildcards.run)."""
+
+    def __init__(self, plan: Plan, data_dir: str) -> None:
+        self.plan = plan
+        self.data_dir = data_dir
+
+    def family(self, wildcards: Namedlist) -> Family:
+        return self.plan.family(wildcards.family)
+
+    def config_json(self, wildcards: Namedlist) -> str:
+        """The run's resolved config (what `tapernorm train --config-json` takes)."""
+        return json.dumps(self.family(wildcards).run_config(wildcards.run, self.data_dir))
+
+    def gpus(self, wildcards: Namedlist) -> int:
+        return self.family(wildcards).gpus(wildcards.run)
+
+    def device(self, wildcards: Namedlist) -> str:
+        return self.family(wildcards).device
+
+    def minutes(self, wildcards: Namedlist) -> int | None:
+        """The runtime a cluster is asked for (None: the profile's default)."""
+        return self.family(wildcards).runtime(wildcards.run)
