@@ -3,7 +3,6 @@ output says about its run (tapernorm.workflow.stamps): each takes only what Snak
 name, and gives the job the directory, files, GPUs, cores, run config or stamp it needs."""
 
 import inspect
-import json
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -50,7 +49,7 @@ def test_params_functions_take_only_what_snakemake_passes():
         jf.lr_grid_input("."),
         jf.scaling_input,
         jf.gpu_input,
-        train.config_json,
+        train.run_config,
         train.gpus,
         train.device,
         train.minutes,
@@ -127,13 +126,13 @@ def test_a_train_job_is_its_familys_run(family, run):
     run = run or plan.sweep.runs()[0]
     train = jf.TrainJobs(plan, "data/pretrain")
     wildcards = SimpleNamespace(family=family, run=run)
-    resolved = json.loads(train.config_json(wildcards))
+    resolved = train.run_config(wildcards)
     assert resolved == plan.family(family).run_config(run, "data/pretrain")
     assert resolved["name"] == f"{family}/{run}" and resolved["data"]["dir"] == "data/pretrain"
     assert (train.gpus(wildcards), train.device(wildcards)) == (0, "auto")
     assert train.minutes(wildcards) == 30  # ci.yaml has no step-time estimate
     with pytest.raises(ValueError, match="no family"):
-        train.config_json(SimpleNamespace(family="finetune_base2", run=run))
+        train.run_config(SimpleNamespace(family="finetune_base2", run=run))
 
 
 def test_a_paper_train_job_holds_a_gpu_for_its_estimated_time():

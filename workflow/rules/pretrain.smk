@@ -21,7 +21,7 @@ rule train:
         gpu=TRAIN.gpus,
         runtime=TRAIN.minutes,
     params:
-        run=TRAIN.config_json,
+        run=lambda w: json.dumps(TRAIN.run_config(w)),
         gpus=gpu_claim(TRAIN.device),
         out=output_dir("eval"),
     shell:

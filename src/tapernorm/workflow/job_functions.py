@@ -5,7 +5,6 @@ one for a given key or value. rule train's are TrainJobs'."""
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -142,9 +141,9 @@ class TrainJobs:
     def family(self, wildcards: Namedlist) -> Family:
         return self.plan.family(wildcards.family)
 
-    def config_json(self, wildcards: Namedlist) -> str:
+    def run_config(self, wildcards: Namedlist) -> dict:
         """The run's resolved config (what `tapernorm train --config-json` takes)."""
-        return json.dumps(self.family(wildcards).run_config(wildcards.run, self.data_dir))
+        return self.family(wildcards).run_config(wildcards.run, self.data_dir)
 
     def gpus(self, wildcards: Namedlist) -> int:
         return self.family(wildcards).gpus(wildcards.run)
