@@ -9,7 +9,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import legacy_argv
 import pandas as pd
 import pytest
 import torch
@@ -33,7 +32,7 @@ from tapernorm.config import ConfigError
 from tapernorm.decode import compile_kwargs, eager_decoder, static_decoder
 from tapernorm.fold import FoldVerificationError
 from tapernorm.model import GPT
-from tapernorm.pipeline import bench_runs, validate_pipeline_config
+from tapernorm.workflow import Plan, validate_pipeline_config
 
 ENV_FIELDS = {"device", "device_name", "torch", "dtype", "mode", "threads", "params", "n_embd"}
 CPU = torch.device("cpu")
@@ -386,18 +385,17 @@ def test_pipeline_bench_section():
     raw = yaml.safe_load((root / "config/ci.yaml").read_text())
     cfg = validate_pipeline_config(raw, schema)
     width = cfg["pretrain"]["widths"][0]
-    assert bench_runs(cfg) == {
+    assert Plan(cfg).bench.runs() == {
         "baseline": f"baseline-d{width}-s0",
         "internal_aux": f"internal_aux-d{width}-s0",
         "dyt": f"dyt-d{width}-s0",  # ci.yaml pre-trains dyt
     }
-    args = legacy_argv.bench_args(
-        {**cfg, "bench": {**cfg["bench"], "device": "cpu"}}, "decode"
-    ).split()
-    assert args[:2] == ["--device", "cpu"] and "--prompt-lens" in args and "--modes" in args
-    assert "--seq-lens" in legacy_argv.bench_args(
-        cfg, "forward"
-    ) and "--new-tokens" not in legacy_argv.bench_args(cfg, "forward")
+    # each benchmark job's section: the device and its own grid, not the other's
+    decode = Plan({**cfg, "bench": {**cfg["bench"], "device": "cpu"}}).bench.job_config("decode")
+    assert decode["device"] == "cpu" and "forward" not in decode
+    assert {"prompt_lens", "modes", "new_tokens"} <= set(decode["decode"])
+    forward = Plan(cfg).bench.job_config("forward")
+    assert "seq_lens" in forward["forward"] and "decode" not in forward
     assert validate_pipeline_config({**raw, "bench": None}, schema)["bench"] is None
     defaults = validate_pipeline_config({**raw, "bench": {}}, schema)["bench"]
     assert defaults["decode"]["prompt_lens"] == [128, 512] and defaults["forward"]["repeats"] == 50

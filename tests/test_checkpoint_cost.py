@@ -14,10 +14,10 @@ from test_cluster import ROOT, SCHEMA
 
 from tapernorm import distributed
 from tapernorm import job_resources as jr
-from tapernorm import pipeline as tp
 from tapernorm.checkpoint import load_tensors
 from tapernorm.train import train
 from tapernorm.training_state import OPTIMIZER_PREFIX, PRUNED_KEY
+from tapernorm.workflow import validate_pipeline_config
 
 OUTPUTS = ("model.safetensors", "metrics.jsonl", "eval.json")
 
@@ -127,7 +127,7 @@ def test_the_process_group_waits_for_a_slow_checkpoint(monkeypatch):
     with distributed.process_group(distributed.World(0, 2, 0), torch.device("cpu")):
         pass
     assert calls == [(("gloo",), {"timeout": distributed.PROCESS_GROUP_TIMEOUT})]
-    paper = tp.validate_pipeline_config(
+    paper = validate_pipeline_config(
         yaml.safe_load((ROOT / "config/paper.yaml").read_text()), SCHEMA
     )
     xl = jr.finetune_shape(paper, "gpt2-xl")[0]

@@ -14,11 +14,12 @@ import torch
 import yaml
 from conftest import tiny_run
 
-from tapernorm import pipeline, set_gate
+from tapernorm import set_gate
 from tapernorm.bench.cli import inference_settings
 from tapernorm.checkpoint import load_model
 from tapernorm.cli import build_parser, main
 from tapernorm.train import train
+from tapernorm.workflow import Plan, validate_pipeline_config
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -202,7 +203,7 @@ def test_the_workflows_bench_command_lines_parse(config):
     config's grid and models (the bench: section without the other benchmark's grid as
     --config-json, the timed runs' directories)."""
     raw = yaml.safe_load((ROOT / "config" / config).read_text())
-    cfg = pipeline.validate_pipeline_config(raw, str(ROOT / "workflow/schemas/config.schema.yaml"))
+    cfg = validate_pipeline_config(raw, str(ROOT / "workflow/schemas/config.schema.yaml"))
     targets = ["results/bench/forward.csv", "results/bench/decode.csv"]
     argv = ["-m", "snakemake", "-n", "-p", "--forceall", "--cores", "3", *targets]
     plan = subprocess.run(
@@ -216,7 +217,7 @@ def test_the_workflows_bench_command_lines_parse(config):
         m[1]: m[0] for m in re.finditer(r"tapernorm bench (\w+) [^\n]*?(?= > logs/)", plan.stdout)
     }
     assert set(shells) == {"forward", "decode"}
-    runs = pipeline.Plan(cfg).bench.run_dirs()
+    runs = Plan(cfg).bench.run_dirs()
     for which, shell in shells.items():
         args, part = parse(shell.removeprefix("tapernorm ")), cfg["bench"][which]
         assert (args.command, args.which, args.threads) == ("bench", which, 3)

@@ -3,19 +3,19 @@ the same settings as the equivalent options, an option given beside it replaces 
 is refused in one line; the defaults are the schema's, stated once."""
 
 import json
-import shlex
 from pathlib import Path
 
-import legacy_argv
 import pytest
 import yaml
 
-from tapernorm import config, fold, pipeline
+from tapernorm import config, fold
 from tapernorm.analysis import paper
 from tapernorm.bench.cli import inference_settings
 from tapernorm.bench.settings import BenchSettings, bench_settings
 from tapernorm.cli import build_parser, main
 from tapernorm.cli_data import data_settings, eval_settings
+from tapernorm.workflow import Plan, validate_pipeline_config
+from tapernorm.workflow.files import finetune_data_config
 
 ROOT = Path(__file__).resolve().parents[1]
 SCHEMA = str(ROOT / "workflow/schemas/config.schema.yaml")
@@ -30,7 +30,7 @@ def parse(argv: list[str]):
 def cfg(request) -> dict:
     """A config as the workflow reads it: loaded, validated, defaults filled in."""
     raw = config.yaml_load((ROOT / "config" / request.param).read_text())
-    return pipeline.validate_pipeline_config(raw, SCHEMA)
+    return validate_pipeline_config(raw, SCHEMA)
 
 
 def option(key: str) -> str:
@@ -56,7 +56,7 @@ def test_the_package_reads_the_workflows_schema():
 
 @pytest.mark.parametrize("which", ["data", "finetune"])
 def test_prepare_data_config_json_is_the_options(cfg, which):
-    data = cfg["data"] if which == "data" else {**cfg["finetune"]["data"], "tokenizer": "gpt2"}
+    data = cfg["data"] if which == "data" else finetune_data_config(cfg)  # the rules' sections
     from_json = data_settings(parse(["prepare-data", "--config-json", json.dumps(data)] + OUT))
     from_flags = data_settings(parse(["prepare-data", *data_flags(data)] + OUT))
     assert from_json == from_flags
@@ -130,10 +130,15 @@ def test_bench_config_json_is_the_options(cfg, which):
         from_flags.dtype,
         from_flags.random,
     )
-    # the grid arguments the workflow rendered until now parse to the same settings
-    rendered = shlex.split(legacy_argv.bench_args(cfg, which))
-    rendered += ["--random", bench["random"]] if bench["random"] else []
-    assert inference_settings(parse([*head, *rendered])).grid(which) == from_json.grid(which)
+    # the section without the other benchmark's grid, as rule bench_<which> passes it
+    job = json.dumps(Plan(cfg).bench.job_config(which))
+    from_job = inference_settings(parse([*head, "--config-json", job]))
+    assert from_job.grid(which) == from_json.grid(which)
+    assert (from_job.device, from_job.dtype, from_job.random) == (
+        bench["device"],
+        bench["dtype"],
+        bench["random"],
+    )
 
 
 def test_bench_options_replace_the_json():

@@ -16,34 +16,37 @@ import pytest
 import yaml
 
 from tapernorm import job_resources as jr
-from tapernorm import pipeline as tp
 from tapernorm.config import ConfigError
+from tapernorm.workflow import Plan, validate_pipeline_config
+from tapernorm.workflow.devices import gpu_prefix
+from tapernorm.workflow.finetune import FinetuneBaseFamily, FinetuneFamily
+from tapernorm.workflow.names import finetune_run_name, parse_finetune_run
+from tapernorm.workflow.training import SweepFamily
 
 ROOT = Path(__file__).resolve().parents[1]
 SCHEMA = str(ROOT / "workflow/schemas/config.schema.yaml")
 
 
 def _config(name: str) -> dict:
-    return tp.validate_pipeline_config(yaml.safe_load((ROOT / name).read_text()), SCHEMA)
+    return validate_pipeline_config(yaml.safe_load((ROOT / name).read_text()), SCHEMA)
 
 
 def test_training_runtime_follows_width_and_steps():
-    paper = _config("config/paper.yaml")
+    paper = Plan(_config("config/paper.yaml"))
     minutes = {
-        width: tp.train_runtime(paper, "pretrain", f"internal_aux-d{width}-s0")
-        for width in (64, 128, 256, 512)
+        width: paper.pretrain.runtime(f"internal_aux-d{width}-s0") for width in (64, 128, 256, 512)
     }
     # 1.5 x steps x ms + 15 min: 500k x 31 ms, 500k x 31 ms, 750k x 27 ms, 1M x 29 ms
     assert minutes == {64: 403, 128: 403, 256: 522, 512: 740}
-    assert tp.train_runtime(paper, "ablation", "all-d64-s0") == 31  # 20k steps x 31 ms
-    assert tp.train_runtime(paper, tp.SWEEP_FAMILY, tp.sweep_runs(paper)[0]) == 31
-    ci = _config("config/ci.yaml")  # no estimate: the profile's default
-    assert tp.train_runtime(ci, "pretrain", "baseline-d32-s0", default=30) == 30
+    assert paper.ablation.runtime("all-d64-s0") == 31  # 20k steps x 31 ms
+    assert paper.sweep.runtime(paper.sweep.runs()[0]) == 31
+    ci = Plan(_config("config/ci.yaml"))  # no estimate: the profile's default
+    assert ci.pretrain.runtime("baseline-d32-s0", default=30) == 30
 
 
 def test_gpu_rules_get_the_cuda_environment_when_the_config_uses_cuda():
-    assert tp.gpu_rules_env(_config("config/paper.yaml")) == "../envs/tapernorm-cuda.yaml"
-    assert tp.gpu_rules_env(_config("config/ci.yaml")) == "../envs/tapernorm.yaml"
+    assert Plan(_config("config/paper.yaml")).gpu_rules_env() == "../envs/tapernorm-cuda.yaml"
+    assert Plan(_config("config/ci.yaml")).gpu_rules_env() == "../envs/tapernorm.yaml"
     cuda_env = (ROOT / "workflow/envs/tapernorm-cuda.yaml").read_text()
     assert "torch==" in cuda_env and "whl/cpu" not in cuda_env
 
@@ -85,7 +88,7 @@ def _auto_config(gpus: int | None = None) -> dict:
     paper["finetune"]["train"]["device"] = "auto"
     for spec in paper["finetune"]["models"] if gpus is not None else []:
         spec["gpus"] = gpus
-    return tp.validate_pipeline_config(paper, SCHEMA)
+    return validate_pipeline_config(paper, SCHEMA)
 
 
 def test_fine_tuning_jobs_pass_the_configured_device_on():
@@ -94,26 +97,27 @@ def test_fine_tuning_jobs_pass_the_configured_device_on():
     refused in one line that says what to write (the planning host cannot know the GPUs)."""
     with pytest.raises(ConfigError, match=r"finetune.train.device: .*write .*: cuda"):
         _auto_config()
-    auto = _auto_config(gpus=0)
-    assert tp.finetune_device(auto) == "auto"
-    assert {m: tp.finetune_gpus(auto, m) for m in ("gpt2", "gpt2-large", "gpt2-xl")} == {
+    auto = FinetuneFamily(_auto_config(gpus=0))
+    assert auto.device == "auto"
+    assert {m: auto.model_gpus(m) for m in ("gpt2", "gpt2-large", "gpt2-xl")} == {
         "gpt2": 0,
         "gpt2-large": 0,
         "gpt2-xl": 0,
     }
-    assert tp.finetune_ranks(auto, "gpt2-large") == 1
-    assert tp.gpu_prefix(2, "auto", 2) == "tapernorm gpus --device auto --ranks 2 2 --"
-    assert tp.finetune_device(_config("config/paper.yaml")) == "cuda"
-    assert tp.finetune_device(_config("config/ci.yaml")) == "cpu"
-    assert tp.train_device(_config("config/paper.yaml"), tp.SWEEP_FAMILY) == "cuda"  # ablation's
+    assert auto.ranks(finetune_run_name("all_taperln", "gpt2-large")) == 1
+    assert gpu_prefix(2, "auto", 2) == "tapernorm gpus --device auto --ranks 2 2 --"
+    paper = Plan(_config("config/paper.yaml"))
+    assert paper.finetune.device == "cuda"
+    assert FinetuneFamily(_config("config/ci.yaml")).device == "cpu"
+    assert paper.family(SweepFamily.name).device == "cuda"  # the ablation's
 
 
 def test_only_jobs_holding_gpus_claim_them():
-    assert tp.gpu_prefix(0, "cuda") == ""  # a CPU job's command is left as it is
-    assert tp.gpu_prefix(1, "cpu") == ""
-    assert tp.gpu_prefix(1, "cuda") == "tapernorm gpus --device cuda 1 --"
+    assert gpu_prefix(0, "cuda") == ""  # a CPU job's command is left as it is
+    assert gpu_prefix(1, "cpu") == ""
+    assert gpu_prefix(1, "cuda") == "tapernorm gpus --device cuda 1 --"
     # Snakemake granted 1 of a gpu=4 request: the prefix says 4 ranks, `tapernorm gpus` refuses
-    assert tp.gpu_prefix(1, "cuda", 4) == "tapernorm gpus --device cuda --ranks 4 1 --"
+    assert gpu_prefix(1, "cuda", 4) == "tapernorm gpus --device cuda --ranks 4 1 --"
 
 
 def test_parameter_counts_of_the_fine_tuned_models():
@@ -122,7 +126,7 @@ def test_parameter_counts_of_the_fine_tuned_models():
     from tapernorm.model import GPT, GPTConfig
 
     paper = _config("config/paper.yaml")
-    counts = {m: jr.finetune_shape(paper, m)[0] for m in tp.finetune_models(paper)}
+    counts = {m: jr.finetune_shape(paper, m)[0] for m in FinetuneFamily(paper).models()}
     # Hugging Face's GPT2LMHeadModel counts (tied head once)
     assert counts == {
         "gpt2": 124_439_808,
@@ -131,8 +135,8 @@ def test_parameter_counts_of_the_fine_tuned_models():
         "gpt2-xl": 1_557_611_200,
     }
     ci = _config("config/ci.yaml")  # the stand-in pre-trained here, counted from its config
-    (model,) = tp.finetune_models(ci)
-    base = tp.finetune_base_config(ci, model, "data")["model"]
+    (model,) = FinetuneFamily(ci).models()
+    base = FinetuneBaseFamily(ci).run_config(model, "data")["model"]
     fields = {k: v for k, v in base.items() if k != "vocab_size"}
     with torch.device("meta"):
         built = GPT(GPTConfig(vocab_size=jr.GPT2_VOCAB, **fields))
@@ -145,21 +149,21 @@ def test_fold_eval_and_export_are_sized_by_the_model():
     paper = _config("config/paper.yaml")
     sized = {
         (m, job): jr.model_job_resources(paper, m, job)
-        for m in tp.finetune_models(paper)
+        for m in FinetuneFamily(paper).models()
         for job in ("fold", "eval", "export")
     }
     for job in ("fold", "eval", "export"):
-        mems = [sized[m, job]["mem_mb"] for m in tp.finetune_models(paper)]
-        minutes = [sized[m, job]["runtime"] for m in tp.finetune_models(paper)]
+        mems = [sized[m, job]["mem_mb"] for m in FinetuneFamily(paper).models()]
+        minutes = [sized[m, job]["runtime"] for m in FinetuneFamily(paper).models()]
         assert mems == sorted(mems) and minutes == sorted(minutes) and mems[0] < mems[-1]
     xl = 4 * 1_557_611_200 / 2**20  # MB of one fp32 copy of GPT-2 XL
     assert sized["gpt2-xl", "export"]["runtime"] > 30
     assert sized["gpt2-xl", "export"]["mem_mb"] > 3 * xl
     assert sized["gpt2-xl", "eval"]["runtime"] > sized["gpt2", "eval"]["runtime"] + 60
     # the fine-tune's own requests (4 processes) are not the single-process jobs'
-    assert sized["gpt2-xl", "fold"]["mem_mb"] < tp.finetune_model(paper, "gpt2-xl")["mem_mb"]
+    assert sized["gpt2-xl", "fold"]["mem_mb"] < FinetuneFamily(paper).model("gpt2-xl")["mem_mb"]
     ci = _config("config/ci.yaml")
-    (model,) = tp.finetune_models(ci)
+    (model,) = FinetuneFamily(ci).models()
     assert jr.model_job_resources(ci, model, "eval")["mem_mb"] < 1100  # a tiny model on a CPU
 
 
@@ -268,7 +272,7 @@ def test_slurm_asks_for_one_node_for_torchrun_and_sized_checks(workdir):
     assert " --nodes=1" in call and " --gpus=4" in call
     for rule, job in (("fold_finetune", "fold"), ("eval_finetune", "eval")):
         for block in _jobs(out, rule):
-            model = tp.parse_finetune_run(re.search(r"ftrun=([\w.-]+)", block)[1])[1]
+            model = parse_finetune_run(re.search(r"ftrun=([\w.-]+)", block)[1])[1]
             expected = jr.model_job_resources(paper, model, job)
             got = _resources(block)
             assert (got["mem_mb"], got["runtime"]) == (expected["mem_mb"], expected["runtime"])

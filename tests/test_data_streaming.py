@@ -14,15 +14,15 @@ import tracemalloc
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-import legacy_argv
 import numpy as np
 import pytest
 
 from tapernorm import cli, cli_data, hub
 from tapernorm import data as D
-from tapernorm import pipeline as tp
 from tapernorm.data import documents, encoding, synthetic
 from tapernorm.data import hf_datasets as H
+from tapernorm.workflow import validate_pipeline_config
+from tapernorm.workflow.files import finetune_data_config
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -440,19 +440,24 @@ def test_the_recipe_makes_a_copy_prepare_data_reads(hf_cache, web, gpt2, tmp_pat
 
 
 def test_prepare_data_arguments_name_the_tinystories_version_and_workers():
-    cfg = tp.validate_pipeline_config(
+    cfg = validate_pipeline_config(
         __import__("yaml").safe_load((ROOT / "config" / "paper.yaml").read_text()),
         str(ROOT / "workflow" / "schemas" / "config.schema.yaml"),
     )
+
+    def prepare_data(section: dict, *keys: str) -> tuple:
+        """`keys` of what `tapernorm prepare-data --config-json SECTION` (a data rule's command)
+        prepares."""
+        argv = ["prepare-data", "--config-json", json.dumps(section), "--out", "o"]
+        settings = cli_data.data_settings(cli.build_parser().parse_args(argv))
+        return tuple(settings[k] for k in keys)
+
     assert cfg["data"]["tinystories"] == "v2"
-    assert "--corpus tinystories --tokenizer sentencepiece --vocab-size 10000 --tinystories v2" in (
-        legacy_argv.prepare_data_args(cfg["data"])
-    )
+    pretrain = prepare_data(cfg["data"], "corpus", "tokenizer", "vocab_size", "tinystories")
+    assert pretrain == ("tinystories", "sentencepiece", 10_000, "v2")
     cfg["finetune"]["data"].update(corpus="tinystories", tinystories="v1")
-    assert (
-        legacy_argv.finetune_prepare_args(cfg)
-        == "--corpus tinystories --tokenizer gpt2 --tinystories v1"
-    )
+    finetune = prepare_data(finetune_data_config(cfg), "corpus", "tokenizer", "tinystories")
+    assert finetune == ("tinystories", "gpt2", "v1")
     args = cli.build_parser().parse_args(["prepare-data", "--corpus", "tinystories", "--out", "o"])
     settings = cli_data.data_settings(args)
     assert (args.tinystories, settings["tinystories"], args.workers) == (None, "v2", None)

@@ -10,7 +10,6 @@ import torch
 from conftest import tiny_run
 
 from tapernorm import GPT, DyT, GPTConfig, fold_model
-from tapernorm import pipeline as tp
 from tapernorm.analysis import claims, claims_dyt, inference_tables
 from tapernorm.analysis.claims import ClaimInputs
 from tapernorm.bench.decode import bench_decode
@@ -22,6 +21,7 @@ from tapernorm.fold import FoldError, export_explicit_scaling
 from tapernorm.model import DYT_RECIPE, dyt_alpha0, dyt_config
 from tapernorm.norms import LayerNorm, RMSNorm, TaperNorm
 from tapernorm.train import train
+from tapernorm.workflow import Plan, validate_pipeline_config
 
 TINY = dict(n_layer=2, n_head=2, n_embd=16, vocab_size=50, block_size=32)
 
@@ -160,14 +160,14 @@ def test_pipeline_benchmarks_time_the_dyt_run_when_pretrained():
     root = Path(__file__).resolve().parents[1]
     schema = root / "workflow/schemas/config.schema.yaml"
     raw = yaml.safe_load((root / "config/ci.yaml").read_text())
-    cfg = tp.validate_pipeline_config(raw, schema)
-    assert "dyt" in cfg["pretrain"]["variants"] and tp.bench_runs(cfg)["dyt"] == "dyt-d32-s0"
+    cfg = validate_pipeline_config(raw, schema)
+    assert "dyt" in cfg["pretrain"]["variants"] and Plan(cfg).bench.runs()["dyt"] == "dyt-d32-s0"
     without = {**raw, "pretrain": {**raw["pretrain"], "variants": ["baseline", "internal_aux"]}}
     without["fold"] = {"variants": ["internal_aux"]}
-    assert "dyt" not in tp.bench_runs(tp.validate_pipeline_config(without, schema))
+    assert "dyt" not in Plan(validate_pipeline_config(without, schema)).bench.runs()
     bad = {**raw, "fold": {"variants": ["internal_aux", "dyt"]}}
     with pytest.raises(ConfigError, match="fold.variants"):
-        tp.validate_pipeline_config(bad, schema)
+        validate_pipeline_config(bad, schema)
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,6 @@ import torch
 import yaml
 from conftest import tiny_run
 
-from tapernorm import pipeline as tp
 from tapernorm.analysis import claims_finetune
 from tapernorm.analysis import finetune as ft
 from tapernorm.checkpoint import load_model
@@ -21,6 +20,8 @@ from tapernorm.fakeln import removal_order, removal_steps
 from tapernorm.fold import FoldError, fold_model
 from tapernorm.norms import FakeNorm
 from tapernorm.train import train
+from tapernorm.workflow import validate_pipeline_config
+from tapernorm.workflow.finetune import FinetuneFamily
 
 ROOT = Path(__file__).resolve().parents[1]
 SCHEMA = ROOT / "workflow/schemas/config.schema.yaml"
@@ -127,19 +128,19 @@ def test_fakeln_run_configs(shards_dir):
     with pytest.raises(ConfigError, match="config key fakeln"):
         tiny_run(shards_dir, fakeln={"start": 2, "end": 5})  # not a fakeln model
     raw = yaml.safe_load((ROOT / "config/ci.yaml").read_text())
-    cfg = tp.validate_pipeline_config(raw, SCHEMA)
+    cfg = validate_pipeline_config(raw, SCHEMA)
     assert "fakeln" in cfg["finetune"]["protocols"]
     model = cfg["finetune"]["models"][0]["name"]
-    rc = tp.finetune_run_config(cfg, f"fakeln-{model}", "data/finetune")
+    rc = FinetuneFamily(cfg).run_config(f"fakeln-{model}", "data/finetune")
     assert rc["model"]["norm"] == "fakeln" and rc["model"]["taper"] == "none"
     spec = cfg["finetune"]["models"][0]
     assert (rc["fakeln"]["start"], rc["fakeln"]["end"]) == (spec["taper_start"], spec["taper_end"])
     assert not rc["anchor"]["enabled"]
-    vanilla = tp.finetune_run_config(cfg, f"vanilla-{model}", "data/finetune")
+    vanilla = FinetuneFamily(cfg).run_config(f"vanilla-{model}", "data/finetune")
     assert "fakeln" not in vanilla and "norm" not in vanilla["model"]  # as before
     moved = copy.deepcopy(raw)
     moved["finetune"]["models"][0].update(fakeln_start=2, fakeln_end=5)
-    rc = tp.finetune_run_config(tp.validate_pipeline_config(moved, SCHEMA), f"fakeln-{model}", "d")
+    rc = FinetuneFamily(validate_pipeline_config(moved, SCHEMA)).run_config(f"fakeln-{model}", "d")
     assert (rc["fakeln"]["start"], rc["fakeln"]["end"]) == (2, 5)
 
 

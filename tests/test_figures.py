@@ -26,7 +26,7 @@ from tapernorm import provenance
 from tapernorm.analysis import anchor_sweep, figure_style, figures
 from tapernorm.analysis.runs import CLIPPED_COLUMNS, GRAD_COLUMNS
 from tapernorm.config import PAPER_VARIANTS, VARIANTS
-from tapernorm.pipeline import FIG2_VARIANTS
+from tapernorm.workflow.plan import FIG2_VARIANTS
 
 STEPS = 100
 # logit norms and gradients of each variant relative to the Baseline's: runs without a final norm

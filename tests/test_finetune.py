@@ -8,8 +8,8 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
-import legacy_argv
 import numpy as np
 import pandas as pd
 import pytest
@@ -19,11 +19,12 @@ from conftest import tiny_hf_gpt2
 
 from tapernorm import data as D
 from tapernorm import hub
-from tapernorm import pipeline as tp
 from tapernorm.analysis import claims, claims_finetune, paper
 from tapernorm.analysis import finetune as ft
 from tapernorm.checkpoint import load_model
+from tapernorm.cli import build_parser
 from tapernorm.cli import main as cli_main
+from tapernorm.cli_data import data_settings, eval_settings
 from tapernorm.config import ConfigError, resolve_run_config
 from tapernorm.distributed import rank_micro_batches
 from tapernorm.evaluation import evaluate_rows
@@ -32,6 +33,11 @@ from tapernorm.model import LayerNorm
 from tapernorm.norms import TaperNorm, set_gate, update_calibration
 from tapernorm.schedules import gate_at
 from tapernorm.train import train
+from tapernorm.workflow import files as wf
+from tapernorm.workflow import job_functions as jf
+from tapernorm.workflow import validate_pipeline_config
+from tapernorm.workflow.finetune import FINETUNE_BASE_ROOT, FinetuneBaseFamily, FinetuneFamily
+from tapernorm.workflow.names import finetune_run_name, parse_finetune_run
 
 ROOT = Path(__file__).resolve().parents[1]
 SCHEMA = str(ROOT / "workflow/schemas/config.schema.yaml")
@@ -42,7 +48,7 @@ def load_config(name: str) -> dict:
 
 
 def paper_config() -> dict:
-    return tp.validate_pipeline_config(load_config("paper.yaml"), SCHEMA)
+    return validate_pipeline_config(load_config("paper.yaml"), SCHEMA)
 
 
 # ---- run configs --------------------------------------------------------------------------------
@@ -57,7 +63,7 @@ def test_paper_run_configs_follow_table6(model):
         ("internal_taperln", ("internal", True)),
         ("all_taperln", ("all", True)),
     ):
-        rc = tp.finetune_run_config(cfg, f"{protocol}-{model}", "data/finetune")
+        rc = FinetuneFamily(cfg).run_config(f"{protocol}-{model}", "data/finetune")
         t = rc["train"]
         assert (t["steps"], t["warmup_steps"]) == (ref.steps, ref.warmup_end)
         assert (rc["taper"]["start"], rc["taper"]["end"]) == (ref.taper_start, ref.taper_end)
@@ -82,32 +88,47 @@ def test_paper_run_configs_follow_table6(model):
 
 def test_paper_config_plans_gpus_and_torchrun():
     cfg = paper_config()
-    assert len(tp.finetune_runs(cfg)) == 16  # 4 models x (3 paper protocols + FakeLN)
-    assert tp.finetune_runs(cfg, ["all_taperln"]) == [f"all_taperln-{m}" for m in paper.TABLE6]
-    gpus = {m: tp.finetune_gpus(cfg, m) for m in tp.finetune_models(cfg)}
+    family = FinetuneFamily(cfg)
+    assert len(family.runs()) == 16  # 4 models x (3 paper protocols + FakeLN)
+    assert family.runs(["all_taperln"]) == [f"all_taperln-{m}" for m in paper.TABLE6]
+    gpus = {m: family.model_gpus(m) for m in family.models()}
     assert gpus == {"gpt2": 1, "gpt2-medium": 1, "gpt2-large": 2, "gpt2-xl": 4}
-    assert tp.finetune_launcher(cfg, "gpt2") == "tapernorm"
-    assert tp.finetune_launcher(cfg, "gpt2-xl").startswith(
+    assert family.launcher(finetune_run_name("all_taperln", "gpt2")) == "tapernorm"
+    assert family.launcher(finetune_run_name("all_taperln", "gpt2-xl")).startswith(
         "torchrun --standalone --nproc_per_node 4"
     )
-    assert legacy_argv.finetune_prepare_args(cfg) == "--corpus openwebtext --tokenizer gpt2"
-    assert legacy_argv.prepare_eval_args(cfg, "heldout", "data/finetune") == (
-        "--set heldout --row-len 1024 --max-rows 10000 --shards data/finetune"
-    )
-    assert tp.finetune_base_models(cfg) == []
+    assert family.base_models() == []
+
+
+def test_paper_config_prepares_gpt2_tokens_and_the_held_out_rows():
+    """What rules prepare_finetune_data and prepare_eval pass their commands: the fine-tuning
+    corpus in GPT-2 BPE, and the held-out set's rows cut from those shards."""
+    cfg = paper_config()
+    argv = ["prepare-data", "--config-json", json.dumps(wf.finetune_data_config(cfg))]
+    corpus = data_settings(build_parser().parse_args([*argv, "--out", "o"]))
+    assert (corpus["corpus"], corpus["tokenizer"]) == ("openwebtext", "gpt2")
+    shards = jf.heldout_shards(SimpleNamespace(evalset="heldout")).split()
+    assert shards == ["--shards", wf.FINETUNE_DATA] == ["--shards", "data/finetune"]
+    section = json.dumps(cfg["finetune"]["eval"])
+    argv = ["prepare-eval", "--config-json", section, "--set", "heldout", *shards, "--out", "o"]
+    args = build_parser().parse_args(argv)
+    assert eval_settings(args) == {"row_len": 1024, "max_rows": 10_000, "local_path": None}
+    assert args.shards == "data/finetune"
 
 
 def test_default_config_pretrains_its_base_on_gpt2_tokens():
-    cfg = tp.validate_pipeline_config(load_config("config.yaml"), SCHEMA)
-    (model,) = tp.finetune_models(cfg)
-    assert tp.finetune_base_models(cfg) == [model]
-    base = tp.finetune_base_config(cfg, model, "data/finetune")
+    cfg = validate_pipeline_config(load_config("config.yaml"), SCHEMA)
+    family = FinetuneFamily(cfg)
+    (model,) = family.models()
+    assert family.base_models() == [model]
+    base = FinetuneBaseFamily(cfg).run_config(model, "data/finetune")
     assert base["model"]["style"] == "gpt2" and base["model"]["taper"] == "none"
     assert base["model"]["vocab_size"] is None  # from the data: GPT-2's 50257
-    rc = tp.finetune_run_config(cfg, f"all_taperln-{model}", "data/finetune")
-    assert rc["init"]["from"] == f"{tp.FINETUNE_BASE_ROOT}/{model}"
+    rc = family.run_config(f"all_taperln-{model}", "data/finetune")
+    assert rc["init"]["from"] == f"{FINETUNE_BASE_ROOT}/{model}"
     assert "stands in for GPT-2 S" in rc["meta"]["label"]
-    assert tp.finetune_gpus(cfg, model) == 0 and tp.finetune_launcher(cfg, model) == "tapernorm"
+    assert family.model_gpus(model) == 0
+    assert family.launcher(finetune_run_name("all_taperln", model)) == "tapernorm"
 
 
 def _with_finetune(mutate):
@@ -131,17 +152,17 @@ def _with_finetune(mutate):
 )
 def test_invalid_finetune_configs_name_the_key(mutate, key):
     with pytest.raises(ConfigError, match=f"config key {key}"):
-        tp.validate_pipeline_config(_with_finetune(mutate), SCHEMA)
+        validate_pipeline_config(_with_finetune(mutate), SCHEMA)
 
 
 def test_finetune_run_names():
-    assert tp.parse_finetune_run("all_taperln-gpt2-medium") == ("all_taperln", "gpt2-medium")
-    assert tp.parse_finetune_run(tp.finetune_run_name("vanilla", "gpt2")) == ("vanilla", "gpt2")
+    assert parse_finetune_run("all_taperln-gpt2-medium") == ("all_taperln", "gpt2-medium")
+    assert parse_finetune_run(finetune_run_name("vanilla", "gpt2")) == ("vanilla", "gpt2")
     with pytest.raises(ValueError, match="protocol"):
-        tp.parse_finetune_run("gpt2")
+        parse_finetune_run("gpt2")
     cfg = paper_config()
     with pytest.raises(ValueError, match="not part of"):
-        tp.finetune_run_config(cfg, "all_taperln-gpt2-xxl", "d")
+        FinetuneFamily(cfg).run_config("all_taperln-gpt2-xxl", "d")
 
 
 # ---- data parallel: each step's micro-batches split over ranks ----------------------------------
@@ -312,12 +333,12 @@ def finetuned(shards_dir, tmp_path_factory):
         "log": {"every": 1, "eval_windows": 8, "ckpt_every": 4},
         "eval": {"sets": ["heldout"], "row_len": 33, "max_rows": 6, "batch_size": 4},
     }
-    cfg = tp.validate_pipeline_config(cfg, SCHEMA)
+    cfg = validate_pipeline_config(cfg, SCHEMA)
     D.prepare_eval_set("heldout", str(root / "eval"), 33, shards_dir=str(shards_dir), max_rows=6)
     out = {"root": root, "config": cfg, "runs": {}, "evals": []}
-    for name in tp.finetune_runs(cfg):
+    for name in FinetuneFamily(cfg).runs():
         run = root / "runs" / name
-        train(tp.finetune_run_config(cfg, name, str(shards_dir)), run)
+        train(FinetuneFamily(cfg).run_config(name, str(shards_dir)), run)
         out["runs"][name] = run
     fold_dir = root / "fold" / "all_taperln-tiny"
     args = ["fold", "--model", str(out["runs"]["all_taperln-tiny"]), "--data", str(shards_dir)]

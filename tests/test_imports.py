@@ -32,7 +32,7 @@ FORBIDDEN = {
     "tapernorm.analysis.figures_gradients": ("tapernorm.analysis.figures",),
     # the workflow's planning: no torch (the model, data, training, benchmarks), no commands
     "tapernorm.workflow": ("tapernorm.model", "tapernorm.norms", "tapernorm.decode", "tapernorm.train",
-                           "tapernorm.data", "tapernorm.bench", "tapernorm.cli", "tapernorm.pipeline",
+                           "tapernorm.data", "tapernorm.bench", "tapernorm.cli",
                            "tapernorm.job_resources", "tapernorm.analysis", "tapernorm.checkpoint"),
     # the command line: cli (the entry) gathers the commands' modules, none of which imports it
     # or each other; what they share is below them (cli_args, cli_errors)

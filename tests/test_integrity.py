@@ -540,7 +540,7 @@ def test_an_evaluation_out_of_memory_names_its_batch_size(
 
 def test_a_target_after_configfile_is_named_as_such(tmp_path):
     from tapernorm.config import ConfigError
-    from tapernorm.pipeline import check_config_files
+    from tapernorm.workflow import check_config_files
 
     schema = str(ROOT / "workflow/schemas/config.schema.yaml")
     check_config_files([str(ROOT / "config/ci.yaml")], schema)

@@ -8,11 +8,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tapernorm import pipeline as tp
 from tapernorm.cli import main
 from tapernorm.config import ConfigError
 from tapernorm.lr_grid import GridRun, read_runs, summarize
-from tapernorm.workflow import Plan
+from tapernorm.workflow import Plan, validate_pipeline_config
 
 ROOT = Path(__file__).resolve().parents[1]
 SCHEMA = str(ROOT / "workflow/schemas/config.schema.yaml")
@@ -22,7 +21,7 @@ def _config(lr_grid: dict | None = None, **pretrain) -> dict:
     raw = yaml.safe_load((ROOT / "config/ci.yaml").read_text())
     raw["pretrain"].update(pretrain)
     raw["lr_grid"] = lr_grid or {"variants": ["dyt", "internal_aux"], "lrs": [3e-3, 1e-3]}
-    return tp.validate_pipeline_config(raw, SCHEMA)
+    return validate_pipeline_config(raw, SCHEMA)
 
 
 def test_the_grid_adds_each_variants_matched_baseline_and_sets_only_the_lr():
@@ -31,7 +30,7 @@ def test_the_grid_adds_each_variants_matched_baseline_and_sets_only_the_lr():
     runs = grid.runs()
     assert len(runs) == 4 * 2 * 2 and runs[0] == "baseline_untied-d32-s0-lr0.001"
     rc = grid.run_config("dyt-d32-s1-lr0.003", "data/pretrain")
-    family = tp.run_config(_config(), "pretrain", "dyt-d32-s1", "data/pretrain")
+    family = Plan(_config()).pretrain.run_config("dyt-d32-s1", "data/pretrain")
     assert rc["train"]["lr"] == 0.003 and rc["name"] == "lr_grid/dyt-d32-s1-lr0.003"
     rc["train"]["lr"], rc["name"] = family["train"]["lr"], family["name"]
     assert rc == family  # everything else is the family's run
@@ -42,7 +41,7 @@ def test_the_grid_adds_each_variants_matched_baseline_and_sets_only_the_lr():
 def test_the_default_grid_is_the_committed_studys():
     raw = yaml.safe_load((ROOT / "config/config.yaml").read_text())
     raw.update(yaml.safe_load((ROOT / "config/lr-grid.yaml").read_text()))
-    grid = Plan(tp.validate_pipeline_config(raw, SCHEMA)).lr_grid
+    grid = Plan(validate_pipeline_config(raw, SCHEMA)).lr_grid
     committed = json.loads((ROOT / "results/cpu/lr_grid/lr_grid.json").read_text())
     assert len(grid.runs()) == 30
     assert sorted(set(grid.section["lrs"])) == committed["scale"]["lrs"]

@@ -1,14 +1,18 @@
-"""The workflow's config handling (library side): validation, run names, run configs."""
+"""The workflow's config handling (library side, tapernorm.workflow): validation, run names, run
+configs, the plan of a config (its families, targets, job records)."""
 
+import json
 from pathlib import Path
 
-import legacy_argv
 import pytest
 import yaml
 
-from tapernorm import pipeline as tp
+from tapernorm.cli import build_parser
+from tapernorm.cli_data import data_settings
 from tapernorm.config import ConfigError
-from tapernorm.workflow import Plan
+from tapernorm.workflow import Plan, validate_pipeline_config
+from tapernorm.workflow import names as wn
+from tapernorm.workflow.training import SweepFamily
 
 ROOT = Path(__file__).resolve().parents[1]
 SCHEMA = str(ROOT / "workflow/schemas/config.schema.yaml")
@@ -20,42 +24,43 @@ def load(name: str) -> dict:
 
 @pytest.mark.parametrize("name", ["config.yaml", "ci.yaml", "paper.yaml"])
 def test_shipped_configs_validate(name):
-    cfg = tp.validate_pipeline_config(load(name), SCHEMA)
+    cfg = validate_pipeline_config(load(name), SCHEMA)
     assert cfg["pretrain"]["log"]["every"] >= 1
-    runs = tp.family_runs(cfg, "pretrain")
+    runs = Plan(cfg).pretrain.runs()
     assert len(runs) == len(set(runs))
 
 
 def test_paper_config_plans_the_full_grid():
-    cfg = tp.validate_pipeline_config(load("paper.yaml"), SCHEMA)
-    runs = tp.family_runs(cfg, "pretrain")
+    cfg = validate_pipeline_config(load("paper.yaml"), SCHEMA)
+    pretrain = Plan(cfg).pretrain
+    runs = pretrain.runs()
     assert len(runs) == 8 * 4 * 6  # Table 1's six, DyT and its untied baseline, 4 widths, 6 seeds
-    dyt = tp.run_config(cfg, "pretrain", "dyt-d512-s0", "data/pretrain")
+    dyt = pretrain.run_config("dyt-d512-s0", "data/pretrain")
     assert dyt["model"]["norm"] == "dyt" and dyt["train"]["steps"] == 1_000_000
-    rc = tp.run_config(cfg, "pretrain", "internal_aux-d512-s5", "data/pretrain")
+    rc = pretrain.run_config("internal_aux-d512-s5", "data/pretrain")
     assert rc["train"]["steps"] == 1_000_000 and rc["train"]["warmup_steps"] == 50_000
     assert rc["taper"]["start"] == 50_000 and rc["taper"]["end"] == 1_000_000
     assert rc["model"]["taper"] == "internal" and rc["anchor"]["enabled"]
     assert rc["model"]["n_head"] == 16 and rc["model"]["block_size"] == 512
     assert rc["train"]["batch_size"] == 16 and rc["train"]["lr"] == 3e-4
-    assert tp.wants_gpu(cfg, "pretrain")
+    assert pretrain.gpus(runs[0]) == 1  # a GPU job
     steps = {
-        w: tp.run_config(cfg, "pretrain", f"baseline-d{w}-s0", "d")["train"]["steps"]
+        w: pretrain.run_config(f"baseline-d{w}-s0", "d")["train"]["steps"]
         for w in (64, 128, 256, 512)
     }
     assert steps == {64: 500_000, 128: 500_000, 256: 750_000, 512: 1_000_000}
 
 
 def test_run_names_roundtrip():
-    assert tp.parse_run_name(tp.run_name("all_aux", 64, 3)) == ("all_aux", 64, 3)
+    assert wn.parse_run_name(wn.run_name("all_aux", 64, 3)) == ("all_aux", 64, 3)
     with pytest.raises(ValueError):
-        tp.parse_run_name("all-aux-64")
+        wn.parse_run_name("all-aux-64")
 
 
 def test_run_outside_the_family_is_refused():
-    cfg = tp.validate_pipeline_config(load("ci.yaml"), SCHEMA)
+    cfg = validate_pipeline_config(load("ci.yaml"), SCHEMA)
     with pytest.raises(ValueError, match="not part of"):
-        tp.run_config(cfg, "pretrain", "baseline-d32-s9", "d")
+        Plan(cfg).pretrain.run_config("baseline-d32-s9", "d")
 
 
 def _bad(mutate):
@@ -88,62 +93,74 @@ def _bad(mutate):
 )
 def test_invalid_pipeline_configs_name_the_key(mutate, key):
     with pytest.raises(ConfigError, match=f"config key {key}"):
-        tp.validate_pipeline_config(_bad(mutate), SCHEMA)
+        validate_pipeline_config(_bad(mutate), SCHEMA)
 
 
-def test_prepare_data_args():
-    cfg = tp.validate_pipeline_config(load("config.yaml"), SCHEMA)
-    assert legacy_argv.prepare_data_args(cfg["data"]) == (
-        "--corpus shakespeare --tokenizer sentencepiece --vocab-size 512 --no-byte-fallback"
-    )
-    paper = tp.validate_pipeline_config(load("paper.yaml"), SCHEMA)
-    assert "--tokenizer-chars 200000000" in legacy_argv.prepare_data_args(paper["data"])
+def prepare_data_settings(data: dict) -> dict:
+    """What `tapernorm prepare-data` reads from a `data:` section as rule prepare_data passes it
+    (--config-json)."""
+    argv = ["prepare-data", "--config-json", json.dumps(data), "--out", "o"]
+    return data_settings(build_parser().parse_args(argv))
+
+
+def test_prepare_data_settings():
+    cfg = validate_pipeline_config(load("config.yaml"), SCHEMA)
+    settings = prepare_data_settings(cfg["data"])
+    assert {k: settings[k] for k in ("corpus", "tokenizer", "vocab_size", "byte_fallback")} == {
+        "corpus": "shakespeare",
+        "tokenizer": "sentencepiece",
+        "vocab_size": 512,
+        "byte_fallback": False,
+    }
+    paper = validate_pipeline_config(load("paper.yaml"), SCHEMA)
+    assert prepare_data_settings(paper["data"])["tokenizer_chars"] == 200_000_000
 
 
 def test_taper_start_and_end_fractions():
     cfg = load("ci.yaml")
     cfg["pretrain"]["taper"].update(start_frac=0.25, end_frac=0.5)
-    cfg = tp.validate_pipeline_config(cfg, SCHEMA)
-    rc = tp.run_config(cfg, "pretrain", "all_aux-d32-s0", "d")
+    cfg = validate_pipeline_config(cfg, SCHEMA)
+    rc = Plan(cfg).pretrain.run_config("all_aux-d32-s0", "d")
     steps = rc["train"]["steps"]
     assert rc["taper"]["start"] == round(0.25 * steps) and rc["taper"]["end"] == round(0.5 * steps)
-    paper = tp.validate_pipeline_config(load("paper.yaml"), SCHEMA)  # the paper: end of warmup
-    rc = tp.run_config(paper, "pretrain", "all_aux-d64-s0", "d")
+    paper = validate_pipeline_config(load("paper.yaml"), SCHEMA)  # the paper: end of warmup
+    rc = Plan(paper).pretrain.run_config("all_aux-d64-s0", "d")
     assert rc["taper"]["start"] == rc["train"]["warmup_steps"] == 25_000
     bad = load("ci.yaml")
     bad["pretrain"]["taper"].update(start_frac=0.5, end_frac=0.5)
     with pytest.raises(ConfigError, match="taper.start"):
-        tp.validate_pipeline_config(bad, SCHEMA)
+        validate_pipeline_config(bad, SCHEMA)
     bad["pretrain"]["taper"].update(start_frac=1.5)
     with pytest.raises(ConfigError, match="config key pretrain.taper.start_frac"):
-        tp.validate_pipeline_config(bad, SCHEMA)
+        validate_pipeline_config(bad, SCHEMA)
 
 
 def test_anchor_sweep_runs_retrain_the_ablations_all_aux_at_other_weights():
     cfg = load("ci.yaml")
     cfg["ablation"]["anchor"] = {"lam": 10.0, "form": "eq5"}
     cfg["anchor_sweep"] = {"eq5": [0.1, 10], "relative": [0.1]}
-    cfg = tp.validate_pipeline_config(cfg, SCHEMA)
-    names = tp.sweep_runs(cfg)
+    cfg = validate_pipeline_config(cfg, SCHEMA)
+    plan = Plan(cfg)
+    names = plan.sweep.runs()
     assert names == ["eq5-lam0.1", "relative-lam0.1"]  # eq5 at 10 is the ablation's own run
-    base = tp.run_config(cfg, "ablation", tp.sweep_base_run(cfg), "d")
-    rc = tp.run_config(cfg, tp.SWEEP_FAMILY, "relative-lam0.1", "d")
+    base = plan.ablation.run_config(plan.sweep.base_run, "d")
+    rc = plan.family(SweepFamily.name).run_config("relative-lam0.1", "d")
     assert rc["anchor"] == {**base["anchor"], "form": "relative", "lam": 0.1}
     assert rc["name"] == "anchor_sweep/relative-lam0.1" and rc["variant"] == "all_aux"
     assert {k: v for k, v in rc.items() if k not in ("anchor", "name")} == {
         k: v for k, v in base.items() if k not in ("anchor", "name")
     }
     with pytest.raises(ValueError, match="not part of"):
-        tp.run_config(cfg, tp.SWEEP_FAMILY, "eq5-lam10", "d")
+        plan.sweep.run_config("eq5-lam10", "d")
     bad = load("ci.yaml")
     bad["anchor_sweep"] = {"eq5": [1.0]}
     bad["ablation"]["variants"] = ["final", "all"]
     with pytest.raises(ConfigError, match="anchor_sweep"):
-        tp.validate_pipeline_config(bad, SCHEMA)
+        validate_pipeline_config(bad, SCHEMA)
     bad = load("ci.yaml")
     bad["anchor_sweep"] = {"eq5": [1.0], "log": [1.0]}
     with pytest.raises(ConfigError, match="anchor_sweep"):
-        tp.validate_pipeline_config(bad, SCHEMA)
+        validate_pipeline_config(bad, SCHEMA)
 
 
 @pytest.mark.parametrize(
@@ -182,59 +199,63 @@ def test_anchor_sweep_runs_retrain_the_ablations_all_aux_at_other_weights():
 )
 def test_workflow_config_errors_name_the_leaf_key_and_what_is_allowed(mutate, message):
     with pytest.raises(ConfigError) as e:
-        tp.validate_pipeline_config(_bad(mutate), SCHEMA)
+        validate_pipeline_config(_bad(mutate), SCHEMA)
     assert str(e.value).startswith(message)
 
 
 def test_ablation_may_be_null():
-    cfg = tp.validate_pipeline_config(
+    cfg = validate_pipeline_config(
         _bad(lambda c: c.update(ablation=None, anchor_sweep=None)), SCHEMA
     )
     assert cfg["ablation"] is None
 
 
 def test_benchmarks_time_random_weights_at_the_paper_size_or_the_trained_runs():
-    default = tp.validate_pipeline_config(load("config.yaml"), SCHEMA)
+    default = validate_pipeline_config(load("config.yaml"), SCHEMA)
     assert default["bench"]["random"] == "d512"
-    assert tp.bench_inputs(default) == {}  # no training run to wait for
-    assert legacy_argv.bench_model_args(default) == "--random d512"
-    ci = tp.validate_pipeline_config(load("ci.yaml"), SCHEMA)
+    bench = Plan(default).bench
+    assert bench.inputs() == {}  # no training run to wait for
+    # the benchmark jobs' models: none named (--config-json carries random: d512)
+    assert bench.model_options() == ""
+    assert all(bench.job_config(kind)["random"] == "d512" for kind in ("forward", "decode"))
+    ci = validate_pipeline_config(load("ci.yaml"), SCHEMA)
     assert ci["bench"]["random"] is None
-    assert legacy_argv.bench_model_args(ci) == (
+    assert Plan(ci).bench.model_options() == (
         "--baseline results/runs/pretrain/baseline-d32-s0 "
-        "--tapered results/runs/pretrain/internal_aux-d32-s0 --dyt results/runs/pretrain/dyt-d32-s0"
+        "--tapered results/runs/pretrain/internal_aux-d32-s0 --dyt results/runs/pretrain/dyt-d32-s0 "
     )
-    assert tp.bench_inputs(ci)["verify"] == "results/fold/internal_aux-d32-s0/verify.json"
+    assert Plan(ci).bench.inputs()["verify"] == "results/fold/internal_aux-d32-s0/verify.json"
     bad = {**load("config.yaml"), "bench": {**load("config.yaml")["bench"], "random": "512"}}
     with pytest.raises(ConfigError, match="bench.random"):
-        tp.validate_pipeline_config(bad, SCHEMA)
+        validate_pipeline_config(bad, SCHEMA)
 
 
 def test_wildcard_constraints_are_the_run_name_patterns():
     import re
 
-    cfg = tp.validate_pipeline_config(load("paper.yaml"), SCHEMA)
+    cfg = validate_pipeline_config(load("paper.yaml"), SCHEMA)
 
     def matches(pattern: str, name: str) -> bool:
         return re.fullmatch(pattern, name) is not None
 
-    runs = tp.family_runs(cfg, "pretrain") + tp.family_runs(cfg, "ablation") + tp.sweep_runs(cfg)
-    assert runs and all(matches(tp.RUN_WILDCARD, n) for n in runs)
-    assert tp.wildcard_pattern(tp.RUN_NAME) == r"(?:[a-z_]+)-d(?:\d+)-s(?:\d+)"
+    plan = Plan(cfg)
+    runs = plan.pretrain.runs() + plan.ablation.runs() + plan.sweep.runs()
+    assert runs and all(matches(wn.RUN_WILDCARD, n) for n in runs)
+    assert wn.wildcard_pattern(wn.RUN_NAME) == r"(?:[a-z_]+)-d(?:\d+)-s(?:\d+)"
     for name in ("baseline-d64", "baseline-d64-s0/eval", "eq5-lamx", "Baseline-d64-s0"):
-        assert not matches(tp.RUN_WILDCARD, name), name
-    ft = tp.finetune_runs(cfg)
-    assert ft and all(matches(tp.FINETUNE_RUN_WILDCARD, n) for n in ft)
-    folded = [n for n in ft if matches(tp.FOLDED_FINETUNE_RUN_WILDCARD, n)]
-    assert folded == tp.finetune_runs(cfg, ["all_taperln"])
-    models = tp.finetune_models(cfg)
-    assert all(matches(tp.FINETUNE_MODEL_WILDCARD, m) for m in models)
-    assert not matches(tp.FINETUNE_MODEL_WILDCARD, "GPT 2")
+        assert not matches(wn.RUN_WILDCARD, name), name
+    ft = plan.finetune.runs()
+    assert ft and all(matches(wn.FINETUNE_RUN_WILDCARD, n) for n in ft)
+    folded = [n for n in ft if matches(wn.FOLDED_FINETUNE_RUN_WILDCARD, n)]
+    assert folded == plan.finetune.runs(["all_taperln"])
+    models = plan.finetune.models()
+    assert all(matches(wn.FINETUNE_MODEL_WILDCARD, m) for m in models)
+    assert not matches(wn.FINETUNE_MODEL_WILDCARD, "GPT 2")
 
 
 def test_all_targets_follow_the_configured_families():
-    ci = tp.validate_pipeline_config(load("ci.yaml"), SCHEMA)
-    targets = tp.all_targets(ci)
+    ci = validate_pipeline_config(load("ci.yaml"), SCHEMA)
+    targets = Plan(ci).all_targets()
     assert len(targets) == len(set(targets))
     for path in (
         "figures/fig7_anchor_sweep.png",
@@ -249,35 +270,36 @@ def test_all_targets_follow_the_configured_families():
     ):
         assert path in targets, path
     assert {t.split("/")[-1].split(".")[0] for t in targets if t.startswith("figures/")} == {
-        *tp.figures(ci),
+        *Plan(ci).figures(),
         "fig5_decode_speedup",
         "fig_claim_gaps",  # the claims' paired gaps, from claims.json
     }
     with_grid = Plan(ci).all_targets(lr_grid=True)  # the checkout has the committed LR grid
     assert set(with_grid) - set(targets) == {"figures/fig_lr_grid.pdf", "figures/fig_lr_grid.png"}
-    bare = tp.validate_pipeline_config(
+    bare = validate_pipeline_config(
         _bad(lambda c: c.update(ablation=None, anchor_sweep=None, finetune=None, bench=None)),
         SCHEMA,
     )
-    names = {t.split("/")[-1] for t in tp.all_targets(bare)}
+    names = {t.split("/")[-1] for t in Plan(bare).all_targets()}
     assert "fig4b_ablation_grad_norms.pdf" not in names and "table_anchor.csv" not in names
     assert not {"table4.csv", "table3.csv", "fig5_decode_speedup.pdf"} & names
     assert {"table1.csv", "table5.html", "claims.md", "job_times.md"} <= names
-    assert tp.families(bare) == ["pretrain"] and tp.bench_csvs(bare) == []
+    assert [f.name for f in Plan(bare).training()] == ["pretrain"]
+    assert Plan(bare).bench_csvs() == []
 
 
 def test_job_records_are_one_path_per_timed_job():
-    assert tp.job_record("train", "{family}", "{run}") == (
+    assert wn.job_record("train", "{family}", "{run}") == (
         "results/job_records/train/{family}/{run}.tsv"
     )
-    assert tp.job_record("bench_forward", root=None) == "bench_forward.tsv"
-    ci = tp.validate_pipeline_config(load("ci.yaml"), SCHEMA)
-    records, names = tp.timed_jobs(ci), tp.timed_jobs(ci, root=None)
-    assert records == [f"{tp.JOB_RECORDS}/{n}" for n in names]
+    assert wn.job_record("bench_forward", root=None) == "bench_forward.tsv"
+    plan = Plan(validate_pipeline_config(load("ci.yaml"), SCHEMA))
+    records, names = plan.timed_jobs(), plan.timed_jobs(root=None)
+    assert records == [f"{wn.JOB_RECORDS}/{n}" for n in names]
     assert "train/pretrain/internal_aux-d32-s1.tsv" in names
-    assert f"train/{tp.SWEEP_FAMILY}/{tp.sweep_runs(ci)[0]}.tsv" in names
+    assert f"train/{SweepFamily.name}/{plan.sweep.runs()[0]}.tsv" in names
     assert "finetune/all_taperln-gpt2-d16.tsv" in names
     assert names[-2:] == ["bench_forward.tsv", "bench_decode.tsv"]
-    trained = sum(len(tp.family_runs(ci, f)) for f in ("pretrain", "ablation"))
-    ft = len(tp.finetune_runs(ci)) + len(tp.finetune_base_models(ci))
-    assert len(names) == trained + len(tp.sweep_runs(ci)) + ft + 2
+    trained = len(plan.pretrain.runs()) + len(plan.ablation.runs())
+    ft = len(plan.finetune.runs()) + len(plan.finetune.base_models())
+    assert len(names) == trained + len(plan.sweep.runs()) + ft + 2
