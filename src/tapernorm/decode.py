@@ -7,8 +7,8 @@ over one cache of `max_len` positions:
     prefill(prompt (B, P)) -> logits (B, V) of the last prompt position; caches positions 0..P-1
     step(token (B, 1), pos) -> logits (B, V) of `token` fed at position `pos`; caches it there
 
-The prefill is GPT.hidden with the cache. eager_decoder's step is GPT.step, the model's one-token
-fast path, its linear layers on a faster kernel at small batch on a CPU (step_linear).
+The prefill is GPT.hidden with the cache. eager_decoder's step is GPT.hidden of one token after the
+cached ones, its linear layers on a faster kernel at small batch on a CPU (step_linear).
 StaticDecoder's step is GPT.hidden at a position tensor, for torch.compile: the full-length cache
 is written there and attention covers all slots under a mask, so one graph (on a GPU, one CUDA
 graph) serves every step. `run` drives a decoder; `generate` is GPT.generate: eager, or compiled
@@ -105,8 +105,8 @@ def eager_decoder(
     model: nn.Module, batch: int, max_len: int, linear: Linear | None = None
 ) -> tuple[Prefill, Step]:
     """The model's own KV-cache path, with a cache allocated once (reused by every call): the
-    prefill is GPT.hidden with the cache, the step GPT.step (its one-token fast path) with its
-    linear layers on step_linear's kernels (or `linear`'s)."""
+    prefill is GPT.hidden with the cache, the step GPT.hidden and GPT.head of one token with
+    their linear layers on step_linear's kernels (or `linear`'s)."""
     cache = new_cache(model, batch, max_len)
     p = model.tok_emb.weight
     lin = linear or step_linear(p.device, p.dtype, batch)
@@ -115,7 +115,7 @@ def eager_decoder(
         return model.head(model.hidden(idx, cache, 0)[:, -1])
 
     def step(tok: torch.Tensor, pos: int) -> torch.Tensor:
-        return model.step(tok, cache, pos, lin)
+        return model.head(model.hidden(tok, cache, pos, lin)[:, 0], lin)
 
     return prefill, step
 

@@ -11,9 +11,9 @@ dyt_config(...) is DyT as its authors train LLaMA-style language models (DYT_REC
 
 One attention path (Attention.forward) and one loop over the blocks (GPT.hidden) serve training,
 evaluation and decoding: with a KV cache (one per layer, owned by the decode engine: decode.KVCache)
-and a position offset they run a chunk after cached tokens. GPT.step is the one-token fast path of
-eager decoding (the same computation with less Python and a choice of linear kernels; it pays:
-docs/usage.md). GPT.generate runs tapernorm.decode's engine, which sits below the model.
+and a position offset they run a chunk after cached tokens, and a `linear` argument lets the eager
+decode step put its projections on other kernels (decode.step_linear). GPT.generate runs
+tapernorm.decode's engine, which sits below the model.
 """
 
 from __future__ import annotations
@@ -213,11 +213,13 @@ class Attention(nn.Module):
         self.qkv = nn.Linear(cfg.n_embd, qkv_dim, bias=cfg.qkv_bias)
         self.proj = nn.Linear(cfg.n_embd, cfg.n_embd, bias=cfg.bias)
 
-    def heads(self, x: torch.Tensor, rope=None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def heads(
+        self, x: torch.Tensor, rope=None, linear: Linear = layer_linear
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """q, k, v of x (B, T, C) as (B, heads, T, head_dim), with RoPE applied to q and k."""
         B, T, _ = x.shape
         sizes = (self.n_head * self.hd, self.n_kv_head * self.hd, self.n_kv_head * self.hd)
-        q, k, v = self.qkv(x).split(sizes, dim=-1)
+        q, k, v = linear(self.qkv, x).split(sizes, dim=-1)
         q = q.view(B, T, self.n_head, self.hd).transpose(1, 2)
         k = k.view(B, T, self.n_kv_head, self.hd).transpose(1, 2)
         v = v.view(B, T, self.n_kv_head, self.hd).transpose(1, 2)
@@ -225,12 +227,15 @@ class Attention(nn.Module):
             q, k = apply_rope(q, *rope), apply_rope(k, *rope)
         return q, k, v
 
-    def forward(self, x, rope=None, cache=None, pos: int | torch.Tensor = 0) -> torch.Tensor:
+    def forward(
+        self, x, rope=None, cache=None, pos: int | torch.Tensor = 0, linear: Linear = layer_linear
+    ) -> torch.Tensor:
         """x (B, T, C) at positions pos.. -> (B, T, C). With a layer's KV cache (decode.KVCache)
         this chunk's keys and values are written to it and attention covers the cached ones, under
-        the mask the cache gives (None: causal within the chunk)."""
+        the mask the cache gives (None: causal within the chunk). `linear` computes the
+        projections (the eager decode step's kernels: decode.step_linear)."""
         B, T, C = x.shape
-        q, k, v = self.heads(x, rope)
+        q, k, v = self.heads(x, rope, linear)
         mask = None
         if cache is not None:
             k, v, mask = cache.update(k, v, pos)
@@ -242,18 +247,7 @@ class Attention(nn.Module):
             is_causal=mask is None and T > 1,
             enable_gqa=self.n_kv_head != self.n_head,
         )
-        return self.proj(y.transpose(1, 2).reshape(B, T, C))
-
-    def step(self, x, rope, cache, pos: int, linear: Linear = layer_linear) -> torch.Tensor:
-        """forward of one token per sequence, x (B, C), without its reshapes: q, k, v stay one
-        tensor, RoPE rotates q and k in one call; `linear` computes the projections (GPT.step)."""
-        B, C = x.shape
-        H, Hkv = self.n_head, self.n_kv_head
-        qkv = linear(self.qkv, x).view(B, H + 2 * Hkv, 1, self.hd)  # (B, heads, T=1, head_dim)
-        qk = qkv[:, : H + Hkv] if rope is None else apply_rope(qkv[:, : H + Hkv], *rope)
-        k, v, _ = cache.update(qk[:, H:], qkv[:, H + Hkv :], pos)
-        y = F.scaled_dot_product_attention(qk[:, :H], k, v, enable_gqa=Hkv != H)
-        return linear(self.proj, y.reshape(B, C))
+        return linear(self.proj, y.transpose(1, 2).reshape(B, T, C))
 
 
 class MLP(nn.Module):
@@ -272,7 +266,7 @@ class MLP(nn.Module):
         return [self.w_in] if self.w_gate is None else [self.w_gate, self.w_in]
 
     def forward(self, x: torch.Tensor, linear: Linear = layer_linear) -> torch.Tensor:
-        """`linear` computes the projections (GPT.step's kernels; by default each layer itself)."""
+        """`linear` computes the projections (by default each layer itself)."""
         if self.w_gate is not None:
             return linear(self.w_out, F.silu(linear(self.w_gate, x)) * linear(self.w_in, x))
         return linear(self.w_out, F.gelu(linear(self.w_in, x), approximate="tanh"))
@@ -285,9 +279,11 @@ class Block(nn.Module):
         self.ln_1, self.attn = make_norm(cfg, internal, before_attn=True), Attention(cfg)
         self.ln_2, self.mlp = make_norm(cfg, internal), MLP(cfg)
 
-    def forward(self, x, rope=None, cache=None, pos: int | torch.Tensor = 0) -> torch.Tensor:
-        x = x + self.attn(self.ln_1(x), rope, cache, pos)
-        return x + self.mlp(self.ln_2(x))
+    def forward(
+        self, x, rope=None, cache=None, pos: int | torch.Tensor = 0, linear: Linear = layer_linear
+    ) -> torch.Tensor:
+        x = x + self.attn(self.ln_1(x), rope, cache, pos, linear)
+        return x + self.mlp(self.ln_2(x), linear)
 
 
 class GPT(nn.Module):
@@ -330,10 +326,17 @@ class GPT(nn.Module):
         x = self.tok_emb(idx)
         return x if self.emb_scale is None else x * self.emb_scale
 
-    def hidden(self, idx: torch.Tensor, cache: list | None = None, pos: int | torch.Tensor = 0):
+    def hidden(
+        self,
+        idx: torch.Tensor,
+        cache: list | None = None,
+        pos: int | torch.Tensor = 0,
+        linear: Linear = layer_linear,
+    ) -> torch.Tensor:
         """The pre-logit residual stream h_L (input of the final norm), shape (B, T, d). With
         `cache` (one KV cache per layer, decode.new_cache) idx sits at positions pos..; a tensor
-        `pos` holds the positions of idx's T tokens (fixed shapes for torch.compile: StaticDecoder)."""
+        `pos` holds the positions of idx's T tokens (fixed shapes for torch.compile: StaticDecoder).
+        `linear` computes every projection (the eager decode step's kernels: decode.step_linear)."""
         T = idx.shape[1]
         if isinstance(pos, int) and pos + T > self.config.block_size:
             raise ValueError(
@@ -347,27 +350,12 @@ class GPT(nn.Module):
             at = slice(pos, pos + T) if isinstance(pos, int) else pos
             rope = (self.rope_cos[at].to(x.dtype), self.rope_sin[at].to(x.dtype))
         for i, block in enumerate(self.blocks):
-            x = block(x, rope, None if cache is None else cache[i], pos)
+            x = block(x, rope, None if cache is None else cache[i], pos, linear)
         return x
 
-    def step(self, tok: torch.Tensor, cache: list, pos: int, linear: Linear = layer_linear):
-        """logits (B, vocab) of tok (B, 1) fed at position `pos` after the cached ones: the eager
-        decode step. head(hidden(tok, cache, pos))[:, 0] with activations kept (B, d) and
-        Attention.step; bit for bit that with the default `linear` (tests/test_model_step.py)."""
-        x, rope = self.embed(tok[:, 0]), None
-        if self.pos_emb is not None:
-            x = x + self.pos_emb.weight[pos]
-        else:
-            at = slice(pos, pos + 1)
-            rope = (self.rope_cos[at].to(x.dtype), self.rope_sin[at].to(x.dtype))
-        for block, kv in zip(self.blocks, cache, strict=True):
-            x = x + block.attn.step(block.ln_1(x), rope, kv, pos, linear)
-            x = x + block.mlp(block.ln_2(x), linear)
-        return linear(self.lm_head, self.ln_f(x))
-
-    def head(self, h: torch.Tensor) -> torch.Tensor:
+    def head(self, h: torch.Tensor, linear: Linear = layer_linear) -> torch.Tensor:
         """logits = ln_f(h) @ W_out (+ b)."""
-        return self.lm_head(self.ln_f(h))
+        return linear(self.lm_head, self.ln_f(h))
 
     def forward(self, idx: torch.Tensor, return_hidden: bool = False):
         """idx (B, T) -> logits (B, T, vocab); with return_hidden, (logits, h_L)."""

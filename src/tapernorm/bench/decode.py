@@ -6,9 +6,9 @@ The prefill runs the prompt through the model, filling the cache, and picks the 
 
 The decoders are the library's (tapernorm.decode, the engine of GPT.generate; this module only
 times them). Two modes, reported apart:
-  eager     the model's own cached path (GPT.hidden's prefill, then GPT.step, its one-token fast
-            path, with a KVCache, as GPT.generate), under torch.inference_mode, with the cache
-            and the output buffer allocated once per cell.
+  eager     the model's own cached path (GPT.hidden's prefill, then GPT.hidden of one token a
+            step on decode.step_linear's kernels, with a KVCache, as GPT.generate), under
+            torch.inference_mode, with the cache and the output buffer allocated once per cell.
   compiled  StaticDecoder: one decode step with fixed shapes (a full-length cache written at a position
             tensor, attention masked to the filled part), compiled by torch.compile: on a GPU with
             mode "reduce-overhead", i.e. replayed as a CUDA graph; on a CPU with inductor's C++
