@@ -218,14 +218,10 @@ class Attention(nn.Module):
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """q, k, v of x (B, T, C) as (B, heads, T, head_dim), with RoPE applied to q and k."""
         B, T, _ = x.shape
-        sizes = (self.n_head * self.hd, self.n_kv_head * self.hd, self.n_kv_head * self.hd)
-        q, k, v = linear(self.qkv, x).split(sizes, dim=-1)
-        q = q.view(B, T, self.n_head, self.hd).transpose(1, 2)
-        k = k.view(B, T, self.n_kv_head, self.hd).transpose(1, 2)
-        v = v.view(B, T, self.n_kv_head, self.hd).transpose(1, 2)
-        if rope is not None:
-            q, k = apply_rope(q, *rope), apply_rope(k, *rope)
-        return q, k, v
+        H, Hkv = self.n_head, self.n_kv_head
+        qkv = linear(self.qkv, x).view(B, T, H + 2 * Hkv, self.hd).transpose(1, 2)
+        qk = qkv[:, : H + Hkv] if rope is None else apply_rope(qkv[:, : H + Hkv], *rope)
+        return qk[:, :H], qk[:, H:], qkv[:, H + Hkv :]
 
     def forward(
         self, x, rope=None, cache=None, pos: int | torch.Tensor = 0, linear: Linear = layer_linear
