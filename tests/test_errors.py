@@ -374,3 +374,33 @@ def test_the_traceback_is_there_when_asked_for(tmp_path, monkeypatch):
     monkeypatch.setenv("TAPERNORM_TRACEBACK", "1")
     with pytest.raises(ConfigError):
         main(["train", "--set", "data.dir=x", "--set", "train.steps=1e400", "--out", str(tmp_path)])
+
+
+@pytest.mark.parametrize(
+    "damage,problem",
+    [
+        (b'{"set": "heldout", "run": ', " is not valid JSON (truncated?)"),
+        (b'{"set": "held\xffout"}', ": not UTF-8 text (byte 0xff at line 1, column 14"),
+    ],
+)
+def test_a_damaged_json_input_of_a_table_or_claim_names_the_file(tmp_path, damage, problem):
+    """The analysis readers read JSON through jsonio: the error names the file and what is wrong."""
+    import re
+
+    from tapernorm.analysis import claims, finetune, runs
+
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    path = run_dir / "config.json"
+    path.write_bytes(damage)
+    readers = {
+        "verify file ": lambda: claims.read_verify(path),
+        "eval file ": lambda: finetune.load_finetune_evals([path]),
+        "": lambda: finetune.table6([run_dir]),
+    }
+    for kind, read in readers.items():
+        with pytest.raises(ValueError, match="^" + re.escape(f"{kind}{path}{problem}")):
+            read()
+    with pytest.raises(ValueError, match="^" + re.escape(f"{path}{problem}")) as e:
+        runs.load_runs([run_dir])
+    assert str(e.value).endswith(runs.REWRITE)

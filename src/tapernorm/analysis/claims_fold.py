@@ -3,12 +3,12 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pandas as pd
 
 from ..bench.trust import RERUN
+from ..jsonio import FileError, read_json
 from . import inference_tables, paper
 from .claim_numbers import Criterion, Numbers, Part, with_numbers
 from .claim_rows import (
@@ -40,9 +40,9 @@ def read_verify(path: str | Path) -> dict:
     if not path.is_file():
         raise FileNotFoundError(f"verify file {path} does not exist")
     try:
-        report = json.loads(path.read_text())
-    except json.JSONDecodeError as e:
-        raise ValueError(f"verify file {path} is not valid JSON: {e}") from e
+        report = read_json(path)
+    except FileError as e:  # not UTF-8 or not JSON (it names the file)
+        raise ValueError(f"verify file {e}") from None
     if "skipped" in report:
         if not isinstance(report["skipped"], str) or not report["skipped"]:
             raise ValueError(f"verify file {path}: 'skipped' is not a reason")

@@ -11,7 +11,6 @@ the paper quotes. Table 6: the schedules, ours (from the run configs) beside the
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Sequence
 from pathlib import Path
@@ -20,6 +19,7 @@ import pandas as pd
 
 from ..config import PROTOCOLS
 from ..divergence import diverged
+from ..jsonio import FileError, read_json
 from . import paper
 from .tables import write_table
 
@@ -33,9 +33,9 @@ def _read(path: Path) -> dict:
     if not path.is_file():
         raise FileNotFoundError(f"eval file {path} does not exist")
     try:
-        obj = json.loads(path.read_text())
-    except json.JSONDecodeError as e:
-        raise ValueError(f"eval file {path} is not valid JSON: {e}") from e
+        obj = read_json(path)
+    except FileError as e:  # not UTF-8 or not JSON (it names the file)
+        raise ValueError(f"eval file {e}") from None
     if "set" not in obj or "run" not in obj:
         raise ValueError(f"eval file {path} is not an evaluation-set result of `tapernorm eval`")
     return obj
@@ -262,7 +262,7 @@ def _run_config(run_dir: Path) -> dict:
     path = run_dir / "config.json"
     if not path.is_file():
         raise FileNotFoundError(f"run directory {run_dir}: missing config.json (did it run?)")
-    cfg = json.loads(path.read_text())
+    cfg = read_json(path)  # FileError naming it if it is not JSON
     if cfg.get("meta", {}).get("family") != "finetune":
         raise ValueError(f"run directory {run_dir} is not a fine-tuning run (meta.family)")
     return cfg

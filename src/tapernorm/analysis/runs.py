@@ -9,7 +9,6 @@ divergence, and the run is flagged.
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Sequence
 from pathlib import Path
@@ -17,6 +16,7 @@ from pathlib import Path
 import pandas as pd
 
 from ..config import VARIANTS
+from ..jsonio import FileError, read_json
 from ..metrics_log import METRICS, read_records
 
 ANALYSIS_INPUTS = ("config.json", METRICS, "eval.json")  # what the analysis reads of a run
@@ -49,11 +49,9 @@ def _read_json(path: Path, run_dir: Path) -> dict:
     if not path.is_file():
         raise FileNotFoundError(f"run directory {run_dir}: missing {path.name}{_hint(run_dir)}")
     try:
-        obj = json.loads(path.read_text())
-    except json.JSONDecodeError as e:
-        raise ValueError(
-            f"run directory {run_dir}: {path.name} is not valid JSON: {e}{REWRITE}"
-        ) from e
+        obj = read_json(path)
+    except FileError as e:  # not UTF-8 or not JSON (it names the file)
+        raise ValueError(f"{e}{REWRITE}") from None
     if not isinstance(obj, dict):
         raise ValueError(f"run directory {run_dir}: {path.name} is not a JSON object{REWRITE}")
     return obj
@@ -198,7 +196,7 @@ def corpus_of(runs: pd.DataFrame) -> str:
     names = []
     for data_dir in sorted(set(runs["corpus"])):
         try:
-            names.append(json.loads((Path(data_dir) / "meta.json").read_text())["corpus"])
+            names.append(read_json(Path(data_dir) / "meta.json")["corpus"])
         except (OSError, ValueError, KeyError, TypeError):
             names.append(str(data_dir))
     return ", ".join(dict.fromkeys(names))

@@ -5,13 +5,13 @@ no verdict is read without it. Every entry is computed from the runs' configs an
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 
 import pandas as pd
 
 from ..config import PAPER_VARIANTS
+from ..jsonio import read_json
 from . import paper
 from .claim_rows import ClaimInputs, variant_label
 from .claims_dyt import grid_mismatch, grid_source
@@ -24,7 +24,7 @@ def data_meta(runs: pd.DataFrame) -> dict:
     """meta.json of the runs' token shards ({} where it cannot be read)."""
     for data_dir in sorted(set(runs["corpus"])):
         try:
-            return json.loads((Path(data_dir) / "meta.json").read_text())
+            return read_json(Path(data_dir) / "meta.json")
         except (OSError, ValueError):
             continue
     return {}
