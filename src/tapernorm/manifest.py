@@ -16,7 +16,6 @@ and warns (one line) when the environment checking it differs from the one that 
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Iterable
 from pathlib import Path
@@ -43,7 +42,7 @@ def _run_provenance(root: Path, files: list[str]) -> list[dict]:
         if not rel.endswith("/config.json"):
             continue
         try:
-            made = json.loads((root / rel).read_text()).get("meta", {}).get("provenance")
+            made = read_json(root / rel).get("meta", {}).get("provenance")
         except (OSError, ValueError, AttributeError):
             continue
         if isinstance(made, dict):

@@ -25,11 +25,11 @@ as the checkpoint a resume reads recorded them) has not been written since and i
 from __future__ import annotations
 
 import copy
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
 from .digests import file_sha256, file_state, tensors_sha256
+from .jsonio import read_json
 
 SHARD_FILES = ("meta.json", "train.bin", "val.bin")
 MODEL_FILES = ("config.json", "model.safetensors")  # what checkpoint.load_model reads
@@ -55,8 +55,9 @@ def config_identity(cfg: dict) -> dict:
 
 
 def _json(path: Path) -> dict | None:
+    """The JSON object in `path`; None if it is missing, unreadable, not JSON or not an object."""
     try:
-        obj = json.loads(path.read_bytes())
+        obj = read_json(path)
     except (OSError, ValueError):
         return None
     return obj if isinstance(obj, dict) else None

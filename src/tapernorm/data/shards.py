@@ -7,7 +7,6 @@ token; `meta.json` describes them and is written last, so its presence means the
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import os
@@ -20,7 +19,7 @@ import numpy as np
 import torch
 
 from ..atomic import atomic_open
-from ..jsonio import write_json
+from ..jsonio import FileError, read_json, write_json
 from .encoding import Encoded, encode_to_file
 from .tokenizers import Tokenizer
 
@@ -214,9 +213,11 @@ class TokenShards:
                 f"shards are absent or incomplete). Create them with {PREPARE_HINT}."
             )
         try:
-            self._meta = json.loads(meta_path.read_text(encoding="utf-8"))
+            self._meta = read_json(meta_path)
             for key in ("vocab_size", "eot_id", "train_tokens", "val_tokens"):
                 int(self._meta[key])
+        except FileError as e:  # not UTF-8 or not JSON (it names the file)
+            raise ValueError(f"{e}; recreate the shards with {PREPARE_HINT}.") from None
         except (ValueError, KeyError, TypeError) as e:
             problem = f"no {e} entry" if isinstance(e, KeyError) else f"not valid ({e})"
             raise ValueError(
