@@ -8,6 +8,9 @@ from pathlib import Path
 
 BENCH_TABLES, BENCH_FIGURES = ("3", "decode"), ("fig5",)  # from benchmark CSVs (--bench)
 SUMMARY_SOURCES = {"claim_gaps": "claims", "lr_grid": "lr_grid"}  # figure -> its source option
+RUNS_HELP = "run directories (each with config.json, metrics.jsonl, eval.json)"
+BENCH_HELP = "CSVs written by `tapernorm bench forward|decode`"
+Subparsers = argparse._SubParsersAction  # what ArgumentParser.add_subparsers returns
 
 
 def _bench_csvs(args: argparse.Namespace) -> list[Path]:
@@ -154,11 +157,17 @@ def _config_hash_option(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def add_subcommands(subparsers) -> None:
-    """Add `table`, `figure`, `claims` and `job-times` to the `tapernorm` parser's subparsers."""
-    runs_help = "run directories (each with config.json, metrics.jsonl, eval.json)"
-    bench_help = "CSVs written by `tapernorm bench forward|decode`"
+def add_subcommands(subparsers: Subparsers) -> None:
+    """Add `table`, `figure`, `claims`, `report-home` and `job-times` to the `tapernorm` parser's
+    subparsers."""
+    _add_table(subparsers)
+    _add_figure(subparsers)
+    _add_claims(subparsers)
+    _add_report_home(subparsers)
+    _add_job_times(subparsers)
 
+
+def _add_table(subparsers: Subparsers) -> None:
     t = subparsers.add_parser(
         "table", help="paper table from run directories or benchmark CSVs -> .csv/.md/.tex/.html"
     )
@@ -167,9 +176,9 @@ def add_subcommands(subparsers) -> None:
         choices=["1", "2", "3", "4", "5", "6", "decode", "anchor"],
         help="table number, decode (3, decode: from --bench), or anchor (the scale-loss sweep)",
     )
-    t.add_argument("--runs", type=Path, nargs="+", default=[], help=runs_help)
+    t.add_argument("--runs", type=Path, nargs="+", default=[], help=RUNS_HELP)
     t.add_argument(
-        "--bench", type=Path, nargs="+", default=[], help="tables 3, decode: " + bench_help
+        "--bench", type=Path, nargs="+", default=[], help="tables 3, decode: " + BENCH_HELP
     )
     t.add_argument(
         "--evals", type=Path, nargs="+", default=[], help="table 4: eval JSON files (eval sets)"
@@ -181,6 +190,8 @@ def add_subcommands(subparsers) -> None:
     _force_option(t, "the stem's .csv, .md, .tex and .html")
     t.set_defaults(func=_cmd_table)
 
+
+def _add_figure(subparsers: Subparsers) -> None:
     f = subparsers.add_parser(
         "figure",
         help="paper figure from run directories or benchmark CSVs -> .pdf, .png and .html (the "
@@ -192,8 +203,8 @@ def add_subcommands(subparsers) -> None:
         help="a paper figure, claim_gaps (the claims' paired gaps, from --claims) or lr_grid (the "
         "LR grid, from --lr-grid)",
     )
-    f.add_argument("--runs", type=Path, nargs="+", default=[], help=runs_help)
-    f.add_argument("--bench", type=Path, nargs="+", default=[], help="fig5: decode " + bench_help)
+    f.add_argument("--runs", type=Path, nargs="+", default=[], help=RUNS_HELP)
+    f.add_argument("--bench", type=Path, nargs="+", default=[], help="fig5: decode " + BENCH_HELP)
     f.add_argument("--claims", type=Path, help="claim_gaps: results/claims.json")
     f.add_argument("--lr-grid", type=Path, help="lr_grid: lr_grid.json of `tapernorm lr-grid`")
     f.add_argument("--out", type=Path, required=True, help="e.g. figures/fig3_logit_norm.pdf")
@@ -202,8 +213,10 @@ def add_subcommands(subparsers) -> None:
     _force_option(f, "the stem's .pdf, .png and .html")
     f.set_defaults(func=_cmd_figure)
 
+
+def _add_claims(subparsers: Subparsers) -> None:
     c = subparsers.add_parser("claims", help="results/claims.md: paper's claims vs ours")
-    c.add_argument("--runs", type=Path, nargs="+", default=[], help="pre-training " + runs_help)
+    c.add_argument("--runs", type=Path, nargs="+", default=[], help="pre-training " + RUNS_HELP)
     c.add_argument(
         "--ablation-runs", type=Path, nargs="+", default=[], help="scale-anchor ablation runs"
     )
@@ -215,7 +228,7 @@ def add_subcommands(subparsers) -> None:
         help="anchor_sweep runs: All-Taper (+aux) of the ablation at other scale-loss weights",
     )
     c.add_argument("--verify", type=Path, nargs="+", default=[], help="verify.json files of fold")
-    c.add_argument("--bench", type=Path, nargs="+", default=[], help=bench_help + " (claim 7)")
+    c.add_argument("--bench", type=Path, nargs="+", default=[], help=BENCH_HELP + " (claim 7)")
     c.add_argument(
         "--finetune-evals",
         type=Path,
@@ -251,6 +264,8 @@ def add_subcommands(subparsers) -> None:
     _force_option(c, "--out and the .html and .json beside it")
     c.set_defaults(func=_cmd_claims)
 
+
+def _add_report_home(subparsers: Subparsers) -> None:
     r = subparsers.add_parser(
         "report-home",
         help="the Snakemake report's home page (reStructuredText) from claims.json: what made the "
@@ -262,6 +277,8 @@ def add_subcommands(subparsers) -> None:
     _force_option(r, "--out")
     r.set_defaults(func=_cmd_report_home)
 
+
+def _add_job_times(subparsers: Subparsers) -> None:
     j = subparsers.add_parser(
         "job-times",
         help="wall time per rule and family from Snakemake's job records -> .csv/.md/.tex/.html",
