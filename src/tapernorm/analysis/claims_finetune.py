@@ -119,13 +119,43 @@ def _fakeln_gaps(evals) -> str:
 
 def stand_in_note(evals: pd.DataFrame) -> str:
     """What ran where no cell is the paper's model on the paper's set: the protocol end to end."""
-    models = evals.drop_duplicates("model")
-    n = len(models)
-    what = "; ".join(f"{r['label']}, {r['steps']} steps" for _, r in models.iterrows())
+    n = evals["model"].nunique(dropna=False)
     return (
         f"the protocol run end to end on {'one tiny stand-in model' if n == 1 else f'{n} stand-in models'}"
-        f" ({what}; one run per cell), not the paper's GPT-2 models on its evaluation sets"
+        f" ({_models(evals)}; one run per cell), not the paper's GPT-2 models on its evaluation sets"
     )
+
+
+def _models(evals: pd.DataFrame) -> str:
+    """'LABEL, N steps' of each fine-tuned model, '; '-separated."""
+    models = evals.drop_duplicates("model")
+    return "; ".join(f"{r['label']}, {r['steps']} steps" for _, r in models.iterrows())
+
+
+def _fakeln_share(cells: dict) -> tuple[str, bool | None, str]:
+    """Claim 8's FakeLN half from claim8_cells: ("; k/m at or below FakeLN", whether more than half
+    are (None where no cell has a FakeLN number), which FakeLN numbers were compared)."""
+    if not cells["fakeln"]:
+        return (
+            "; FakeLN comparison not measured",
+            None,
+            "FakeLN not measured: no FakeLN run here, and its published numbers are for the hub "
+            "GPT-2 models on OWT/Pile, which no run here is evaluated like (at most 'partly').",
+        )
+    k_fake, m_fake = sum(ok for *_, ok in cells["fakeln"]), len(cells["fakeln"])
+    used = {
+        "ours": "our rerun of the same model and set (FakeLN (ours))",
+        "published": "the published numbers, where our model and set are the paper's",
+    }
+    note = "FakeLN: " + "; ".join(
+        text for key, text in used.items() if key in cells["fakeln_sources"]
+    )
+    return f"; {k_fake}/{m_fake} at or below FakeLN", k_fake > m_fake / 2, note + "."
+
+
+def _scale(evals: pd.DataFrame) -> str:
+    """The claim's scale: the fine-tuned models and the evaluation sets."""
+    return f"{_models(evals)}; sets: {', '.join(sorted(set(evals['set'])))}"
 
 
 def claim8(inp: ClaimInputs) -> dict:
@@ -149,25 +179,8 @@ def claim8(inp: ClaimInputs) -> dict:
     ours = f"{k_close}/{m} within +{CLOSE_PCT:g}% of Vanilla"
     if n_near := sum(abs(g - CLOSE_PCT) <= LINE_MARGIN_PP for g in gaps):
         ours += f" ({n_near} within {LINE_MARGIN_PP:g} points of the line)"
-    if cells["fakeln"]:
-        k_fake, m_fake = sum(ok for *_, ok in cells["fakeln"]), len(cells["fakeln"])
-        fake_ok = k_fake > m_fake / 2
-        ours += f"; {k_fake}/{m_fake} at or below FakeLN"
-        used = {
-            "ours": "our rerun of the same model and set (FakeLN (ours))",
-            "published": "the published numbers, where our model and set are the paper's",
-        }
-        fake_note = "FakeLN: " + "; ".join(
-            text for key, text in used.items() if key in cells["fakeln_sources"]
-        )
-        fake_note += "."
-    else:
-        ours += "; FakeLN comparison not measured"
-        fake_ok = None
-        fake_note = (
-            "FakeLN not measured: no FakeLN run here, and its published numbers are for the hub "
-            "GPT-2 models on OWT/Pile, which no run here is evaluated like (at most 'partly')."
-        )
+    fake_share, fake_ok, fake_note = _fakeln_share(cells)
+    ours += fake_share
     holds = _verdict(close_ok, fake_ok)
     comparable = inp.finetune.apply(ft.paper_comparable, axis=1)
     if not comparable.any():  # no paper model on a paper set: the protocol, not the claim
@@ -194,13 +207,7 @@ def claim8(inp: ClaimInputs) -> dict:
             f" All-TaperLN folded (untied head, output bias) vs unfolded g=0 model on the same rows: "
             f"max |ΔCE| = {max(cells['fold']):.1e}."
         )
-    evals = inp.finetune
-    models = evals.drop_duplicates("model")
-    scale = (
-        "; ".join(f"{r['label']}, {r['steps']} steps" for _, r in models.iterrows())
-        + f"; sets: {', '.join(sorted(set(evals['set'])))}"
-    )
-    row = claim_row(claim, paper_value, ours, scale, holds, comment)
+    row = claim_row(claim, paper_value, ours, _scale(inp.finetune), holds, comment)
     numbers = Numbers(
         headline=ours,
         unit=f"share of TaperLN cells within +{CLOSE_PCT:g}% of Vanilla (parts: each cell's CE "
