@@ -267,21 +267,42 @@ def claim4(inp: ClaimInputs) -> dict:
         scales.append(f"{name}: {describe_scale(runs)}")
     if not ours:
         return not_measured(claim, paper_value, "no runs with all_aux, baseline and final/all")
-    holds = combine_verdicts(verdicts)
+    holds = _graded_at_paper(combine_verdicts(verdicts), deviations, at_paper)
+    comment = _suppression_comment(inp, details, at_paper)
+    row = claim_row(claim, paper_value, "; ".join(ours), " | ".join(scales), holds, comment)
+    return with_numbers(row, _suppression_numbers(judged_at, parts))
+
+
+def _graded_at_paper(
+    holds: str, deviations: list[str], at_paper: list[tuple[str, float, str]]
+) -> str:
+    """Claim 4's verdict: a yes reached only at scale losses other than the paper's (`deviations`)
+    is graded 'only at a deviation', beside the verdict at the paper's setting (`at_paper`: its
+    (verdict, A, where) per judged source)."""
+    if holds != YES or not deviations:
+        return holds
+    paper_setting = _setting(*PAPER_ANCHOR)
+    if not at_paper:
+        return at_deviation(", ".join(deviations), paper_setting, NOT_MEASURED)
+    paper_verdict = combine_verdicts([v for v, *_ in at_paper])
+    if paper_verdict == YES:
+        return holds
+    worst = max(a for _, a, _ in at_paper)
+    return at_deviation(
+        ", ".join(deviations), paper_setting, f"{paper_verdict}, {worst:.2f}x the baseline"
+    )
+
+
+def _suppression_comment(
+    inp: ClaimInputs, details: list[str], at_paper: list[tuple[str, float, str]]
+) -> str:
+    """Claim 4's comment: the end logit norms per source, the criterion, the paper's setting."""
     paper_setting = _setting(*PAPER_ANCHOR)
     there = ""
     if at_paper:
         there = "; ".join(f"{where}: A {a:.2f}x ({v})" for v, a, where in at_paper)
         there = f" At the paper's {paper_setting}, judged sources: {there}."
-    if holds == YES and deviations:
-        if not at_paper:
-            holds = at_deviation(", ".join(deviations), paper_setting, NOT_MEASURED)
-        elif (paper_verdict := combine_verdicts([v for v, *_ in at_paper])) != YES:
-            worst = max(a for _, a, _ in at_paper)
-            holds = at_deviation(
-                ", ".join(deviations), paper_setting, f"{paper_verdict}, {worst:.2f}x the baseline"
-            )
-    comment = (
+    return (
         f"End logit norm of All-Taper (+aux) (A) and of the unanchored Final/All-Taper runs (U), "
         f"both over Baseline; {'; '.join(details)}. Criterion per judged source (as in claim 3): yes "
         f"if A is within {CLOSE_FACTOR:g}x and U >= {CHASE_YES:g}x (there is chasing to suppress); "
@@ -296,19 +317,22 @@ def claim4(inp: ClaimInputs) -> dict:
         "small residual stream loosely; the relative form's is λ at any scale."
         + _diverged_note(inp)
     )
-    row = claim_row(claim, paper_value, "; ".join(ours), " | ".join(scales), holds, comment)
+
+
+def _suppression_numbers(judged_at: list[tuple], parts: list[Part]) -> Numbers:
+    """Claim 4's number: A of the judged source farthest from the baseline (`judged_at`: its
+    (|ln A|, A, U, where, seeds) per judged source), each source's A and U as parts."""
     if not judged_at:
         why = "no judged source"
-        return with_numbers(row, Numbers(why, "x", no_estimate=why, parts=tuple(parts)))
-    _, ratio, chase, where, seeds = max(judged_at)  # the judged source farthest from the baseline
-    numbers = Numbers(
+        return Numbers(why, "x", no_estimate=why, parts=tuple(parts))
+    _, ratio, chase, where, seeds = max(judged_at)
+    return Numbers(
         headline=f"{where}: {ratio:.2f}x baseline (unanchored {chase:.2f}x)",
         unit="x",
         estimate=ratio,
         n_seeds=seeds,
         parts=tuple(parts),
     )
-    return with_numbers(row, numbers)
 
 
 # ---- claim 5: gradient norms cluster by final-norm presence -----------------------------------------
