@@ -163,57 +163,12 @@ def fig7(run_dirs: Sequence[str | Path], width: int | None = None) -> tuple[Figu
     where = _where(points)
     diverged = points[points["diverged"]]
     points = points[~points["diverged"]]
+    with_ratio = math.isfinite(ref["baseline"])  # else every Baseline run diverged
     fig, axes = new_figure(1, 2, (11, 4.2))
-    markers = {"eq5": "o", "relative": "s"}
-    colors = {"eq5": COLORS["all_aux"], "relative": COLORS["internal_aux"]}
-    kappas = []
-    for form, part in points.groupby("anchor_form"):
-        label = f"{FORM_LABELS[form]}: {_kappas(part)}"
-        style = {"marker": markers[form], "color": colors[form], "label": label}
-        if math.isfinite(ref["baseline"]):
-            axes[0].plot(part["anchor_lam"], part["logit_ratio"], **style)
-        axes[1].plot(part["anchor_lam"], part["scale_ratio"], **style)
-        kappas.append(
-            f"{FORM_LABELS[form]} "
-            + ", ".join(
-                f"λ={p.anchor_lam:g}: κ={p.kappa:.2g} (logit norm {p.logit_ratio:.2f}x, "
-                f"r(h)/s_tgt {p.scale_ratio:.2f})"
-                for p in part.itertuples()
-            )
-        )
-    refs, unanchored = [1.0], []
-    for v, ls in (("final", "--"), ("all", ":")):
-        if v in ref and math.isfinite(ref["baseline"]):
-            refs.append(ref[v] / ref["baseline"])
-            axes[0].axhline(refs[-1], color=COLORS[v], ls=ls, label=f"{VARIANTS[v]['label']}")
-            unanchored.append(f"{VARIANTS[v]['label']} {refs[-1]:.2f}x ({LINE_NAMES[ls]})")
-    axes[0].axhspan(1 / HOLD_FACTOR, HOLD_FACTOR, color="0.85", zorder=0, label="within 1.5x")
-    axes[0].set_ylabel("end logit norm / Baseline's")
-    finite = [x for x in [*refs, *points["logit_ratio"]] if math.isfinite(x)]
-    axes[0].set_ylim(0, 1.15 * max([*finite, HOLD_FACTOR]))
-    if not math.isfinite(ref["baseline"]):
-        axes[0].text(
-            0.5,
-            0.5,
-            "no ratio: every Baseline run diverged",
-            ha="center",
-            transform=axes[0].transAxes,
-            fontsize=9,
-        )
-    axes[1].axhline(1.0, color="0.3", ls=":", lw=1, label="$r(h) = s_{tgt}$")
-    axes[1].set_ylabel("end $r(h)$ / $s_{tgt}$")
-    axes[1].set_ylim(0, 1.15 * max([1.0, *points["scale_ratio"]]))
-    for ax in axes:
-        ax.set_xscale("log")
-        ax.margins(x=0.12)
-        ax.set_xlabel("scale-loss weight $\\lambda$")
-    handles, labels = axes[0].get_legend_handles_labels()
-    extra = axes[1].get_legend_handles_labels()
-    if not math.isfinite(ref["baseline"]):  # the points are on the right-hand axes only
-        handles, labels = extra[0][:-1] + handles, extra[1][:-1] + labels
-    fig.legend(
-        handles + extra[0][-1:], labels + extra[1][-1:], loc="outside right upper", fontsize=8
-    )
+    kappas = _plot_points(axes, points, with_ratio)
+    refs, unanchored = _plot_references(axes[0], ref)
+    _label_axes(axes, refs, points, with_ratio)
+    _fig7_legend(fig, axes, with_ratio)
     fig.suptitle(f"Scale loss dose-response: All-Taper (+aux), {where}", fontsize=11)
     caption = caption_text(
         "**Figure 7** (not in the paper). The scale loss's dose-response: All-Taper (+aux) of the "
@@ -232,20 +187,94 @@ def fig7(run_dirs: Sequence[str | Path], width: int | None = None) -> tuple[Figu
             + "."
             + baseline_note(runs),
         ),
-        (
-            "Left out",
-            f"{len(diverged)} diverged point(s): "
-            + ", ".join(
-                f"{FORM_LABELS[p.anchor_form]} λ={p.anchor_lam:g} ({p.name} at step "
-                f"{p.diverged_step})"
-                for p in diverged.itertuples()
-            )
-            + "."
-            if len(diverged)
-            else "",
-        ),
+        ("Left out", _left_out(diverged)),
     )
     return fig, caption
+
+
+def _plot_points(axes, points: pd.DataFrame, with_ratio: bool) -> list[str]:
+    """One line per form: the logit-norm ratio (left, where there is a baseline to divide by) and
+    r(h)/s_tgt (right) against lambda. Returns each form's points as the caption lists them."""
+    markers = {"eq5": "o", "relative": "s"}
+    colors = {"eq5": COLORS["all_aux"], "relative": COLORS["internal_aux"]}
+    kappas = []
+    for form, part in points.groupby("anchor_form"):
+        label = f"{FORM_LABELS[form]}: {_kappas(part)}"
+        style = {"marker": markers[form], "color": colors[form], "label": label}
+        if with_ratio:
+            axes[0].plot(part["anchor_lam"], part["logit_ratio"], **style)
+        axes[1].plot(part["anchor_lam"], part["scale_ratio"], **style)
+        kappas.append(
+            f"{FORM_LABELS[form]} "
+            + ", ".join(
+                f"λ={p.anchor_lam:g}: κ={p.kappa:.2g} (logit norm {p.logit_ratio:.2f}x, "
+                f"r(h)/s_tgt {p.scale_ratio:.2f})"
+                for p in part.itertuples()
+            )
+        )
+    return kappas
+
+
+def _plot_references(ax, ref: dict[str, float]) -> tuple[list[float], list[str]]:
+    """The unanchored Final-Taper and All-Taper runs' logit norm over the baseline's, as horizontal
+    lines on `ax`: (the ratios drawn, 1 first; each as the caption names it)."""
+    refs, unanchored = [1.0], []
+    for v, ls in (("final", "--"), ("all", ":")):
+        if v in ref and math.isfinite(ref["baseline"]):
+            refs.append(ref[v] / ref["baseline"])
+            ax.axhline(refs[-1], color=COLORS[v], ls=ls, label=f"{VARIANTS[v]['label']}")
+            unanchored.append(f"{VARIANTS[v]['label']} {refs[-1]:.2f}x ({LINE_NAMES[ls]})")
+    return refs, unanchored
+
+
+def _label_axes(axes, refs: list[float], points: pd.DataFrame, with_ratio: bool) -> None:
+    """The band and line each panel is read against, its limits and its labels."""
+    axes[0].axhspan(1 / HOLD_FACTOR, HOLD_FACTOR, color="0.85", zorder=0, label="within 1.5x")
+    axes[0].set_ylabel("end logit norm / Baseline's")
+    finite = [x for x in [*refs, *points["logit_ratio"]] if math.isfinite(x)]
+    axes[0].set_ylim(0, 1.15 * max([*finite, HOLD_FACTOR]))
+    if not with_ratio:
+        axes[0].text(
+            0.5,
+            0.5,
+            "no ratio: every Baseline run diverged",
+            ha="center",
+            transform=axes[0].transAxes,
+            fontsize=9,
+        )
+    axes[1].axhline(1.0, color="0.3", ls=":", lw=1, label="$r(h) = s_{tgt}$")
+    axes[1].set_ylabel("end $r(h)$ / $s_{tgt}$")
+    axes[1].set_ylim(0, 1.15 * max([1.0, *points["scale_ratio"]]))
+    for ax in axes:
+        ax.set_xscale("log")
+        ax.margins(x=0.12)
+        ax.set_xlabel("scale-loss weight $\\lambda$")
+
+
+def _fig7_legend(fig: Figure, axes, with_ratio: bool) -> None:
+    """One legend beside both panels: the left panel's entries, then the right's r(h) = s_tgt line
+    (and, where the left panel has no points, the right panel's points first)."""
+    handles, labels = axes[0].get_legend_handles_labels()
+    extra = axes[1].get_legend_handles_labels()
+    if not with_ratio:  # the points are on the right-hand axes only
+        handles, labels = extra[0][:-1] + handles, extra[1][:-1] + labels
+    fig.legend(
+        handles + extra[0][-1:], labels + extra[1][-1:], loc="outside right upper", fontsize=8
+    )
+
+
+def _left_out(diverged: pd.DataFrame) -> str:
+    """The caption's 'Left out': the diverged sweep points ('' if none)."""
+    if not len(diverged):
+        return ""
+    return (
+        f"{len(diverged)} diverged point(s): "
+        + ", ".join(
+            f"{FORM_LABELS[p.anchor_form]} λ={p.anchor_lam:g} ({p.name} at step {p.diverged_step})"
+            for p in diverged.itertuples()
+        )
+        + "."
+    )
 
 
 def make_anchor_table(
