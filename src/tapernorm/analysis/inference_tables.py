@@ -415,66 +415,88 @@ def fig5(df: pd.DataFrame) -> tuple[Figure, str]:
     with sns.axes_style("whitegrid"):
         fig = Figure(figsize=(4.6 * len(modes) + 2.2, 4.2), layout="constrained")
         axes = fig.subplots(1, len(modes), squeeze=False, sharey=True)[0]
-    labelled: set[tuple[str, bool]] = set()
+    labelled: set[tuple[str, bool | str]] = set()  # (variant, disturbed or "paper") in the legend
     bests = []
     for ax, mode in zip(axes, modes, strict=True):
         part_df = df[df["mode"] == mode]
         cells = sorted(_cells(part_df, ["batch", "prompt_len"]).items())
-        best_x, paper_x = len(cells) + 0.2, len(cells) + 1.1
         best = best_cells(part_df, variants)
-        for j, v in enumerate(variants):
-            dx = (j - (len(variants) - 1) / 2) * 0.25
-            mine = [(i + dx, c[v]) for i, (_, c) in enumerate(cells) if v in c]
-            if v in best:
-                mine.append((best_x + dx, best[v][1]))
-            for disturbed in (False, True):
-                part = [(x, r) for x, r in mine if bool(r.disturbed) == disturbed]
-                if part:
-                    _speedup_bars(ax, part, v, disturbed, (v, disturbed) not in labelled)
-                    labelled.add((v, disturbed))
-            if v in paper.DECODE_SPEEDUP:
-                ax.plot(
-                    [paper_x + dx],
-                    [paper.DECODE_SPEEDUP[v]],
-                    SPEEDUP_MARKERS[v],
-                    ms=7,
-                    color=SPEEDUP_COLORS[v],
-                    mec="black",
-                    label=f"paper: {LABELS[v]}, up to {paper.DECODE_SPEEDUP[v]}× (black edge)"
-                    if (v, "paper") not in labelled
-                    else None,
-                )
-                labelled.add((v, "paper"))
-        bests.append(
-            f"{mode}: "
-            + (
-                ", ".join(
-                    f"{LABELS[v]} {_x(row.speedup)} at B={B} P={P}"
-                    + (f" {DISTURBED}" * row.disturbed)
-                    for v, ((B, P), row) in best.items()
-                )
-                or NOT_TIMED
-            )
-        )
-        if notes:  # the models not timed, named in the panel
-            ax.text(
-                0.02,
-                0.02,
-                "\n".join(notes),
-                transform=ax.transAxes,
-                fontsize=7,
-                va="bottom",
-                wrap=True,
-                bbox={"facecolor": "white", "edgecolor": "0.6", "alpha": 0.9},
-            )
-        ticks = [f"B={B}\nP={P}" for (B, P), _ in cells] + ["our best\ncell", "paper:\nup to"]
-        ax.set_xticks([*range(len(cells)), best_x, paper_x], ticks, fontsize=8)
-        ax.axvline(len(cells) - 0.4, color="0.5", lw=1)
-        ax.set_xlim(-0.6, paper_x + 0.5)
-        ax.axhline(1.0, color="0.3", lw=1)
-        ax.set_title(f"decode speedup, {mode}", fontsize=10)
-        ax.set_xlabel("batch B, prompt length P")
+        _plot_speedups(ax, cells, best, variants, labelled)
+        _frame_panel(ax, cells, mode, notes)
+        bests.append(f"{mode}: " + (_best_text(best) or NOT_TIMED))
     axes[0].set_ylabel("speedup over the baseline (×)")
+    _legend_ours_first(fig, axes)
+    return fig, _fig5_caption(df, variants, bests, notes)
+
+
+def _columns(cells: list) -> tuple[float, float]:
+    """The x positions of a panel's "our best cell" and "paper: up to" columns, right of its
+    `cells`."""
+    return len(cells) + 0.2, len(cells) + 1.1
+
+
+def _plot_speedups(ax, cells: list, best: dict, variants: Sequence[str], labelled: set) -> None:
+    """Per variant, side by side: its speedup in each cell, in its best cell and the paper's
+    headline (black edge); each legend entry labelled once over the panels (`labelled`)."""
+    best_x, paper_x = _columns(cells)
+    for j, v in enumerate(variants):
+        dx = (j - (len(variants) - 1) / 2) * 0.25
+        mine = [(i + dx, c[v]) for i, (_, c) in enumerate(cells) if v in c]
+        if v in best:
+            mine.append((best_x + dx, best[v][1]))
+        for disturbed in (False, True):
+            part = [(x, r) for x, r in mine if bool(r.disturbed) == disturbed]
+            if part:
+                _speedup_bars(ax, part, v, disturbed, (v, disturbed) not in labelled)
+                labelled.add((v, disturbed))
+        if v in paper.DECODE_SPEEDUP:
+            ax.plot(
+                [paper_x + dx],
+                [paper.DECODE_SPEEDUP[v]],
+                SPEEDUP_MARKERS[v],
+                ms=7,
+                color=SPEEDUP_COLORS[v],
+                mec="black",
+                label=f"paper: {LABELS[v]}, up to {paper.DECODE_SPEEDUP[v]}× (black edge)"
+                if (v, "paper") not in labelled
+                else None,
+            )
+            labelled.add((v, "paper"))
+
+
+def _frame_panel(ax, cells: list, mode: str, notes: list[str]) -> None:
+    """A panel's ticks, divider, baseline line, title and the note on the models not timed."""
+    best_x, paper_x = _columns(cells)
+    if notes:  # the models not timed, named in the panel
+        ax.text(
+            0.02,
+            0.02,
+            "\n".join(notes),
+            transform=ax.transAxes,
+            fontsize=7,
+            va="bottom",
+            wrap=True,
+            bbox={"facecolor": "white", "edgecolor": "0.6", "alpha": 0.9},
+        )
+    ticks = [f"B={B}\nP={P}" for (B, P), _ in cells] + ["our best\ncell", "paper:\nup to"]
+    ax.set_xticks([*range(len(cells)), best_x, paper_x], ticks, fontsize=8)
+    ax.axvline(len(cells) - 0.4, color="0.5", lw=1)
+    ax.set_xlim(-0.6, paper_x + 0.5)
+    ax.axhline(1.0, color="0.3", lw=1)
+    ax.set_title(f"decode speedup, {mode}", fontsize=10)
+    ax.set_xlabel("batch B, prompt length P")
+
+
+def _best_text(best: dict) -> str:
+    """'Folded 1.31× at B=1 P=32, ...': each variant's best cell of a mode ('' if none)."""
+    return ", ".join(
+        f"{LABELS[v]} {_x(row.speedup)} at B={B} P={P}" + (f" {DISTURBED}" * row.disturbed)
+        for v, ((B, P), row) in best.items()
+    )
+
+
+def _legend_ours_first(fig: Figure, axes) -> None:
+    """One legend beside the panels, each label once: our entries, then the paper's."""
     handles, labels = [], []
     for ax in axes:
         for handle, label in zip(*ax.get_legend_handles_labels(), strict=True):
@@ -488,8 +510,13 @@ def fig5(df: pd.DataFrame) -> tuple[Figure, str]:
         loc="outside right upper",
         fontsize=8,
     )
+
+
+def _fig5_caption(
+    df: pd.DataFrame, variants: Sequence[str], bests: list[str], notes: list[str]
+) -> str:
     headline = paper.DECODE_SPEEDUP
-    caption = caption_text(
+    return caption_text(
         "**Figure 5.** Decode speedup over the RMSNorm baseline of explicit scaling and folded "
         + ("(and DyT, the norm-free alternative timed as it is) " if "dyt" in variants else "")
         + "per batch size B and prompt length P, greedy decoding"
@@ -519,7 +546,6 @@ def fig5(df: pd.DataFrame) -> tuple[Figure, str]:
         ("Not timed", "; ".join(notes) + "." if notes else ""),
         ("Disturbed timings", disturbed_note(df).strip()),
     )
-    return fig, caption
 
 
 # ---- summaries for claim 7 ------------------------------------------------------------------------
