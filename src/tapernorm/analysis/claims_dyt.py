@@ -138,6 +138,50 @@ def claim_dyt(inp: ClaimInputs) -> dict:
         )
     compared = {v for pair in gaps.values() for g in pair for v in (g.variant, g.against)}
     shown = runs[runs["variant"].isin(compared) & runs["width"].isin(list(gaps))]
+    loss = _loss_half(inp, shown, gaps)
+    speed_state, speed, speed_lines = _speed_half(inp)
+    holds = _dyt_holds(loss.ok, loss.where, speed_state, speed)
+    scale = describe_scale(shown)
+    if speed_state is not None:
+        places = {inference_tables.where(part) for _, part in inp.bench.groupby("benchmark")}
+        scale += " | benchmarks: " + "; ".join(sorted(places))
+    ours = "; ".join(loss.lines + speed_lines)
+    row = claim_row(CLAIM, PAPER, ours, scale, holds, _dyt_comment(inp, loss.note))
+    return with_numbers(row, dyt_numbers(runs, gaps, loss.judged, loss.grid))
+
+
+@dataclasses.dataclass(frozen=True)
+class LossHalf:
+    """The loss half of the DyT claim: where it is judged and what it found."""
+
+    ok: list[bool]  # TaperNorm's gap <= DyT's: per width, or once with each arm at its best LR
+    where: str  # "at the shared LR" or "each arm at its own best LR"
+    judged: tuple  # dyt_numbers' `judged`
+    lines: list[str]  # for the row's Ours
+    note: str = ""  # the comment's note on the LR grid
+    grid: dict | None = None  # the LR grid that judged it
+
+
+def _loss_half(inp: ClaimInputs, shown: pd.DataFrame, gaps: dict[int, tuple[Gap, Gap]]) -> LossHalf:
+    """At the shared LR, unless an LR grid at the runs' scale has both arms: then with each arm at
+    its own best LR (the shared LR is the baseline's setting, where the arms need not be at their
+    best)."""
+    lines, judged = _shared_lr_loss(shown, gaps)
+    shared = LossHalf([t.pct <= d.pct for t, d in gaps.values()], "at the shared LR", judged, lines)
+    if not inp.lr_grid:
+        return shared
+    note, at_best, line = _best_lr_loss(inp.lr_grid, shown)
+    if at_best is None:
+        return dataclasses.replace(shared, note=note)
+    ok = [_finite_le(at_best[1], at_best[2])]
+    return LossHalf(ok, "each arm at its own best LR", at_best, [*lines, line], note, inp.lr_grid)
+
+
+def _shared_lr_loss(
+    shown: pd.DataFrame, gaps: dict[int, tuple[Gap, Gap]]
+) -> tuple[list[str], tuple]:
+    """The loss half at the shared LR: (each width's gaps as Ours states them, `judged` as
+    dyt_numbers takes it: the widest width's)."""
     lrs = sorted(set(shown["lr"])) if "lr" in shown else []
     at = f" at the shared LR {lrs[0]:g}" if len(lrs) == 1 else ""
     ours = [
@@ -145,68 +189,72 @@ def claim_dyt(inp: ClaimInputs) -> dict:
         f"DyT {d.pct:+.2f}% vs {_label(d.against)}"
         for w, (t, d) in gaps.items()
     ]
-    loss_ok = [taper.pct <= dyt.pct for taper, dyt in gaps.values()]
-    loss_where = "at the shared LR"
     width, (t_gap, d_gap) = max(gaps.items())
-    judged = (t_gap.variant, t_gap.pct, d_gap.pct, f"d={width}{at}", None)
-    grid, grid_note = inp.lr_grid, ""
-    if grid:
-        mismatch = grid_mismatch(grid, shown, corpus_of(shown))
-        best = best_lr_gaps(grid)
-        arms = [v for v in (TAPER_UNTIED, TAPER) if v in best][:1] + ["dyt"]
-        if mismatch:
-            grid_note = (
-                f" The {grid_source(grid)} is not at this scale ({'; '.join(mismatch)}): not used."
-            )
-        elif len(arms) == 2 and "dyt" in best:
-            t, d = best[arms[0]], best["dyt"]
-            loss_ok = [_finite_le(t["gap_best_pct"], d["gap_best_pct"])]
-            loss_where = "each arm at its own best LR"
-            seeds = len((grid.get("scale") or {}).get("seeds", [])) or None
-            judged = (
-                arms[0],
-                t["gap_best_pct"],
-                d["gap_best_pct"],
-                "each arm at its best LR",
-                seeds,
-            )
-            ours.append(
-                f"each arm at its best LR ({grid_source(grid)}): {_label(arms[0])} "
-                f"{_pct(t['gap_best_pct'])} (LR {t['best_lr']:g}) vs {t['against']} "
-                f"(LR {t['baseline_best_lr']:g}), DyT {_pct(d['gap_best_pct'])} (LR {d['best_lr']:g})"
-            )
-            grid_note = (
-                f" The loss half is judged with each arm at its own best LR from the "
-                f"{grid_source(grid)}, at this run's scale: the shared LR is the baseline's "
-                "setting, where the arms need not be at their best."
-            )
-    disturbed = inference_tables.disturbed_cells(inp.bench) if not inp.bench.empty else []
-    apart = inference_tables.separated(inp.bench, "folded", "dyt") if not inp.bench.empty else {}
+    return ours, (t_gap.variant, t_gap.pct, d_gap.pct, f"d={width}{at}", None)
+
+
+def _best_lr_loss(grid: dict, shown: pd.DataFrame) -> tuple[str, tuple | None, str]:
+    """The loss half with each arm at its own best LR from an LR grid: (the comment's note on the
+    grid, `judged` as dyt_numbers takes it, the line for Ours). `judged` is None where the grid is
+    not at the runs' scale or lacks an arm: the shared LR decides then."""
+    mismatch = grid_mismatch(grid, shown, corpus_of(shown))
+    if mismatch:
+        return (
+            f" The {grid_source(grid)} is not at this scale ({'; '.join(mismatch)}): not used.",
+            None,
+            "",
+        )
+    best = best_lr_gaps(grid)
+    arms = [v for v in (TAPER_UNTIED, TAPER) if v in best][:1]
+    if not arms or "dyt" not in best:
+        return "", None, ""
+    t, d = best[arms[0]], best["dyt"]
+    seeds = len((grid.get("scale") or {}).get("seeds", [])) or None
+    judged = (arms[0], t["gap_best_pct"], d["gap_best_pct"], "each arm at its best LR", seeds)
+    line = (
+        f"each arm at its best LR ({grid_source(grid)}): {_label(arms[0])} "
+        f"{_pct(t['gap_best_pct'])} (LR {t['best_lr']:g}) vs {t['against']} "
+        f"(LR {t['baseline_best_lr']:g}), DyT {_pct(d['gap_best_pct'])} (LR {d['best_lr']:g})"
+    )
+    note = (
+        f" The loss half is judged with each arm at its own best LR from the "
+        f"{grid_source(grid)}, at this run's scale: the shared LR is the baseline's "
+        "setting, where the arms need not be at their best."
+    )
+    return note, judged, line
+
+
+def _speed_half(inp: ClaimInputs) -> tuple[str | None, str, list[str]]:
+    """Folded vs DyT per benchmark: (the state over the benchmarks, None where not judged: no DyT
+    rows or disturbed timings; the speed text of the verdict; the lines for Ours)."""
+    bench = inp.bench
+    disturbed = inference_tables.disturbed_cells(bench) if not bench.empty else []
+    apart = inference_tables.separated(bench, "folded", "dyt") if not bench.empty else {}
     speed = "not judged, disturbed timing" if disturbed else "no DyT benchmark rows"
-    timed = set(inp.bench["variant"]) if not inp.bench.empty else set()
+    timed = set(bench["variant"]) if not bench.empty else set()
     not_timed = "; ".join(inp.bench_skipped)
     if not_timed and not {"folded", "dyt"} <= timed:
         speed = f"not timed ({not_timed})"
-    speed_state = None
-    if apart and not disturbed:
-        states = {name: _speed_state(*counts) for name, counts in apart.items()}
-        ours += [
-            f"{name}: folded faster than DyT in {a}/{n} cells, slower in {b}/{n} "
-            "(interquartile ranges apart)"
-            for name, (a, b, n) in apart.items()
-        ]
-        speed_state = (
-            YES
-            if all(v == YES for v in states.values())
-            else NO
-            if all(v == NO for v in states.values())
-            else NOT_RESOLVED
-            if all(v == NOT_RESOLVED for v in states.values())
-            else PARTLY
-        )
-        speed = {YES: "folded faster", NO: "DyT faster", NOT_RESOLVED: "not resolved"}.get(
-            speed_state, "mixed"
-        ) + f" ({', '.join(f'{k} {v}' for k, v in states.items())})"
+    if not apart or disturbed:
+        return None, speed, []
+    states = {name: _speed_state(*counts) for name, counts in apart.items()}
+    lines = [
+        f"{name}: folded faster than DyT in {a}/{n} cells, slower in {b}/{n} "
+        "(interquartile ranges apart)"
+        for name, (a, b, n) in apart.items()
+    ]
+    state = next(  # the state every benchmark shares, else partly
+        (s for s in (YES, NO, NOT_RESOLVED) if all(v == s for v in states.values())), PARTLY
+    )
+    speed = {YES: "folded faster", NO: "DyT faster", NOT_RESOLVED: "not resolved"}.get(
+        state, "mixed"
+    ) + f" ({', '.join(f'{k} {v}' for k, v in states.items())})"
+    return state, speed, lines
+
+
+def _dyt_holds(loss_ok: list[bool], loss_where: str, speed_state: str | None, speed: str) -> str:
+    """yes if TaperNorm is closer in loss everywhere and folded faster in every benchmark; no if
+    DyT is closer and folded is not resolved faster; else partly (both halves said)."""
     loss_state = YES if all(loss_ok) else NO if not any(loss_ok) else PARTLY
     loss = (
         f"TaperNorm closer {loss_where}"
@@ -216,11 +264,13 @@ def claim_dyt(inp: ClaimInputs) -> dict:
         else f"TaperNorm closer at {sum(loss_ok)}/{len(loss_ok)} widths {loss_where}"
     )
     if loss_state == YES and speed_state == YES:
-        holds = YES
-    elif loss_state == NO and speed_state in (NO, NOT_RESOLVED, None):
-        holds = f"{NO} (loss: {loss}; speed: {speed})"
-    else:
-        holds = f"{PARTLY} (loss: {loss}; speed: {speed})"
+        return YES
+    if loss_state == NO and speed_state in (NO, NOT_RESOLVED, None):
+        return f"{NO} (loss: {loss}; speed: {speed})"
+    return f"{PARTLY} (loss: {loss}; speed: {speed})"
+
+
+def _dyt_comment(inp: ClaimInputs, grid_note: str) -> str:
     comment = (
         "Validation-loss gap of each method to the baseline with its head (Table 2's outlier "
         "rule): DyT by its authors' LLaMA recipe (untied head, no DyT bias, embedding scalar, "
@@ -233,22 +283,15 @@ def claim_dyt(inp: ClaimInputs) -> dict:
         "in every benchmark; no if DyT is closer and folded is not resolved faster anywhere; "
         "else partly." + grid_note
     )
-    if not_timed:
+    if not_timed := "; ".join(inp.bench_skipped):
         comment += f" Not timed: {not_timed}."
-    if not grid:
+    if not inp.lr_grid:
         comment += (
             " Each arm at its own best LR is not measured here (no LR grid given: tapernorm "
             "lr-grid), so the loss half rests on the shared LR, where the arms need not be at "
             "their best."
         )
-    scale = describe_scale(shown)
-    if apart and not disturbed:
-        places = {inference_tables.where(part) for _, part in inp.bench.groupby("benchmark")}
-        scale += " | benchmarks: " + "; ".join(sorted(places))
-    row = claim_row(CLAIM, PAPER, "; ".join(ours), scale, holds, comment)
-    return with_numbers(
-        row, dyt_numbers(runs, gaps, judged, grid if loss_where != "at the shared LR" else None)
-    )
+    return comment
 
 
 def dyt_numbers(
