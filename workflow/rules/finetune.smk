@@ -123,8 +123,7 @@ rule prepare_eval:
     input:
         prepare_eval_inputs,
     output:
-        meta="data/eval/{evalset}/meta.json",
-        rows="data/eval/{evalset}/rows.bin",
+        **wf.eval_set_files("{evalset}"),
     log:
         "logs/finetune/prepare_eval_{evalset}.log",
     conda:

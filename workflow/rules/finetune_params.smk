@@ -17,11 +17,12 @@ def finetune_inputs(w):
 
 def finetune_eval_inputs(w):
     run = run_dir("finetune", w.ftrun)
+    eval_set = wf.eval_set_files(w.evalset)
     inputs = {
         "run": f"{run}/eval.json",
         **model_files(run),
-        "data": f"data/eval/{w.evalset}/meta.json",
-        "rows": f"data/eval/{w.evalset}/rows.bin",
+        "data": eval_set["meta"],
+        "rows": eval_set["rows"],
     }
     if wn.parse_finetune_run(w.ftrun)[0] == "all_taperln":  # its fold check
         fold = f"results/finetune/fold/{w.ftrun}"
