@@ -31,15 +31,16 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from tapernorm import jsonio, load_hf
+from tapernorm import load_hf
 from tapernorm.bench.decode import bench_decode, greedy
 from tapernorm.bench.generate import memory_bandwidth, weight_bytes
 from tapernorm.bench.timing import Clock, environment, paired_rounds, timed
 from tapernorm.bench.train_step import hf_llama_like
 from tapernorm.bench.trust import paired_speedup
 from tapernorm.bench.variants import inference_variants, paper_config, random_variants
-from tapernorm.checkpoint import write_json
 from tapernorm.decode import compiled_decoder, eager_decoder
+from tapernorm.runtime import jsonio
+from tapernorm.training.checkpoint import write_json
 
 
 def vs_transformers(

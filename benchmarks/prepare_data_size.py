@@ -30,8 +30,8 @@ from pathlib import Path
 
 import psutil
 
-from tapernorm import jsonio
 from tapernorm.data.synthetic import openwebtext_like, write_jsonl, write_tinystories_copy
+from tapernorm.runtime import jsonio
 
 PAPER_TOKENIZER_CHARS = 200_000_000  # config/paper.yaml data.tokenizer_chars
 

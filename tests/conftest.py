@@ -149,7 +149,7 @@ def _claims_record() -> dict:
 @pytest.fixture
 def run_tree(tmp_path):
     """A finished run's tree: a run directory with its provenance, claims, a table, a figure."""
-    from tapernorm.manifest import write_manifest
+    from tapernorm.artifact.manifest import write_manifest
 
     root = tmp_path / "work"
     run = root / "results/runs/pretrain/baseline-d64-s0"

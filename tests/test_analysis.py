@@ -13,10 +13,10 @@ from conftest import tiny_run
 from matplotlib.image import imread
 
 from tapernorm.analysis import anchor_sweep, claims, figure_style, figures, stats, tables
-from tapernorm.analysis.cli import add_subcommands
 from tapernorm.analysis.runs import load_runs
-from tapernorm.config import VARIANTS
-from tapernorm.train import train
+from tapernorm.cli.analysis import add_subcommands
+from tapernorm.training.loop import train
+from tapernorm.variants import VARIANTS
 
 FINAL_TAPERED = {"final", "all", "all_aux"}
 
@@ -39,7 +39,7 @@ def _train(root, shards_dir, variant, width, seed, steps=6, **sections):
 
 @pytest.fixture(scope="module")
 def runs(shards_dir, tmp_path_factory):
-    """Main runs: every variant (config.VARIANTS) x 2 seeds at d=64 and a baseline x 2 at d=32;
+    """Main runs: every variant (variants.VARIANTS) x 2 seeds at d=64 and a baseline x 2 at d=32;
     ablation: 4 variants x 1 seed on 2000 training tokens with geometry logging."""
     root = tmp_path_factory.mktemp("runs")
     main = [_train(root / "main", shards_dir, v, 64, s) for v in VARIANTS for s in (0, 1)]

@@ -1,4 +1,4 @@
-"""Atomic writes (tapernorm.atomic): file modes follow the umask, failures leave nothing behind;
+"""Atomic writes (tapernorm.runtime.atomic): file modes follow the umask, failures leave nothing behind;
 checkpoint.replace_dir."""
 
 import os
@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 import torch
 
-from tapernorm.atomic import atomic_open, atomic_path, atomic_write_bytes
-from tapernorm.checkpoint import load_tensors, replace_dir, save_tensors, write_json
 from tapernorm.data import gpt2_tokenizer, write_eval_set, write_shards
+from tapernorm.runtime.atomic import atomic_open, atomic_path, atomic_write_bytes
+from tapernorm.training.checkpoint import load_tensors, replace_dir, save_tensors, write_json
 
 
 @pytest.fixture

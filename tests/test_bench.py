@@ -14,7 +14,7 @@ import pytest
 import torch
 import yaml
 
-from tapernorm.analysis import claims, inference_tables
+from tapernorm.analysis import claims, figure_speedups, inference_tables
 from tapernorm.bench.decode import DecodeCheckError, bench_decode, check_decode, greedy
 from tapernorm.bench.forward import bench_forward
 from tapernorm.bench.timing import Clock, paired_rounds
@@ -26,12 +26,12 @@ from tapernorm.bench.variants import (
     random_variants,
     with_block_size,
 )
-from tapernorm.checkpoint import save_model
 from tapernorm.cli import main
 from tapernorm.config import ConfigError
 from tapernorm.decode import compile_kwargs, eager_decoder, static_decoder
 from tapernorm.fold import FoldVerificationError
 from tapernorm.model import GPT
+from tapernorm.training.checkpoint import save_model
 from tapernorm.workflow import Plan, validate_pipeline_config
 
 ENV_FIELDS = {"device", "device_name", "torch", "dtype", "mode", "threads", "params", "n_embd"}
@@ -316,7 +316,7 @@ def test_decode_table_per_mode(bench_csvs, tmp_path):
 
 def test_fig5_compares_our_best_cell_with_the_papers_up_to(bench_csvs, tmp_path):
     df = inference_tables.load_bench([bench_csvs["decode"]])
-    fig, caption = inference_tables.fig5(df)
+    fig, caption = figure_speedups.fig5(df)
     assert [ax.get_title() for ax in fig.axes] == [
         "decode speedup, eager",
         "decode speedup, compiled",
@@ -345,7 +345,7 @@ def test_fig5_compares_our_best_cell_with_the_papers_up_to(bench_csvs, tmp_path)
     row = mine.loc[mine["speedup"].idxmax()]
     cell = f"Folded {best:.2f}× at B={int(row.batch)} P={int(row.prompt_len)}"
     assert cell in caption and "max against max" in caption
-    paths = inference_tables.make_fig5([bench_csvs["decode"]], tmp_path / "fig5_decode_speedup.pdf")
+    paths = figure_speedups.make_fig5([bench_csvs["decode"]], tmp_path / "fig5_decode_speedup.pdf")
     assert [p.suffix for p in paths] == [".pdf", ".png", ".html"]
     assert all(p.stat().st_size > 1000 for p in paths)
     assert "max against max" in paths[2].read_text()

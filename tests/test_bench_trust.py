@@ -12,7 +12,7 @@ from contextlib import contextmanager
 import pandas as pd
 import pytest
 
-from tapernorm.analysis import claims, inference_tables
+from tapernorm.analysis import claims, figure_speedups, inference_tables
 from tapernorm.bench.forward import bench_forward
 from tapernorm.bench.grid import summary_table
 from tapernorm.bench.trust import (
@@ -132,7 +132,7 @@ def test_idle_cells_carry_no_flag_and_a_verdict():
 
 
 def test_figure5_draws_disturbed_cells_hollow():
-    fig, caption = inference_tables.fig5(decode_frame(disturbed=True))
+    fig, caption = figure_speedups.fig5(decode_frame(disturbed=True))
     labels = fig.axes[0].get_legend_handles_labels()[1]
     assert "Folded, † disturbed timing (hollow)" in labels and "Folded" not in labels
     assert "DISTURBED TIMING" in caption and "DISTURBED" not in fig.get_supxlabel()

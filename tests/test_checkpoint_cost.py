@@ -12,11 +12,11 @@ import yaml
 from conftest import blow_up_at, tiny_run
 from test_cluster import ROOT, SCHEMA
 
-from tapernorm import distributed
-from tapernorm import job_resources as jr
-from tapernorm.checkpoint import load_tensors
-from tapernorm.train import train
-from tapernorm.training_state import OPTIMIZER_PREFIX, PRUNED_KEY
+from tapernorm.machine import job_resources as jr
+from tapernorm.training import distributed
+from tapernorm.training.checkpoint import load_tensors
+from tapernorm.training.loop import train
+from tapernorm.training.state import OPTIMIZER_PREFIX, PRUNED_KEY
 from tapernorm.workflow import validate_pipeline_config
 
 OUTPUTS = ("model.safetensors", "metrics.jsonl", "eval.json")
@@ -101,7 +101,7 @@ def test_a_finished_run_left_unpruned_is_pruned_by_the_next_rerun(
     """A run that ended between eval.json and the pruning (or before pruning existed)."""
     cfg = tiny_run(shards_dir, train={"steps": 6})
     run = tmp_path / "run"
-    monkeypatch.setattr("tapernorm.train.prune_checkpoint", lambda ckpt: False)
+    monkeypatch.setattr("tapernorm.training.loop.prune_checkpoint", lambda ckpt: False)
     train(cfg, run)
     assert optimizer_tensors(checkpoint(run)[1])
     monkeypatch.undo()

@@ -12,7 +12,7 @@ from tapernorm.analysis import claims
 from tapernorm.analysis.claim_numbers import FIELDS, record_fields
 from tapernorm.analysis.claim_rows import ClaimInputs
 from tapernorm.analysis.claims_dyt import claim_dyt
-from tapernorm.jsonio import dumps
+from tapernorm.runtime.jsonio import dumps
 
 
 def _bench(cells: dict[tuple[str, int], tuple[float, float, float]]) -> pd.DataFrame:

@@ -15,10 +15,10 @@ import yaml
 from conftest import tiny_run
 
 from tapernorm import set_gate
-from tapernorm.bench.cli import inference_settings
-from tapernorm.checkpoint import load_model
 from tapernorm.cli import build_parser, main
-from tapernorm.train import train
+from tapernorm.cli.bench import inference_settings
+from tapernorm.training.checkpoint import load_model
+from tapernorm.training.loop import train
 from tapernorm.workflow import Plan, validate_pipeline_config
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -95,11 +95,11 @@ def test_missing_shards_is_a_clear_error(tmp_path, capsys):
 def test_commands_print_library_logs_and_the_logger_can_be_silenced(monkeypatch, capsys):
     """A command shows the library's log records as bare lines on stderr (its result stays on
     stdout), once per call however often main runs; a level set on `tapernorm` silences them."""
-    from tapernorm import fold
+    from tapernorm.training import fold_run as fold
 
     def fold_run(*args, **kwargs):
-        logging.getLogger("tapernorm.fold").info("folding %s", "the run")
-        logging.getLogger("tapernorm.fold").debug("below INFO")
+        logging.getLogger("tapernorm.training.fold_run").info("folding %s", "the run")
+        logging.getLogger("tapernorm.training.fold_run").debug("below INFO")
         return {"ok": True}
 
     monkeypatch.setattr(fold, "fold_run", fold_run)

@@ -10,10 +10,10 @@ import yaml
 
 from tapernorm import config, fold
 from tapernorm.analysis import paper
-from tapernorm.bench.cli import inference_settings
 from tapernorm.bench.settings import BenchSettings, bench_settings
 from tapernorm.cli import build_parser, main
-from tapernorm.cli_data import data_settings, eval_settings
+from tapernorm.cli.bench import inference_settings
+from tapernorm.cli.data import data_settings, eval_settings
 from tapernorm.workflow import Plan, validate_pipeline_config
 from tapernorm.workflow.files import finetune_data_config
 

@@ -5,12 +5,12 @@ traceback (cli_errors)."""
 import pytest
 import torch
 
-import tapernorm.evaluation
-from tapernorm.checkpoint import CheckpointError
+import tapernorm.training.evaluation
 from tapernorm.cli import main
-from tapernorm.cli_errors import one_line
+from tapernorm.cli.errors import one_line
 from tapernorm.data.hf_datasets import DataUnavailableError
-from tapernorm.device import DeviceError, resolve_device
+from tapernorm.runtime.device import DeviceError, resolve_device
+from tapernorm.training.checkpoint import CheckpointError
 
 EVAL = ["eval", "--model", "m", "--data", "d", "--device", "cpu"]
 
@@ -43,7 +43,7 @@ def torch_shape_error() -> RuntimeError:
 )
 def test_our_errors_and_file_errors_end_in_one_line(error, monkeypatch, capsys):
     monkeypatch.delenv("TAPERNORM_TRACEBACK", raising=False)
-    monkeypatch.setattr(tapernorm.evaluation, "evaluate_model", raising(error))
+    monkeypatch.setattr(tapernorm.training.evaluation, "evaluate_model", raising(error))
     assert main(EVAL) == 2
     err = capsys.readouterr().err
     assert err == f"tapernorm eval: error: {error}\n"
@@ -56,7 +56,7 @@ def test_our_errors_and_file_errors_end_in_one_line(error, monkeypatch, capsys):
 )
 def test_other_errors_keep_their_traceback(error, monkeypatch):
     monkeypatch.delenv("TAPERNORM_TRACEBACK", raising=False)
-    monkeypatch.setattr(tapernorm.evaluation, "evaluate_model", raising(error))
+    monkeypatch.setattr(tapernorm.training.evaluation, "evaluate_model", raising(error))
     assert one_line(error, "eval") is None
     with pytest.raises(type(error)) as raised:
         main(EVAL)

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tapernorm import job_resources as jr
 from tapernorm.config import ConfigError
+from tapernorm.machine import job_resources as jr
 from tapernorm.workflow import Plan, validate_pipeline_config
 from tapernorm.workflow.devices import gpu_prefix
 from tapernorm.workflow.finetune import FinetuneBaseFamily, FinetuneFamily
@@ -170,8 +170,8 @@ def test_fold_eval_and_export_are_sized_by_the_model():
 def test_the_sizing_uses_the_commands_defaults():
     import inspect
 
-    from tapernorm.export import export_run
-    from tapernorm.fold import fold_run
+    from tapernorm.training.export_run import export_run
+    from tapernorm.training.fold_run import fold_run
 
     fold = inspect.signature(fold_run).parameters
     assert (jr.FOLD_WINDOWS, jr.FOLD_EVAL_WINDOWS) == (

@@ -11,9 +11,9 @@ import pytest
 import torch
 
 from tapernorm import data as D
-from tapernorm import hub
 from tapernorm.data import shakespeare as S
 from tapernorm.data import tokenizers as T
+from tapernorm.interop import hub
 
 # ----------------------------------------------------------------------------------------------
 # Shakespeare
@@ -485,7 +485,7 @@ def test_shards_name_their_own_tokenizer_relative_so_a_moved_work_dir_is_the_sam
 ):
     """prepare_shards' layout (tokenizer.model beside the shards): meta.json names it relative to
     them, so a run's data fingerprint survives moving or cloning the work directory."""
-    from tapernorm.run_identity import data_fingerprint
+    from tapernorm.training.identity import data_fingerprint
 
     here = tmp_path / "here" / "data"
     tok = D.train_sentencepiece(sp_docs, 512, str(here / "tokenizer"))

@@ -17,10 +17,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tapernorm import cli, cli_data, hub
+from tapernorm import cli
 from tapernorm import data as D
+from tapernorm.cli import data as cli_data
 from tapernorm.data import documents, encoding, synthetic
 from tapernorm.data import hf_datasets as H
+from tapernorm.interop import hub
 from tapernorm.workflow import validate_pipeline_config
 from tapernorm.workflow.files import finetune_data_config
 

@@ -15,9 +15,9 @@ import pytest
 import torch
 from conftest import tiny_run
 
-from tapernorm.checkpoint import load_model
-from tapernorm.distributed import World, data_parallel
-from tapernorm.training_run import set_up
+from tapernorm.training.checkpoint import load_model
+from tapernorm.training.distributed import World, data_parallel
+from tapernorm.training.run import set_up
 
 # What two processes may differ from one by, relative to max(1, |value|): each rank sums its own
 # micro-batches' gradients before gloo sums the ranks', an order one process does not take, so the

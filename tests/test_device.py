@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from tapernorm.device import resolve_device
+from tapernorm.runtime.device import resolve_device
 
 
 def fake_gpus(monkeypatch, n: int) -> None:

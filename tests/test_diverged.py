@@ -14,15 +14,15 @@ import pytest
 from conftest import tiny_run
 
 from tapernorm import data as D
-from tapernorm import jsonio
-from tapernorm.analysis import claims, inference_tables
+from tapernorm.analysis import claims, figure_speedups, inference_tables
 from tapernorm.analysis import finetune as ft
 from tapernorm.analysis.claim_rows import grade_of
+from tapernorm.artifact.manifest import build_manifest
 from tapernorm.bench.grid import summary_table
 from tapernorm.cli import main
-from tapernorm.divergence import diverged
-from tapernorm.manifest import build_manifest
-from tapernorm.train import train
+from tapernorm.runtime import jsonio
+from tapernorm.training.divergence import diverged
+from tapernorm.training.loop import train
 
 DIVERGE = {"lam": 1e38}  # anchor: every step after the taper starts overflows
 STEPS = {"steps": 12, "warmup_steps": 2}
@@ -151,6 +151,7 @@ def test_fold_of_a_diverged_run_is_skipped_with_the_reason(runs, shards_dir, tmp
 
 def test_fold_of_a_finished_run_that_disagrees_still_fails(runs, shards_dir, tmp_path, monkeypatch):
     import tapernorm.fold as fold
+    import tapernorm.training.fold_run as fold_cmd
 
     fold_model = fold.fold_model
 
@@ -159,11 +160,11 @@ def test_fold_of_a_finished_run_that_disagrees_still_fails(runs, shards_dir, tmp
         folded.lm_head.weight.data.mul_(1.01)  # a fold bug
         return folded
 
-    monkeypatch.setattr(fold, "fold_model", wrong_fold)
+    monkeypatch.setattr(fold_cmd, "fold_model", wrong_fold)
     out = tmp_path / "fold"
     args = ["fold", "--model", str(runs["tapered"]), "--data", str(shards_dir), "--out", str(out)]
     with pytest.raises(fold.FoldVerificationError, match="disagrees"):
-        fold.fold_run(runs["tapered"], shards_dir, out, windows=2, eval_windows=4)
+        fold_cmd.fold_run(runs["tapered"], shards_dir, out, windows=2, eval_windows=4)
     assert main([*args, "--windows", "2"]) == 2
     assert not (out / "verify.json").exists()
 
@@ -332,7 +333,7 @@ def test_a_diverged_dyt_or_baseline_run(runs, tmp_path):
     assert (df3["Folded (ours)"] == "not timed").all() and "Ours: nothing timed." in caption
     dec, caption = inference_tables.table_decode(df)
     assert dec.iloc[0]["Baseline tok/s"] == "not timed" and notes[0] in caption
-    fig, caption = inference_tables.fig5(df)
+    fig, caption = figure_speedups.fig5(df)
     assert notes[0] in caption
     record = claims.claims_record(
         claims.ClaimInputs(

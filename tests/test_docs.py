@@ -11,6 +11,9 @@ DOCS = [
     "docs/usage.md",
     "docs/protocol.md",
     "docs/writing-paths.md",
+    "docs/norm-free.md",
+    "docs/reproducibility.md",
+    "docs/scaling.md",
     "config/README.md",
     "benchmarks/README.md",
     "workflow/profiles/README.md",
@@ -112,3 +115,30 @@ def test_the_workflow_catalog_file_has_the_catalogs_keys_and_true_paths():
         for smk in (ROOT / "workflow/rules").glob("*.smk"):
             rules = re.split(r"(?m)^\s*rule\b[^\n]*:\s*$", smk.read_text())[1:]
             assert all("conda:" in rule for rule in rules), smk
+
+
+SOURCE_PATH = re.compile(r"`((?:src|benchmarks|workflow)/[\w./-]+)`")
+
+
+@pytest.mark.parametrize("doc", DOCS)
+def test_source_paths_named_in_the_docs_exist(doc):
+    """A file or directory of the code a document names in backticks (`src/tapernorm/fold.py`)
+    exists: a module moved or renamed leaves no stale path behind."""
+    text = (ROOT / doc).read_text()
+    missing = [p for p in SOURCE_PATH.findall(text) if not (ROOT / p.rstrip(".")).exists()]
+    assert not missing, f"{doc} names missing files: {missing}"
+
+
+def test_where_things_are_names_files_that_exist():
+    """docs/usage.md's table of where things are: in each row's file cell, the bare file names
+    after the first path sit in that path's directory."""
+    text = (ROOT / "docs/usage.md").read_text()
+    section = text[text.index("## Where things are") :]
+    rows = [ln for ln in section.splitlines() if ln.startswith("| ") and "`src/" in ln]
+    assert len(rows) > 25
+    for row in rows:
+        cell = row.rstrip(" |").rsplit(" | ", 1)[1]
+        first = SOURCE_PATH.search(cell).group(1)
+        base = ROOT / first if first.endswith("/") else (ROOT / first).parent
+        for name in re.findall(r"`([\w]+\.py)`", cell):
+            assert (base / name).exists() or any(base.rglob(name)), f"{row}: {name}"

@@ -10,17 +10,18 @@ import torch
 from conftest import tiny_run
 
 from tapernorm import GPT, DyT, GPTConfig, fold_model
-from tapernorm.analysis import claims, claims_dyt, inference_tables
+from tapernorm.analysis import claims, claims_dyt, figure_speedups, inference_tables
 from tapernorm.analysis.claims import ClaimInputs
 from tapernorm.bench.decode import bench_decode
 from tapernorm.bench.forward import bench_forward
 from tapernorm.bench.variants import inference_variants, random_dyt, random_variants
-from tapernorm.checkpoint import load_model, save_model
-from tapernorm.config import VARIANTS, ConfigError
+from tapernorm.config import ConfigError
 from tapernorm.fold import FoldError, export_explicit_scaling
 from tapernorm.model import DYT_RECIPE, dyt_alpha0, dyt_config
 from tapernorm.norms import LayerNorm, RMSNorm, TaperNorm
-from tapernorm.train import train
+from tapernorm.training.checkpoint import load_model, save_model
+from tapernorm.training.loop import train
+from tapernorm.variants import VARIANTS
 from tapernorm.workflow import Plan, validate_pipeline_config
 
 TINY = dict(n_layer=2, n_head=2, n_embd=16, vocab_size=50, block_size=32)
@@ -102,7 +103,7 @@ def test_dyt_generate_equals_uncached_greedy_and_checkpoints_round_trip(tmp_path
 
 def test_an_embedding_scalar_folds_but_has_no_stock_export():
     from tapernorm import set_gate
-    from tapernorm.export import ExportError, to_hf
+    from tapernorm.interop.hf_export import ExportError, to_hf
 
     torch.manual_seed(0)
     model = GPT(GPTConfig(taper="all", emb_scale=3.0, **TINY)).eval()
@@ -128,7 +129,7 @@ def test_the_dyt_variant_sets_the_norm_and_trains(shards_dir, tmp_path):
     assert not cfg["anchor"]["enabled"]
     m = cfg["model"]
     assert (m["tie_embeddings"], m["dyt_bias"], m["emb_scale"]) == (False, False, 50.0)
-    assert m["emb_scale"] == DYT_RECIPE["emb_scale"]  # config.VARIANTS states model.DYT_RECIPE
+    assert m["emb_scale"] == DYT_RECIPE["emb_scale"]  # variants.VARIANTS states model.DYT_RECIPE
     assert {k: m[k] for k in DYT_RECIPE} == DYT_RECIPE
     result = train(cfg, tmp_path / "dyt")
     records = [json.loads(x) for x in (tmp_path / "dyt/metrics.jsonl").read_text().splitlines()]
@@ -193,7 +194,7 @@ def test_the_benchmarks_have_dyt_rows_and_tables_show_them(bench_rows):
     assert "×" in mine
     dec, _ = inference_tables.table_decode(df)
     assert "DyT speedup (IQR)" in dec.columns and "DyT tok/s" in dec.columns
-    fig, caption = inference_tables.fig5(df)
+    fig, caption = figure_speedups.fig5(df)
     assert any(label.startswith("DyT") for label in fig.axes[0].get_legend_handles_labels()[1])
     assert "DyT: green, up triangles" in caption
     old, _ = inference_tables.table3(df[df["variant"] != "dyt"])

@@ -11,8 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from tapernorm import env_lock, manifest, provenance
+from tapernorm.artifact import manifest
 from tapernorm.cli import main
+from tapernorm.machine import env_lock
+from tapernorm.runtime import provenance
 
 ROOT = Path(__file__).resolve().parents[1]
 LOCK = ROOT / env_lock.CONSTRAINTS

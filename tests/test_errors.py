@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 import tapernorm
-import tapernorm.train
-import tapernorm.training_run
+import tapernorm.training.loop
+import tapernorm.training.run
 from tapernorm.cli import build_parser, main
 from tapernorm.config import (
     ConfigError,
@@ -178,14 +178,14 @@ def test_missing_optional_dependency_names_the_extra(shards_dir, tmp_path, monke
 
 def _interrupt_at(step: int, monkeypatch) -> None:
     """Make training raise KeyboardInterrupt (as Ctrl-C does) when it reaches optimizer step `step`."""
-    lr_at = tapernorm.train.lr_at
+    lr_at = tapernorm.training.loop.lr_at
 
     def interrupted(k, *args):
         if k == step:
             raise KeyboardInterrupt
         return lr_at(k, *args)
 
-    monkeypatch.setattr(tapernorm.train, "lr_at", interrupted)
+    monkeypatch.setattr(tapernorm.training.loop, "lr_at", interrupted)
 
 
 @pytest.mark.parametrize(
@@ -249,7 +249,7 @@ def test_integers_written_as_floats_are_read_exactly(tmp_path):
 def test_a_full_disk_is_one_line_naming_the_file(shards_dir, tmp_path, monkeypatch, capsys):
     import errno
 
-    import tapernorm.atomic
+    import tapernorm.runtime.atomic
 
     class FullDisk:
         def __init__(self, *args):
@@ -264,7 +264,7 @@ def test_a_full_disk_is_one_line_naming_the_file(shards_dir, tmp_path, monkeypat
         def write(self, data):
             raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(tapernorm.atomic, "open", FullDisk, raising=False)
+    monkeypatch.setattr(tapernorm.runtime.atomic, "open", FullDisk, raising=False)
     cfg = tiny_yaml(tmp_path / "run.yaml", shards_dir)
     status, err = run_cli(["train", "--config", cfg, "--out", str(tmp_path / "o")], capsys)
     assert status == 2
@@ -278,7 +278,7 @@ def test_a_full_disk_is_one_line_naming_the_file(shards_dir, tmp_path, monkeypat
 def test_a_full_disk_during_a_checkpoint_is_one_line(shards_dir, tmp_path, monkeypatch, capsys):
     from safetensors import SafetensorError
 
-    import tapernorm.checkpoint
+    import tapernorm.training.checkpoint
 
     def save_file(*args, **kwargs):
         raise SafetensorError(
@@ -286,7 +286,7 @@ def test_a_full_disk_during_a_checkpoint_is_one_line(shards_dir, tmp_path, monke
             'space left on device" })'
         )
 
-    monkeypatch.setattr(tapernorm.checkpoint, "save_file", save_file)
+    monkeypatch.setattr(tapernorm.training.checkpoint, "save_file", save_file)
     cfg = tiny_yaml(tmp_path / "run.yaml", shards_dir)
     status, err = run_cli(["train", "--config", cfg, "--out", str(tmp_path / "o")], capsys)
     line = err.strip().splitlines()[-1]  # (after the progress lines of steps 1-10)
@@ -364,7 +364,7 @@ def test_out_of_memory_is_one_line(shards_dir, tmp_path, monkeypatch, capsys):
     def no_memory(*args, **kwargs):
         raise MemoryError
 
-    monkeypatch.setattr(tapernorm.training_run, "build_model", no_memory)
+    monkeypatch.setattr(tapernorm.training.run, "build_model", no_memory)
     cfg = tiny_yaml(tmp_path / "run.yaml", shards_dir)
     status, err = run_cli(["train", "--config", cfg, "--out", str(tmp_path / "o")], capsys)
     assert status == 2 and one_line(err).startswith("tapernorm train: error: out of memory: ")

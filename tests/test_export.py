@@ -11,9 +11,8 @@ from conftest import tiny_hf_lm, tiny_run
 transformers = pytest.importorskip("transformers")
 
 from tapernorm import GPT, GPTConfig, export_hf, load_hf, set_gate  # noqa: E402
-from tapernorm.checkpoint import save_model  # noqa: E402
 from tapernorm.cli import main  # noqa: E402
-from tapernorm.export import (  # noqa: E402
+from tapernorm.interop.hf_export import (  # noqa: E402
     EXPORT_EPS,
     VERIFY_KEYS,
     ExportError,
@@ -23,7 +22,8 @@ from tapernorm.export import (  # noqa: E402
     verify_hf,
 )
 from tapernorm.norms import taper_norms  # noqa: E402
-from tapernorm.train import train  # noqa: E402
+from tapernorm.training.checkpoint import save_model  # noqa: E402
+from tapernorm.training.loop import train  # noqa: E402
 
 
 def at_g0(model: GPT, seed: int = 0) -> GPT:

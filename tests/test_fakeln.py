@@ -14,12 +14,12 @@ from conftest import tiny_run
 
 from tapernorm.analysis import claims_finetune
 from tapernorm.analysis import finetune as ft
-from tapernorm.checkpoint import load_model
 from tapernorm.config import ConfigError
 from tapernorm.fakeln import removal_order, removal_steps
 from tapernorm.fold import FoldError, fold_model
 from tapernorm.norms import FakeNorm
-from tapernorm.train import train
+from tapernorm.training.checkpoint import load_model
+from tapernorm.training.loop import train
 from tapernorm.workflow import validate_pipeline_config
 from tapernorm.workflow.finetune import FinetuneFamily
 
@@ -154,7 +154,7 @@ def test_fakeln_from_a_trained_base_starts_as_the_same_function(shards_dir, tmp_
         train={"steps": 4, "warmup_steps": 1},
         fakeln={"start": 1, "end": 3},
     )
-    from tapernorm.training_run import build_model
+    from tapernorm.training.run import build_model
 
     fake, real = build_model(cfg, 512).eval(), load_model(tmp_path / "base").eval()
     idx = torch.randint(0, 512, (2, 16))

@@ -22,10 +22,10 @@ from matplotlib.colors import to_rgb
 from matplotlib.text import Text
 from PIL import Image
 
-from tapernorm import provenance
 from tapernorm.analysis import anchor_sweep, figure_style, figures
 from tapernorm.analysis.runs import CLIPPED_COLUMNS, GRAD_COLUMNS
-from tapernorm.config import PAPER_VARIANTS, VARIANTS
+from tapernorm.runtime import provenance
+from tapernorm.variants import PAPER_VARIANTS, VARIANTS
 from tapernorm.workflow.plan import FIG2_VARIANTS
 
 STEPS = 100

@@ -12,9 +12,9 @@ from tapernorm.analysis.claim_numbers import record_fields
 from tapernorm.analysis.claim_rows import ClaimInputs, grade_of
 from tapernorm.analysis.claims_dyt import claim_dyt
 from tapernorm.analysis.figures_summary import fig_claim_gaps, fig_lr_grid
+from tapernorm.analysis.lr_grid import write_summary
 from tapernorm.cli import main
-from tapernorm.jsonio import write_json
-from tapernorm.lr_grid import write_summary
+from tapernorm.runtime.jsonio import write_json
 
 
 def _runs(gaps: dict[str, list[float]], base: tuple, baseline: str = "baseline") -> pd.DataFrame:

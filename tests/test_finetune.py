@@ -18,21 +18,21 @@ import yaml
 from conftest import tiny_hf_gpt2
 
 from tapernorm import data as D
-from tapernorm import hub
 from tapernorm.analysis import claims, claims_finetune, paper
 from tapernorm.analysis import finetune as ft
-from tapernorm.checkpoint import load_model
 from tapernorm.cli import build_parser
 from tapernorm.cli import main as cli_main
-from tapernorm.cli_data import data_settings, eval_settings
+from tapernorm.cli.data import data_settings, eval_settings
 from tapernorm.config import ConfigError, resolve_run_config
-from tapernorm.distributed import rank_micro_batches
-from tapernorm.evaluation import evaluate_rows
 from tapernorm.fold import fold_model, verify_fold
+from tapernorm.interop import hub
 from tapernorm.model import LayerNorm
 from tapernorm.norms import TaperNorm, set_gate, update_calibration
 from tapernorm.schedules import gate_at
-from tapernorm.train import train
+from tapernorm.training.checkpoint import load_model
+from tapernorm.training.distributed import rank_micro_batches
+from tapernorm.training.evaluation import evaluate_rows
+from tapernorm.training.loop import train
 from tapernorm.workflow import files as wf
 from tapernorm.workflow import job_functions as jf
 from tapernorm.workflow import validate_pipeline_config

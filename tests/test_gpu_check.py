@@ -20,10 +20,10 @@ import pytest
 import torch
 import yaml
 
+from tapernorm.analysis.gpu_report import gpu_hours
 from tapernorm.bench import decode as bench_decode
 from tapernorm.bench.timing import CsvRows
 from tapernorm.bench.train_step import bench_train_steps
-from tapernorm.gpu_check import gpu_hours
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "benchmarks/gpu_check.sh"
@@ -50,11 +50,8 @@ MAX_FILES = 8  # the device tool returns at most 8 files, directly under OUT
 CHECK_MODULES = (
     "tapernorm",
     "tapernorm.analysis",
-    "tapernorm.analysis.cli",
     "tapernorm.anchor",
-    "tapernorm.atomic",
     "tapernorm.bench",
-    "tapernorm.bench.cli",
     "tapernorm.bench.decode",
     "tapernorm.bench.forward",
     "tapernorm.bench.grid",
@@ -63,15 +60,17 @@ CHECK_MODULES = (
     "tapernorm.bench.train_step",
     "tapernorm.bench.trust",
     "tapernorm.bench.variants",
-    "tapernorm.checkpoint",
     "tapernorm.cli",
-    "tapernorm.cli_args",
-    "tapernorm.cli_data",
-    "tapernorm.cli_errors",
-    "tapernorm.cli_machine",
-    "tapernorm.cli_models",
-    "tapernorm.cli_scaling",
-    "tapernorm.cli_train",
+    "tapernorm.cli.analysis",
+    "tapernorm.cli.args",
+    "tapernorm.cli.bench",
+    "tapernorm.cli.data",
+    "tapernorm.cli.errors",
+    "tapernorm.cli.machine",
+    "tapernorm.cli.models",
+    "tapernorm.cli.record",
+    "tapernorm.cli.scaling",
+    "tapernorm.cli.train",
     "tapernorm.config",
     "tapernorm.data",
     "tapernorm.data.documents",
@@ -84,35 +83,40 @@ CHECK_MODULES = (
     "tapernorm.data.tinystories",
     "tapernorm.data.tokenizers",
     "tapernorm.decode",
-    "tapernorm.device",
-    "tapernorm.diagnostics",
-    "tapernorm.digests",
-    "tapernorm.distributed",
-    "tapernorm.divergence",
-    "tapernorm.env_lock",
-    "tapernorm.evaluation",
-    "tapernorm.export",
     "tapernorm.fakeln",
     "tapernorm.fold",
-    "tapernorm.gpu_check",
-    "tapernorm.hub",
-    "tapernorm.jsonio",
-    "tapernorm.metrics_log",
+    "tapernorm.interop",
+    "tapernorm.interop.hf_export",
+    "tapernorm.interop.hub",
+    "tapernorm.machine",
+    "tapernorm.machine.env_lock",
+    "tapernorm.machine.gpu_check",
+    "tapernorm.machine.selftest",
     "tapernorm.model",
     "tapernorm.norms",
-    "tapernorm.out_dirs",
-    "tapernorm.out_files",
-    "tapernorm.progress",
-    "tapernorm.provenance",
-    "tapernorm.record_cli",
-    "tapernorm.run_identity",
-    "tapernorm.run_lock",
+    "tapernorm.runtime",
+    "tapernorm.runtime.atomic",
+    "tapernorm.runtime.device",
+    "tapernorm.runtime.digests",
+    "tapernorm.runtime.jsonio",
+    "tapernorm.runtime.out_dirs",
+    "tapernorm.runtime.out_files",
+    "tapernorm.runtime.progress",
+    "tapernorm.runtime.provenance",
     "tapernorm.schedules",
-    "tapernorm.selftest",
-    "tapernorm.tensorboard_log",
-    "tapernorm.train",
-    "tapernorm.training_run",
-    "tapernorm.training_state",
+    "tapernorm.training",
+    "tapernorm.training.checkpoint",
+    "tapernorm.training.diagnostics",
+    "tapernorm.training.distributed",
+    "tapernorm.training.divergence",
+    "tapernorm.training.evaluation",
+    "tapernorm.training.identity",
+    "tapernorm.training.lock",
+    "tapernorm.training.loop",
+    "tapernorm.training.metrics_log",
+    "tapernorm.training.run",
+    "tapernorm.training.state",
+    "tapernorm.training.tensorboard_log",
 )
 BLOCKER = f"""import atexit, os, sys
 
@@ -397,7 +401,7 @@ def test_gpu_check_smoke_keeps_every_other_step_when_one_fails(tmp_path):
         assert f"results/{name}.csv" in names and int(steps[name]["rows"]) > 0, name
     assert {"results/env.json", "results/logs/forward.log", "results/summary.md"} <= names
     imported = set(imports.read_text().split())
-    assert {"tapernorm.selftest", "tapernorm.bench.decode"} <= imported
+    assert {"tapernorm.machine.selftest", "tapernorm.bench.decode"} <= imported
     assert imported <= set(CHECK_MODULES), sorted(imported - set(CHECK_MODULES))
 
     proc = subprocess.run(
@@ -440,7 +444,7 @@ def test_newest_gpu_check_goes_by_the_date_in_the_name(tmp_path):
 
 
 def test_a_rerun_step_replaces_the_checks_csv_in_the_report_and_the_claims(tmp_path):
-    from tapernorm.gpu_check import gpu_bench
+    from tapernorm.analysis.gpu_report import gpu_bench
 
     check = _committed_check(tmp_path)
     rerun = pd.read_csv(check / "rerun" / "decode_eager.csv")
@@ -456,8 +460,8 @@ def test_a_rerun_step_replaces_the_checks_csv_in_the_report_and_the_claims(tmp_p
 
 
 def test_the_readme_gpu_block_refuses_a_disturbed_cell(tmp_path):
-    from tapernorm.doc_blocks import gpu_block
-    from tapernorm.reference import ReferenceError
+    from tapernorm.artifact.doc_blocks import gpu_block
+    from tapernorm.artifact.reference import ReferenceError
 
     check = _committed_check(tmp_path)
     text = gpu_block(check, tmp_path)

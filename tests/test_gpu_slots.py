@@ -1,4 +1,4 @@
-"""GPUs per job on one machine (tapernorm.gpu_slots, `tapernorm gpus`), with fake device counts:
+"""GPUs per job on one machine (tapernorm.machine.gpu_slots, `tapernorm gpus`), with fake device counts:
 concurrent jobs get different GPUs, one more waits or is refused, a killed job's GPU is free
 again, a command of more processes than GPUs is refused, and nothing is claimed on the CPU or
 where a scheduler granted the GPUs."""
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tapernorm.gpu_slots import (
+from tapernorm.machine.gpu_slots import (
     CLAIMED_ENV,
     SLOTS_ENV,
     GpuSlotError,

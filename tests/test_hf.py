@@ -9,7 +9,7 @@ from conftest import tiny_hf_lm
 
 transformers = pytest.importorskip("transformers")
 
-from tapernorm.hf import HFUnavailableError, load_hf  # noqa: E402
+from tapernorm.interop.hf_import import HFUnavailableError, load_hf  # noqa: E402
 from tapernorm.norms import TaperNorm  # noqa: E402
 
 VOCAB = 101
@@ -188,12 +188,12 @@ def test_hub_id_offline_raises_quickly(monkeypatch):
 def test_hub_unreachable_without_offline_flag(monkeypatch):
     import huggingface_hub.constants
 
-    import tapernorm.hub
+    import tapernorm.interop.hub
 
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
     monkeypatch.delenv("TRANSFORMERS_OFFLINE", raising=False)
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
-    monkeypatch.setattr(tapernorm.hub, "reachable", lambda: False)  # no network touched
+    monkeypatch.setattr(tapernorm.interop.hub, "reachable", lambda: False)  # no network touched
     with pytest.raises(HFUnavailableError, match="unreachable"):
         load_hf("gpt2-definitely-not-cached-xyz")
 

@@ -1,4 +1,4 @@
-"""The Hub probe shared by dataset loading and model import (tapernorm.hub); no network used."""
+"""The Hub probe shared by dataset loading and model import (tapernorm.interop.hub); no network used."""
 
 import socket
 import sys
@@ -6,7 +6,7 @@ import types
 
 import pytest
 
-from tapernorm import hub
+from tapernorm.interop import hub
 
 PROXIES = ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy")
 

@@ -9,20 +9,32 @@ import pytest
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "tapernorm"
 
-CLI_COMMANDS = ("cli_data", "cli_train", "cli_models", "cli_machine")  # the commands, by kind
-# module -> modules it must never import (directly): the model knows nothing of how it is
-# benchmarked, trained or driven from the command line; the decode engine sits below it (the model
-# imports it for GPT.generate, it imports no model code)
+# The package's layers, lowest first: a module imports only from its own package or from a lower
+# layer (the method sits at the root: norms, schedules, anchor, model, decode, fold, fakeln, the
+# variants' registry, config)
+LAYERS = (
+    ("runtime",),  # atomic writes, JSON, digests, guarded outputs, progress, device, provenance
+    ("method",),  # the paper's method and the model: the package root
+    ("interop",),  # Hugging Face in and out
+    ("data",),  # corpora, tokenizers, token shards
+    ("training",),  # the loop, its run directory, and what is done with a finished run
+    ("workflow", "bench"),  # planning the DAG (no torch); the benchmarks
+    ("analysis", "machine"),  # tables, figures, claims; the machine's checks
+    ("artifact",),  # the artifact's own maintenance: docs blocks, references, manifests
+    ("cli",),  # the `tapernorm` command
+)
+LAYER = {pkg: i for i, pkgs in enumerate(LAYERS) for pkg in pkgs}
+COMMANDS = ("data", "train", "models", "machine", "scaling", "analysis", "bench", "record")
+# module -> modules it must never import (directly), inside a layer: the model knows nothing of
+# FakeLN; the decode engine sits below the model (the model imports it for GPT.generate); the
+# norms below both; the run's set-up below the loop, the metrics record below both
 FORBIDDEN = {
-    "tapernorm.model": ("tapernorm.bench", "tapernorm.train", "tapernorm.cli", "tapernorm.fakeln"),
-    "tapernorm.norms": ("tapernorm.model", "tapernorm.decode", "tapernorm.train", "tapernorm.cli"),
-    "tapernorm.decode": ("tapernorm.model", "tapernorm.norms", "tapernorm.fold", "tapernorm.bench",
-                         "tapernorm.train", "tapernorm.cli"),
-    "tapernorm.analysis": ("tapernorm.train", "tapernorm.cli", "tapernorm.checkpoint"),
-    # the run's set-up sits below the loop; the metrics record below both and the analysis
-    "tapernorm.training_run": ("tapernorm.train", "tapernorm.cli"),
-    "tapernorm.metrics_log": ("tapernorm.train", "tapernorm.training_run",
-                              "tapernorm.training_state", "tapernorm.analysis"),
+    "tapernorm.model": ("tapernorm.fakeln", "tapernorm.fold"),
+    "tapernorm.norms": ("tapernorm.model", "tapernorm.decode", "tapernorm.fold"),
+    "tapernorm.decode": ("tapernorm.model", "tapernorm.norms", "tapernorm.fold"),
+    "tapernorm.training.run": ("tapernorm.training.loop",),
+    "tapernorm.training.metrics_log": ("tapernorm.training.loop", "tapernorm.training.run",
+                                       "tapernorm.training.state"),
     # figures: style and saving, then shared curves, then the figures themselves
     "tapernorm.analysis.figure_style": ("tapernorm.analysis.figure_curves",
                                         "tapernorm.analysis.figures",
@@ -30,17 +42,23 @@ FORBIDDEN = {
     "tapernorm.analysis.figure_curves": ("tapernorm.analysis.figures",
                                          "tapernorm.analysis.figures_gradients"),
     "tapernorm.analysis.figures_gradients": ("tapernorm.analysis.figures",),
-    # the workflow's planning: no torch (the model, data, training, benchmarks), no commands
-    "tapernorm.workflow": ("tapernorm.model", "tapernorm.norms", "tapernorm.decode", "tapernorm.train",
-                           "tapernorm.data", "tapernorm.bench", "tapernorm.cli",
-                           "tapernorm.job_resources", "tapernorm.analysis", "tapernorm.checkpoint"),
-    # the command line: cli (the entry) gathers the commands' modules, none of which imports it
-    # or each other; what they share is below them (cli_args, cli_errors)
-    **{f"tapernorm.{m}": ("tapernorm.cli", *(f"tapernorm.{o}" for o in CLI_COMMANDS if o != m))
-       for m in CLI_COMMANDS},
-    "tapernorm.cli_args": ("tapernorm.cli", *(f"tapernorm.{m}" for m in CLI_COMMANDS)),
-    "tapernorm.cli_errors": ("tapernorm.cli", *(f"tapernorm.{m}" for m in CLI_COMMANDS)),
+    # the workflow's planning imports no torch: of training only the run identity's file names
+    "tapernorm.workflow": ("tapernorm.model", "tapernorm.norms", "tapernorm.decode",
+                           "tapernorm.fold", "tapernorm.fakeln", "tapernorm.training.loop",
+                           "tapernorm.training.run", "tapernorm.training.checkpoint"),
+    # the command line: cli (the entry) gathers the command groups, none of which imports it or
+    # another; what they share is below them (cli.args, cli.errors)
+    **{f"tapernorm.cli.{m}": tuple(f"tapernorm.cli.{o}" for o in COMMANDS if o != m)
+       for m in COMMANDS},
+    "tapernorm.cli.args": tuple(f"tapernorm.cli.{m}" for m in COMMANDS),
+    "tapernorm.cli.errors": tuple(f"tapernorm.cli.{m}" for m in COMMANDS),
 }  # fmt: skip
+
+
+def package_of(module: str) -> str:
+    """The subpackage a module sits in, or "method" for the package root's modules."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 2 or (SRC / parts[-1]).is_dir() else "method"
 
 
 def module_name(path: Path) -> str:
@@ -90,6 +108,31 @@ def test_no_import_cycle(graph):
     for m in sorted(graph):
         if m not in state:
             visit(m, [])
+
+
+def test_every_subpackage_has_a_layer():
+    packages = {p.name for p in SRC.iterdir() if (p / "__init__.py").is_file()}
+    assert packages == set(LAYER) - {"method"}
+
+
+def test_no_module_imports_a_higher_layer(graph):
+    """A module imports from its own subpackage or from a lower layer, never up or sideways."""
+    bad = sorted(
+        (m, n)
+        for m in graph
+        if m != "tapernorm"  # the package's __init__ gathers the public API (imported lazily)
+        for n in graph[m]
+        if n != "tapernorm"
+        and package_of(n) != package_of(m)
+        and LAYER[package_of(n)] >= LAYER[package_of(m)]
+    )
+    assert not bad, f"imports that go up or sideways a layer: {bad}"
+
+
+def test_the_package_root_holds_the_method_only():
+    root = sorted(p.stem for p in SRC.glob("*.py"))
+    assert root == ["__init__", "anchor", "config", "decode", "fakeln", "fold", "model", "norms",
+                    "schedules", "variants"]  # fmt: skip
 
 
 @pytest.mark.parametrize("low", sorted(FORBIDDEN))

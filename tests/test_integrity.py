@@ -17,16 +17,16 @@ from conftest import blow_up_at, tiny_hf_gpt2, tiny_run
 from test_errors import one_line, run_cli, tiny_yaml
 from test_train import _strip_timing, logging_to_stderr, read_metrics
 
-import tapernorm.atomic
-import tapernorm.evaluation
-import tapernorm.metrics_log
-import tapernorm.train
-from tapernorm import jsonio
-from tapernorm.checkpoint import load_tensors, save_tensors
-from tapernorm.metrics_log import METRICS, read_records
-from tapernorm.run_identity import InputChanged
-from tapernorm.run_lock import LOCK_NAME, WAIT_ENV
-from tapernorm.train import train
+import tapernorm.runtime.atomic
+import tapernorm.training.evaluation
+import tapernorm.training.loop
+import tapernorm.training.metrics_log
+from tapernorm.runtime import jsonio
+from tapernorm.training.checkpoint import load_tensors, save_tensors
+from tapernorm.training.identity import InputChanged
+from tapernorm.training.lock import LOCK_NAME, WAIT_ENV
+from tapernorm.training.loop import train
+from tapernorm.training.metrics_log import METRICS, read_records
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -58,7 +58,7 @@ def same_run(a: Path, b: Path) -> bool:
 def at_step(monkeypatch, step: int, action) -> None:
     """Call action() once, right after optimizer step `step` of a run started from step 0."""
     done = {"n": 0}
-    step_done = tapernorm.train.Progress.step_done
+    step_done = tapernorm.training.loop.Progress.step_done
 
     def hooked(self, tokens):
         step_done(self, tokens)
@@ -66,7 +66,7 @@ def at_step(monkeypatch, step: int, action) -> None:
         if done["n"] == step:
             action()
 
-    monkeypatch.setattr(tapernorm.train.Progress, "step_done", hooked)
+    monkeypatch.setattr(tapernorm.training.loop.Progress, "step_done", hooked)
 
 
 # ---- identity by content -------------------------------------------------------------------------
@@ -223,7 +223,7 @@ def test_a_second_writer_waits_with_wait(shards_dir, tmp_path, monkeypatch, caps
         [
             sys.executable,
             "-c",
-            "import sys, time; from pathlib import Path; from tapernorm.run_lock import run_lock\n"
+            "import sys, time; from pathlib import Path; from tapernorm.training.lock import run_lock\n"
             "with run_lock(Path(sys.argv[1])):\n    print('locked', flush=True); time.sleep(5)",
             str(out),
         ],
@@ -330,14 +330,14 @@ def test_every_json_a_run_and_its_commands_write_parses_strictly(
     """A run whose mid-run evaluation is infinite and whose loss diverges later, then the commands
     that write JSON (eval --out, fold, prepare-data, prepare-eval, env --out): every file parses
     with a parser that refuses NaN and Infinity, and so does every line they print."""
-    evaluate = tapernorm.evaluation.evaluate
+    evaluate = tapernorm.training.evaluation.evaluate
     calls = {"n": 0}
 
     def first_infinite(*args, **kwargs):
         calls["n"] += 1
         return float("inf") if calls["n"] == 1 else evaluate(*args, **kwargs)
 
-    monkeypatch.setattr(tapernorm.train, "evaluate", first_infinite)
+    monkeypatch.setattr(tapernorm.training.loop, "evaluate", first_infinite)
     blow_up_at(monkeypatch, 14)
     run = tmp_path / "run"
     cfg = tiny_run(
@@ -402,7 +402,7 @@ def test_a_config_that_does_not_fit_its_weights_is_refused_before_loading(
 
 
 def test_a_hf_checkpoint_is_checked_against_its_config(shards_dir, tmp_path):
-    from tapernorm.hf import load_hf
+    from tapernorm.interop.hf_import import load_hf
 
     hf = tiny_hf_gpt2(tmp_path / "hf", 512)
     more = Path(shutil.copytree(hf, tmp_path / "more"))
@@ -432,7 +432,7 @@ def test_a_full_disk_at_a_metrics_write_names_the_record(shards_dir, tmp_path, m
         def write(self, data):
             raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(tapernorm.metrics_log, "open", FullDisk, raising=False)
+    monkeypatch.setattr(tapernorm.training.metrics_log, "open", FullDisk, raising=False)
     cfg = tiny_yaml(tmp_path / "run.yaml", shards_dir)
     status, err = run_cli(["train", "--config", cfg, "--out", str(tmp_path / "o")], capsys)
     assert status == 2
@@ -454,7 +454,7 @@ def test_a_full_disk_at_the_copy_of_the_record_names_the_copy(
             raise OSError(errno.ENOSPC, "No space left on device", str(path))
         return file
 
-    monkeypatch.setattr(tapernorm.atomic, "open", full_for_the_copy, raising=False)
+    monkeypatch.setattr(tapernorm.runtime.atomic, "open", full_for_the_copy, raising=False)
     cfg = tiny_yaml(tmp_path / "run.yaml", shards_dir)
     status, err = run_cli(["train", "--config", cfg, "--out", str(tmp_path / "o")], capsys)
     assert status == 2
@@ -526,7 +526,7 @@ def test_an_evaluation_out_of_memory_names_its_batch_size(
         raise RuntimeError("DefaultCPUAllocator: can't allocate memory: you tried to allocate 1 TB")
 
     train(tiny_run(shards_dir, train={"steps": 3}), tmp_path / "run")
-    monkeypatch.setattr(tapernorm.evaluation, "mean_ce", no_memory)
+    monkeypatch.setattr(tapernorm.training.evaluation, "mean_ce", no_memory)
     argv = ["eval", "--model", str(tmp_path / "run"), "--data", str(shards_dir), "--windows", "4"]
     status, err = run_cli(argv, capsys)
     assert status == 2 and one_line(err) == (

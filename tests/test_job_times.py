@@ -4,7 +4,7 @@ import pytest
 
 from tapernorm.analysis.job_times import job_times_table, load_job_times, write_job_times
 from tapernorm.cli import main
-from tapernorm.provenance import git_state, stamp
+from tapernorm.runtime.provenance import git_state, stamp
 
 HEADER = "s\th:m:s\tmax_rss\tmax_vms\tmax_uss\tmax_pss\tio_in\tio_out\tmean_load\tcpu_time\n"
 

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tapernorm.analysis.lr_grid import GridRun, read_runs, summarize
 from tapernorm.cli import main
 from tapernorm.config import ConfigError
-from tapernorm.lr_grid import GridRun, read_runs, summarize
 from tapernorm.workflow import Plan, validate_pipeline_config
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -1,4 +1,4 @@
-"""Progress of data preparation, evaluation and the benchmarks (tapernorm.progress): a bar on a
+"""Progress of data preparation, evaluation and the benchmarks (tapernorm.runtime.progress): a bar on a
 terminal, a plain log line now and then elsewhere, quiet for a short step, on stderr only, and
 nothing it does reaches the numbers."""
 
@@ -10,15 +10,15 @@ import logging
 import pytest
 import torch
 
-from tapernorm import progress
 from tapernorm.bench.timing import paired_rounds
 from tapernorm.data import gpt2_tokenizer, load_shakespeare
 from tapernorm.data.encoding import encode_to_file
-from tapernorm.evaluation import mean_ce
 from tapernorm.model import GPT, GPTConfig
-from tapernorm.progress import Progress
+from tapernorm.runtime import progress
+from tapernorm.runtime.progress import Progress
+from tapernorm.training.evaluation import mean_ce
 
-LOGGER = "tapernorm.progress"
+LOGGER = "tapernorm.runtime.progress"
 
 
 class Terminal(io.StringIO):

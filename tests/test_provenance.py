@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from conftest import tiny_run
 
-from tapernorm import provenance
-from tapernorm.train import train
+from tapernorm.runtime import provenance
+from tapernorm.training.loop import train
 
 
 def _git(repo, *args):

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from conftest import LOG
 
-from tapernorm import doc_blocks, manifest, reference
+from tapernorm.artifact import doc_blocks, manifest, reference
 from tapernorm.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tapernorm import provenance
 from tapernorm.data import TINYSTORIES_FILES
 from tapernorm.data.standins import GPT2_STANDINS, MARKER, make_standins
+from tapernorm.runtime import provenance
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -17,7 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from tapernorm import checkpoint, cli
+from tapernorm import cli
+from tapernorm.training import checkpoint
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = ("--configfile", "config/ci.yaml")

@@ -15,11 +15,11 @@ from conftest import tiny_run
 from test_errors import one_line, run_cli
 from test_train import _strip_timing, logging_to_stderr, read_metrics
 
-from tapernorm.checkpoint import load_model
-from tapernorm.metrics_log import read_records, restore_metrics
-from tapernorm.run_identity import differences, run_identity
-from tapernorm.run_lock import LOCK_NAME, RunLocked, run_lock
-from tapernorm.train import train
+from tapernorm.training.checkpoint import load_model
+from tapernorm.training.identity import differences, run_identity
+from tapernorm.training.lock import LOCK_NAME, RunLocked, run_lock
+from tapernorm.training.loop import train
+from tapernorm.training.metrics_log import read_records, restore_metrics
 
 
 def same_weights(a, b) -> bool:
@@ -174,7 +174,7 @@ def test_a_second_writer_is_refused_naming_the_owner_and_a_dead_ones_lock_taken_
         [
             sys.executable,
             "-c",
-            "import sys, time; from pathlib import Path; from tapernorm.run_lock import run_lock\n"
+            "import sys, time; from pathlib import Path; from tapernorm.training.lock import run_lock\n"
             "with run_lock(Path(sys.argv[1])):\n    print('locked', flush=True); time.sleep(60)",
             str(out),
         ],
@@ -244,11 +244,11 @@ def test_train_is_bit_reproducible_at_its_default_threads(shards_dir, tmp_path, 
 
 
 def test_train_threads_default_and_option(shards_dir, tmp_path, monkeypatch, capsys):
-    import tapernorm.train
+    import tapernorm.training.loop
 
     seen = []
     monkeypatch.setattr(
-        tapernorm.train,
+        tapernorm.training.loop,
         "train",
         lambda cfg, out, wait, **kw: seen.append(torch.get_num_threads()) or {},
     )

@@ -266,7 +266,7 @@ def test_study_records_list_every_run_of_both_families():
 
 
 def test_the_docs_block_quotes_every_row_of_the_committed_summary(tmp_path):
-    from tapernorm.doc_blocks import render_document
+    from tapernorm.artifact.doc_blocks import render_document
 
     _, dirs = _study(tmp_path / "r", {("internal_aux", 24): [1.0, 3.0]})
     summary, per_seed = summarize(read_study(dirs))

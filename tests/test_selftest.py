@@ -6,10 +6,10 @@ import copy
 import pytest
 import torch
 
-from tapernorm import selftest
 from tapernorm.anchor import ScaleAnchor
 from tapernorm.cli import main
 from tapernorm.config import resolve_run_config
+from tapernorm.machine import selftest
 from tapernorm.norms import FakeNorm, TaperNorm
 
 

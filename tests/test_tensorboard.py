@@ -10,11 +10,11 @@ import sys
 import pytest
 from conftest import tiny_run
 
-from tapernorm import jsonio
 from tapernorm.cli import main
-from tapernorm.run_identity import config_identity
-from tapernorm.tensorboard_log import TENSORBOARD_DIR, scalars
-from tapernorm.train import train
+from tapernorm.runtime import jsonio
+from tapernorm.training.identity import config_identity
+from tapernorm.training.loop import train
+from tapernorm.training.tensorboard_log import TENSORBOARD_DIR, scalars
 
 STEPS = {"steps": 6, "device": "cpu"}
 LOG = {"every": 2, "ckpt_every": 3, "eval_windows": 4, "eval_every": 3}

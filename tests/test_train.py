@@ -10,12 +10,12 @@ import pytest
 import torch
 from conftest import blow_up_at, tiny_run
 
-from tapernorm.checkpoint import CheckpointError, load_model, load_tensors
 from tapernorm.data import TokenShards
-from tapernorm.evaluation import evaluate
 from tapernorm.model import GPT, GPTConfig
 from tapernorm.schedules import gate_at, lr_at
-from tapernorm.train import train
+from tapernorm.training.checkpoint import CheckpointError, load_model, load_tensors
+from tapernorm.training.evaluation import evaluate
+from tapernorm.training.loop import train
 
 
 def read_metrics(run_dir):
@@ -205,8 +205,8 @@ def test_seeds_are_paired_across_variants(shards_dir, tmp_path):
     """Seed s of every variant starts from the same weights (where the variants share a weight)
     and draws the same batches, so a variant's gap to the baseline at one seed is a paired
     measurement (claims 1 and 2, Tables 1 and 2)."""
-    from tapernorm.distributed import World
-    from tapernorm.training_run import batch_generator, set_up
+    from tapernorm.training.distributed import World
+    from tapernorm.training.run import batch_generator, set_up
 
     def start(variant, seed):
         cfg = tiny_run(shards_dir, variant=variant, seed=seed)

@@ -7,9 +7,9 @@ import pytest
 import torch
 from conftest import blow_up_at, tiny_run
 
-from tapernorm.checkpoint import load_model
 from tapernorm.model import GPT
-from tapernorm.train import train
+from tapernorm.training.checkpoint import load_model
+from tapernorm.training.loop import train
 
 
 def _steps(run_dir):
@@ -74,8 +74,8 @@ def test_the_geometry_heads_second_pass_records_no_calibration(shards_dir):
     """dCE/dh of a compiled or DDP step goes through the head again: that pass must not add the
     final TaperNorm's statistics a second time (with grad_accum > 1 it moved c, and DDP's
     processes left the single process's step), and gives the head's own logits."""
-    from tapernorm.diagnostics import head_without_calibration
-    from tapernorm.training_run import build_model
+    from tapernorm.training.diagnostics import head_without_calibration
+    from tapernorm.training.run import build_model
 
     cfg = tiny_run(shards_dir, variant="all_aux")
     model = build_model(cfg, 512).train()

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tapernorm import provenance
+from tapernorm.runtime import provenance
 from tapernorm.workflow import validate_pipeline_config
 
 ROOT = Path(__file__).resolve().parents[1]

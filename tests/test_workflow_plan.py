@@ -8,7 +8,7 @@ import pytest
 import yaml
 
 from tapernorm.cli import build_parser
-from tapernorm.cli_data import data_settings
+from tapernorm.cli.data import data_settings
 from tapernorm.config import ConfigError
 from tapernorm.workflow import Plan, validate_pipeline_config
 from tapernorm.workflow import names as wn

@@ -17,7 +17,7 @@ __version__ = "0.1.0"
 # public name -> the module that defines it
 _PUBLIC = {
     "ScaleAnchor": "anchor",
-    "export_hf": "export",
+    "export_hf": "interop.hf_export",
     "export_explicit_scaling": "fold",
     "fold_model": "fold",
     "verify_fold": "fold",
@@ -35,8 +35,8 @@ _PUBLIC = {
 
 if TYPE_CHECKING:
     from .anchor import ScaleAnchor
-    from .export import export_hf
     from .fold import export_explicit_scaling, fold_model, verify_fold
+    from .interop.hf_export import export_hf
     from .model import GPT, GPTConfig
     from .norms import (
         DyT,
@@ -66,7 +66,9 @@ def __dir__() -> list[str]:
 def load_hf(model_or_path, taper: str = "none", **kwargs) -> GPT:
     """A Hugging Face GPT-2 / Llama / Mistral / Qwen2 causal LM (object, local dir or hub id) as a
     GPT."""
-    from .hf import load_hf as _load_hf  # transformers is imported only when asked for
+    from .interop.hf_import import (
+        load_hf as _load_hf,  # transformers is imported only when asked for
+    )
 
     return _load_hf(model_or_path, taper=taper, **kwargs)
 

@@ -1,7 +1,8 @@
 """Run configs: YAML validated by a JSON schema (with defaults), plus the checks a schema can't say.
 
-Table 1's variants and Sec. 6.4's fine-tuning protocols are named here: each is a `model.taper` plus the
-scale-loss switch `anchor.enabled` (and `model.norm` for the norm-free ones: DyT, FakeLN).
+A run config names its variant (tapernorm.variants: Table 1's variants and Sec. 6.4's fine-tuning
+protocols); resolve_run_config turns it into `model.taper`, the scale-loss switch `anchor.enabled`
+(and `model.norm` for the norm-free ones: DyT, FakeLN).
 """
 
 from __future__ import annotations
@@ -16,63 +17,10 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
+from .variants import VARIANTS
+
 if TYPE_CHECKING:
     import jsonschema
-
-VARIANTS: dict[str, dict[str, Any]] = {
-    # name: (internal taper, final taper, scale loss) as in Table 1
-    "baseline": {"taper": "none", "anchor": False, "label": "Baseline"},
-    "internal": {"taper": "internal", "anchor": False, "label": "Internal-Taper"},
-    "internal_aux": {"taper": "internal", "anchor": True, "label": "Internal-Taper (+aux)"},
-    "final": {"taper": "final", "anchor": False, "label": "Final-Taper"},
-    "all": {"taper": "all", "anchor": False, "label": "All-Taper"},
-    "all_aux": {"taper": "all", "anchor": True, "label": "All-Taper (+aux)"},
-    # not in the paper (docs/norm-free.md): the baseline with an untied head (DyT's recipe has one),
-    # which DyT is compared against; TaperNorm on that footing (the LR-grid study); every norm a DyT
-    # (Zhu et al. 2025) by its authors' LLaMA recipe (model.DYT_RECIPE: no DyT bias, an untied head,
-    # a learnable embedding scalar starting at 1 / the init std 0.02)
-    "baseline_untied": {
-        "taper": "none",
-        "anchor": False,
-        "label": "Baseline (untied head)",
-        "model": {"tie_embeddings": False},
-    },
-    "internal_aux_untied": {
-        "taper": "internal",
-        "anchor": True,
-        "label": "Internal-Taper (+aux), untied head",
-        "model": {"tie_embeddings": False},
-        "against": "baseline_untied",
-    },
-    "dyt": {
-        "taper": "none",
-        "anchor": False,
-        "label": "DyT",
-        "norm": "dyt",
-        "model": {"dyt_bias": False, "tie_embeddings": False, "emb_scale": 50.0},
-        "against": "baseline_untied",
-    },
-}
-PAPER_VARIANTS = ("baseline", "internal", "internal_aux", "final", "all", "all_aux")
-
-
-def baseline_of(variant: str) -> str | None:
-    """The variant whose runs `variant`'s loss gap is measured against: the baseline with the same
-    head (Table 2, the claims); None for a baseline."""
-    if VARIANTS[variant]["taper"] == "none" and "norm" not in VARIANTS[variant]:
-        return None
-    return VARIANTS[variant].get("against", "baseline")
-
-
-PROTOCOLS: dict[str, dict[str, Any]] = {
-    # GPT-2 fine-tuning protocols of Sec. 6.4 (TaperLN always with the fixed-target scale loss)
-    "vanilla": {"taper": "none", "anchor": False, "label": "Vanilla"},
-    "internal_taperln": {"taper": "internal", "anchor": True, "label": "Internal-TaperLN"},
-    "all_taperln": {"taper": "all", "anchor": True, "label": "All-TaperLN"},
-    # our rerun of Baroni et al. (2025): norms removed one at a time (fakeln.py)
-    "fakeln": {"taper": "none", "anchor": False, "label": "FakeLN", "norm": "fakeln"},
-}
-
 
 # Model keys of an earlier norm selector, and what says the same now (model.GPTConfig's table).
 RETIRED_MODEL_KEYS = {
@@ -134,7 +82,7 @@ def _yaml_problem(e: yaml.YAMLError) -> str:
 
 def config_text(path: str | Path) -> str:
     """The text of a config file; ConfigError naming it (and the line) if it is not UTF-8."""
-    from .jsonio import FileError, read_text
+    from .runtime.jsonio import FileError, read_text
 
     try:
         return read_text(path)

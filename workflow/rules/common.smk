@@ -2,11 +2,11 @@ import json
 import os
 import sys
 
-from tapernorm import provenance
+from tapernorm.runtime import provenance
 from tapernorm.analysis.runs import ANALYSIS_INPUTS
-from tapernorm.env_lock import CONSTRAINTS, environment_warning
-from tapernorm.job_resources import hf_cache_env
-from tapernorm.run_lock import WAIT_ENV
+from tapernorm.machine.env_lock import CONSTRAINTS, environment_warning
+from tapernorm.machine.job_resources import hf_cache_env
+from tapernorm.training.lock import WAIT_ENV
 from tapernorm.workflow import Plan, check_config_files, validate_pipeline_config
 from tapernorm.workflow import files as wf
 from tapernorm.workflow import job_functions as jf

@@ -1,6 +1,6 @@
 # The GPT-2 fine-tuning family's inputs, params and resources (functions of a job's wildcards),
 # for finetune.smk and export.smk. Included when the config has `finetune`.
-from tapernorm import job_resources as jr
+from tapernorm.machine import job_resources as jr
 from tapernorm.workflow.job_functions import heldout_shards
 
 FINETUNE = PLAN.finetune

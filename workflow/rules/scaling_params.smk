@@ -1,7 +1,7 @@
 # The scaling study's inputs and params (functions of a job's wildcards), for scaling.smk.
 # Included when the config has `scaling`.
-from tapernorm.cli_scaling import FIGURES as SCALING_FIGURES
-from tapernorm.cli_scaling import SUMMARY_FILES as SCALING_SUMMARY_FILES
+from tapernorm.cli.scaling import FIGURES as SCALING_FIGURES
+from tapernorm.cli.scaling import SUMMARY_FILES as SCALING_SUMMARY_FILES
 from tapernorm.workflow import scaling as wsc
 
 # every record of the study (what the summary, figures and manifest read)

@@ -16,7 +16,7 @@ from pathlib import Path
 import pandas as pd
 from matplotlib.figure import Figure
 
-from ..config import VARIANTS
+from ..variants import VARIANTS
 from .figure_style import COLORS, LINE_NAMES, caption_text, new_figure, save_figure
 from .runs import diverged_text, load_runs
 from .tables import write_table

@@ -70,9 +70,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from ..atomic import atomic_write_bytes
-from ..jsonio import read_json, write_json
-from ..provenance import REHEARSAL_NOTE, git_state, host, now, stamp, versions
+from ..runtime.atomic import atomic_write_bytes
+from ..runtime.jsonio import read_json, write_json
+from ..runtime.provenance import REHEARSAL_NOTE, git_state, host, now, stamp, versions
 from . import finetune as ft
 from . import inference_tables, paper
 from .claim_numbers import Criterion, record_fields
@@ -283,7 +283,7 @@ def write_claims(
     """
     bench = inference_tables.load_bench(bench_files) if bench_files else pd.DataFrame()
     if gpu:
-        from ..gpu_check import gpu_bench  # (imports torch)
+        from .gpu_report import gpu_bench  # (imports torch)
 
         gpu_rows, gpu_where = gpu_bench(gpu)
     else:

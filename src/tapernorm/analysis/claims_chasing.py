@@ -9,7 +9,7 @@ from collections.abc import Sequence
 
 import pandas as pd
 
-from ..config import VARIANTS
+from ..variants import VARIANTS
 from . import paper
 from .claim_numbers import Criterion, Numbers, Part, with_numbers
 from .claim_rows import (

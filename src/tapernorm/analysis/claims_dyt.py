@@ -25,7 +25,7 @@ from collections.abc import Callable
 
 import pandas as pd
 
-from ..config import PAPER_VARIANTS, VARIANTS, baseline_of
+from ..variants import PAPER_VARIANTS, VARIANTS, baseline_of
 from . import inference_tables
 from .claim_numbers import PAIRED_GAP, Criterion, Numbers, Part, with_numbers
 from .claim_rows import NO, NOT_RESOLVED, PARTLY, YES, ClaimInputs, claim_row, not_measured

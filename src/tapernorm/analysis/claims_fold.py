@@ -8,7 +8,7 @@ from pathlib import Path
 import pandas as pd
 
 from ..bench.trust import RERUN
-from ..jsonio import FileError, read_json
+from ..runtime.jsonio import FileError, read_json
 from . import inference_tables, paper
 from .claim_numbers import Criterion, Numbers, Part, with_numbers
 from .claim_rows import (

@@ -15,7 +15,7 @@ variant.
 
 from __future__ import annotations
 
-from ..config import PAPER_VARIANTS, VARIANTS
+from ..variants import PAPER_VARIANTS, VARIANTS
 from . import paper
 from .claim_numbers import PAIRED_GAP, Criterion, Numbers, Part, with_numbers
 from .claim_rows import (

@@ -11,7 +11,7 @@ import pandas as pd
 import seaborn as sns
 from matplotlib.axes import Axes
 
-from ..config import VARIANTS
+from ..variants import VARIANTS
 from .figure_style import BAND_ALPHA, COLORS, line_style, seed_errorbar
 from .runs import load_runs, pick_width, variant_order
 

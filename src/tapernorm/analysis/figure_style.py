@@ -15,9 +15,9 @@ import seaborn as sns
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure, SubFigure
 
-from .. import provenance
-from ..atomic import atomic_write_bytes
-from ..config import PAPER_VARIANTS, VARIANTS
+from ..runtime import provenance
+from ..runtime.atomic import atomic_write_bytes
+from ..variants import PAPER_VARIANTS, VARIANTS
 from .html import figure_page
 from .runs import diverged_text, final_tapered, variant_order
 

@@ -24,8 +24,8 @@ from matplotlib.colors import to_rgba
 from matplotlib.figure import Figure
 from matplotlib.patches import Circle, FancyArrowPatch, FancyBboxPatch
 
-from ..config import VARIANTS
 from ..schedules import gate_at
+from ..variants import VARIANTS
 from ..workflow.plan import FIG2_VARIANTS
 from . import paper
 from .figure_curves import end_values, legend_below, plot_variants, runs_at_width, scale_title
@@ -184,13 +184,14 @@ def fig2(run_dirs: Sequence[str | Path], width: int | None = None) -> tuple[Figu
     fig.suptitle(f"Training and validation loss ({scale_title(runs)})", fontsize=11)
     variants = variant_order(runs["variant"])
     ref = paper.FIG2_FINAL_LOSS
-    compared = [VARIANTS[v]["label"] for v in variants if v in ("internal_aux", "all_aux")]
+    claimed = [v for v in variants if VARIANTS[v].get("gap_claim") in ("1", "2")]
+    compared = [VARIANTS[v]["label"] for v in claimed]
     caption = caption_text(
         f"**Figure 2.** (a) Training loss (cross-entropy) vs step at {scale_title(runs)}: Baseline "
         f"and {' and '.join(compared)}"
         + (
             ", and DyT with the untied-head runs it is matched against"
-            if set(variants) - {"baseline", "internal_aux", "all_aux"}
+            if set(variants) - {"baseline", *claimed}
             else ""
         )
         + ". (b) Validation loss on the fixed validation windows at each periodic evaluation "

@@ -13,7 +13,7 @@ import pandas as pd
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure, SubFigure
 
-from ..config import PAPER_VARIANTS
+from ..variants import PAPER_VARIANTS
 from . import paper
 from .figure_curves import plot_variants, runs_at_width, scale_title
 from .figure_style import bands_text, caption_text, new_rows, style_key, variant_groups

@@ -13,8 +13,8 @@ import pandas as pd
 import seaborn as sns
 from matplotlib.figure import Figure
 
-from ..config import VARIANTS
-from ..jsonio import read_json
+from ..runtime.jsonio import read_json
+from ..variants import VARIANTS
 from .claim_numbers import PAIRED_GAP
 from .figure_style import COLOR_NAMES, COLORS, MARKERS, caption_text, new_figure, save_figure
 

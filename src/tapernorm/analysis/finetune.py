@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from ..config import PROTOCOLS
-from ..divergence import diverged
-from ..jsonio import FileError, read_json
+from ..runtime.jsonio import FileError, read_json
+from ..training.divergence import diverged
+from ..variants import PROTOCOLS
 from . import paper
 from .tables import write_table
 

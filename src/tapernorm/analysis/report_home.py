@@ -12,9 +12,9 @@ from __future__ import annotations
 import html
 from pathlib import Path
 
-from ..atomic import atomic_write_bytes
-from ..jsonio import read_json
-from ..provenance import REHEARSAL_NOTE
+from ..runtime.atomic import atomic_write_bytes
+from ..runtime.jsonio import read_json
+from ..runtime.provenance import REHEARSAL_NOTE
 from .html import render_table
 from .tables import to_markdown
 

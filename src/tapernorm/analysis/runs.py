@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from ..config import VARIANTS
-from ..jsonio import FileError, read_json
-from ..metrics_log import METRICS, read_records
+from ..runtime.jsonio import FileError, read_json
+from ..training.metrics_log import METRICS, read_records
+from ..variants import VARIANTS
 
 ANALYSIS_INPUTS = ("config.json", METRICS, "eval.json")  # what the analysis reads of a run
 GRAD_COLUMNS = ("grad_attn_qkv", "grad_attn_out", "grad_mlp_in", "grad_mlp_out")

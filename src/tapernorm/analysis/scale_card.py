@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from ..config import PAPER_VARIANTS
-from ..jsonio import read_json
+from ..runtime.jsonio import read_json
+from ..variants import PAPER_VARIANTS
 from . import paper
 from .claim_rows import ClaimInputs, variant_label
 from .claims_dyt import grid_mismatch, grid_source

@@ -21,13 +21,14 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from ..variants import VARIANTS, baseline_of, variants_with
 from .claims_chasing import CHASE_PARTLY, CHASE_YES, suppression_verdict
 from .claims_loss import GAP_MAX_PCT, within_verdict
 from .runs import load_runs, val_records
 from .stats import VARIANT_LABELS, paired_gap, t975
 
-GAP_CLAIMS = {"1": ("internal_aux", "baseline"), "2": ("all_aux", "baseline")}
-GAP_CLAIMS["dyt"] = ("dyt", "baseline_untied")
+# claim -> (variant, its baseline): claims 1, 2 and dyt (variants.VARIANTS' gap_claim role)
+GAP_CLAIMS = {VARIANTS[v]["gap_claim"]: (v, baseline_of(v)) for v in variants_with("gap_claim")}
 SUMMARY_COLUMNS = ("claim", "width", "tokens_per_param", "estimate", "ci_low", "ci_high")
 SUMMARY_COLUMNS += ("n_seeds", "unit", "steps", "verdict", "criterion", "left_out")
 KEPT_NORM = ("baseline", "internal", "internal_aux")  # runs that keep a real final norm

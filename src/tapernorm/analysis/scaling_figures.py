@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ..config import VARIANTS
+from ..variants import VARIANTS
 from .claims_loss import GAP_MAX_PCT
 from .figure_style import COLORS, band_name, caption_text, linestyle, new_figure, save_figure
 from .scaling import GAP_CLAIMS, StudyRuns

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from ..atomic import atomic_write_bytes
-from ..jsonio import read_json, write_json
-from ..provenance import git_state, host, now, versions
+from ..runtime.atomic import atomic_write_bytes
+from ..runtime.jsonio import read_json, write_json
+from ..runtime.provenance import git_state, host, now, versions
 from ..workflow.scaling import RECORD_FILES
 from .claims_loss import GAP_MAX_PCT
 from .scaling import GAP_CLAIMS, trend

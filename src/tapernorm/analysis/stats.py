@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from ..config import VARIANTS
+from ..variants import VARIANTS
 from .runs import variant_order
 
 VARIANT_LABELS = {name: spec["label"] for name, spec in VARIANTS.items()}
@@ -128,7 +128,7 @@ def gradient_ratios(g: pd.Series | pd.DataFrame) -> tuple:
 
 
 # ---- gaps paired by seed ------------------------------------------------------------------------------
-# Seed s of every variant draws the same initialisation stream and the same batches (tapernorm.train:
+# Seed s of every variant draws the same initialisation stream and the same batches (tapernorm.training.loop:
 # torch.manual_seed(seed) before the model is built, batch_generator(seed, step, micro); a test checks
 # both), so variant and baseline at one seed differ only in the norms: their gap is a paired
 # measurement, and the spread of the per-seed gaps is what an interval rests on.

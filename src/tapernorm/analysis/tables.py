@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from ..atomic import atomic_write_bytes
-from ..config import PAPER_VARIANTS, VARIANTS, baseline_of
-from ..provenance import stamp
+from ..runtime.atomic import atomic_write_bytes
+from ..runtime.provenance import stamp
+from ..variants import PAPER_VARIANTS, VARIANTS, baseline_of
 from . import paper
 from .html import markdown_page
 from .runs import corpus_of, diverged_text, load_runs

@@ -15,5 +15,6 @@ name the module (`from tapernorm.bench.decode import bench_decode`); nothing is 
   generate     GPT.generate against transformers' generate and the memory floor
   settings     the config's `bench:` section as BenchSettings (ForwardGrid, DecodeGrid) and BenchRuns
   grid         what `bench forward|decode` times: random or trained models, the grid, the summary
-  cli          the `tapernorm bench` subcommands, each with only its own options
+
+The `tapernorm bench` subcommands, each with only its own options, are tapernorm.cli.bench's.
 """

@@ -28,15 +28,17 @@ from collections.abc import Callable, Sequence
 
 import torch
 
+from ..config import section_defaults
 from ..decode import Prefill, Step, compiled_decoder, eager_decoder, run, static_decoder
-from ..device import resolve_device
 from ..model import GPT
+from ..runtime.device import resolve_device
 from .timing import Clock, paired_rounds, resolve_dtype, timing_precision
 from .trust import LoadMeter, disturbance, load_now, paired_cell, trust_columns
 from .variants import common_row, prepare_models
 
 # max |cached - uncached logit| allowed, relative to max |logit|: float32 sums in another order;
 # 16-bit types also round every intermediate activation differently.
+GRID = section_defaults("bench")["decode"]  # the grid's defaults: the config schema's, stated once
 CHECK_RTOL = {torch.float32: 1e-4, torch.bfloat16: 5e-2, torch.float16: 1e-2}
 
 
@@ -89,14 +91,14 @@ def check_decode(
 
 def bench_decode(
     models: dict[str, GPT],
-    batch_sizes: Sequence[int] = (1, 4, 16),
-    prompt_lens: Sequence[int] = (128, 512),
-    new_tokens: int = 256,
-    repeats: int = 10,
+    batch_sizes: Sequence[int] = tuple(GRID["batch_sizes"]),
+    prompt_lens: Sequence[int] = tuple(GRID["prompt_lens"]),
+    new_tokens: int = GRID["new_tokens"],
+    repeats: int = GRID["repeats"],
     device: str | torch.device = "cpu",
     dtype: str | torch.dtype = torch.float32,
     compile: bool = False,
-    warmup: int = 2,
+    warmup: int = GRID["warmup"],
     reference: GPT | None = None,
     check_steps: int = 4,
     on_rows: Callable[[list[dict]], None] = lambda rows: None,

@@ -10,8 +10,8 @@ from collections.abc import Callable, Sequence
 
 import torch
 
-from ..device import resolve_device
 from ..model import GPT
+from ..runtime.device import resolve_device
 from .timing import Clock, paired_rounds, resolve_dtype, timing_precision
 from .trust import LoadMeter, disturbance, load_now, paired_cell, trust_columns
 from .variants import common_row, prepare_models

@@ -77,7 +77,7 @@ def bench_generate(
     per new token (per step of the batch), the median per-round speedup over transformers
     (quartiles beside it) and the floor ratio. `cfg`: a llama-style model, by default the paper's
     30M one (bench.variants.paper_config); float32 on the CPU."""
-    from ..hf import load_hf
+    from ..interop.hf_import import load_hf
 
     cfg = cfg or paper_config()
     cfg = GPTConfig(**{**cfg.to_dict(), "block_size": prompt_len + new_tokens})

@@ -15,10 +15,10 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-from ..checkpoint import load_model
-from ..divergence import diverged
 from ..model import GPT
-from ..progress import Progress
+from ..runtime.progress import Progress
+from ..training.checkpoint import load_model
+from ..training.divergence import diverged
 from . import variants
 from .decode import bench_decode
 from .forward import bench_forward

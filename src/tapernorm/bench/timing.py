@@ -18,7 +18,7 @@ from pathlib import Path
 
 import torch
 
-from ..provenance import cpu_name  # one reader of the CPU name (gpu_check imports it here)
+from ..runtime.provenance import cpu_name  # the one reader of the CPU name
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 

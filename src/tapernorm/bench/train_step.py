@@ -12,9 +12,9 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from ..device import autocast_for, resolve_device
 from ..model import DYT_RECIPE, GPT, GPTConfig
 from ..norms import set_gate, taper_norms
+from ..runtime.device import autocast_for, resolve_device
 from .timing import Clock, CsvRows, environment, paired_rounds, timed
 from .trust import paired
 

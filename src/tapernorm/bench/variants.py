@@ -18,6 +18,7 @@ import torch
 from ..fold import export_explicit_scaling, fold_model, verify_fold
 from ..model import DYT_RECIPE, EXPORTED, GPT, GPTConfig
 from ..norms import set_gate, taper_norms
+from ..variants import VARIANTS
 from .timing import environment, matmul_precision
 
 
@@ -69,7 +70,7 @@ def random_dyt(cfg: GPTConfig, seed: int = 0) -> GPT:
     return GPT(dyt).eval()
 
 
-TAPERED_COLUMNS = ("explicit", "folded")  # the columns the tapered model is timed as
+TAPERED_COLUMNS = VARIANTS["internal_aux"]["bench"]["columns"]  # what the tapered model is timed as
 
 
 def inference_variants(

@@ -11,7 +11,7 @@ import re
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
-from ..jsonio import FileError
+from ..runtime.jsonio import FileError
 
 # A separator line and the blank lines around it (the whole-file split of a .txt copy).
 EOT_LINE = re.compile(r"^\s*<\|endoftext\|>\s*$", flags=re.MULTILINE)

@@ -25,7 +25,7 @@ from typing import BinaryIO, TypeVar
 
 import numpy as np
 
-from ..progress import Progress
+from ..runtime.progress import Progress
 from .tokenizers import Tokenizer, load_tokenizer
 
 BATCH_CHARS = 1 << 21
@@ -168,7 +168,7 @@ def encode_to_file(
     desc: str | None = None,
 ) -> Encoded:
     """Write the non-empty documents' tokens, EOT after each, to `out` as uint16, in order; show
-    the documents and tokens done as they go (tapernorm.progress), and log what was written and
+    the documents and tokens done as they go (tapernorm.runtime.progress), and log what was written and
     how fast (logger tapernorm.data.encoding, INFO)."""
     n_tokens = n_docs = 0
     lengths: list[np.ndarray] = []

@@ -10,8 +10,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..atomic import atomic_write_bytes
-from ..jsonio import read_json, write_json
+from ..runtime.atomic import atomic_write_bytes
+from ..runtime.jsonio import read_json, write_json
 from .hf_datasets import load_hf_dataset, text_column
 from .shards import TokenShards
 from .tokenizers import GPT2_EOT_ID, gpt2_tokenizer

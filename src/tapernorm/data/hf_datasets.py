@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .. import hub
+from ..interop import hub
 from .documents import arrow_texts, jsonl_texts, txt_documents
 
 if TYPE_CHECKING:

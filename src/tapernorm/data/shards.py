@@ -18,8 +18,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..atomic import atomic_open
-from ..jsonio import FileError, read_json, write_json
+from ..runtime.atomic import atomic_open
+from ..runtime.jsonio import FileError, read_json, write_json
 from .encoding import Encoded, encode_to_file
 from .tokenizers import Tokenizer
 

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..jsonio import dumps, write_json
+from ..runtime.jsonio import dumps, write_json
 from .shakespeare import shakespeare_plays
 from .tinystories import TINYSTORIES_FILES
 from .tokenizers import GPT2_EOT_ID

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .. import jsonio
+from ..runtime import jsonio
 from .shakespeare import shakespeare_plays
 from .tinystories import TINYSTORIES_FILES
 

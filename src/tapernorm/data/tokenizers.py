@@ -14,9 +14,9 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Protocol
 
-from ..atomic import atomic_write_bytes
-from ..digests import file_sha256
-from ..progress import Progress
+from ..runtime.atomic import atomic_write_bytes
+from ..runtime.digests import file_sha256
+from ..runtime.progress import Progress
 
 EOT_TEXT = "<|endoftext|>"
 
@@ -75,7 +75,7 @@ class SentencePieceTokenizer:
 def _training_lines(docs: Iterable[str], max_chars: int | None) -> Iterator[str]:
     """Non-blank lines (newline kept) of the documents, up to max_chars characters in all; read
     from the documents as they come (the corpus is never held whole), the characters read shown
-    as they go (tapernorm.progress)."""
+    as they go (tapernorm.runtime.progress)."""
     total = 0
     with Progress("tokenizer text", total=max_chars, unit="char") as progress:
         for doc in docs:

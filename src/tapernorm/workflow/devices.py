@@ -26,7 +26,7 @@ def job_gpus(device: str, gpus: int | None, device_key: str, gpus_key: str = "")
 def gpu_prefix(gpus: int, device: str, ranks: int = 1) -> str:
     """The command prefix that gives a job its GPUs on a workstation: `tapernorm gpus` (claims
     `gpus` free GPUs, Snakemake's granted resources.gpu, and shows the command only them; refuses a
-    command of more `ranks` than that; tapernorm.gpu_slots); "" for a job that holds none."""
+    command of more `ranks` than that; tapernorm.machine.gpu_slots); "" for a job that holds none."""
     if gpus <= 0 or device == "cpu":
         return ""
     ranks_option = f" --ranks {ranks}" if ranks > 1 else ""

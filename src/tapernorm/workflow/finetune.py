@@ -4,7 +4,8 @@ results/runs/finetune_base/<model>/."""
 
 from __future__ import annotations
 
-from ..config import PROTOCOLS, ConfigError, resolve_run_config
+from ..config import ConfigError, resolve_run_config
+from ..variants import PROTOCOLS
 from .devices import job_gpus
 from .family import Family
 from .names import finetune_run_name, parse_finetune_run, run_dir

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import re
 
-from ..run_identity import MODEL_FILES
+from ..training.identity import MODEL_FILES
 
 RUNS_ROOT = "results/runs"
 # Snakemake's job records (benchmark:) of the long jobs, <rule>/<wildcards>.tsv; table job_times

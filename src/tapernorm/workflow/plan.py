@@ -6,7 +6,8 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 
-from ..run_identity import MODEL_FILES
+from ..training.identity import MODEL_FILES
+from ..variants import variants_with
 from .bench import BENCH_KINDS, Bench
 from .devices import rules_env
 from .family import Family, family_dirs
@@ -17,10 +18,8 @@ from .scaling import ScalingAblationFamily, ScalingFamily
 from .training import LrGridFamily, SweepFamily, TrainingFamily
 
 # figure 2's runs: Baseline vs the variants claims 1 and 2 compare (Internal-Taper (+aux),
-# All-Taper (+aux)), and DyT with its matched (untied-head) baseline
-FIG2_VARIANTS = (
-    "baseline", "internal_aux", "all_aux", "dyt", "baseline_untied", "internal_aux_untied"
-)  # fmt: skip
+# All-Taper (+aux)), and DyT with its matched (untied-head) baseline (variants.VARIANTS' fig2 role)
+FIG2_VARIANTS = variants_with("fig2")
 TABLE_FILES = ("csv", "md", "tex", "html")  # html: what the report shows
 FIGURE_FILES = ("pdf", "png")  # png: what the report shows
 PRETRAIN_TABLES = (1, 2, 5)  # of the pre-training runs (rules table1, table2, table5)

@@ -191,7 +191,7 @@ class LrGridFamily(Family):
 
     def arms(self) -> list[str]:
         """The grid's variants, each compared variant's matched baseline first."""
-        from ..config import baseline_of
+        from ..variants import baseline_of
 
         variants = self.section["variants"]
         return list(dict.fromkeys([*(b for v in variants if (b := baseline_of(v))), *variants]))

@@ -1,0 +1,303 @@
+"""`tapernorm table | figure | claims | report-home | job-times`: the analysis subcommands, added to
+the main parser."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+BENCH_TABLES, BENCH_FIGURES = ("3", "decode"), ("fig5",)  # from benchmark CSVs (--bench)
+SUMMARY_SOURCES = {"claim_gaps": "claims", "lr_grid": "lr_grid"}  # figure -> its source option
+RUNS_HELP = "run directories (each with config.json, metrics.jsonl, eval.json)"
+BENCH_HELP = "CSVs written by `tapernorm bench forward|decode`"
+Subparsers = argparse._SubParsersAction  # what ArgumentParser.add_subparsers returns
+
+
+def _bench_csvs(args: argparse.Namespace) -> list[Path]:
+    if args.runs:
+        raise ValueError(f"{args.command} {args.which} is built from --bench CSVs, not --runs")
+    if not args.bench:
+        raise ValueError(f"{args.command} {args.which} needs --bench (tapernorm bench CSVs)")
+    return args.bench
+
+
+def _cmd_table(args: argparse.Namespace) -> int:
+    from ..analysis.tables import make_table
+    from ..runtime.out_files import claim_table
+
+    claim_table(args.out, "table", args.force)
+    stamp = (args.config_hash, args.rehearsal)  # what each table's stamp names
+    if args.which in BENCH_TABLES:
+        from ..analysis.inference_tables import make_bench_table
+
+        paths = make_bench_table(args.which, _bench_csvs(args), args.out, *stamp)
+    elif args.which == "anchor":  # the scale-loss dose-response
+        from ..analysis.anchor_sweep import make_anchor_table
+
+        paths = make_anchor_table(args.runs, args.out, *stamp)
+    elif args.which in ("4", "6"):  # the GPT-2 fine-tuning family
+        from ..analysis.finetune import make_finetune_table
+
+        paths = make_finetune_table(args.which, args.runs, args.evals, args.out, *stamp)
+    else:
+        paths = make_table(args.which, args.runs, args.out, *stamp)
+    for path in paths:
+        print(path)
+    return 0
+
+
+def _cmd_figure(args: argparse.Namespace) -> int:
+    from ..runtime import provenance
+    from ..runtime.out_files import claim_figure
+
+    claim_figure(args.out, args.force)
+    stamp = provenance.stamp(args.config_hash, rehearsal=args.rehearsal)
+    if args.which in BENCH_FIGURES:
+        from ..analysis.figure_speedups import make_fig5
+
+        paths = make_fig5(_bench_csvs(args), args.out, stamp)
+    elif args.which in SUMMARY_SOURCES:  # from claims.json or lr_grid.json
+        from ..analysis.figures_summary import make_summary_figure
+
+        source = getattr(args, SUMMARY_SOURCES[args.which])
+        if source is None:
+            option = "--" + SUMMARY_SOURCES[args.which].replace("_", "-")
+            raise ValueError(f"figure {args.which} needs {option}")
+        paths = make_summary_figure(args.which, source, args.out, stamp)
+    elif args.which == "fig7":
+        from ..analysis.anchor_sweep import make_fig7
+
+        if not args.runs:
+            raise ValueError("figure fig7 needs --runs")
+        paths = make_fig7(args.runs, args.out, stamp)
+    else:
+        from ..analysis.figures import make_figure
+
+        if not args.runs:
+            raise ValueError(f"figure {args.which} needs --runs")
+        paths = make_figure(args.which, args.runs, args.out, width=args.width, stamp=stamp)
+    for path in paths:
+        print(path)
+    return 0
+
+
+def _cmd_claims(args: argparse.Namespace) -> int:
+    from ..analysis.claims import write_claims
+    from ..runtime.out_files import claim_claims
+
+    claim_claims(args.out, args.force)
+    out = write_claims(
+        args.out,
+        runs=args.runs,
+        ablation_runs=args.ablation_runs,
+        sweep_runs=args.sweep_runs,
+        verify_files=args.verify,
+        finetune_evals=args.finetune_evals,
+        bench_files=args.bench,
+        lr_grid=args.lr_grid,
+        config_sha256=args.config_hash,
+        rehearsal=args.rehearsal,
+        scaling=args.scaling,
+        gpu=args.gpu,
+    )
+    print(out)
+    return 0
+
+
+def _cmd_report_home(args: argparse.Namespace) -> int:
+    from ..analysis.report_home import write_home_page
+    from ..runtime.out_dirs import refuse_inside
+    from ..runtime.out_files import claim_outputs, stamped
+
+    refuse_inside(args.out, {"claims record (--claims)": args.claims})
+    own = lambda path: stamped(path) and b"**Made by**" in path.read_bytes()  # noqa: E731
+    claim_outputs([args.out], "report-home", own, args.force)
+    print(write_home_page(args.claims, args.out, args.rerun))
+    return 0
+
+
+def _cmd_job_times(args: argparse.Namespace) -> int:
+    from ..analysis.job_times import (
+        job_times_table,
+        load_job_times,
+        require_records,
+        write_job_times,
+    )
+    from ..analysis.tables import to_markdown
+    from ..runtime.out_files import claim_table
+
+    if args.out is None:
+        records, missing = load_job_times(args.records, args.jobs)
+        require_records(records, missing, args.records)
+        print(to_markdown(*job_times_table(records, missing)), end="")
+        return 0
+    claim_table(args.out, "job-times", args.force)
+    for path in write_job_times(
+        args.records, args.out, args.jobs, args.config_hash, args.rehearsal
+    ):
+        print(path)
+    return 0
+
+
+def _force_option(parser: argparse.ArgumentParser, files: str) -> None:
+    parser.add_argument(
+        "--force",
+        action="store_true",
+        help=f"replace {files} even where one exists that is not an earlier output of the command",
+    )
+
+
+def _config_hash_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--config-hash",
+        metavar="SHA256",
+        help="the workflow config's sha256 (tapernorm.runtime.provenance.config_hash), named in the stamp "
+        "of what made the output beside the commit",
+    )
+    parser.add_argument(
+        "--rehearsal",
+        action="store_true",
+        help="the inputs come from a rehearsal on stand-ins (config/rehearsal.yaml): the stamp and "
+        "the text say so",
+    )
+
+
+def add_subcommands(subparsers: Subparsers) -> None:
+    """Add `table`, `figure`, `claims`, `report-home` and `job-times` to the `tapernorm` parser's
+    subparsers."""
+    _add_table(subparsers)
+    _add_figure(subparsers)
+    _add_claims(subparsers)
+    _add_report_home(subparsers)
+    _add_job_times(subparsers)
+
+
+def _add_table(subparsers: Subparsers) -> None:
+    t = subparsers.add_parser(
+        "table", help="paper table from run directories or benchmark CSVs -> .csv/.md/.tex/.html"
+    )
+    t.add_argument(
+        "which",
+        choices=["1", "2", "3", "4", "5", "6", "decode", "anchor"],
+        help="table number, decode (3, decode: from --bench), or anchor (the scale-loss sweep)",
+    )
+    t.add_argument("--runs", type=Path, nargs="+", default=[], help=RUNS_HELP)
+    t.add_argument(
+        "--bench", type=Path, nargs="+", default=[], help="tables 3, decode: " + BENCH_HELP
+    )
+    t.add_argument(
+        "--evals", type=Path, nargs="+", default=[], help="table 4: eval JSON files (eval sets)"
+    )
+    t.add_argument(
+        "--out", type=Path, required=True, help="output stem, e.g. results/tables/table2"
+    )
+    _config_hash_option(t)
+    _force_option(t, "the stem's .csv, .md, .tex and .html")
+    t.set_defaults(func=_cmd_table)
+
+
+def _add_figure(subparsers: Subparsers) -> None:
+    f = subparsers.add_parser(
+        "figure",
+        help="paper figure from run directories or benchmark CSVs -> .pdf, .png and .html (the "
+        "PNG with its caption as text), each stamped with the commit and config hash",
+    )
+    f.add_argument(
+        "which",
+        choices=["fig1", "fig2", "fig3", "fig4", "fig4b", "fig5", "fig6", "fig7", *SUMMARY_SOURCES],
+        help="a paper figure, claim_gaps (the claims' paired gaps, from --claims) or lr_grid (the "
+        "LR grid, from --lr-grid)",
+    )
+    f.add_argument("--runs", type=Path, nargs="+", default=[], help=RUNS_HELP)
+    f.add_argument("--bench", type=Path, nargs="+", default=[], help="fig5: decode " + BENCH_HELP)
+    f.add_argument("--claims", type=Path, help="claim_gaps: results/claims.json")
+    f.add_argument("--lr-grid", type=Path, help="lr_grid: lr_grid.json of `tapernorm lr-grid`")
+    f.add_argument("--out", type=Path, required=True, help="e.g. figures/fig3_logit_norm.pdf")
+    f.add_argument("--width", type=int, help="model width for figs 2-4 (default: the largest)")
+    _config_hash_option(f)
+    _force_option(f, "the stem's .pdf, .png and .html")
+    f.set_defaults(func=_cmd_figure)
+
+
+def _add_claims(subparsers: Subparsers) -> None:
+    c = subparsers.add_parser("claims", help="results/claims.md: paper's claims vs ours")
+    c.add_argument("--runs", type=Path, nargs="+", default=[], help="pre-training " + RUNS_HELP)
+    c.add_argument(
+        "--ablation-runs", type=Path, nargs="+", default=[], help="scale-anchor ablation runs"
+    )
+    c.add_argument(
+        "--sweep-runs",
+        type=Path,
+        nargs="+",
+        default=[],
+        help="anchor_sweep runs: All-Taper (+aux) of the ablation at other scale-loss weights",
+    )
+    c.add_argument("--verify", type=Path, nargs="+", default=[], help="verify.json files of fold")
+    c.add_argument("--bench", type=Path, nargs="+", default=[], help=BENCH_HELP + " (claim 7)")
+    c.add_argument(
+        "--finetune-evals",
+        type=Path,
+        nargs="+",
+        default=[],
+        help="eval JSON files of the GPT-2 fine-tuning runs (claim 8)",
+    )
+    c.add_argument(
+        "--lr-grid",
+        type=Path,
+        help="lr_grid.json of `tapernorm lr-grid` at the runs' scale (TaperNorm vs DyT at each "
+        "arm's best LR; the scale card's LR line)",
+    )
+    c.add_argument(
+        "--scaling",
+        type=Path,
+        help="summary.csv of the scaling study (results/cpu/scaling): each claim as training "
+        "grows, in claims 1-4 and DyT's rows and the scale card",
+    )
+    c.add_argument(
+        "--gpu",
+        type=Path,
+        help="a first-GPU check's directory (results/gpu/DIR, benchmarks/README.md): claim 7's "
+        "speedups on that GPU too, judged by the same criterion",
+    )
+    c.add_argument(
+        "--out",
+        type=Path,
+        required=True,
+        help="markdown file, e.g. results/claims.md (.html and .json are written beside it)",
+    )
+    _config_hash_option(c)
+    _force_option(c, "--out and the .html and .json beside it")
+    c.set_defaults(func=_cmd_claims)
+
+
+def _add_report_home(subparsers: Subparsers) -> None:
+    r = subparsers.add_parser(
+        "report-home",
+        help="the Snakemake report's home page (reStructuredText) from claims.json: what made the "
+        "run, the scale card and every verdict first",
+    )
+    r.add_argument("--claims", type=Path, required=True, help="results/claims.json")
+    r.add_argument("--rerun", default="snakemake --cores all", help="the command that reran it")
+    r.add_argument("--out", type=Path, required=True, help="e.g. results/report/home.rst")
+    _force_option(r, "--out")
+    r.set_defaults(func=_cmd_report_home)
+
+
+def _add_job_times(subparsers: Subparsers) -> None:
+    j = subparsers.add_parser(
+        "job-times",
+        help="wall time per rule and family from Snakemake's job records -> .csv/.md/.tex/.html",
+    )
+    j.add_argument(
+        "records", type=Path, help="job records directory (<rule>/<wildcards>.tsv inside)"
+    )
+    j.add_argument(
+        "--jobs",
+        type=Path,
+        nargs="+",
+        help="only these records (relative to the directory); absent ones are counted, not an error",
+    )
+    j.add_argument("--out", type=Path, help="output stem (default: the markdown on stdout)")
+    _config_hash_option(j)
+    _force_option(j, "the stem's .csv, .md, .tex and .html")
+    j.set_defaults(func=_cmd_job_times)

@@ -1,0 +1,442 @@
+"""One training loop for pre-training and fine-tuning, with the taper schedule and the scale anchor.
+
+Per optimizer step k (1-based): set lr(k) and g(k); when g first drops below 1, freeze every TaperNorm's
+c (gamma_tilde := gamma) and the anchor's s_tgt; run the micro-batches; while g = 1 fold the batch
+statistics into the calibration EMAs; clip; step. Data order depends only on (seed, k), so a resumed run
+draws exactly the batches an uninterrupted run would.
+
+Data parallel: launched by `torchrun --nproc_per_node W` (WORLD_SIZE > 1), rank r computes micro-batches
+r, r + W, ... of every step; the model trains in DistributedDataParallel, which sums the gradients over
+ranks in buckets during the backward of each rank's last micro-batch (distributed.data_parallel), and
+losses and calibration statistics are summed over ranks, so the W processes take the very steps one
+process would (same global batch), and only rank 0 writes files. One process trains the bare model.
+
+train() = set_up (inputs pinned, data, model, optimizer) -> resume (from out/ckpt; both in
+training/run.py) -> train_steps (the loop) -> finish (final weights, rolled back if the run
+diverged; final evaluation; eval.json; the checkpoint pruned to what a rerun reads unless the run
+diverged). A run found finished (finished_result) is left as it is. The data and init files are
+checked at every checkpoint and at the end (identity.Inputs): a file changed mid-run stops it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from tqdm import tqdm
+
+from ..model import GPT
+from ..norms import freeze, set_gate, update_calibration
+from ..runtime.device import resolve_device
+from ..runtime.progress import clock
+from ..runtime.provenance import now
+from ..schedules import gate_at, lr_at
+from .checkpoint import CheckpointError, save_model, write_json
+from .diagnostics import clipped, grad_norms, output_stats, prelogit_geometry
+from .distributed import World, barrier, process_group
+from .evaluation import evaluate
+from .lock import run_lock
+from .run import (
+    EVAL_KEYS,
+    Run,
+    batch_generator,
+    build_model,
+    config_record,
+    resume,
+    set_up,
+)
+from .state import (
+    claim_run_dir,
+    finished_result,
+    has_checkpoint,
+    load_training_state,
+    prune_checkpoint,
+    save_training_state,
+)
+from .tensorboard_log import check_available
+
+log = logging.getLogger(__name__)
+
+
+# ---- the loop -------------------------------------------------------------------------------------
+
+
+class Progress:
+    """A tqdm bar on a terminal; elsewhere a log line per logged step with tok/s, elapsed and ETA
+    (training's own: it reports the loss; other long steps use tapernorm.runtime.progress.Progress)."""
+
+    def __init__(self, name: str, first_step: int, steps: int, main: bool):
+        self.name, self.first_step, self.steps, self.main = name, first_step, steps, main
+        self.on_tty = sys.stderr.isatty() and main
+        self.bar = tqdm(
+            total=steps, initial=first_step, desc=name, disable=not self.on_tty, file=sys.stderr
+        )
+        self.start = self.last_report = time.perf_counter()
+        self.tokens = 0  # since the last report
+
+    def step_done(self, tokens: int) -> None:
+        self.tokens += tokens
+        self.bar.update(1)
+
+    def tokens_per_s(self) -> float:
+        """Tokens a second since the last call (or the start); starts the next interval."""
+        now = time.perf_counter()
+        rate = self.tokens / max(now - self.last_report, 1e-9)
+        self.last_report, self.tokens = now, 0
+        return rate
+
+    def report(self, step: int, loss: float, gate: float, lr: float, tokens_per_s: float) -> None:
+        if self.on_tty:
+            self.bar.set_postfix(loss=f"{loss:.4f}", g=f"{gate:.3f}")
+        elif self.main:
+            elapsed = self.last_report - self.start
+            eta = elapsed / (step - self.first_step) * (self.steps - step)
+            log.info(
+                "[%s] step %d/%d loss %.4f g %.3f lr %.2e | %.0f tok/s, elapsed %s, ETA %s",
+                self.name,
+                step,
+                self.steps,
+                loss,
+                gate,
+                lr,
+                tokens_per_s,
+                clock(elapsed),
+                clock(eta),
+            )
+
+    def close(self) -> None:
+        self.bar.close()
+
+
+@dataclass
+class Outcome:
+    """How the loop ended."""
+
+    step: int  # the last step taken
+    checkpoint_step: int  # the step of the last checkpoint written (or resumed from)
+    first_step: int = 0  # the step this process started from (0, or the checkpoint it resumed)
+    diverged_step: int | None = None  # the step whose loss or gradient norm was not finite
+    stopped: bool = False  # ended early by stop_after
+
+
+@dataclass
+class Step:
+    """One optimizer step's results, on the device: nothing is read back until a boundary."""
+
+    record: dict  # step, lr, gate and what changed at this step (values may be device tensors)
+    losses: torch.Tensor  # (CE, scale loss), float64, the mean over the step's micro-batches
+    grad_norm: torch.Tensor  # the total gradient norm before clipping
+    norms: dict  # gradient norms per weight type (only on logged steps)
+
+
+def start_step(run: Run, step: int) -> dict:
+    """lr(k) and g(k) of optimizer step `step`; at the first g < 1 the anchor's target and every c
+    freeze, and FakeLN removes the norms due. Returns the step's record: step, lr, gate, and what
+    froze or was removed (device tensors; such a step is always logged)."""
+    train_cfg, taper_cfg = run.cfg["train"], run.cfg["taper"]
+    lr = lr_at(
+        step, train_cfg["lr"], train_cfg["warmup_steps"], train_cfg["steps"], train_cfg["min_lr"]
+    )
+    for group in run.opt.param_groups:
+        group["lr"] = lr
+    gate = gate_at(step, taper_cfg["start"], taper_cfg["end"]) if run.tapered else 1.0
+    record: dict = {"step": step, "lr": lr, "gate": gate}
+    if gate < 1.0 and run.anchor is not None and not run.anchor.is_frozen:
+        record["s_tgt"] = run.anchor.freeze()
+    if gate < 1.0 and run.tapered and not run.taper_started:
+        record["c"] = freeze(run.model)
+    set_gate(run.model, gate)
+    if run.fakeln is not None:
+        record.update(run.fakeln.before_step(step))
+    return record
+
+
+def train_step(run: Run, record: dict, logged: bool) -> Step:
+    """The optimizer step `start_step` began (its `record`): this process's micro-batches forward
+    and backward (DDP sums the gradients over processes in the last backward), statistics summed
+    over processes, calibration while g = 1, clip, AdamW. Reads nothing back from the device unless
+    `logged` (the logged step's output and gradient statistics)."""
+    cfg, model, opt, anchor, fakeln = run.cfg, run.model, run.opt, run.anchor, run.fakeln
+    train_cfg, taper_cfg = cfg["train"], cfg["taper"]
+    step, gate, accum = record["step"], record["gate"], train_cfg["grad_accum"]
+    B, T = train_cfg["batch_size"], model.config.block_size
+    losses = torch.zeros(2, dtype=torch.float64, device=run.device)  # summed CE, scale loss
+    for micro in run.micro_batches:
+        x, y = run.shards.batch("train", B, T, batch_generator(cfg["seed"], step, micro))
+        x, y = to_device(x, run.device), to_device(y, run.device)
+        with run.grad_sync(last=micro == run.micro_batches[-1]):  # DDP: sums in the last backward
+            with run.autocast:
+                logits, h = run.forward(x, return_hidden=True)
+            ce = F.cross_entropy(logits.float().flatten(0, 1), y.flatten())
+            aux = anchor.loss(h) if anchor is not None else ce.new_zeros(())
+            if logged and micro == 0:
+                record.update(output_stats(model, logits, h, y))
+                if cfg["log"]["geometry"]:
+                    head_of = model if run.forward is not model else None  # compiled, DDP
+                    record.update(prelogit_geometry(logits, run.own_hidden(h), y, ce, head_of))
+            ((ce + aux) / accum).backward()
+        losses += torch.stack([ce.detach(), aux.detach()]).double()
+    losses = (run.reduce(losses) if run.reduce else losses).div(accum)
+
+    if gate == 1.0 and run.tapered:
+        update_calibration(model, taper_cfg["ema_mu"], run.reduce)
+    if anchor is not None:
+        anchor.update(taper_cfg["ema_mu"], run.reduce)
+    if fakeln is not None:
+        fakeln.after_step(run.reduce)
+    norms = grad_norms(model) if logged else {}
+    grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), run.clip)
+    opt.step()
+    opt.zero_grad(set_to_none=True)
+    return Step(record, losses, grad_norm, norms)
+
+
+def to_device(x: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """A CPU batch on `device`: through pinned memory, without waiting, on CUDA."""
+    if device.type == "cuda":
+        return x.pin_memory().to(device, non_blocking=True)
+    return x.to(device)
+
+
+class Divergence:
+    """The first step whose loss or gradient norm was not finite, tracked on the device (so a step
+    needs no read-back) and read at the loop's boundaries. Kind 1: the loss, 2: the gradient."""
+
+    def __init__(self, device: torch.device):
+        self.first = torch.zeros(2, dtype=torch.long, device=device)  # (step, kind); step 0: none
+
+    def track(self, step: Step) -> None:
+        loss_bad = ~torch.isfinite(step.losses.sum())
+        kind = torch.where(loss_bad, 1, torch.where(torch.isfinite(step.grad_norm), 0, 2))
+        here = torch.stack([self.first.new_full((), step.record["step"]), kind])
+        self.first = torch.where((self.first[0] == 0) & (kind > 0), here, self.first)
+
+    def read(self) -> tuple[int, str] | None:
+        step, kind = self.first.tolist()
+        return (step, "loss" if kind == 1 else "gradient") if step else None
+
+
+def host_values(record: dict) -> dict:
+    """A record with its device tensors read back as Python numbers (one read per boundary)."""
+    out = {}
+    for key, value in record.items():
+        if isinstance(value, dict):
+            value = host_values(value)
+        elif torch.is_tensor(value):
+            value = value.item()
+        out[key] = value
+    return out
+
+
+def write_record(run: Run, record: dict) -> None:
+    """A record to metrics.jsonl and, with log.tensorboard, to the TensorBoard log (rank 0)."""
+    run.metrics.write(record)
+    if run.tensorboard is not None:
+        run.tensorboard.write(record)
+
+
+def train_steps(run: Run, first_step: int, stop_after: int | None) -> Outcome:
+    """Optimizer steps first_step + 1 ... train.steps, logged, evaluated and checkpointed as the
+    config's `log` says. Stops at a non-finite loss or gradient norm (noticed at the next boundary:
+    a logged, evaluated or checkpointed step, which is where anything is read from the device; the
+    weights are rolled back in `finish`), or after step `stop_after`."""
+    cfg, log_cfg = run.cfg, run.cfg["log"]
+    steps, accum = cfg["train"]["steps"], cfg["train"]["grad_accum"]
+    tokens = cfg["train"]["batch_size"] * run.model.config.block_size * accum
+    progress = Progress(cfg["name"], first_step, steps, run.world.main)
+    outcome = Outcome(step=first_step, checkpoint_step=first_step, first_step=first_step)
+    divergence = Divergence(run.device)
+    run.model.train()
+    metrics = run.metrics  # None on ranks other than 0
+    for step in range(first_step + 1, steps + 1):
+        record = start_step(run, step)
+        logged = step == 1 or step % log_cfg["every"] == 0 or step == steps or len(record) > 3
+        result = train_step(run, record, logged)
+        divergence.track(result)
+        progress.step_done(tokens)
+        eval_due = log_cfg["eval_every"] and step % log_cfg["eval_every"] == 0 and step < steps
+        ckpt_due = step % log_cfg["ckpt_every"] == 0 or step == steps
+        stop = stop_after is not None and step >= stop_after
+        if not (logged or eval_due or ckpt_due or stop):
+            continue
+
+        # a boundary: read what the steps since the last one left on the device
+        bad = divergence.read()
+        if bad is not None:
+            outcome.diverged_step, outcome.step = bad[0], bad[0] - 1
+            log.warning("[%s] non-finite %s at step %d: stopping", cfg["name"], bad[1], bad[0])
+            break
+        outcome.step = step
+        if logged:
+            loss, aux_loss = result.losses.tolist()
+            grad_norm = result.grad_norm.item()
+            record = host_values(result.record)
+            record.update(result.norms, **clipped(result.norms, grad_norm, run.clip))
+            tokens_per_s = progress.tokens_per_s()
+            record.update(
+                loss=loss, aux_loss=aux_loss, grad_norm=grad_norm, tokens_per_s=tokens_per_s
+            )
+            if metrics is not None:
+                write_record(run, record)
+            progress.report(step, loss, record["gate"], record["lr"], tokens_per_s)
+        if eval_due and metrics is not None:  # the model as trained at this step: its gate
+            gate = result.record["gate"]
+            val = validation_loss(run, run.model, gate=None)
+            write_record(run, {"step": step, "val_loss": val, "val_gate": gate})
+        if ckpt_due and metrics is not None:
+            run.inputs.check()  # the steps since the last checkpoint read the pinned data
+            metrics.keep(whole=True)
+            save_training_state(
+                run.ckpt,
+                run.model,
+                run.opt,
+                run.anchor,
+                step,
+                run.identity,
+                metrics.content(),
+                run.inputs.record(),
+            )
+            outcome.checkpoint_step = step
+        if stop:
+            outcome.stopped = True
+            break
+    progress.close()
+    return outcome
+
+
+# ---- the end: weights, final evaluation, eval.json ------------------------------------------------
+
+
+def validation_loss(run: Run, model: GPT, gate: float | None = 0.0) -> float:
+    """The validation loss of `model` on the run's fixed windows, at g = `gate` (None: the gate
+    the model holds, as during training: a periodic evaluation shows the model as trained)."""
+    log_cfg = run.cfg["log"]
+    n, batch = log_cfg["eval_windows"], log_cfg["eval_batch_size"]
+    return evaluate(model, run.shards, n, batch, run.val_windows, EVAL_KEYS, gate=gate)
+
+
+def finish(run: Run, outcome: Outcome) -> dict:
+    """Rank 0 saves the weights (rolled back to the last checkpoint if the run diverged), evaluates
+    them at g = 0 and writes eval.json last; returns its dict. Other ranks wait for it. The inputs
+    are checked before anything is written and again before eval.json, and the record is put back
+    if it went missing."""
+    cfg, model, log_cfg, world = run.cfg, run.model, run.cfg["log"], run.world
+    if not world.main:
+        barrier(world)  # wait for rank 0's final evaluation
+        return {"rank": world.rank, "step": outcome.step}
+    run.inputs.check()
+    weights_step = outcome.step
+    if outcome.diverged_step is not None:  # roll back to the last good checkpoint, or the init
+        weights_step = outcome.checkpoint_step
+        if has_checkpoint(run.ckpt):
+            weights_step = load_training_state(run.ckpt, model, run.opt, run.anchor)
+        else:
+            torch.manual_seed(cfg["seed"])  # the very init set_up built
+            model.load_state_dict(build_model(cfg, run.shards.vocab_size).state_dict())
+    finished = {"finished": now(), "resumed_from_step": outcome.first_step}
+    record = {"weights_step": weights_step}
+    if outcome.diverged_step is not None:
+        record["diverged_step"] = outcome.diverged_step
+    save_model(model, run.out, config_record(run, **record, times=finished))
+    val = validation_loss(run, model)
+    result = {
+        "name": cfg["name"],
+        "variant": cfg.get("variant"),
+        "val_loss": val if math.isfinite(val) else None,
+        "eval": "g=0" if run.tapered else "no taper",
+        "steps": cfg["train"]["steps"],
+        "weights_step": weights_step,
+        "diverged": outcome.diverged_step is not None,
+        "diverged_step": outcome.diverged_step,
+        "n_params": model.num_params(),
+        "eval_windows": log_cfg["eval_windows"],
+        "block_size": model.config.block_size,
+        "processes": world.size,
+    }
+    run.inputs.check()  # (the final evaluation read val.bin)
+    run.metrics.keep(whole=True)
+    write_json(run.out / "eval.json", result)
+    if outcome.diverged_step is not None:
+        log.warning("[%s] %s", cfg["name"], diverged_line(outcome.diverged_step, weights_step, val))
+    barrier(world)
+    if not result["diverged"]:
+        prune(run.ckpt, cfg["name"])
+    return result
+
+
+def prune(ckpt: Path, name: str) -> None:
+    """The finished run's checkpoint without the optimizer's moments (prune_checkpoint); a failure
+    to prune keeps it whole and only says so: the run is finished either way."""
+    try:
+        if prune_checkpoint(ckpt):
+            log.debug("[%s] finished: pruned %s to what a rerun reads", name, ckpt)
+    except (CheckpointError, OSError) as e:
+        log.warning(
+            "[%s] finished; its checkpoint %s is kept whole (not pruned: %s)", name, ckpt, e
+        )
+
+
+def diverged_line(step: int, weights_step: int, val: float) -> str:
+    """The one line a diverged run's log ends with: what happened, what it kept, where it says so."""
+    kept = "its init" if weights_step == 0 else f"its checkpoint of step {weights_step}"
+    return (
+        f"DIVERGED at step {step}: weights rolled back to step {weights_step} ({kept}), validation "
+        f"loss {val:.4f} at g=0; eval.json says diverged: true, and fold, export and the benchmarks "
+        "skip this run"
+    )
+
+
+def train(
+    cfg: dict,
+    out_dir: str | Path,
+    stop_after: int | None = None,
+    wait: bool = False,
+    force: bool = False,
+) -> dict:
+    """Run (or resume) one training run described by a resolved run config; returns eval.json's dict.
+
+    Writes out_dir/{config.json, metrics.jsonl, ckpt/, model.safetensors, eval.json} (and, with
+    log.tensorboard, out_dir/tensorboard/), eval.json last, holding out_dir/train.lock meanwhile
+    (a second train() on out_dir is refused, or with `wait` waits for the first to end). A run
+    found finished is left as it is (its eval.json returned). `stop_after` ends the process early
+    (as if killed) after that many steps: used by resume tests.
+    A directory holding anything but a run of this project is refused (claim_run_dir), unless
+    `force`: then only the files a run writes are replaced.
+    Under torchrun (WORLD_SIZE > 1) it joins the process group (NCCL on GPUs, gloo on CPUs);
+    ranks other than 0 return {"rank": r, "step": k} and write nothing.
+    """
+    check_available(cfg)  # log.tensorboard without its package: stop before anything starts
+    claim_run_dir(cfg, Path(out_dir), force)
+    world = World.from_env()
+    device = resolve_device(cfg["train"]["device"], world.local_rank, "train.device")
+    with process_group(world, device):
+        run = set_up(cfg, Path(out_dir), world, device)
+        lock = run_lock(run.out, cfg["name"], wait) if world.main else contextlib.nullcontext()
+        with lock:  # one writer per run directory
+            done = finished_result(run.out, run.ckpt, run.identity)
+            if done is not None:
+                if world.main:
+                    log.info(
+                        "[%s] %s holds this run, finished: nothing to do", cfg["name"], run.out
+                    )
+                    if not done.get("diverged"):  # (one that ended before pruning it)
+                        prune(run.ckpt, cfg["name"])
+                    return done
+                return {"rank": world.rank, "step": done["weights_step"]}
+            try:
+                outcome = train_steps(run, resume(run), stop_after)
+                if outcome.stopped:
+                    return {"stopped_at": outcome.step}
+                return finish(run, outcome)
+            finally:
+                if run.metrics is not None:
+                    run.metrics.close()
+                if run.tensorboard is not None:
+                    run.tensorboard.close()
