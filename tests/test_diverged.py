@@ -269,7 +269,7 @@ def test_tables_figure_and_claims_name_the_model_not_timed(tapered_diverged, run
     td = pd.read_csv(tmp_path / "table_decode.csv").iloc[0]
     assert td["Folded speedup (IQR)"] == "not timed" and "×" in td["DyT speedup (IQR)"]
     assert note in (tmp_path / "table_decode.md").read_text()
-    paths = inference_tables.make_fig5([decode], tmp_path / "fig5.pdf")
+    paths = figure_speedups.make_fig5([decode], tmp_path / "fig5.pdf")
     assert f"Not timed.</strong> {note}." in paths[2].read_text() and paths[1].stat().st_size > 1000
 
     fold = tmp_path / "fold"
