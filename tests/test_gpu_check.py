@@ -117,6 +117,7 @@ CHECK_MODULES = (
     "tapernorm.training.run",
     "tapernorm.training.state",
     "tapernorm.training.tensorboard_log",
+    "tapernorm.variants",
 )
 BLOCKER = f"""import atexit, os, sys
 
