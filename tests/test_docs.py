@@ -141,4 +141,4 @@ def test_where_things_are_names_files_that_exist():
         first = SOURCE_PATH.search(cell).group(1)
         base = ROOT / first if first.endswith("/") else (ROOT / first).parent
         for name in re.findall(r"`([\w]+\.py)`", cell):
-            assert (base / name).exists() or any(base.rglob(name)), f"{row}: {name}"
+            assert (base / name).exists(), f"{row}: {name}"

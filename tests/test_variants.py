@@ -49,7 +49,7 @@ def test_the_lists_are_the_registrys():
     }
 
 
-def test_a_role_added_to_a_variant_reaches_the_lists(monkeypatch):
+def test_variants_with_reads_the_registry_as_it_is(monkeypatch):
     monkeypatch.setitem(VARIANTS, "final", {**VARIANTS["final"], "fig2": True})
     assert "final" in variants_with("fig2")
     assert baseline_of("final") == "baseline" and baseline_of("baseline") is None

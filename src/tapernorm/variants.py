@@ -83,11 +83,14 @@ def variants_with(role: str) -> tuple[str, ...]:
     return tuple(name for name, spec in VARIANTS.items() if spec.get(role))
 
 
+def benched(timed: str) -> tuple[str, ...]:
+    """The variants the inference benchmarks time `timed` ("always" or "if_trained")."""
+    return tuple(v for v in variants_with("bench") if VARIANTS[v]["bench"]["timed"] == timed)
+
+
 def bench_columns(timed: str) -> tuple[str, ...]:
-    """The models (Table 3's columns) the inference benchmarks time of the variants timed `timed`
-    ("always" or "if_trained"), in the registry's order."""
-    benched = (spec["bench"] for spec in VARIANTS.values() if "bench" in spec)
-    return tuple(c for b in benched if b["timed"] == timed for c in b["columns"])
+    """The models (Table 3's columns) the variants timed `timed` are timed as."""
+    return tuple(c for v in benched(timed) for c in VARIANTS[v]["bench"]["columns"])
 
 
 PAPER_VARIANTS = variants_with("paper")  # Table 1's six

@@ -7,18 +7,17 @@ import re
 from pathlib import Path
 
 from ..config import ConfigError
-from ..variants import VARIANTS
+from ..variants import VARIANTS, benched, variants_with
 from .devices import job_gpus
 from .names import model_files, run_dir, run_name
 
-# the variants' `bench` roles (variants.VARIANTS): always timed (the baseline, and the tapered run
+# the variants' `bench` roles (tapernorm.variants): always timed (the baseline, and the tapered run
 # exported), timed too when pretrain.variants has it (DyT)
-TIMED = {name: spec["bench"] for name, spec in VARIANTS.items() if "bench" in spec}
-BENCH_VARIANTS = tuple(v for v, b in TIMED.items() if b["timed"] == "always")
-BENCH_OPTIONAL = tuple(v for v, b in TIMED.items() if b["timed"] == "if_trained")
+BENCH_VARIANTS = benched("always")
+BENCH_OPTIONAL = benched("if_trained")
 BENCH_KINDS = ("forward", "decode")  # results/bench/<kind>.csv of rule bench_<kind>
 # `tapernorm bench` option -> the variant of the timed run it names
-BENCH_MODEL_OPTIONS = tuple((b["option"], v) for v, b in TIMED.items())
+BENCH_MODEL_OPTIONS = tuple((VARIANTS[v]["bench"]["option"], v) for v in variants_with("bench"))
 
 
 class Bench:
