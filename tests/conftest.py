@@ -5,6 +5,7 @@ import json
 import pytest
 
 from tapernorm.data import load_shakespeare, train_sentencepiece, write_shards
+from tapernorm.run_config import RunConfig
 
 
 @pytest.fixture(scope="session")
@@ -19,8 +20,8 @@ def shards_dir(tmp_path_factory):
     return out / "data"
 
 
-def tiny_run(shards_dir, **sections) -> dict:
-    """A resolved run config for a fast 2-layer model; `sections` override config sections."""
+def tiny_run(shards_dir, **sections) -> RunConfig:
+    """The run config of a fast 2-layer model; `sections` override config sections."""
     from tapernorm.config import resolve_run_config
 
     cfg = {

@@ -180,6 +180,6 @@ def test_the_fold_tolerance_is_stated_once():
 
 
 def test_an_unset_taper_start_is_the_end_of_the_warmup():
-    assert config.taper_start(None, 7) == 7 and config.taper_start(3, 7) == 3
-    run = config.load_run_config(None, ["data.dir=d", "train.steps=20", "train.warmup_steps=5"])
-    assert run["taper"]["start"] == 5
+    given = ["data.dir=d", "train.steps=20", "train.warmup_steps=5"]
+    assert config.load_run_config(None, given).taper.start == 5
+    assert config.load_run_config(None, [*given, "taper.start=3"]).taper.start == 3

@@ -14,14 +14,14 @@ def base(**over):
 
 def test_defaults_are_filled():
     cfg = resolve_run_config(base())
-    assert cfg["model"]["style"] == "llama" and cfg["train"]["betas"] == [0.9, 0.95]
-    assert cfg["taper"]["start"] == 5 and cfg["taper"]["end"] == 100
-    assert cfg["anchor"]["enabled"] is False and cfg["seed"] == 0
+    assert cfg.model.style == "llama" and cfg.train.betas == (0.9, 0.95)
+    assert cfg.taper.start == 5 and cfg.taper.end == 100
+    assert cfg.anchor.enabled is False and cfg.seed == 0
 
 
 def test_variant_sets_taper_and_anchor():
     cfg = resolve_run_config(base(variant="all_aux"))
-    assert cfg["model"]["taper"] == "all" and cfg["anchor"]["enabled"] is True
+    assert cfg.model.taper == "all" and cfg.anchor.enabled is True
 
 
 @pytest.mark.parametrize(
@@ -56,8 +56,8 @@ def test_yaml_file_and_overrides(tmp_path):
     p = tmp_path / "run.yaml"
     p.write_text("data: {dir: x}\ntrain: {steps: 10, warmup_steps: 2}\n")
     cfg = load_run_config(p, ["train.steps=20", "model.taper=internal", "anchor.lam=0.5"])
-    assert cfg["train"]["steps"] == 20 and cfg["model"]["taper"] == "internal"
-    assert cfg["anchor"]["lam"] == 0.5 and cfg["taper"]["end"] == 20
+    assert cfg.train.steps == 20 and cfg.model.taper == "internal"
+    assert cfg.anchor.lam == 0.5 and cfg.taper.end == 20
     with pytest.raises(ConfigError, match="does not exist"):
         load_run_config(tmp_path / "nope.yaml")
 
@@ -66,4 +66,4 @@ def test_scientific_notation_without_dot_is_a_float(tmp_path):
     p = tmp_path / "run.yaml"
     p.write_text("data: {dir: x}\ntrain: {steps: 10, lr: 3e-4}\n")
     cfg = load_run_config(p, ["train.min_lr=1e-5"])
-    assert cfg["train"]["lr"] == 3e-4 and cfg["train"]["min_lr"] == 1e-5
+    assert cfg.train.lr == 3e-4 and cfg.train.min_lr == 1e-5

@@ -15,6 +15,7 @@ import pytest
 import torch
 from conftest import tiny_run
 
+from tapernorm.run_config import RunConfig
 from tapernorm.training.checkpoint import load_model
 from tapernorm.training.distributed import World, data_parallel
 from tapernorm.training.run import set_up
@@ -26,14 +27,14 @@ from tapernorm.training.run import set_up
 REL_TOL = 1e-6
 
 
-def _train(cfg: dict, out: Path, processes: int) -> None:
+def _train(cfg: RunConfig, out: Path, processes: int) -> None:
     """`tapernorm train` on `cfg` in `out`: one process, or `processes` under torchrun (gloo)."""
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     cmd = [sys.executable, "-m", "tapernorm.cli", "train"]
     if processes > 1:
         cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
         cmd += ["--nproc_per_node", str(processes), "-m", "tapernorm.cli", "train"]
-    cmd += ["--config-json", json.dumps(cfg), "--out", str(out)]
+    cmd += ["--config-json", cfg.to_json(), "--out", str(out)]
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
 
@@ -78,7 +79,7 @@ def max_record_diff(a: Path, b: Path) -> float:
     return max(diffs)
 
 
-def _config(shards_dir: Path, variant: str, accum: int) -> dict:
+def _config(shards_dir: Path, variant: str, accum: int) -> RunConfig:
     return tiny_run(
         shards_dir,
         name=f"ddp-{variant}",

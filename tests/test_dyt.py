@@ -125,9 +125,9 @@ def test_fold_refuses_a_dyt_model():
 
 def test_the_dyt_variant_sets_the_norm_and_trains(shards_dir, tmp_path):
     cfg = tiny_run(shards_dir, variant="dyt", train={"steps": 12, "warmup_steps": 2})
-    assert cfg["model"]["norm"] == "dyt" and cfg["model"]["taper"] == "none"
-    assert not cfg["anchor"]["enabled"]
-    m = cfg["model"]
+    assert cfg.model.norm == "dyt" and cfg.model.taper == "none"
+    assert not cfg.anchor.enabled
+    m = cfg.model.to_dict()
     assert (m["tie_embeddings"], m["dyt_bias"], m["emb_scale"]) == (False, False, 50.0)
     assert m["emb_scale"] == DYT_RECIPE["emb_scale"]  # variants.VARIANTS states model.DYT_RECIPE
     assert {k: m[k] for k in DYT_RECIPE} == DYT_RECIPE
@@ -146,11 +146,11 @@ def test_the_dyt_variant_sets_the_norm_and_trains(shards_dir, tmp_path):
     with pytest.raises(ConfigError, match="model.tie_embeddings.*contradicts variant 'dyt'"):
         tiny_run(shards_dir, variant="dyt", model={"tie_embeddings": True})
     shipped = tiny_run(shards_dir, model={"norm": "dyt", "dyt_bias": True})  # the old set-up:
-    assert shipped["model"]["tie_embeddings"]  # reachable only by spelling out its keys
+    assert shipped.model.tie_embeddings  # reachable only by spelling out its keys
     untied = tiny_run(shards_dir, variant="baseline_untied")
-    assert not untied["model"]["tie_embeddings"] and "norm" not in untied["model"]
+    assert not untied.model.tie_embeddings and untied.model.norm is None
     baseline = tiny_run(shards_dir, variant="baseline")
-    assert "norm" not in baseline["model"]  # other runs' configs are as before
+    assert "norm" not in baseline.to_dict()["model"]  # other runs' configs are as before
 
 
 def test_pipeline_benchmarks_time_the_dyt_run_when_pretrained():

@@ -241,9 +241,9 @@ def test_bad_values_are_refused_before_the_first_step(override, key, shards_dir,
 
 def test_integers_written_as_floats_are_read_exactly(tmp_path):
     cfg = load_run_config(None, ["data.dir=x", "train.steps=1e3", "log.every=2.0e1"])
-    assert cfg["train"]["steps"] == 1000 and type(cfg["train"]["steps"]) is int
-    assert cfg["log"]["every"] == 20 and type(cfg["log"]["every"]) is int
-    assert type(cfg["train"]["lr"]) is float
+    assert cfg.train.steps == 1000 and type(cfg.train.steps) is int
+    assert cfg.log.every == 20 and type(cfg.log.every) is int
+    assert type(cfg.train.lr) is float
 
 
 def test_a_full_disk_is_one_line_naming_the_file(shards_dir, tmp_path, monkeypatch, capsys):

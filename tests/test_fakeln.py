@@ -90,7 +90,7 @@ def _fakeln_run(shards_dir, out, start=2, end=7, steps=9):
 
 def test_fakeln_training_removes_each_norm_at_its_step(shards_dir, tmp_path):
     cfg, result = _fakeln_run(shards_dir, tmp_path / "run")
-    assert cfg["fakeln"] == {"start": 2, "end": 7, "ema_mu": 0.1}  # ema_mu: taper.ema_mu
+    assert cfg.fakeln.to_dict() == {"start": 2, "end": 7, "ema_mu": 0.1}  # ema_mu: taper.ema_mu
     assert not result["diverged"] and math.isfinite(result["val_loss"])
     records = [json.loads(x) for x in (tmp_path / "run/metrics.jsonl").read_text().splitlines()]
     removed_at = {
@@ -132,16 +132,16 @@ def test_fakeln_run_configs(shards_dir):
     assert "fakeln" in cfg["finetune"]["protocols"]
     model = cfg["finetune"]["models"][0]["name"]
     rc = FinetuneFamily(cfg).run_config(f"fakeln-{model}", "data/finetune")
-    assert rc["model"]["norm"] == "fakeln" and rc["model"]["taper"] == "none"
+    assert rc.model.norm == "fakeln" and rc.model.taper == "none"
     spec = cfg["finetune"]["models"][0]
-    assert (rc["fakeln"]["start"], rc["fakeln"]["end"]) == (spec["taper_start"], spec["taper_end"])
-    assert not rc["anchor"]["enabled"]
+    assert (rc.fakeln.start, rc.fakeln.end) == (spec["taper_start"], spec["taper_end"])
+    assert not rc.anchor.enabled
     vanilla = FinetuneFamily(cfg).run_config(f"vanilla-{model}", "data/finetune")
-    assert "fakeln" not in vanilla and "norm" not in vanilla["model"]  # as before
+    assert "fakeln" not in vanilla.to_dict() and "norm" not in vanilla.to_dict()["model"]
     moved = copy.deepcopy(raw)
     moved["finetune"]["models"][0].update(fakeln_start=2, fakeln_end=5)
     rc = FinetuneFamily(validate_pipeline_config(moved, SCHEMA)).run_config(f"fakeln-{model}", "d")
-    assert (rc["fakeln"]["start"], rc["fakeln"]["end"]) == (2, 5)
+    assert (rc.fakeln.start, rc.fakeln.end) == (2, 5)
 
 
 def test_fakeln_from_a_trained_base_starts_as_the_same_function(shards_dir, tmp_path):

@@ -64,7 +64,7 @@ def fake_run(
             r[column] = 0.1 * (1 + i / 4) * ramp * level
             r[f"{column}_clipped"] = r[column] / 2
         records.append(r)
-    (run / "config.json").write_text(json.dumps(cfg))
+    (run / "config.json").write_text(cfg.to_json())
     (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
     result = {"name": f"{family}/{name}", "variant": variant, "val_loss": 4.0, "diverged": False}
     (run / "eval.json").write_text(json.dumps(result | {"diverged_step": None}))

@@ -28,6 +28,7 @@ from tapernorm.fold import fold_model, verify_fold
 from tapernorm.interop import hub
 from tapernorm.model import LayerNorm
 from tapernorm.norms import TaperNorm, set_gate, update_calibration
+from tapernorm.run_config import RunConfig
 from tapernorm.schedules import gate_at
 from tapernorm.training.checkpoint import load_model
 from tapernorm.training.distributed import rank_micro_batches
@@ -64,19 +65,19 @@ def test_paper_run_configs_follow_table6(model):
         ("all_taperln", ("all", True)),
     ):
         rc = FinetuneFamily(cfg).run_config(f"{protocol}-{model}", "data/finetune")
-        t = rc["train"]
-        assert (t["steps"], t["warmup_steps"]) == (ref.steps, ref.warmup_end)
-        assert (rc["taper"]["start"], rc["taper"]["end"]) == (ref.taper_start, ref.taper_end)
-        assert (t["lr"], t["min_lr"]) == (ref.lr, ref.min_lr)
-        assert rc["anchor"]["lam"] == ref.lam and (model == "gpt2-xl") == (ref.lam == 0.01)
-        assert (rc["model"]["taper"], rc["anchor"]["enabled"]) == spec
-        assert t["batch_size"] * t["grad_accum"] * 1024 == paper.FINETUNE_TOKENS_PER_STEP
-        assert tuple(t["betas"]) == paper.FINETUNE_BETAS and t["weight_decay"] == 0.01
-        assert t["grad_clip"] == 1.0 and t["dtype"] == "bfloat16" and t["device"] == "cuda"
-        assert rc["taper"]["ema_mu"] == paper.FINETUNE_EMA_MU
-        assert rc["init"]["from"] == f"hf:{model}" and rc["model"]["style"] == "gpt2"
-        assert rc["name"] == f"finetune/{protocol}-{model}"
-        assert rc["meta"] == {
+        t = rc.train
+        assert (t.steps, t.warmup_steps) == (ref.steps, ref.warmup_end)
+        assert (rc.taper.start, rc.taper.end) == (ref.taper_start, ref.taper_end)
+        assert (t.lr, t.min_lr) == (ref.lr, ref.min_lr)
+        assert rc.anchor.lam == ref.lam and (model == "gpt2-xl") == (ref.lam == 0.01)
+        assert (rc.model.taper, rc.anchor.enabled) == spec
+        assert t.batch_size * t.grad_accum * 1024 == paper.FINETUNE_TOKENS_PER_STEP
+        assert t.betas == paper.FINETUNE_BETAS and t.weight_decay == 0.01
+        assert t.grad_clip == 1.0 and t.dtype == "bfloat16" and t.device == "cuda"
+        assert rc.taper.ema_mu == paper.FINETUNE_EMA_MU
+        assert rc.init.source == f"hf:{model}" and rc.model.style == "gpt2"
+        assert rc.name == f"finetune/{protocol}-{model}"
+        assert rc.meta == {
             "family": "finetune",
             "protocol": protocol,
             "model": model,
@@ -122,11 +123,11 @@ def test_default_config_pretrains_its_base_on_gpt2_tokens():
     (model,) = family.models()
     assert family.base_models() == [model]
     base = FinetuneBaseFamily(cfg).run_config(model, "data/finetune")
-    assert base["model"]["style"] == "gpt2" and base["model"]["taper"] == "none"
-    assert base["model"]["vocab_size"] is None  # from the data: GPT-2's 50257
+    assert base.model.style == "gpt2" and base.model.taper == "none"
+    assert base.model.vocab_size is None  # from the data: GPT-2's 50257
     rc = family.run_config(f"all_taperln-{model}", "data/finetune")
-    assert rc["init"]["from"] == f"{FINETUNE_BASE_ROOT}/{model}"
-    assert "stands in for GPT-2 S" in rc["meta"]["label"]
+    assert rc.init.source == f"{FINETUNE_BASE_ROOT}/{model}"
+    assert "stands in for GPT-2 S" in rc.meta["label"]
     assert family.model_gpus(model) == 0
     assert family.launcher(finetune_run_name("all_taperln", model)) == "tapernorm"
 
@@ -504,10 +505,10 @@ def test_claim8_criteria():
 # ---- torchrun: two processes take the single process's steps ------------------------------------
 
 
-def _torchrun(cfg: dict, out: Path) -> None:
+def _torchrun(cfg: RunConfig, out: Path) -> None:
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
-    cmd += ["-m", "tapernorm.cli", "train", "--config-json", json.dumps(cfg), "--out", str(out)]
+    cmd += ["-m", "tapernorm.cli", "train", "--config-json", cfg.to_json(), "--out", str(out)]
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
 

@@ -251,7 +251,7 @@ def test_data_changed_mid_run_stops_it_naming_the_file(
 ):
     data = Path(shutil.copytree(shards_dir, tmp_path / "data"))
     cfg = tmp_path / "run.yaml"
-    cfg.write_text(json.dumps(short_run(str(data), 30)))
+    cfg.write_text(json.dumps(short_run(str(data), 30).to_dict()))
     original = (data / "train.bin").read_bytes()
 
     def overwrite():  # in place: the same size, the same tokens in another order

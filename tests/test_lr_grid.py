@@ -1,6 +1,7 @@
 """The learning-rate grid study: the lr_grid family's runs and configs (the workflow trains them),
 the summary's arithmetic, and `tapernorm lr-grid` summarising finished runs of a tiny config."""
 
+import dataclasses
 import json
 import math
 from pathlib import Path
@@ -31,9 +32,9 @@ def test_the_grid_adds_each_variants_matched_baseline_and_sets_only_the_lr():
     assert len(runs) == 4 * 2 * 2 and runs[0] == "baseline_untied-d32-s0-lr0.001"
     rc = grid.run_config("dyt-d32-s1-lr0.003", "data/pretrain")
     family = Plan(_config()).pretrain.run_config("dyt-d32-s1", "data/pretrain")
-    assert rc["train"]["lr"] == 0.003 and rc["name"] == "lr_grid/dyt-d32-s1-lr0.003"
-    rc["train"]["lr"], rc["name"] = family["train"]["lr"], family["name"]
-    assert rc == family  # everything else is the family's run
+    assert rc.train.lr == 0.003 and rc.name == "lr_grid/dyt-d32-s1-lr0.003"
+    same = rc.replace(train=dataclasses.replace(rc.train, lr=family.train.lr), name=family.name)
+    assert same == family  # everything else is the family's run
     with pytest.raises(ValueError, match="not part of the lr_grid family"):
         grid.run_config("dyt-d32-s2-lr0.003", "data/pretrain")  # seeds: 2 (0 and 1)
 
@@ -109,7 +110,7 @@ def test_the_command_summarises_the_grids_finished_runs(shards_dir, tmp_path, ca
     grid = Plan(cfg).lr_grid
     root = tmp_path / "runs"
     for run in grid.runs():
-        run_cfg = json.dumps(grid.run_config(run, str(shards_dir)))
+        run_cfg = grid.run_config(run, str(shards_dir)).to_json()
         assert main(["train", "--config-json", run_cfg, "--out", str(root / run)]) == 0
     assert sorted(p.name for p in root.iterdir()) == [
         "baseline_untied-d32-s0-lr0.003",

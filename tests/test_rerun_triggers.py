@@ -27,7 +27,7 @@ def train_params(raw: dict) -> dict[str, str]:
     """{family/run: the params value rule train (or a fine-tuning rule) passes} of a raw config."""
     plan = Plan(validate_pipeline_config(copy.deepcopy(raw), SCHEMA))
     return {
-        f"{fam.name}/{run}": json.dumps(fam.run_config(run, "data"))
+        f"{fam.name}/{run}": fam.run_config(run, "data").to_json()
         for fam in plan.families()
         for run in fam.runs()
     }

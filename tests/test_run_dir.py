@@ -75,7 +75,7 @@ def test_identity_names_each_part_that_differs(own_shards, tmp_path):
         "other data (val.bin)",
         "another init checkpoint",
     ]
-    assert differences({"config": cfg}, run_identity(cfg)) == [
+    assert differences({"config": cfg.to_dict()}, run_identity(cfg)) == [
         "other data (not recorded)",
         "another init checkpoint (not recorded)",
     ]

@@ -44,13 +44,13 @@ def test_runs_are_the_pretrain_recipe_at_each_length_with_periodic_validation():
     assert len(runs) == 2 * 2 * 2 and "internal_aux-d32-s1-n48" in runs
     cfg = plan.scaling.run_config("internal_aux-d32-s1-n48", "data/pretrain")
     twin = plan.pretrain.run_config("internal_aux-d32-s1", "data/pretrain")
-    assert cfg["name"] == "scaling/internal_aux-d32-s1-n48"
-    assert cfg["train"]["steps"] == 48 and cfg["log"]["eval_every"] == 12
+    assert cfg.name == "scaling/internal_aux-d32-s1-n48"
+    assert cfg.train.steps == 48 and cfg.log.eval_every == 12
     # the same LR, and warmup and taper at the same fractions of the steps as the pretrain run
-    assert cfg["train"]["lr"] == twin["train"]["lr"]
-    assert cfg["train"]["warmup_steps"] == 2 * twin["train"]["warmup_steps"]
-    assert cfg["taper"]["end"] == 48 and twin["taper"]["end"] == 24
-    assert cfg["model"] == twin["model"] and cfg["anchor"] == twin["anchor"]
+    assert cfg.train.lr == twin.train.lr
+    assert cfg.train.warmup_steps == 2 * twin.train.warmup_steps
+    assert cfg.taper.end == 48 and twin.taper.end == 24
+    assert cfg.model == twin.model and cfg.anchor == twin.anchor
     with pytest.raises(ValueError, match="not part of the scaling family"):
         plan.scaling.run_config("internal_aux-d32-s2-n48", "data/pretrain")
 
@@ -75,7 +75,7 @@ def test_the_ablation_reruns_on_fresh_seeds_with_its_own_settings():
     assert runs == [f"{v}-d32-s1" for v in plan.ablation.section["variants"]]
     cfg = plan.scaling_ablation.run_config("all_aux-d32-s1", "data/pretrain")
     mine = plan.ablation.build("all_aux", 32, 1, "data/pretrain")
-    assert cfg == {**mine, "name": "scaling_ablation/all_aux-d32-s1"}
+    assert cfg == mine.replace(name="scaling_ablation/all_aux-d32-s1")
     assert plan.scaling in plan.training() and plan.scaling_ablation in plan.training()
 
 
@@ -119,8 +119,8 @@ def _record(root: Path, plan: Plan, family: str, run: str, val: float, logit: fl
     out = root / record_dir(family, run)
     out.mkdir(parents=True)
     n_params = 1000
-    (out / "config.json").write_text(json.dumps({**cfg, "n_params": n_params}))
-    steps = cfg["train"]["steps"]
+    (out / "config.json").write_text(json.dumps({**cfg.to_dict(), "n_params": n_params}))
+    steps = cfg.train.steps
     (out / "eval.json").write_text(json.dumps(
         {"val_loss": val, "diverged": False, "weights_step": steps, "n_params": n_params}
     ))  # fmt: skip

@@ -24,12 +24,13 @@ def test_an_existing_config_resolves_as_before(shards_dir):
     """No default is filled in: a config without the key resolves without it (config.json and
     the workflow's train params unchanged), and turning it on is not another run."""
     cfg = tiny_run(shards_dir)
-    assert "tensorboard" not in cfg["log"]
+    assert "tensorboard" not in cfg.to_dict()["log"] and cfg.log.tensorboard is None
     on = tiny_run(shards_dir, log={"tensorboard": True})
-    assert on["log"]["tensorboard"] is True
-    assert jsonio.dumps(config_identity(on)) == jsonio.dumps(config_identity(cfg))
+    assert on.log.tensorboard is True
+    identity = config_identity(cfg.to_dict())
+    assert jsonio.dumps(config_identity(on.to_dict())) == jsonio.dumps(identity)
     other = tiny_run(shards_dir, log={"geometry": True})
-    assert config_identity(other) != config_identity(cfg)  # (the identity still compares log)
+    assert config_identity(other.to_dict()) != identity  # (the identity still compares log)
 
 
 def test_scalars_are_the_records_numbers():
@@ -43,7 +44,7 @@ def test_a_missing_package_stops_the_run_before_it_starts(
     monkeypatch.setitem(sys.modules, "tensorboard", None)  # import blocked
     cfg = tiny_run(shards_dir, train=STEPS, log={**LOG, "tensorboard": True})
     out = tmp_path / "run"
-    assert main(["train", "--config-json", json.dumps(cfg), "--out", str(out)]) == 2
+    assert main(["train", "--config-json", cfg.to_json(), "--out", str(out)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err == [
         "tapernorm train: error: log.tensorboard is true but the tensorboard package is not "

@@ -24,9 +24,9 @@ def read_metrics(run_dir):
 
 def test_training_lowers_validation_loss_and_follows_schedules(shards_dir, tmp_path):
     cfg = tiny_run(shards_dir, variant="internal_aux", train={"steps": 40})
-    torch.manual_seed(cfg["seed"])
+    torch.manual_seed(cfg.seed)
     shards = TokenShards(str(shards_dir))
-    init = GPT(GPTConfig(**{**cfg["model"], "vocab_size": shards.vocab_size}))
+    init = GPT(GPTConfig(**cfg.model.gpt_fields(shards.vocab_size)))
     before = evaluate(init, shards, 16, 16)
     result = train(cfg, tmp_path / "run")
     assert not result["diverged"]

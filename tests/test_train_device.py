@@ -1,6 +1,7 @@
 """The training step on an accelerator's terms: nothing read back between boundaries (divergence is
 noticed at the next one, with the same outcome), and train.compile's one graph per gate phase."""
 
+import dataclasses
 import json
 
 import pytest
@@ -37,7 +38,7 @@ def test_divergence_before_any_checkpoint_keeps_the_init(shards_dir, tmp_path, m
     result = train(cfg, tmp_path / "run")
     assert result["diverged_step"] == 3 and result["weights_step"] == 0
     saved = load_model(tmp_path / "run")
-    torch.manual_seed(cfg["seed"])
+    torch.manual_seed(cfg.seed)
     init = GPT(saved.config)  # the run's init: the same seed, the same config
     for (name, p), q in zip(saved.state_dict().items(), init.state_dict().values(), strict=True):
         assert torch.equal(p, q), name
@@ -59,7 +60,7 @@ def test_compiled_training_takes_one_graph_per_gate_phase(shards_dir, tmp_path):
     train(cfg, tmp_path / "eager")
     torch._dynamo.reset()
     counters.clear()
-    train({**cfg, "train": {**cfg["train"], "compile": True}}, tmp_path / "compiled")
+    train(cfg.replace(train=dataclasses.replace(cfg.train, compile=True)), tmp_path / "compiled")
     assert counters["stats"]["unique_graphs"] == 3
     eager = [json.loads(ln) for ln in (tmp_path / "eager/metrics.jsonl").read_text().splitlines()]
     compiled = [

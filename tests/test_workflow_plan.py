@@ -1,6 +1,7 @@
 """The workflow's config handling (library side, tapernorm.workflow): validation, run names, run
 configs, the plan of a config (its families, targets, job records)."""
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -36,17 +37,16 @@ def test_paper_config_plans_the_full_grid():
     runs = pretrain.runs()
     assert len(runs) == 8 * 4 * 6  # Table 1's six, DyT and its untied baseline, 4 widths, 6 seeds
     dyt = pretrain.run_config("dyt-d512-s0", "data/pretrain")
-    assert dyt["model"]["norm"] == "dyt" and dyt["train"]["steps"] == 1_000_000
+    assert dyt.model.norm == "dyt" and dyt.train.steps == 1_000_000
     rc = pretrain.run_config("internal_aux-d512-s5", "data/pretrain")
-    assert rc["train"]["steps"] == 1_000_000 and rc["train"]["warmup_steps"] == 50_000
-    assert rc["taper"]["start"] == 50_000 and rc["taper"]["end"] == 1_000_000
-    assert rc["model"]["taper"] == "internal" and rc["anchor"]["enabled"]
-    assert rc["model"]["n_head"] == 16 and rc["model"]["block_size"] == 512
-    assert rc["train"]["batch_size"] == 16 and rc["train"]["lr"] == 3e-4
+    assert rc.train.steps == 1_000_000 and rc.train.warmup_steps == 50_000
+    assert rc.taper.start == 50_000 and rc.taper.end == 1_000_000
+    assert rc.model.taper == "internal" and rc.anchor.enabled
+    assert rc.model.n_head == 16 and rc.model.block_size == 512
+    assert rc.train.batch_size == 16 and rc.train.lr == 3e-4
     assert pretrain.gpus(runs[0]) == 1  # a GPU job
     steps = {
-        w: pretrain.run_config(f"baseline-d{w}-s0", "d")["train"]["steps"]
-        for w in (64, 128, 256, 512)
+        w: pretrain.run_config(f"baseline-d{w}-s0", "d").train.steps for w in (64, 128, 256, 512)
     }
     assert steps == {64: 500_000, 128: 500_000, 256: 750_000, 512: 1_000_000}
 
@@ -121,11 +121,11 @@ def test_taper_start_and_end_fractions():
     cfg["pretrain"]["taper"].update(start_frac=0.25, end_frac=0.5)
     cfg = validate_pipeline_config(cfg, SCHEMA)
     rc = Plan(cfg).pretrain.run_config("all_aux-d32-s0", "d")
-    steps = rc["train"]["steps"]
-    assert rc["taper"]["start"] == round(0.25 * steps) and rc["taper"]["end"] == round(0.5 * steps)
+    steps = rc.train.steps
+    assert rc.taper.start == round(0.25 * steps) and rc.taper.end == round(0.5 * steps)
     paper = validate_pipeline_config(load("paper.yaml"), SCHEMA)  # the paper: end of warmup
     rc = Plan(paper).pretrain.run_config("all_aux-d64-s0", "d")
-    assert rc["taper"]["start"] == rc["train"]["warmup_steps"] == 25_000
+    assert rc.taper.start == rc.train.warmup_steps == 25_000
     bad = load("ci.yaml")
     bad["pretrain"]["taper"].update(start_frac=0.5, end_frac=0.5)
     with pytest.raises(ConfigError, match="taper.start"):
@@ -145,11 +145,9 @@ def test_anchor_sweep_runs_retrain_the_ablations_all_aux_at_other_weights():
     assert names == ["eq5-lam0.1", "relative-lam0.1"]  # eq5 at 10 is the ablation's own run
     base = plan.ablation.run_config(plan.sweep.base_run, "d")
     rc = plan.family(SweepFamily.name).run_config("relative-lam0.1", "d")
-    assert rc["anchor"] == {**base["anchor"], "form": "relative", "lam": 0.1}
-    assert rc["name"] == "anchor_sweep/relative-lam0.1" and rc["variant"] == "all_aux"
-    assert {k: v for k, v in rc.items() if k not in ("anchor", "name")} == {
-        k: v for k, v in base.items() if k not in ("anchor", "name")
-    }
+    assert rc.anchor == dataclasses.replace(base.anchor, form="relative", lam=0.1)
+    assert rc.name == "anchor_sweep/relative-lam0.1" and rc.variant == "all_aux"
+    assert rc == base.replace(anchor=rc.anchor, name=rc.name)
     with pytest.raises(ValueError, match="not part of"):
         plan.sweep.run_config("eq5-lam10", "d")
     bad = load("ci.yaml")

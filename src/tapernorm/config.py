@@ -2,7 +2,8 @@
 
 A run config names its variant (tapernorm.variants: Table 1's variants and Sec. 6.4's fine-tuning
 protocols); resolve_run_config turns it into `model.taper`, the scale-loss switch `anchor.enabled`
-(and `model.norm` for the norm-free ones: DyT, FakeLN).
+(and `model.norm` for the norm-free ones: DyT, FakeLN), fills in the taper start and FakeLN's
+window, and builds the typed RunConfig (run_config.py) that everything else reads.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
+from .run_config import RunConfig
 from .variants import VARIANTS
 
 if TYPE_CHECKING:
@@ -219,11 +221,6 @@ def validate_section(value: Any, path: str, source: str, name: str = "config") -
         raise ConfigError(f"{source}: {message}") from None
 
 
-def taper_start(start: int | None, warmup_steps: int) -> int:
-    """The step the taper starts at: `start`, or when it is None (unset), the end of the warmup."""
-    return warmup_steps if start is None else start
-
-
 INT64 = (-(2**63), 2**63 - 1)  # what torch and numpy hold an integer in
 FLOAT32_MAX = 3.4028234663852886e38  # the largest float32: a run computes in float32 at most
 
@@ -313,7 +310,7 @@ def parse_overrides(pairs: list[str]) -> list[tuple[str, Any]]:
     return out
 
 
-def load_run_config(path: str | Path | None, overrides: list[str] = ()) -> dict:
+def load_run_config(path: str | Path | None, overrides: list[str] = ()) -> RunConfig:
     """Read a run YAML (or start empty), apply `key=value` overrides, validate and resolve it."""
     config: dict = {}
     if path is not None:
@@ -328,8 +325,10 @@ def load_run_config(path: str | Path | None, overrides: list[str] = ()) -> dict:
     return resolve_run_config(config)
 
 
-def resolve_run_config(config: dict) -> dict:
-    """Validate against the run schema, apply the variant, fill derived defaults, check consistency."""
+def resolve_run_config(config: dict) -> RunConfig:
+    """The RunConfig of a run config dict: validated against the run schema, the variant applied,
+    derived defaults filled in (the taper start: taper.start, or the end of the warmup where it is
+    null; FakeLN's window), consistency checked. A resolved config's to_dict resolves to itself."""
     if not isinstance(config, dict):
         raise ConfigError(f"run config: top level must be a mapping, not {type(config).__name__}")
     model = config.get("model") if isinstance(config.get("model"), dict) else {}
@@ -368,7 +367,8 @@ def resolve_run_config(config: dict) -> dict:
         raise ConfigError(f"config key train.warmup_steps: {t['warmup_steps']} > train.steps")
     if t["min_lr"] > t["lr"]:
         raise ConfigError("config key train.min_lr: larger than train.lr")
-    tp["start"] = taper_start(tp["start"], t["warmup_steps"])
+    if tp["start"] is None:  # the one place the taper start is set: the end of the warmup
+        tp["start"] = t["warmup_steps"]
     if tp["end"] is None:
         tp["end"] = t["steps"]
     if tp["start"] > tp["end"] or (m["taper"] != "none" and tp["start"] == tp["end"]):
@@ -383,7 +383,7 @@ def resolve_run_config(config: dict) -> dict:
     if cfg["anchor"]["enabled"] and tp["start"] < 1:
         raise ConfigError("config key taper.start: the scale loss needs taper.start >= 1")
     _resolve_norm(cfg)
-    return cfg
+    return RunConfig.from_dict(cfg)
 
 
 def _resolve_norm(cfg: dict) -> None:

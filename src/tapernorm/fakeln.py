@@ -28,6 +28,7 @@ from .norms import FakeNorm, Reduce
 
 if TYPE_CHECKING:
     from .model import GPT
+    from .run_config import FakeLNSection
 
 
 def removal_order(n_layer: int) -> list[str]:
@@ -72,9 +73,10 @@ class FakeLNSchedule:
             norm.update(self.mu, reduce)
 
 
-def schedule_for(cfg: dict, model: GPT) -> FakeLNSchedule | None:
-    """The FakeLN schedule of a resolved run config (its `fakeln` keys), or None for other models."""
+def schedule_for(window: FakeLNSection | None, model: GPT) -> FakeLNSchedule | None:
+    """The FakeLN schedule of a run config's `fakeln` section, or None for other models."""
     if model.config.norm != "fakeln":
         return None
-    f = cfg["fakeln"]
-    return FakeLNSchedule(model, f["start"], f["end"], f["ema_mu"])
+    if window is None:
+        raise ValueError("a FakeLN model trains with a run config's fakeln section")
+    return FakeLNSchedule(model, window.start, window.end, window.ema_mu)

@@ -46,9 +46,7 @@ if PLAN.finetune_base:
         resources:
             gpu=lambda w: PLAN.finetune_base.gpus(w.ftmodel),
         params:
-            run=lambda w: json.dumps(
-                PLAN.finetune_base.run_config(w.ftmodel, FINETUNE_DATA)
-            ),
+            run=lambda w: PLAN.finetune_base.run_config(w.ftmodel, FINETUNE_DATA).to_json(),
             gpus=gpu_claim(lambda w: PLAN.finetune_base.device),
             out=output_dir("eval"),
         shell:
@@ -76,7 +74,7 @@ rule finetune:
         mem_mb=lambda w: FINETUNE.mem_mb(w.ftrun),
         runtime=lambda w: FINETUNE.runtime(w.ftrun),
     params:
-        run=lambda w: json.dumps(FINETUNE.run_config(w.ftrun, FINETUNE_DATA)),
+        run=lambda w: FINETUNE.run_config(w.ftrun, FINETUNE_DATA).to_json(),
         gpus=gpu_claim(ft_device, lambda w: FINETUNE.ranks(w.ftrun)),
         launch=lambda w: FINETUNE.launcher(w.ftrun),
         out=output_dir("eval"),

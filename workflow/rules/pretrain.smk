@@ -21,7 +21,7 @@ rule train:
         gpu=TRAIN.gpus,
         runtime=TRAIN.minutes,
     params:
-        run=lambda w: json.dumps(TRAIN.run_config(w)),
+        run=lambda w: TRAIN.run_config(w).to_json(),
         gpus=gpu_claim(TRAIN.device),
         out=output_dir("eval"),
     shell:

@@ -75,8 +75,8 @@ def _read_metrics(path: Path, run_dir: Path) -> list[dict]:
     return [r for r in records if "gate" in r]  # periodic {"step", "val_loss"} records left out
 
 
-def _run_row(run_dir: Path, cfg: dict, result: dict, records: list[dict]) -> dict:
-    missing = [k for k in ("seed", "model", "train", "taper", "anchor", "data") if k not in cfg]
+def _run_row(run_dir: Path, config: dict, result: dict, records: list[dict]) -> dict:
+    missing = [k for k in ("seed", "model", "train", "taper", "anchor", "data") if k not in config]
     if missing:
         raise ValueError(
             f"run directory {run_dir}: config.json lacks the run config keys {missing} "
@@ -84,42 +84,42 @@ def _run_row(run_dir: Path, cfg: dict, result: dict, records: list[dict]) -> dic
         )
     if not records and not result.get("diverged"):
         raise ValueError(f"run directory {run_dir}: metrics.jsonl has no training records{REWRITE}")
-    m, t = cfg["model"], cfg["train"]
-    variant = cfg.get("variant")
+    m, t = config["model"], config["train"]
+    variant = config.get("variant")
     if variant is not None and variant not in VARIANTS:
         raise ValueError(f"run directory {run_dir}: unknown variant {variant!r}")
     val = result.get("val_loss")
     row = {
         "run": str(run_dir),
         "family": run_dir.parent.name,
-        "name": cfg.get("name", run_dir.name),
+        "name": config.get("name", run_dir.name),
         "variant": variant,
-        "label": VARIANTS[variant]["label"] if variant else cfg.get("name", run_dir.name),
+        "label": VARIANTS[variant]["label"] if variant else config.get("name", run_dir.name),
         "width": int(m["n_embd"]),
         "n_layer": int(m["n_layer"]),
         "n_head": int(m["n_head"]),
-        "seed": int(cfg["seed"]),
+        "seed": int(config["seed"]),
         "steps": int(t["steps"]),
         "batch_size": int(t["batch_size"]) * int(t["grad_accum"]),
         "block_size": int(m["block_size"]),
         "vocab_size": m.get("vocab_size"),  # None where the data's tokenizer sets it
         "warmup_steps": int(t["warmup_steps"]),
         "lr": float(t["lr"]),
-        "taper_start": cfg["taper"]["start"],
-        "taper_end": cfg["taper"]["end"],
-        "corpus": cfg["data"]["dir"],
-        "train_tokens": cfg["data"].get("train_tokens"),
+        "taper_start": config["taper"]["start"],
+        "taper_end": config["taper"]["end"],
+        "corpus": config["data"]["dir"],
+        "train_tokens": config["data"].get("train_tokens"),
         "final_taper": m["taper"] in ("final", "all"),
         "internal_taper": m["taper"] in ("internal", "all"),
-        "anchor": bool(cfg["anchor"]["enabled"]),
-        "anchor_form": cfg["anchor"].get("form", "eq5"),
-        "anchor_lam": float(cfg["anchor"].get("lam", math.nan)),
+        "anchor": bool(config["anchor"]["enabled"]),
+        "anchor_form": config["anchor"].get("form", "eq5"),
+        "anchor_lam": float(config["anchor"].get("lam", math.nan)),
         "s_tgt": next((r["s_tgt"] for r in records if "s_tgt" in r), math.nan),
         "val_loss": float(val) if val is not None and math.isfinite(val) else math.nan,
         "diverged": bool(result.get("diverged", False)),
         "diverged_step": result.get("diverged_step"),
         "weights_step": result.get("weights_step"),
-        "n_params": result.get("n_params", cfg.get("n_params")),
+        "n_params": result.get("n_params", config.get("n_params")),
         "last_step": int(records[-1]["step"]) if records else 0,
         "geometry": bool(records) and all("grad_h_cos" in r for r in records),
     }

@@ -8,6 +8,7 @@ import json
 import os
 from pathlib import Path
 
+from ..run_config import RunConfig
 from ..runtime import jsonio
 from ..training.lock import WAIT_ENV
 from .args import (
@@ -27,10 +28,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
 
     cfg = _train_config(args)
     threads = args.threads
-    if (
-        threads is None
-        and resolve_device(cfg["train"]["device"], setting="train.device").type == "cpu"
-    ):
+    if threads is None and resolve_device(cfg.train.device, setting="train.device").type == "cpu":
         threads = 1  # bit-reproducible: more threads split sums differently from run to run
     previous = torch.get_num_threads()
     if threads is not None:
@@ -50,7 +48,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
     return 0
 
 
-def _train_config(args: argparse.Namespace) -> dict:
+def _train_config(args: argparse.Namespace) -> RunConfig:
     """The resolved run config of --config-json, or of --config with its --set overrides."""
     from ..config import load_run_config, resolve_run_config
 

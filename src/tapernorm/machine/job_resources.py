@@ -63,8 +63,8 @@ def run_shape(run_config_json: str | Path) -> tuple[int, int] | None:
     path = Path(run_config_json)
     if not path.is_file():
         return None
-    cfg = read_json(path)
-    return int(cfg["n_params"]), int(cfg["model"]["block_size"])
+    record = read_json(path)
+    return int(record["n_params"]), int(record["model"]["block_size"])
 
 
 def model_job_resources(

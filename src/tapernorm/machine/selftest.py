@@ -20,6 +20,7 @@ selftest needs no jsonschema: it runs on a bare GPU machine with torch and numpy
 from __future__ import annotations
 
 import copy
+import dataclasses
 import logging
 import tempfile
 import time
@@ -33,6 +34,7 @@ import numpy as np
 import torch
 
 from ..model import DYT_RECIPE
+from ..run_config import RunConfig
 from ..runtime import jsonio
 
 VOCAB, STEPS, TAPER_START, TAPER_END = 96, 6, 2, 5  # g = 1 for steps 1-2, 0 from step 5
@@ -98,22 +100,29 @@ class TrainCheck:
     gpt2_init: bool = False  # fine-tune a saved gpt2-style model (init.from), as Sec. 6.4 does
     compile: bool = False  # train.compile: the training forward through torch.compile
 
-    def config(self, data_dir: str, device: str, dtype: str, init_dir: str) -> dict:
-        cfg = copy.deepcopy(BASE_CONFIG)
-        cfg["name"] = f"selftest-{self.name}"
-        cfg["data"]["dir"] = data_dir
-        cfg["model"].update(self.model)
-        cfg["train"].update(dtype=self.dtype or dtype, grad_accum=self.grad_accum)
-        cfg["train"].update(device=device if device in ("cpu", "cuda") else "cpu")
-        cfg["train"]["compile"] = self.compile
-        if self.anchor is not None:
-            cfg["anchor"].update(enabled=True, **self.anchor)
-        if self.gpt2_init:
-            cfg["model"]["style"] = "gpt2"
-            cfg["init"]["from"] = init_dir
-        if cfg["model"].get("norm") == "fakeln":
+    def config(self, data_dir: str, device: str, dtype: str, init_dir: str) -> RunConfig:
+        base = BASE_CONFIG
+        model = {**base["model"], **self.model, **({"style": "gpt2"} if self.gpt2_init else {})}
+        train = {
+            **base["train"],
+            "dtype": self.dtype or dtype,
+            "grad_accum": self.grad_accum,
+            "device": device if device in ("cpu", "cuda") else "cpu",
+            "compile": self.compile,
+        }
+        anchor = base["anchor"] if self.anchor is None else {**base["anchor"], "enabled": True}
+        cfg = {
+            **copy.deepcopy(base),
+            "name": f"selftest-{self.name}",
+            "data": {**base["data"], "dir": data_dir},
+            "model": model,
+            "train": train,
+            "anchor": {**anchor, **(self.anchor or {})},
+            "init": {"from": init_dir if self.gpt2_init else None},
+        }
+        if model.get("norm") == "fakeln":
             cfg["fakeln"] = {"start": TAPER_START, "end": TAPER_END, "ema_mu": 0.5}
-        return cfg
+        return RunConfig.from_dict(cfg)
 
 
 TRAIN_CHECKS = (
@@ -180,7 +189,7 @@ def save_gpt2_init(model_dir: Path) -> None:
 # ---- the checks ----------------------------------------------------------------------------------
 
 
-def train_check(cfg: dict, device: torch.device):
+def train_check(cfg: RunConfig, device: torch.device):
     """STEPS optimizer steps of `cfg` through the training loop's own step; on a device with values
     the last step is a logged one and the end state is checked. Returns the trained model."""
     from ..norms import taper_norms
@@ -188,7 +197,7 @@ def train_check(cfg: dict, device: torch.device):
     from ..training.loop import Divergence, start_step, train_step
     from ..training.run import set_up
 
-    run = set_up(cfg, Path(cfg["data"]["dir"]).parent / "unused", World(), device)
+    run = set_up(cfg, Path(cfg.data.dir).parent / "unused", World(), device)
     run.model.train()
     divergence = Divergence(device)
     meta = device.type == "meta"
@@ -212,12 +221,11 @@ def train_check(cfg: dict, device: torch.device):
     return run.model
 
 
-def loop_check(cfg: dict, out: Path) -> str:
+def loop_check(cfg: RunConfig, out: Path) -> str:
     """The whole `train`: stopped after a checkpoint, resumed, finished; eval.json at g = 0."""
     from ..training.loop import train
 
-    cfg = copy.deepcopy(cfg)
-    cfg["log"].update(every=2, ckpt_every=3, eval_every=4)
+    cfg = cfg.replace(log=dataclasses.replace(cfg.log, every=2, ckpt_every=3, eval_every=4))
     train_log = logging.getLogger("tapernorm.training.loop")
     level = train_log.level
     train_log.setLevel(logging.WARNING)  # its progress lines would drown the check lines
@@ -365,7 +373,7 @@ def run_selftest(
         write_random_shards(data)
         save_gpt2_init(init)
 
-        def config(c: TrainCheck) -> dict:
+        def config(c: TrainCheck) -> RunConfig:
             return c.config(str(data), dev.type, dtype, str(init))
 
         for c in TRAIN_CHECKS:

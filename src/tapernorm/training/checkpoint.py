@@ -49,9 +49,9 @@ def run_summary(model_dir: str | Path) -> dict:
     """Name, labels and outcome of the run a model directory holds (from config.json, eval.json);
     the labels without the run's provenance (its host and times)."""
     model_dir = Path(model_dir)
-    cfg = read_json(model_dir / "config.json")
-    labels = {k: v for k, v in cfg.get("meta", {}).items() if k != "provenance"}
-    summary = {"name": cfg.get("name"), "meta": labels, "taper": cfg["model"]["taper"]}
+    record = read_json(model_dir / "config.json")
+    labels = {k: v for k, v in record.get("meta", {}).items() if k != "provenance"}
+    summary = {"name": record.get("name"), "meta": labels, "taper": record["model"]["taper"]}
     if (model_dir / "eval.json").is_file():
         outcome = read_json(model_dir / "eval.json")
         keys = ("steps", "weights_step", "diverged", "diverged_step")

@@ -12,6 +12,7 @@ from ..config import resolve_run_config
 from ..data import TokenShards
 from ..fold import FOLD_RTOL, fold_model, verify_fold
 from ..interop.hf_export import claim_export_dir, export_hf, is_export_dir, is_export_file
+from ..run_config import RunConfig
 from ..runtime.out_dirs import claim_dir, install_dir, make_aside, refuse_inside
 from ..variants import PROTOCOLS, VARIANTS
 from .checkpoint import load_model, read_json, write_json
@@ -142,8 +143,14 @@ def skip_export(out: Path, model_dir: Path, reason: str) -> dict:
 
 
 def taper_hf_config(
-    source: str, data: str | Path, steps: int, lr: float, batch_size: int, lam: float
-) -> dict:
+    source: str,
+    data: str | Path,
+    steps: int,
+    lr: float,
+    batch_size: int,
+    lam: float,
+    device: str = "auto",
+) -> RunConfig:
     """The run config that tapers every norm of HF model `source` on token shards `data`: All-Taper
     with the scale loss, g = 1 for the first quarter (calibrating c), tapering to g = 0 at three
     quarters, the last quarter at g = 0."""
@@ -154,7 +161,13 @@ def taper_hf_config(
             "variant": "all_aux",
             "data": {"dir": str(data)},
             "init": {"from": f"hf:{source}"},
-            "train": {"steps": steps, "lr": lr, "batch_size": batch_size, "warmup_steps": start},
+            "train": {
+                "steps": steps,
+                "lr": lr,
+                "batch_size": batch_size,
+                "warmup_steps": start,
+                "device": device,
+            },
             "taper": {"start": start, "end": max(start + 1, 3 * steps // 4)},
             "anchor": {"lam": lam},
         }
@@ -181,8 +194,7 @@ def taper_hf(
     local = source if Path(source).exists() else None
     refuse_inside(out, {"model (--model)": local, "token shards (--data)": data})
     claim_dir(out, "taper-hf", is_taper_hf_dir, force)
-    cfg = taper_hf_config(source, data, steps, lr, batch_size, lam)
-    cfg["train"]["device"] = device
+    cfg = taper_hf_config(source, data, steps, lr, batch_size, lam, device)
     train(cfg, out / "run", force=force)
     model = load_model(out / "run", device).eval()
     x, y = TokenShards(data).val_windows(4, model.config.block_size)

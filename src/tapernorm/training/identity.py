@@ -28,6 +28,7 @@ import copy
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..run_config import RunConfig, optional_keys
 from ..runtime.digests import file_sha256, file_state, tensors_sha256
 from ..runtime.jsonio import read_json
 
@@ -45,12 +46,17 @@ class InputChanged(RuntimeError):
 
 
 def config_identity(cfg: dict) -> dict:
-    """The run config as its identity compares it: without the paths of PATH_KEYS and the views
-    of VIEW_KEYS (a run is the same with or without its TensorBoard log)."""
+    """The run config (RunConfig.to_dict's) as its identity compares it: without the paths of
+    PATH_KEYS and the views of VIEW_KEYS (a run is the same with or without its TensorBoard log),
+    and without the optional keys that are null (an older record's spelling of absent)."""
     cfg = copy.deepcopy(cfg)
     for section, key in PATH_KEYS + VIEW_KEYS:
         if isinstance(cfg.get(section), dict):
             cfg[section].pop(key, None)
+    for *sections, key in optional_keys():
+        node = cfg.get(sections[0]) if sections else cfg
+        if isinstance(node, dict) and key in node and node[key] is None:
+            del node[key]
     return cfg
 
 
@@ -156,9 +162,9 @@ class Inputs:
     `known`: the file states and fingerprints a checkpoint recorded (Inputs.record), so that
     files not written since need not be read again."""
 
-    def __init__(self, cfg: dict, known: dict | None = None):
-        self.pins = _data_pins(Path(cfg["data"]["dir"]))
-        init_pins, self._init = _init_pins(cfg["init"]["from"])
+    def __init__(self, cfg: RunConfig, known: dict | None = None):
+        self.pins = _data_pins(Path(cfg.data.dir))
+        init_pins, self._init = _init_pins(cfg.init.source)
         self.pins += init_pins
         for pin in self.pins:
             _hash(pin, known or {})
@@ -204,11 +210,11 @@ def _changed(pin: Pin, now: dict | None) -> str:
     )
 
 
-def run_identity(cfg: dict, inputs: Inputs | None = None) -> dict:
-    """{"config": the resolved run config, "data": ..., "init": ...} (of `inputs`, pinned
-    before, or fingerprinted now)."""
+def run_identity(cfg: RunConfig, inputs: Inputs | None = None) -> dict:
+    """{"config": the run config's dict, "data": ..., "init": ...} (of `inputs`, pinned before,
+    or fingerprinted now)."""
     inputs = inputs or Inputs(cfg)
-    return {"config": cfg, "data": inputs.part("data"), "init": inputs.part("init")}
+    return {"config": cfg.to_dict(), "data": inputs.part("data"), "init": inputs.part("init")}
 
 
 def _changed_keys(old, new, depth: int, prefix: str = "") -> list[str]:

@@ -34,6 +34,7 @@ from tqdm import tqdm
 
 from ..model import GPT
 from ..norms import freeze, set_gate, update_calibration
+from ..run_config import RunConfig
 from ..runtime.device import resolve_device
 from ..runtime.progress import clock
 from ..runtime.provenance import now
@@ -140,13 +141,11 @@ def start_step(run: Run, step: int) -> dict:
     """lr(k) and g(k) of optimizer step `step`; at the first g < 1 the anchor's target and every c
     freeze, and FakeLN removes the norms due. Returns the step's record: step, lr, gate, and what
     froze or was removed (device tensors; such a step is always logged)."""
-    train_cfg, taper_cfg = run.cfg["train"], run.cfg["taper"]
-    lr = lr_at(
-        step, train_cfg["lr"], train_cfg["warmup_steps"], train_cfg["steps"], train_cfg["min_lr"]
-    )
+    train, taper = run.cfg.train, run.cfg.taper
+    lr = lr_at(step, train.lr, train.warmup_steps, train.steps, train.min_lr)
     for group in run.opt.param_groups:
         group["lr"] = lr
-    gate = gate_at(step, taper_cfg["start"], taper_cfg["end"]) if run.tapered else 1.0
+    gate = gate_at(step, taper.start, taper.end) if run.tapered else 1.0
     record: dict = {"step": step, "lr": lr, "gate": gate}
     if gate < 1.0 and run.anchor is not None and not run.anchor.is_frozen:
         record["s_tgt"] = run.anchor.freeze()
@@ -164,12 +163,11 @@ def train_step(run: Run, record: dict, logged: bool) -> Step:
     over processes, calibration while g = 1, clip, AdamW. Reads nothing back from the device unless
     `logged` (the logged step's output and gradient statistics)."""
     cfg, model, opt, anchor, fakeln = run.cfg, run.model, run.opt, run.anchor, run.fakeln
-    train_cfg, taper_cfg = cfg["train"], cfg["taper"]
-    step, gate, accum = record["step"], record["gate"], train_cfg["grad_accum"]
-    B, T = train_cfg["batch_size"], model.config.block_size
+    step, gate, accum = record["step"], record["gate"], cfg.train.grad_accum
+    B, T = cfg.train.batch_size, model.config.block_size
     losses = torch.zeros(2, dtype=torch.float64, device=run.device)  # summed CE, scale loss
     for micro in run.micro_batches:
-        x, y = run.shards.batch("train", B, T, batch_generator(cfg["seed"], step, micro))
+        x, y = run.shards.batch("train", B, T, batch_generator(cfg.seed, step, micro))
         x, y = to_device(x, run.device), to_device(y, run.device)
         with run.grad_sync(last=micro == run.micro_batches[-1]):  # DDP: sums in the last backward
             with run.autocast:
@@ -178,7 +176,7 @@ def train_step(run: Run, record: dict, logged: bool) -> Step:
             aux = anchor.loss(h) if anchor is not None else ce.new_zeros(())
             if logged and micro == 0:
                 record.update(output_stats(model, logits, h, y))
-                if cfg["log"]["geometry"]:
+                if cfg.log.geometry:
                     head_of = model if run.forward is not model else None  # compiled, DDP
                     record.update(prelogit_geometry(logits, run.own_hidden(h), y, ce, head_of))
             ((ce + aux) / accum).backward()
@@ -186,13 +184,13 @@ def train_step(run: Run, record: dict, logged: bool) -> Step:
     losses = (run.reduce(losses) if run.reduce else losses).div(accum)
 
     if gate == 1.0 and run.tapered:
-        update_calibration(model, taper_cfg["ema_mu"], run.reduce)
+        update_calibration(model, cfg.taper.ema_mu, run.reduce)
     if anchor is not None:
-        anchor.update(taper_cfg["ema_mu"], run.reduce)
+        anchor.update(cfg.taper.ema_mu, run.reduce)
     if fakeln is not None:
         fakeln.after_step(run.reduce)
     norms = grad_norms(model) if logged else {}
-    grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), run.clip)
+    grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.train.clip)
     opt.step()
     opt.zero_grad(set_to_none=True)
     return Step(record, losses, grad_norm, norms)
@@ -247,22 +245,22 @@ def train_steps(run: Run, first_step: int, stop_after: int | None) -> Outcome:
     config's `log` says. Stops at a non-finite loss or gradient norm (noticed at the next boundary:
     a logged, evaluated or checkpointed step, which is where anything is read from the device; the
     weights are rolled back in `finish`), or after step `stop_after`."""
-    cfg, log_cfg = run.cfg, run.cfg["log"]
-    steps, accum = cfg["train"]["steps"], cfg["train"]["grad_accum"]
-    tokens = cfg["train"]["batch_size"] * run.model.config.block_size * accum
-    progress = Progress(cfg["name"], first_step, steps, run.world.main)
+    cfg, log_cfg = run.cfg, run.cfg.log
+    steps, accum = cfg.train.steps, cfg.train.grad_accum
+    tokens = cfg.train.batch_size * run.model.config.block_size * accum
+    progress = Progress(cfg.name, first_step, steps, run.world.main)
     outcome = Outcome(step=first_step, checkpoint_step=first_step, first_step=first_step)
     divergence = Divergence(run.device)
     run.model.train()
     metrics = run.metrics  # None on ranks other than 0
     for step in range(first_step + 1, steps + 1):
         record = start_step(run, step)
-        logged = step == 1 or step % log_cfg["every"] == 0 or step == steps or len(record) > 3
+        logged = step == 1 or step % log_cfg.every == 0 or step == steps or len(record) > 3
         result = train_step(run, record, logged)
         divergence.track(result)
         progress.step_done(tokens)
-        eval_due = log_cfg["eval_every"] and step % log_cfg["eval_every"] == 0 and step < steps
-        ckpt_due = step % log_cfg["ckpt_every"] == 0 or step == steps
+        eval_due = log_cfg.eval_every and step % log_cfg.eval_every == 0 and step < steps
+        ckpt_due = step % log_cfg.ckpt_every == 0 or step == steps
         stop = stop_after is not None and step >= stop_after
         if not (logged or eval_due or ckpt_due or stop):
             continue
@@ -271,14 +269,14 @@ def train_steps(run: Run, first_step: int, stop_after: int | None) -> Outcome:
         bad = divergence.read()
         if bad is not None:
             outcome.diverged_step, outcome.step = bad[0], bad[0] - 1
-            log.warning("[%s] non-finite %s at step %d: stopping", cfg["name"], bad[1], bad[0])
+            log.warning("[%s] non-finite %s at step %d: stopping", cfg.name, bad[1], bad[0])
             break
         outcome.step = step
         if logged:
             loss, aux_loss = result.losses.tolist()
             grad_norm = result.grad_norm.item()
             record = host_values(result.record)
-            record.update(result.norms, **clipped(result.norms, grad_norm, run.clip))
+            record.update(result.norms, **clipped(result.norms, grad_norm, cfg.train.clip))
             tokens_per_s = progress.tokens_per_s()
             record.update(
                 loss=loss, aux_loss=aux_loss, grad_norm=grad_norm, tokens_per_s=tokens_per_s
@@ -317,8 +315,7 @@ def train_steps(run: Run, first_step: int, stop_after: int | None) -> Outcome:
 def validation_loss(run: Run, model: GPT, gate: float | None = 0.0) -> float:
     """The validation loss of `model` on the run's fixed windows, at g = `gate` (None: the gate
     the model holds, as during training: a periodic evaluation shows the model as trained)."""
-    log_cfg = run.cfg["log"]
-    n, batch = log_cfg["eval_windows"], log_cfg["eval_batch_size"]
+    n, batch = run.cfg.log.eval_windows, run.cfg.log.eval_batch_size
     return evaluate(model, run.shards, n, batch, run.val_windows, EVAL_KEYS, gate=gate)
 
 
@@ -327,7 +324,7 @@ def finish(run: Run, outcome: Outcome) -> dict:
     them at g = 0 and writes eval.json last; returns its dict. Other ranks wait for it. The inputs
     are checked before anything is written and again before eval.json, and the record is put back
     if it went missing."""
-    cfg, model, log_cfg, world = run.cfg, run.model, run.cfg["log"], run.world
+    cfg, model, world = run.cfg, run.model, run.world
     if not world.main:
         barrier(world)  # wait for rank 0's final evaluation
         return {"rank": world.rank, "step": outcome.step}
@@ -338,7 +335,7 @@ def finish(run: Run, outcome: Outcome) -> dict:
         if has_checkpoint(run.ckpt):
             weights_step = load_training_state(run.ckpt, model, run.opt, run.anchor)
         else:
-            torch.manual_seed(cfg["seed"])  # the very init set_up built
+            torch.manual_seed(cfg.seed)  # the very init set_up built
             model.load_state_dict(build_model(cfg, run.shards.vocab_size).state_dict())
     finished = {"finished": now(), "resumed_from_step": outcome.first_step}
     record = {"weights_step": weights_step}
@@ -347,16 +344,16 @@ def finish(run: Run, outcome: Outcome) -> dict:
     save_model(model, run.out, config_record(run, **record, times=finished))
     val = validation_loss(run, model)
     result = {
-        "name": cfg["name"],
-        "variant": cfg.get("variant"),
+        "name": cfg.name,
+        "variant": cfg.variant,
         "val_loss": val if math.isfinite(val) else None,
         "eval": "g=0" if run.tapered else "no taper",
-        "steps": cfg["train"]["steps"],
+        "steps": cfg.train.steps,
         "weights_step": weights_step,
         "diverged": outcome.diverged_step is not None,
         "diverged_step": outcome.diverged_step,
         "n_params": model.num_params(),
-        "eval_windows": log_cfg["eval_windows"],
+        "eval_windows": cfg.log.eval_windows,
         "block_size": model.config.block_size,
         "processes": world.size,
     }
@@ -364,10 +361,10 @@ def finish(run: Run, outcome: Outcome) -> dict:
     run.metrics.keep(whole=True)
     write_json(run.out / "eval.json", result)
     if outcome.diverged_step is not None:
-        log.warning("[%s] %s", cfg["name"], diverged_line(outcome.diverged_step, weights_step, val))
+        log.warning("[%s] %s", cfg.name, diverged_line(outcome.diverged_step, weights_step, val))
     barrier(world)
     if not result["diverged"]:
-        prune(run.ckpt, cfg["name"])
+        prune(run.ckpt, cfg.name)
     return result
 
 
@@ -394,7 +391,7 @@ def diverged_line(step: int, weights_step: int, val: float) -> str:
 
 
 def train(
-    cfg: dict,
+    cfg: RunConfig,
     out_dir: str | Path,
     stop_after: int | None = None,
     wait: bool = False,
@@ -412,22 +409,25 @@ def train(
     Under torchrun (WORLD_SIZE > 1) it joins the process group (NCCL on GPUs, gloo on CPUs);
     ranks other than 0 return {"rank": r, "step": k} and write nothing.
     """
+    if not isinstance(cfg, RunConfig):
+        raise TypeError(
+            f"train() takes a RunConfig, not {type(cfg).__name__}: "
+            "tapernorm.config.resolve_run_config(dict) or load_run_config(path) builds one"
+        )
     check_available(cfg)  # log.tensorboard without its package: stop before anything starts
     claim_run_dir(cfg, Path(out_dir), force)
     world = World.from_env()
-    device = resolve_device(cfg["train"]["device"], world.local_rank, "train.device")
+    device = resolve_device(cfg.train.device, world.local_rank, "train.device")
     with process_group(world, device):
         run = set_up(cfg, Path(out_dir), world, device)
-        lock = run_lock(run.out, cfg["name"], wait) if world.main else contextlib.nullcontext()
+        lock = run_lock(run.out, cfg.name, wait) if world.main else contextlib.nullcontext()
         with lock:  # one writer per run directory
             done = finished_result(run.out, run.ckpt, run.identity)
             if done is not None:
                 if world.main:
-                    log.info(
-                        "[%s] %s holds this run, finished: nothing to do", cfg["name"], run.out
-                    )
+                    log.info("[%s] %s holds this run, finished: nothing to do", cfg.name, run.out)
                     if not done.get("diverged"):  # (one that ended before pruning it)
-                        prune(run.ckpt, cfg["name"])
+                        prune(run.ckpt, cfg.name)
                     return done
                 return {"rank": world.rank, "step": done["weights_step"]}
             try:

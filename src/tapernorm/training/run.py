@@ -25,6 +25,7 @@ from ..data import TokenShards
 from ..fakeln import FakeLNSchedule, schedule_for
 from ..model import GPT, GPTConfig, convert_norms
 from ..norms import Reduce, taper_norms
+from ..run_config import RunConfig, TrainSection
 from ..runtime.device import autocast_for
 from ..runtime.provenance import distributions, git_state, host, now, versions
 from .checkpoint import load_model, write_json
@@ -48,7 +49,7 @@ from .state import (
     readable_checkpoint,
     recorded_inputs,
 )
-from .tensorboard_log import TensorBoardLog, wanted
+from .tensorboard_log import TensorBoardLog
 
 log = logging.getLogger(
     "tapernorm.training.loop"
@@ -62,14 +63,12 @@ def batch_generator(seed: int, step: int, micro: int) -> torch.Generator:
     return torch.Generator().manual_seed(seed * 1_000_003 + step * 1_009 + micro)
 
 
-def build_model(cfg: dict, vocab_size: int) -> GPT:
+def build_model(cfg: RunConfig, vocab_size: int) -> GPT:
     """A fresh GPT, or the one `init.from` names, with the config's taper."""
-    model_cfg = cfg["model"]
-    source = cfg["init"]["from"]
+    source = cfg.init.source
     if source is None:
-        fields = {k: v for k, v in model_cfg.items() if k != "vocab_size"}
-        return GPT(GPTConfig(vocab_size=model_cfg["vocab_size"] or vocab_size, **fields))
-    taper, norm = model_cfg["taper"], model_cfg.get("norm", "default")
+        return GPT(GPTConfig(**cfg.model.gpt_fields(vocab_size)))
+    taper, norm = cfg.model.taper, cfg.model.norm_name
     if source.startswith("hf:"):
         from ..interop.hf_import import load_hf
 
@@ -81,23 +80,23 @@ def build_model(cfg: dict, vocab_size: int) -> GPT:
     if model.config.vocab_size < vocab_size:
         raise ValueError(
             f"init.from model {source} has a vocabulary of {model.config.vocab_size}, smaller "
-            f"than that of the data {cfg['data']['dir']} ({vocab_size}): give token shards made "
+            f"than that of the data {cfg.data.dir} ({vocab_size}): give token shards made "
             "with the model's tokenizer (prepare-data --tokenizer gpt2 for GPT-2 models)"
         )
     return model
 
 
-def make_optimizer(model: GPT, train_cfg: dict) -> torch.optim.AdamW:
+def make_optimizer(model: GPT, train: TrainSection) -> torch.optim.AdamW:
     """AdamW with weight decay on the matrices only (not on gains, biases or norm parameters)."""
     decay = [p for p in model.parameters() if p.dim() >= 2]
     no_decay = [p for p in model.parameters() if p.dim() < 2]
     groups = [
-        {"params": decay, "weight_decay": train_cfg["weight_decay"]},
+        {"params": decay, "weight_decay": train.weight_decay},
         {"params": no_decay, "weight_decay": 0.0},
     ]
     # fused on CUDA (one kernel for all parameters, no host reads); foreach elsewhere
     fused = {"fused": True} if next(model.parameters()).device.type == "cuda" else {"foreach": True}
-    return torch.optim.AdamW(groups, lr=train_cfg["lr"], betas=tuple(train_cfg["betas"]), **fused)
+    return torch.optim.AdamW(groups, lr=train.lr, betas=train.betas, **fused)
 
 
 # ---- set-up and resume ----------------------------------------------------------------------------
@@ -107,7 +106,7 @@ def make_optimizer(model: GPT, train_cfg: dict) -> torch.optim.AdamW:
 class Run:
     """One training run, set up: its config, data, model, optimizer and where it writes."""
 
-    cfg: dict
+    cfg: RunConfig
     out: Path
     world: World
     device: torch.device
@@ -138,14 +137,8 @@ class Run:
         return all(norm.is_frozen for _, norm in taper_norms(self.model))
 
     @property
-    def clip(self) -> float:
-        """The gradient-norm clip (train.grad_clip; 0 turns clipping off)."""
-        clip = self.cfg["train"]["grad_clip"]
-        return clip if clip > 0 else float("inf")
-
-    @property
     def autocast(self) -> AbstractContextManager:
-        return autocast_for(self.device, self.cfg["train"]["dtype"])
+        return autocast_for(self.device, self.cfg.train.dtype)
 
     def grad_sync(self, last: bool) -> AbstractContextManager:
         """Around a micro-batch's forward and backward: DDP sums the gradients over the processes
@@ -169,40 +162,37 @@ class Run:
         return self.out / METRICS
 
 
-def set_up(cfg: dict, out: Path, world: World, device: torch.device) -> Run:
+def set_up(cfg: RunConfig, out: Path, world: World, device: torch.device) -> Run:
     """Inputs pinned (hashed before they are read), data, model (the same init in every
     process), scale anchor, optimizer, FakeLN schedule, validation windows."""
     inputs = Inputs(cfg, recorded_inputs(out / "ckpt"))
-    torch.manual_seed(cfg["seed"])
-    shards = TokenShards(cfg["data"]["dir"], cfg["data"]["train_tokens"])
+    torch.manual_seed(cfg.seed)
+    shards = TokenShards(cfg.data.dir, cfg.data.train_tokens)
     model = build_model(cfg, shards.vocab_size).to(device)
     mcfg = model.config
     if shards.vocab_size > mcfg.vocab_size:
         raise ValueError(
-            f"the data {cfg['data']['dir']} has a vocabulary of {shards.vocab_size}, the model "
+            f"the data {cfg.data.dir} has a vocabulary of {shards.vocab_size}, the model "
             f"only {mcfg.vocab_size} (model.vocab_size): set model.vocab_size to at least "
             f"{shards.vocab_size}, or leave it out to take the data's"
         )
     shards.check_fits(mcfg.block_size)
-    micro_batches = rank_micro_batches(cfg["train"]["grad_accum"], world.rank, world.size)
+    micro_batches = rank_micro_batches(cfg.train.grad_accum, world.rank, world.size)
     reduce = make_reduce(world, device)
     anchor = None
-    if cfg["anchor"]["enabled"]:
-        anchor_cfg = cfg["anchor"]
-        anchor = ScaleAnchor(
-            mcfg.norm_kind, anchor_cfg["lam"], mcfg.norm_eps, anchor_cfg["form"]
-        ).to(device)
-    opt = make_optimizer(model, cfg["train"])
-    fakeln = schedule_for(cfg, model)
+    if cfg.anchor.enabled:
+        anchor = ScaleAnchor(mcfg.norm_kind, cfg.anchor.lam, mcfg.norm_eps, cfg.anchor.form)
+        anchor = anchor.to(device)
+    opt = make_optimizer(model, cfg.train)
+    fakeln = schedule_for(cfg.fakeln, model)
     identity = run_identity(cfg, inputs)
-    log_cfg = cfg["log"]
-    val_windows = validation_windows(shards, log_cfg["eval_windows"], mcfg.block_size, EVAL_KEYS[0])
+    val_windows = validation_windows(shards, cfg.log.eval_windows, mcfg.block_size, EVAL_KEYS[0])
     ddp = data_parallel(model, world, device)  # None for one process: the bare model trains
     # train.compile: one graph per gate phase (g = 1, 0 < g < 1, g = 0): TaperNorm branches on the
     # phase and computes with the gate buffer, so a changing g does not recompile (with DDP,
     # dynamo splits the graphs at its gradient buckets)
     forward = ddp if ddp is not None else model
-    forward = torch.compile(forward) if cfg["train"]["compile"] else forward
+    forward = torch.compile(forward) if cfg.train.compile else forward
     provenance = {
         **git_state(),
         "host": host(),
@@ -238,8 +228,9 @@ def set_up(cfg: dict, out: Path, world: World, device: torch.device) -> Run:
 def config_record(run: Run, **extra) -> dict:
     """config.json: the resolved run config, the model's config, and in `meta.provenance` what made
     the run (not part of its identity: a resume compares the run config, not this file)."""
-    meta = {**run.cfg.get("meta", {}), "provenance": {**run.provenance, **extra.pop("times", {})}}
-    return {**run.cfg, "meta": meta, "n_params": run.model.num_params(), **extra}
+    cfg = run.cfg.to_dict()
+    meta = {**cfg["meta"], "provenance": {**run.provenance, **extra.pop("times", {})}}
+    return {**cfg, "meta": meta, "n_params": run.model.num_params(), **extra}
 
 
 def resume(run: Run) -> int:
@@ -254,7 +245,7 @@ def resume(run: Run) -> int:
         if mismatch:
             log.warning(
                 "[%s] checkpoint in %s is from %s: starting over",
-                cfg["name"],
+                cfg.name,
                 out,
                 "; ".join(mismatch),
             )
@@ -263,7 +254,7 @@ def resume(run: Run) -> int:
             if removed and mismatch is None:
                 log.info(
                     "[%s] no checkpoint in %s: removed %s of an earlier run, starting over",
-                    cfg["name"],
+                    cfg.name,
                     out,
                     ", ".join(removed),
                 )
@@ -279,10 +270,10 @@ def resume(run: Run) -> int:
         if step:
             saved = read_state(run.ckpt).get("metrics")
             ckpt = readable_checkpoint(run.ckpt)
-            restored = restore_metrics(run.metrics_path, ckpt, step, saved, cfg["name"])
+            restored = restore_metrics(run.metrics_path, ckpt, step, saved, cfg.name)
             note = f" ({run.metrics_path.name} restored: {restored} records)" if restored else ""
-            log.info("[%s] resumed from step %d%s", cfg["name"], step, note)
-        run.metrics = MetricsLog(run.metrics_path, cfg["name"])
-        if wanted(cfg):
+            log.info("[%s] resumed from step %d%s", cfg.name, step, note)
+        run.metrics = MetricsLog(run.metrics_path, cfg.name)
+        if cfg.log.tensorboard:
             run.tensorboard = TensorBoardLog(run.out, step)
     return step

@@ -25,6 +25,7 @@ from safetensors import safe_open
 
 from ..anchor import ScaleAnchor
 from ..model import GPT
+from ..run_config import RunConfig
 from ..runtime.atomic import atomic_write_bytes
 from ..runtime.out_dirs import claim_dir, is_temporary, json_with, only_names, refuse_inside
 from .checkpoint import (
@@ -265,18 +266,18 @@ def is_run_dir(out: Path) -> bool:
     return only_names(out, lambda name: name == LOCK_NAME or is_temporary(name))
 
 
-def claim_run_dir(cfg: dict, out: Path, force: bool = False) -> None:
+def claim_run_dir(cfg: RunConfig, out: Path, force: bool = False) -> None:
     """Refuse (PathInUse) a run directory that holds files of something else (unless `force`:
     then only the files a run writes are replaced), or that is the run's data or init."""
-    init = cfg["init"]["from"]
-    inputs = {"data directory (data.dir)": cfg["data"]["dir"]}
+    init = cfg.init.source
+    inputs = {"data directory (data.dir)": cfg.data.dir}
     if init and not str(init).startswith("hf:"):
         inputs["init.from model"] = init
     refuse_inside(out, inputs)
     claim_dir(out, "train", is_run_dir, force)
 
 
-def resume_step(cfg: dict, out_dir: str | Path) -> int:
+def resume_step(cfg: RunConfig, out_dir: str | Path) -> int:
     """The step a rerun of run `cfg` in `out_dir` resumes from: its checkpoint's, or 0 if none."""
     ckpt = Path(out_dir) / "ckpt"
     if readable_checkpoint(ckpt) is None:

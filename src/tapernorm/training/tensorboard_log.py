@@ -16,19 +16,15 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from ..config import ConfigError
+from ..run_config import RunConfig
 
 TENSORBOARD_DIR = "tensorboard"  # in the run directory
 
 
-def wanted(cfg: dict) -> bool:
-    """Whether the run config asks for the TensorBoard log (an absent key: no)."""
-    return bool(cfg["log"].get("tensorboard", False))
-
-
-def check_available(cfg: dict) -> None:
+def check_available(cfg: RunConfig) -> None:
     """ConfigError (one line, before the run starts) if the config asks for the log and the
     tensorboard package is not installed."""
-    if wanted(cfg) and importlib.util.find_spec("tensorboard") is None:
+    if cfg.log.tensorboard and importlib.util.find_spec("tensorboard") is None:
         raise ConfigError(
             "log.tensorboard is true but the tensorboard package is not installed: "
             "pip install tensorboard (or set log.tensorboard: false)"

@@ -5,7 +5,12 @@ special cases."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from .names import JOB_RECORDS, job_record, run_dir
+
+if TYPE_CHECKING:
+    from ..run_config import RunConfig
 
 
 class Family:
@@ -20,7 +25,7 @@ class Family:
     def runs(self) -> list[str]:
         raise NotImplementedError
 
-    def run_config(self, run: str, data_dir: str) -> dict:
+    def run_config(self, run: str, data_dir: str) -> RunConfig:
         """The resolved `tapernorm train` config of run `run` (ValueError for a run not here)."""
         raise NotImplementedError
 

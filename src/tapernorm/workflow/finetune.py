@@ -5,6 +5,7 @@ results/runs/finetune_base/<model>/."""
 from __future__ import annotations
 
 from ..config import ConfigError, resolve_run_config
+from ..run_config import RunConfig
 from ..variants import PROTOCOLS
 from .devices import job_gpus
 from .family import Family
@@ -52,13 +53,22 @@ class FinetuneFamily(Family):
     def spec_of(self, run: str) -> dict:
         return self.model(parse_finetune_run(run)[1])
 
-    def run_config(self, run: str, data_dir: str, base_root: str = FINETUNE_BASE_ROOT) -> dict:
+    def run_config(self, run: str, data_dir: str, base_root: str = FINETUNE_BASE_ROOT) -> RunConfig:
         protocol, model = parse_finetune_run(run)
         ft = self.section
         if protocol not in ft["protocols"] or model not in self.models():
             raise ValueError(f"run {run} is not part of the finetune family in this config")
         spec, proto = self.model(model), PROTOCOLS[protocol]
         init = spec["init"] if spec["init"] != "pretrain" else f"{base_root}/{model}"
+        fakeln_model, fakeln = {}, {}
+        if protocol == "fakeln":  # norms removed one by one, by default over the taper window
+            fakeln_model = {"norm": "fakeln"}
+            fakeln = {
+                "fakeln": {
+                    "start": spec["fakeln_start"] or spec["taper_start"],
+                    "end": spec["fakeln_end"] or spec["taper_end"],
+                }
+            }
         train = {k: v for k, v in ft["train"].items()}
         train.update(
             steps=spec["steps"],
@@ -81,18 +91,13 @@ class FinetuneFamily(Family):
             },
             "data": {"dir": data_dir},
             "init": {"from": init},
-            "model": {"style": "gpt2", "taper": proto["taper"]},
+            "model": {"style": "gpt2", "taper": proto["taper"], **fakeln_model},
             "train": train,
             "taper": {"start": spec["taper_start"], "end": spec["taper_end"], **ft["taper"]},
             "anchor": {"enabled": proto["anchor"], "lam": spec["lam"]},
             "log": {**ft["log"]},
+            **fakeln,
         }
-        if protocol == "fakeln":  # norms removed one by one, by default over the taper window
-            cfg["model"]["norm"] = "fakeln"
-            cfg["fakeln"] = {
-                "start": spec["fakeln_start"] or spec["taper_start"],
-                "end": spec["fakeln_end"] or spec["taper_end"],
-            }
         return resolve_run_config(cfg)
 
     @property
@@ -181,7 +186,7 @@ class FinetuneBaseFamily(Family):
     def runs(self) -> list[str]:
         return self.finetune.base_models()
 
-    def run_config(self, run: str, data_dir: str) -> dict:
+    def run_config(self, run: str, data_dir: str) -> RunConfig:
         if run not in self.runs():
             raise ValueError(f"model {run} is not pre-trained here (its init is not 'pretrain')")
         pre = self.section

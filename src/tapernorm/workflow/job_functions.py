@@ -9,6 +9,7 @@ import os
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from ..run_config import RunConfig
 from .devices import gpu_prefix
 from .family import Family
 from .files import (
@@ -141,7 +142,7 @@ class TrainJobs:
     def family(self, wildcards: Namedlist) -> Family:
         return self.plan.family(wildcards.family)
 
-    def run_config(self, wildcards: Namedlist) -> dict:
+    def run_config(self, wildcards: Namedlist) -> RunConfig:
         """The run's resolved config (what `tapernorm train --config-json` takes)."""
         return self.family(wildcards).run_config(wildcards.run, self.data_dir)
 

@@ -13,6 +13,8 @@ Every run's records (config.json, eval.json, metrics.jsonl) are copied to result
 
 from __future__ import annotations
 
+from ..config import resolve_run_config
+from ..run_config import RunConfig
 from .family import Family
 from .names import parse_run_name, parse_scaling_run, run_name, scaling_run_name
 from .training import TrainingFamily
@@ -24,13 +26,6 @@ RECORD_FILES = ("config.json", "eval.json", "metrics.jsonl")  # what the study k
 def record_dir(family: str, run: str) -> str:
     """Where the study keeps the records of run `run` of `family`."""
     return f"{SCALING_DIR}/runs/{family}/{run}"
-
-
-def tokens_per_param(cfg: dict, n_params: int) -> float:
-    """Training tokens per parameter of a resolved run config with `n_params` parameters."""
-    train = cfg["train"]
-    tokens = train["steps"] * train["batch_size"] * train["grad_accum"] * cfg["model"]["block_size"]
-    return tokens / n_params
 
 
 class ScalingFamily(Family):
@@ -56,14 +51,21 @@ class ScalingFamily(Family):
         seeds = range(self.section["seeds"])
         return [scaling_run_name(v, w, s, n) for v, w, n in self.cells() for s in seeds]
 
-    def run_config(self, run: str, data_dir: str) -> dict:
+    def run_config(self, run: str, data_dir: str) -> RunConfig:
         if run not in self.runs():
             raise ValueError(f"run {run} is not part of the {self.name} family in this config")
         variant, width, seed, steps = parse_scaling_run(run)
-        cfg = self.pretrain.build(variant, width, seed, data_dir, steps=steps)
-        cfg["log"]["eval_every"] = max(1, steps // self.section["eval_points"])
-        cfg["name"] = f"{self.name}/{run}"
-        return cfg
+        eval_every = max(1, steps // self.section["eval_points"])
+        spec = self.pretrain.spec(
+            variant,
+            width,
+            seed,
+            data_dir,
+            steps=steps,
+            name=f"{self.name}/{run}",
+            log={"eval_every": eval_every},
+        )
+        return resolve_run_config(spec)
 
     def source(self, run: str) -> tuple[str, str]:
         """(family, run) that trains `run`: the pretrain run with the very same config where the
@@ -73,7 +75,7 @@ class ScalingFamily(Family):
         if twin in self.pretrain.runs():
             mine = self.run_config(run, "")
             theirs = self.pretrain.run_config(twin, "")
-            if {**mine, "name": None} == {**theirs, "name": None}:
+            if mine.replace(name="") == theirs.replace(name=""):
                 return self.pretrain.name, twin
         return self.name, run
 
@@ -106,13 +108,12 @@ class ScalingAblationFamily(Family):
             run_name(v, w, s) for v in fam["variants"] for w in fam["widths"] for s in self.seeds
         ]
 
-    def run_config(self, run: str, data_dir: str) -> dict:
+    def run_config(self, run: str, data_dir: str) -> RunConfig:
         if run not in self.runs():
             raise ValueError(f"run {run} is not part of the {self.name} family in this config")
         variant, width, seed = parse_run_name(run)
-        cfg = self.ablation.build(variant, width, seed, data_dir)
-        cfg["name"] = f"{self.name}/{run}"
-        return cfg
+        name = f"{self.name}/{run}"
+        return resolve_run_config(self.ablation.spec(variant, width, seed, data_dir, name=name))
 
     @property
     def device(self) -> str:

@@ -8,7 +8,8 @@ from __future__ import annotations
 import copy
 import math
 
-from ..config import ConfigError, resolve_run_config, taper_start
+from ..config import ConfigError, resolve_run_config
+from ..run_config import RunConfig
 from .devices import job_gpus
 from .family import Family
 from .names import SWEEP_RUN_NAME, lr_grid_run_name, parse_run_name, run_name, sweep_run_name
@@ -57,7 +58,7 @@ class TrainingFamily(Family):
         """The width whose runs the figures show: `figure_width`, else the largest."""
         return self.section.get("figure_width") or max(self.section["widths"])
 
-    def run_config(self, run: str, data_dir: str) -> dict:
+    def run_config(self, run: str, data_dir: str) -> RunConfig:
         variant, width, seed = parse_run_name(run)
         fam = self.section
         if (
@@ -68,7 +69,11 @@ class TrainingFamily(Family):
             raise ValueError(f"run {run} is not part of the {self.name} family in this config")
         return self.build(variant, width, seed, data_dir)
 
-    def build(
+    def build(self, variant: str, width: int, seed: int, data_dir: str, **kw) -> RunConfig:
+        """The RunConfig of spec(variant, width, seed, data_dir, **kw)."""
+        return resolve_run_config(self.spec(variant, width, seed, data_dir, **kw))
+
+    def spec(
         self,
         variant: str,
         width: int,
@@ -76,10 +81,13 @@ class TrainingFamily(Family):
         data_dir: str,
         lr: float | None = None,
         steps: int | None = None,
+        name: str | None = None,
+        **sections: dict,
     ) -> dict:
-        """The resolved config of `variant` at `width` and `seed` by this section's recipe (peak LR
-        `lr` instead of train.lr, `steps` instead of the section's, where given; warmup and taper
-        stay the same fractions of the steps), named <name>/<run>."""
+        """The run config (to resolve) of `variant` at `width` and `seed` by this section's recipe
+        (peak LR `lr` instead of train.lr, `steps` instead of the section's, where given; warmup
+        and taper stay the same fractions of the steps), named `name` (default <name>/<run>);
+        `sections` update the keys of their sections (log={"eval_every": 10})."""
         fam = self.section
         steps = steps_for(fam, width) if steps is None else steps
         train = copy.deepcopy(fam["train"])
@@ -89,10 +97,13 @@ class TrainingFamily(Family):
         train.update(steps=steps, warmup_steps=max(1, round(warmup_frac * steps)))
         taper = copy.deepcopy(fam["taper"])
         start_frac, end_frac = taper.pop("start_frac"), taper.pop("end_frac")
-        start = None if start_frac is None else max(1, round(start_frac * steps))
-        taper.update(start=taper_start(start, train["warmup_steps"]), end=round(end_frac * steps))
-        cfg = {
-            "name": f"{self.name}/{run_name(variant, width, seed)}",
+        # null: the run config's own default, the end of the warmup (resolve_run_config)
+        taper.update(
+            start=None if start_frac is None else max(1, round(start_frac * steps)),
+            end=round(end_frac * steps),
+        )
+        spec = {
+            "name": name or f"{self.name}/{run_name(variant, width, seed)}",
             "seed": seed,
             "variant": variant,
             "data": {"dir": data_dir, "train_tokens": fam.get("train_tokens")},
@@ -102,7 +113,9 @@ class TrainingFamily(Family):
             "anchor": copy.deepcopy(fam["anchor"]),
             "log": copy.deepcopy(fam["log"]),
         }
-        return resolve_run_config(cfg)
+        for section, keys in sections.items():
+            spec[section].update(keys)
+        return spec
 
     @property
     def device(self) -> str:
@@ -118,12 +131,12 @@ class TrainingFamily(Family):
         return step_minutes(self.section, cfg, default)
 
 
-def step_minutes(section: dict, cfg: dict, default: int = 30) -> int:
-    estimates, width = section.get("gpu_step_ms") or {}, cfg["model"]["n_embd"]
+def step_minutes(section: dict, cfg: RunConfig, default: int = 30) -> int:
+    estimates, width = section.get("gpu_step_ms") or {}, cfg.model.n_embd
     step_ms = estimates.get(width, estimates.get(str(width)))
     if step_ms is None:
         return default
-    return math.ceil(1.5 * cfg["train"]["steps"] * step_ms / 60_000) + 15
+    return math.ceil(1.5 * cfg.train.steps * step_ms / 60_000) + 15
 
 
 class SweepFamily(Family):
@@ -152,14 +165,20 @@ class SweepFamily(Family):
             if (form, lam) != own
         ]
 
-    def run_config(self, run: str, data_dir: str) -> dict:
+    def run_config(self, run: str, data_dir: str) -> RunConfig:
         m = SWEEP_RUN_NAME.match(run)
         if m is None or run not in self.runs():
             raise ValueError(f"run {run} is not part of the {self.name} family in this config")
-        cfg = self.ablation.run_config(self.base_run, data_dir)
-        cfg.update(name=f"{self.name}/{run}")
-        cfg["anchor"].update(form=m["form"], lam=float(m["lam"]))
-        return resolve_run_config(cfg)
+        variant, width, seed = parse_run_name(self.base_run)
+        spec = self.ablation.spec(
+            variant,
+            width,
+            seed,
+            data_dir,
+            name=f"{self.name}/{run}",
+            anchor={"form": m["form"], "lam": float(m["lam"])},
+        )
+        return resolve_run_config(spec)
 
     @property
     def device(self) -> str:
@@ -207,14 +226,15 @@ class LrGridFamily(Family):
     def _cells_by_run(self) -> dict[str, tuple[str, int, float]]:
         return {lr_grid_run_name(v, self.width, s, lr): (v, s, lr) for v, s, lr in self.cells()}
 
-    def run_config(self, run: str, data_dir: str) -> dict:
+    def run_config(self, run: str, data_dir: str) -> RunConfig:
         cell = self._cells_by_run().get(run)
         if cell is None:
             raise ValueError(f"run {run} is not part of the {self.name} family in this config")
         variant, seed, lr = cell
-        cfg = self.pretrain.build(variant, self.width, seed, data_dir, lr=lr)
-        cfg["name"] = f"{self.name}/{run}"
-        return cfg
+        name = f"{self.name}/{run}"
+        return resolve_run_config(
+            self.pretrain.spec(variant, self.width, seed, data_dir, lr, name=name)
+        )
 
     @property
     def device(self) -> str:
