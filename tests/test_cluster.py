@@ -136,11 +136,10 @@ def test_parameter_counts_of_the_fine_tuned_models():
     }
     ci = _config("config/ci.yaml")  # the stand-in pre-trained here, counted from its config
     (model,) = FinetuneFamily(ci).models()
-    base = FinetuneBaseFamily(ci).run_config(model, "data")["model"]
-    fields = {k: v for k, v in base.items() if k != "vocab_size"}
+    base = FinetuneBaseFamily(ci).run_config(model, "data").model
     with torch.device("meta"):
-        built = GPT(GPTConfig(vocab_size=jr.GPT2_VOCAB, **fields))
-    assert jr.finetune_shape(ci, model) == (built.num_params(), base["block_size"])
+        built = GPT(GPTConfig(**base.gpt_fields(jr.GPT2_VOCAB)))
+    assert jr.finetune_shape(ci, model) == (built.num_params(), base.block_size)
 
 
 def test_fold_eval_and_export_are_sized_by_the_model():

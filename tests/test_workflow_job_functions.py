@@ -128,7 +128,7 @@ def test_a_train_job_is_its_familys_run(family, run):
     wildcards = SimpleNamespace(family=family, run=run)
     resolved = train.run_config(wildcards)
     assert resolved == plan.family(family).run_config(run, "data/pretrain")
-    assert resolved["name"] == f"{family}/{run}" and resolved["data"]["dir"] == "data/pretrain"
+    assert resolved.name == f"{family}/{run}" and resolved.data.dir == "data/pretrain"
     assert (train.gpus(wildcards), train.device(wildcards)) == (0, "auto")
     assert train.minutes(wildcards) == 30  # ci.yaml has no step-time estimate
     with pytest.raises(ValueError, match="no family"):
