@@ -46,7 +46,9 @@ if PLAN.finetune_base:
         resources:
             gpu=lambda w: PLAN.finetune_base.gpus(w.ftmodel),
         params:
-            run=lambda w: PLAN.finetune_base.run_config(w.ftmodel, FINETUNE_DATA).to_json(),
+            run=lambda w: PLAN.finetune_base.run_config(
+                w.ftmodel, FINETUNE_DATA
+            ).to_json(),
             gpus=gpu_claim(lambda w: PLAN.finetune_base.device),
             out=output_dir("eval"),
         shell:
