@@ -94,6 +94,7 @@ CHECK_MODULES = (
     "tapernorm.machine.selftest",
     "tapernorm.model",
     "tapernorm.norms",
+    "tapernorm.run_config",
     "tapernorm.runtime",
     "tapernorm.runtime.atomic",
     "tapernorm.runtime.device",
