@@ -23,6 +23,22 @@ CLAIM_TITLES = {
 BAND_COLOR = "#009E73"
 
 
+def _log_ticks(ax, values: pd.Series) -> None:
+    """A log x axis labelled at 1, 2, 3, 5 x 10^k within the data's range, as plain numbers (the
+    default labels every minor tick in scientific notation, overlapping on a narrow range)."""
+    from matplotlib.ticker import FixedLocator, NullFormatter, NullLocator
+
+    ax.set_xscale("log")
+    lo, hi = float(values.min()), float(values.max())
+    ticks = [
+        m * 10**k for k in range(-1, 6) for m in (1, 2, 3, 5) if lo / 1.5 <= m * 10**k <= hi * 1.5
+    ]
+    ax.xaxis.set_major_locator(FixedLocator(ticks))
+    ax.xaxis.set_major_formatter(lambda x, _: f"{x:g}")
+    ax.xaxis.set_minor_locator(NullLocator())
+    ax.xaxis.set_minor_formatter(NullFormatter())
+
+
 def _band(ax, label: bool) -> None:
     """The paper's criterion, a gap within +-2%, shaded, and the zero line."""
     ax.axhspan(-GAP_MAX_PCT, GAP_MAX_PCT, color=BAND_COLOR, alpha=0.12, lw=0,
@@ -49,7 +65,7 @@ def gap_figure(summary: pd.DataFrame, out: str | Path, stamp: str) -> list[Path]
             ax.errorbar(rows["tokens_per_param"], rows["estimate"], yerr=err, capsize=3,
                         color=WIDTH_COLORS[i % 4], marker=WIDTH_MARKERS[i % 4], mfc="white",
                         label=f"d={width}")  # fmt: skip
-        ax.set_xscale("log")
+        _log_ticks(ax, summary["tokens_per_param"])
         ax.set_title(CLAIM_TITLES[claim], fontsize=10)
         ax.set_xlabel("training tokens per parameter")
     axes[0].set_ylabel("validation-loss gap, paired by seed (%)")
