@@ -277,6 +277,41 @@ def scaling_block(source: Path, doc_dir: Path) -> str:
     )
 
 
+BRIEF_NAMES = {"dyt": "DyT", "3": "3 (U)", "4": "4 (A)"}  # the claims table's rows above
+
+
+def scaling_brief_block(source: Path, doc_dir: Path) -> str:
+    """The scaling study in a few lines (the README's): each claim at each width, from the shortest
+    to the longest training: the estimates, the longest's interval, and the verdict then."""
+    record = read_json(source / "summary.json")
+    summary = pd.read_csv(source / "summary.csv", dtype={"claim": str})
+    rows = []
+    for (claim, width), cell in summary.groupby(["claim", "width"], sort=False):
+        cell = cell.sort_values("tokens_per_param")
+        first, last = cell.iloc[0], cell.iloc[-1]
+        tokens = f"{first.tokens_per_param:.0f}" + (
+            f" → {last.tokens_per_param:.0f}" if len(cell) > 1 else ""
+        )
+        moved = f"{_value(first)} → " if len(cell) > 1 else ""
+        verdicts = last.verdict
+        if len(cell) > 1:
+            verdicts = (f"{first.verdict} → {last.verdict}" if first.verdict != last.verdict
+                        else f"{last.verdict} at both")  # fmt: skip
+        trend = record["trends"].get(f"{claim}/d{width}", "").split(" (")[0]
+        rows.append([BRIEF_NAMES.get(claim, claim), f"d={width}", tokens,
+                     f"{moved}{_estimate(last)} ({last.n_seeds})",
+                     verdicts + (f"; {trend}" if trend else "")])  # fmt: skip
+    return _table(["#", "Width", "Tokens/param", "Estimate (seed pairs)", "Verdict"], rows)
+
+
+def _value(r) -> str:
+    return (
+        "n/a"
+        if pd.isna(r.estimate)
+        else (f"{r.estimate:+.2f}%" if r.unit == "%" else f"{r.estimate:.2f}x")
+    )
+
+
 def _estimate(r) -> str:
     def fmt(x: float) -> str:
         return "n/a" if pd.isna(x) else (f"{x:+.2f}%" if r.unit == "%" else f"{x:.2f}x")
@@ -360,6 +395,7 @@ RENDERERS: dict[str, Callable[[Path, Path], str]] = {
     "lr-grid": lr_grid_block,
     "dyt-rows": table_rows_block,
     "scaling": scaling_block,
+    "scaling-brief": scaling_brief_block,
     "gpu": gpu_block,
 }
 
