@@ -23,20 +23,21 @@ CLAIM_TITLES = {
 BAND_COLOR = "#009E73"
 
 
-def _log_ticks(ax, values: pd.Series) -> None:
-    """A log x axis labelled at 1, 2, 3, 5 x 10^k within the data's range, as plain numbers (the
+def _log_ticks(ax, values: pd.Series, axis: str = "x") -> None:
+    """A log axis labelled at round values within the data's range, as plain numbers (the
     default labels every minor tick in scientific notation, overlapping on a narrow range)."""
     from matplotlib.ticker import FixedLocator, NullFormatter, NullLocator
 
-    ax.set_xscale("log")
+    getattr(ax, f"set_{axis}scale")("log")
     lo, hi = float(values.min()), float(values.max())
-    ticks = [
-        m * 10**k for k in range(-1, 6) for m in (1, 2, 3, 5) if lo / 1.5 <= m * 10**k <= hi * 1.5
-    ]
-    ax.xaxis.set_major_locator(FixedLocator(ticks))
-    ax.xaxis.set_major_formatter(lambda x, _: f"{x:g}")
-    ax.xaxis.set_minor_locator(NullLocator())
-    ax.xaxis.set_minor_formatter(NullFormatter())
+    # a narrow range (under 3x: a loss curve's) gets the steps between, so that it has several
+    steps = (1, 1.2, 1.5, 2, 2.5, 3, 4, 5, 6, 8) if hi < 3 * lo else (1, 2, 3, 5)
+    ticks = [m * 10**k for k in range(-1, 6) for m in steps if lo / 1.5 <= m * 10**k <= hi * 1.5]
+    scale = getattr(ax, f"{axis}axis")
+    scale.set_major_locator(FixedLocator(ticks))
+    scale.set_major_formatter(lambda x, _: f"{x:g}")
+    scale.set_minor_locator(NullLocator())
+    scale.set_minor_formatter(NullFormatter())
 
 
 def _band(ax, label: bool) -> None:
@@ -118,7 +119,7 @@ def curves_figure(study: StudyRuns, out: str | Path, stamp: str) -> list[Path]:
             wide = _wide(cell, variant)
             seeds.add(wide.shape[1])
             style = dict(color=COLORS[variant], style=linestyle(variant))
-            _mean_band(top[i], wide, label=VARIANTS[variant]["label"] if i == 0 else None, **style)
+            _mean_band(top[i], wide, label=VARIANTS[variant]["label"], **style)
             against = next((b for v, b in GAP_CLAIMS.values() if v == variant), None)
             if against is not None and against in set(cell["variant"]):
                 base = _wide(cell, against)
@@ -126,13 +127,15 @@ def curves_figure(study: StudyRuns, out: str | Path, stamp: str) -> list[Path]:
                 gap = 100.0 * (wide[common] / base[common] - 1.0)
                 _mean_band(bottom[i], gap.dropna(), **style, label=None)
         top[i].set_title(f"d={width}, {steps:,} steps (~{tokens:.0f} tokens/param)", fontsize=9)
-        top[i].set_yscale("log")
+        _log_ticks(top[i], cell["val_loss"], axis="y")
         bottom[i].set_xlabel("step")
     top[0].set_ylabel("validation loss")
     bottom[0].set_ylabel("gap to matched baseline (%)")
-    handles, labels = top[0].get_legend_handles_labels()
-    h2, l2 = bottom[0].get_legend_handles_labels()
-    fig.legend(handles + h2, labels + l2, loc="outside lower center", ncols=4, frameon=False)
+    legend = {}  # every variant of any cell, once
+    for ax in (*top, bottom[0]):
+        for handle, label in zip(*ax.get_legend_handles_labels(), strict=True):
+            legend.setdefault(label, handle)
+    fig.legend(legend.values(), legend.keys(), loc="outside lower center", ncols=3, frameon=False)
     caption = caption_text(
         "**Scaling study: validation loss during training.** Top: validation loss on the fixed "
         "validation windows at each periodic evaluation, with every TaperNorm at the gate the run "
