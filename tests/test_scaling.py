@@ -354,3 +354,13 @@ def test_claim_rows_and_scale_card_quote_the_study(tmp_path):
     with pytest.raises(ValueError, match="not a summary.csv"):
         (tmp_path / "bad.csv").write_text("a,b\n1,2\n")
         load_scaling(tmp_path / "bad.csv")
+
+
+def test_a_readme_claim_row_says_where_the_study_judges_it_otherwise():
+    from tapernorm.artifact.doc_blocks import _claim_cells
+
+    flips = "at 29 tokens/param (d=64, scaling study): yes, the verdict flips"
+    row = {"Claim": "2. All-Taper", "Ours": "x", "headline": "h", "grade": "not resolved",
+           "Holds?": f"not resolved (d=64: straddles); {flips}"}  # fmt: skip
+    assert _claim_cells(row) == ["2", "All-Taper", "h", f"not resolved; {flips}"]
+    assert _claim_cells({**row, "Holds?": "not resolved"})[3] == "not resolved"

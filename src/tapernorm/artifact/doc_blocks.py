@@ -112,12 +112,16 @@ CARD_ROWS = ("Model (pre-training)", "Training")  # the scale card's rows the RE
 
 
 def _claim_cells(row: dict) -> list[str]:
-    """A claim's short row: its headline number (claims.json's `headline`) and its grade; the
-    full wording stays in claims.md."""
+    """A claim's short row: its headline number (claims.json's `headline`) and its grade, with the
+    scaling study's verdict where it differs; the full wording stays in claims.md."""
     number, _, claim = row["Claim"].partition(". ")
     if not number.isdigit():
         number, claim = "—", row["Claim"]
-    return [number, claim, row.get("headline") or _legacy_headline(row["Ours"]), row["grade"]]
+    grade = row["grade"]
+    study = [p for p in row.get("Holds?", "").split("; ") if "scaling study" in p]
+    if study:  # where the study's longest training judges it otherwise (the verdict flips)
+        grade += f"; {study[0]}"
+    return [number, claim, row.get("headline") or _legacy_headline(row["Ours"]), grade]
 
 
 def _legacy_headline(ours: str) -> str:
