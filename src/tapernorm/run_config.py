@@ -135,7 +135,7 @@ class LogSection(_Section):
 
 
 @dataclass(frozen=True, kw_only=True)
-class RunConfig:
+class RunConfig(_Section):
     """One run's resolved config (the run schema, src/tapernorm/schemas/run.schema.yaml)."""
 
     name: str
@@ -155,9 +155,6 @@ class RunConfig:
     def from_dict(cls, config: Mapping) -> RunConfig:
         """The RunConfig of a complete resolved config dict (to_dict's); not validated."""
         return _from_dict(cls, config, "")
-
-    def to_dict(self) -> dict:
-        return to_dict(self)
 
     def to_json(self) -> str:
         """The JSON `tapernorm train --config-json` takes (the workflow's job parameter)."""

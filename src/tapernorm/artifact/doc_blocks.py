@@ -308,19 +308,16 @@ def scaling_brief_block(source: Path, doc_dir: Path) -> str:
     return _table(["#", "Width", "Tokens/param", "Estimate (seed pairs)", "Verdict"], rows)
 
 
+def _number(x: float, unit: str) -> str:
+    return "n/a" if pd.isna(x) else (f"{x:+.2f}%" if unit == "%" else f"{x:.2f}x")
+
+
 def _value(r) -> str:
-    return (
-        "n/a"
-        if pd.isna(r.estimate)
-        else (f"{r.estimate:+.2f}%" if r.unit == "%" else f"{r.estimate:.2f}x")
-    )
+    return _number(r.estimate, r.unit)
 
 
 def _estimate(r) -> str:
-    def fmt(x: float) -> str:
-        return "n/a" if pd.isna(x) else (f"{x:+.2f}%" if r.unit == "%" else f"{x:.2f}x")
-
-    return f"{fmt(r.estimate)} [{fmt(r.ci_low)}, {fmt(r.ci_high)}]"
+    return f"{_value(r)} [{_number(r.ci_low, r.unit)}, {_number(r.ci_high, r.unit)}]"
 
 
 def _span(values) -> str:
