@@ -1,11 +1,25 @@
 """Shared fixtures: a small tokenized slice of the embedded Shakespeare corpus."""
 
 import json
+from pathlib import Path
 
 import pytest
+import yaml
+from snakemake.utils import update_config
 
 from tapernorm.data import load_shakespeare, train_sentencepiece, write_shards
 from tapernorm.run_config import RunConfig
+
+CONFIG_DIR = Path(__file__).resolve().parents[1] / "config"
+
+
+def config_files(*names: str) -> dict:
+    """config/<name> for each name, merged as `snakemake --configfile A B` merges them (a later
+    file's nested keys update the earlier's)."""
+    merged: dict = {}
+    for name in names:
+        update_config(merged, yaml.safe_load((CONFIG_DIR / name).read_text()))
+    return merged
 
 
 @pytest.fixture(scope="session")

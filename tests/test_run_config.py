@@ -5,7 +5,7 @@ import json
 from pathlib import Path
 
 import pytest
-import yaml
+from conftest import config_files
 
 from tapernorm.config import load_schema, resolve_run_config
 from tapernorm.run_config import OPTIONAL, SECTIONS, RunConfig, optional_keys
@@ -75,9 +75,7 @@ def test_a_null_optional_key_is_the_same_run_as_an_absent_one():
 
 
 def _study_plan() -> Plan:
-    raw = yaml.safe_load((ROOT / "config/config.yaml").read_text())
-    raw.update(yaml.safe_load((ROOT / "config/scaling.yaml").read_text()))
-    return Plan(validate_pipeline_config(raw, SCHEMA))
+    return Plan(validate_pipeline_config(config_files("config.yaml", "scaling.yaml"), SCHEMA))
 
 
 def test_the_committed_records_are_the_configs_the_workflow_builds_now():

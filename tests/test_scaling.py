@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import yaml
+from conftest import config_files
 
 from tapernorm.analysis.claims_scaling import load_scaling, study_note
 from tapernorm.analysis.scaling import read_study, summarize, trend
@@ -80,9 +81,7 @@ def test_the_ablation_reruns_on_fresh_seeds_with_its_own_settings():
 
 
 def test_the_committed_study_config_spans_ten_times_the_tokens():
-    raw = yaml.safe_load((ROOT / "config/config.yaml").read_text())
-    raw.update(yaml.safe_load((ROOT / "config/scaling.yaml").read_text()))
-    plan = Plan(validate_pipeline_config(raw, SCHEMA))
+    plan = Plan(validate_pipeline_config(config_files("config.yaml", "scaling.yaml"), SCHEMA))
     cells = plan.scaling.cells()
     steps64 = sorted({n for v, w, n in cells if w == 64 and v == "baseline"})
     assert steps64[-1] >= 10 * steps64[0] and len(steps64) >= 3

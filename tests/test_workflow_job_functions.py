@@ -2,6 +2,7 @@
 output says about its run (tapernorm.workflow.stamps): each takes only what Snakemake passes by
 name, and gives the job the directory, files, GPUs, cores, run config or stamp it needs."""
 
+import dataclasses
 import inspect
 from pathlib import Path
 from types import SimpleNamespace
@@ -12,6 +13,7 @@ import yaml
 from tapernorm.workflow import Plan, stamps, validate_pipeline_config
 from tapernorm.workflow import files as wf
 from tapernorm.workflow import job_functions as jf
+from tapernorm.workflow import priorities
 
 ROOT = Path(__file__).resolve().parents[1]
 SCHEMA = str(ROOT / "workflow/schemas/config.schema.yaml")
@@ -140,6 +142,29 @@ def test_a_paper_train_job_holds_a_gpu_for_its_estimated_time():
     wildcards = SimpleNamespace(family="pretrain", run="internal_aux-d512-s0")
     assert (train.gpus(wildcards), train.device(wildcards)) == (1, "cuda")
     assert train.minutes(wildcards) == 740  # 1.5 x 1M steps x 29 ms + 15 min
+
+
+def test_longer_training_runs_start_first_and_below_the_jobs_others_wait_for():
+    """Snakemake starts the ready jobs of the highest priority first: on the default, every
+    pre-training run (600 steps of 16 x 128 tokens, 8 layers) before every ablation run (1,200 of
+    8 x 128, 4 layers); the scaling study's longest runs first; all below the tiers above them."""
+    plan = Plan(load("config.yaml"))
+    train = jf.TrainJobs(plan, "data/pretrain")
+
+    def order(family: str) -> set[int]:
+        runs = plan.family(family).runs()
+        return {train.priority(SimpleNamespace(family=family, run=r)) for r in runs}
+
+    pretrain, ablation, sweep = order("pretrain"), order("ablation"), order("anchor_sweep")
+    assert min(pretrain) > max(ablation) and ablation == sweep
+    tiers = [priorities.RECORD, priorities.PREPARE, priorities.BENCH, priorities.GATE]
+    assert tiers == sorted(tiers, reverse=True) and max(pretrain) < priorities.GATE
+    cfg = plan.pretrain.run_config(plan.pretrain.runs()[0], "")
+    longer = cfg.replace(train=dataclasses.replace(cfg.train, steps=10 * cfg.train.steps))
+    wider = cfg.replace(model=dataclasses.replace(cfg.model, n_embd=2 * cfg.model.n_embd))
+    assert priorities.training(longer) > priorities.training(wider) > priorities.training(cfg)
+    huge = longer.replace(train=dataclasses.replace(cfg.train, steps=10**30))
+    assert priorities.training(huge) == priorities.TRAINING_MAX
 
 
 def test_stamps_name_the_config_and_a_rehearsal():

@@ -28,6 +28,7 @@ for kind in wb.BENCH_KINDS:
             f"logs/bench/{kind}.log",
         benchmark:
             wn.job_record(f"bench_{kind}")
+        priority: priorities.BENCH
         conda:
             GPU_ENV
         threads: all_cores

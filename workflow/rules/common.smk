@@ -13,6 +13,7 @@ from tapernorm.workflow import job_functions as jf
 from tapernorm.workflow import names as wn
 from tapernorm.workflow import bench as wb
 from tapernorm.workflow import plan as wp
+from tapernorm.workflow import priorities
 from tapernorm.workflow.family import family_dirs
 from tapernorm.workflow.files import FINETUNE_DATA, FINETUNE_DATA_FILES, PRETRAIN_DATA
 from tapernorm.workflow.job_functions import (

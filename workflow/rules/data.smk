@@ -5,6 +5,7 @@ rule prepare_data:
         **PRETRAIN_DATA_FILES,
     log:
         "logs/prepare_data.log",
+    priority: priorities.PREPARE
     conda:
         "../envs/tapernorm.yaml"
     threads: all_cores  # tokenizing processes (a cluster profile sets its own: set-threads)

@@ -17,6 +17,7 @@ rule prepare_finetune_data:
         **FINETUNE_DATA_FILES,
     log:
         "logs/finetune/prepare_data.log",
+    priority: priorities.PREPARE
     conda:
         "../envs/tapernorm.yaml"
     threads: all_cores  # tokenizing processes (a cluster profile sets its own: set-threads)
@@ -40,6 +41,7 @@ if PLAN.finetune_base:
             "logs/runs/finetune_base/{ftmodel}.log",
         benchmark:
             wn.job_record("pretrain_finetune_base", "{ftmodel}")
+        priority: priorities.GATE
         conda:
             GPU_ENV
         threads: 1
@@ -126,6 +128,7 @@ rule prepare_eval:
         **wf.eval_set_files("{evalset}"),
     log:
         "logs/finetune/prepare_eval_{evalset}.log",
+    priority: priorities.PREPARE
     conda:
         "../envs/tapernorm.yaml"
     params:

@@ -14,6 +14,7 @@ rule train:
         "logs/runs/{family}/{run}.log",
     benchmark:
         wn.job_record("train", "{family}", "{run}")
+    priority: TRAIN.priority
     conda:
         GPU_ENV
     threads: 1

@@ -22,7 +22,7 @@ rule scaling_record:
         },
     log:
         "logs/scaling/record/{sfamily}/{run}.log",
-    priority: 100  # right after its run: a part's records are there to commit as it goes
+    priority: priorities.RECORD  # right after its run: its records are there to commit
     localrule: True
     conda:
         "../envs/tapernorm.yaml"

@@ -10,6 +10,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..run_config import RunConfig
+from . import priorities
 from .devices import gpu_prefix
 from .family import Family
 from .files import (
@@ -151,6 +152,10 @@ class TrainJobs:
 
     def device(self, wildcards: Namedlist) -> str:
         return self.family(wildcards).device
+
+    def priority(self, wildcards: Namedlist) -> int:
+        """Longer runs first (priorities.training)."""
+        return priorities.training(self.run_config(wildcards))
 
     def minutes(self, wildcards: Namedlist) -> int | None:
         """The runtime a cluster is asked for (None: the profile's default)."""
