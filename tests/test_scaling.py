@@ -16,10 +16,11 @@ from tapernorm.analysis.scaling import read_study, summarize, trend
 from tapernorm.analysis.scaling_figures import curves_figure, gap_figure
 from tapernorm.analysis.scaling_io import RecordError, copy_record, write_summary
 from tapernorm.analysis.stats import t975
+from tapernorm.artifact.manifest import config_hash
 from tapernorm.cli import main
 from tapernorm.config import ConfigError
 from tapernorm.workflow import Plan, validate_pipeline_config
-from tapernorm.workflow.scaling import record_dir, study_records
+from tapernorm.workflow.scaling import SCALING_DIR, record_dir, study_records
 
 ROOT = Path(__file__).resolve().parents[1]
 SCHEMA = str(ROOT / "workflow/schemas/config.schema.yaml")
@@ -78,6 +79,16 @@ def test_the_ablation_reruns_on_fresh_seeds_with_its_own_settings():
     mine = plan.ablation.build("all_aux", 32, 1, "data/pretrain")
     assert cfg == mine.replace(name="scaling_ablation/all_aux-d32-s1")
     assert plan.scaling in plan.training() and plan.scaling_ablation in plan.training()
+
+
+def test_the_config_files_give_the_config_the_committed_study_ran_under():
+    """config.yaml then scaling.yaml validate to the config the study's manifests name (its records
+    were trained under it): a change to the default that is not the study's is pinned in
+    scaling.yaml (train.compile, on in the study, off in the default)."""
+    cfg = validate_pipeline_config(config_files("config.yaml", "scaling.yaml"), SCHEMA)
+    for name in ("manifest.json", "records_manifest.json"):
+        manifest = json.loads((ROOT / SCALING_DIR / name).read_text())
+        assert config_hash(cfg) == manifest["config_sha256"], name
 
 
 def test_the_committed_study_config_spans_ten_times_the_tokens():
