@@ -142,3 +142,30 @@ def test_where_things_are_names_files_that_exist():
         base = ROOT / first if first.endswith("/") else (ROOT / first).parent
         for name in re.findall(r"`([\w]+\.py)`", cell):
             assert (base / name).exists(), f"{row}: {name}"
+
+
+def test_the_job_times_block_leaves_a_cell_without_a_value_empty():
+    """A rule with no family (the benchmarks) and the total row have empty cells in job_times.csv:
+    the generated table shows them empty, not as pandas' `nan`."""
+    from tapernorm.artifact.doc_blocks import job_times_block
+
+    source = ROOT / "results/reference/amd-epyc-2c-82a57cc4f848"
+    block = job_times_block(source, ROOT / "config")
+    assert "nan" not in block
+    assert "| bench_decode |  | 1 | 151.5 | 151.5 |  |" in block
+
+
+def test_the_reference_times_block_compares_every_reference_runs_job_time_to_the_first():
+    """Every committed reference run, oldest first: how it trained (the manifest's config), the
+    conditions it ran under, and the total of its job records beside the first run's."""
+    from tapernorm.artifact.doc_blocks import reference_times_block
+
+    source = ROOT / "results/reference"
+    block = reference_times_block(source, ROOT / "config")
+    rows = [line for line in block.splitlines()[2:] if line.startswith("| [")]
+    assert len(rows) == len([p for p in source.iterdir() if (p / "manifest.json").is_file()])
+    assert rows[0].startswith("| [intel-xeon-2c-4ac9374d4b00]") and rows[0].endswith("(1.00x) |")
+    before = next(r for r in rows if "amd-epyc-2c-486177f8b607" in r)
+    after = next(r for r in rows if "amd-epyc-2c-82a57cc4f848" in r)
+    assert "| compiled |" in before and "2,361 s (1.01x)" in before
+    assert "| eager |" in after and "2,260 s (0.97x)" in after

@@ -149,9 +149,9 @@ def job_times_block(source: Path, doc_dir: Path) -> str:
     """The reference run's wall time and its job time per family (Snakemake's job records)."""
     ref = load_reference(source)
     table = source / "results" / "tables" / "job_times.csv"
-    df = pd.read_csv(table)
+    df = pd.read_csv(table, dtype=str, keep_default_na=False)  # an empty cell stays empty
     header = [str(c) for c in df.columns]
-    rows = df.astype(str).values.tolist()
+    rows = df.values.tolist()
     return (
         f"Reference run [{source.name}]({_link(source, doc_dir)}/) ({_made(ref)}): "
         f"**{wall_text(ref['manifest'])}** wall time for "
@@ -183,6 +183,43 @@ def references_block(source: Path, doc_dir: Path) -> str:
     return _table(
         ["Reference run", "Host and code", "Wall time", "Claim 1 gap", "Claim 2 gap"], rows
     )
+
+
+def _job_seconds(ref_dir: Path) -> float:
+    """The total of the run's timed jobs (training, fine-tuning, benchmarks): job_times.csv's row
+    `all`, from Snakemake's job records."""
+    table = pd.read_csv(ref_dir / "results" / "tables" / "job_times.csv")
+    return float(table.loc[table["Rule"] == "all", "Total s"].iloc[0])
+
+
+def reference_times_block(source: Path, doc_dir: Path) -> str:
+    """Every reference run under `source` by time: its host, how it trained, the conditions it
+    ran under, its wall time, and its job time beside the first run's (same jobs, other hosts)."""
+    refs = sorted(
+        (load_reference(p) for p in source.iterdir() if (p / "manifest.json").is_file()),
+        key=lambda ref: ref["manifest"]["snapshot"]["snakemake"]["started"],
+    )
+    if not refs:
+        raise ReferenceError(f"no reference run under {source}")
+    first = _job_seconds(refs[0]["dir"])
+    rows = []
+    for ref in refs:
+        m = ref["manifest"]
+        compiled = m["config"]["pretrain"]["train"].get("compile", False)
+        jobs = _job_seconds(ref["dir"])
+        rows.append(
+            [
+                f"[{ref['dir'].name}]({_link(ref['dir'], doc_dir)}/)",
+                f"{m['made']['host']['cpu']}, {m['made']['host']['cores']} cores; "
+                f"{str(m['made']['commit'])[:7]}, {m['snapshot']['snakemake']['started'][:10]}",
+                "compiled" if compiled else "eager",
+                m["snapshot"].get("conditions") or "—",
+                wall_text(m),
+                f"{jobs:,.0f} s ({jobs / first:.2f}x)",
+            ]
+        )
+    header = ["Reference run", "Host; code, date", "Training", "Conditions", "Wall time"]
+    return _table([*header, "Job time (÷ the first run's)"], rows)
 
 
 def lr_grid_block(source: Path, doc_dir: Path) -> str:
@@ -393,6 +430,7 @@ RENDERERS: dict[str, Callable[[Path, Path], str]] = {
     "cost": cost_block,
     "job-times": job_times_block,
     "references": references_block,
+    "reference-times": reference_times_block,
     "lr-grid": lr_grid_block,
     "dyt-rows": table_rows_block,
     "scaling": scaling_block,

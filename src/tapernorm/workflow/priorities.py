@@ -1,16 +1,18 @@
 """The order in which Snakemake starts ready jobs: each rule's `priority:`.
 
 Whenever cores free up, Snakemake's scheduler starts the ready jobs of the highest priority that fit
-them. On a machine of few cores that order decides how long a core sits idle, so (highest first):
+them. On a machine of few cores that order decides how long a core sits idle (config/README.md, "Time
+of the default run"), so, highest first:
 
 - a scaling record right after its run: a part's records are there to commit as it goes;
-- the short all-core data preparations that everything else waits for, so training starts at once;
-- the benchmarks, which take the machine alone wherever they run: first, rather than wherever two
-  cores happen to be free at once (measured: alone at the end of the run, or waiting behind a
-  single-core job while the other core idles);
-- the fine-tuning base run, which a chain of fine-tuning jobs waits for;
-- training runs longest first (longest processing time first: the short ones fill the cores at
-  the end, so that the cores finish together);
+- the short data preparations that everything else waits for, so that training starts at once
+  (before, the all-core tokenizing of the pre-training data waited for a free machine while one
+  core trained the fine-tuning base run and the other idled);
+- the benchmarks, which take the machine alone: whenever every core is free at once they go
+  first, and otherwise they run once nothing else is left to share the cores;
+- the fine-tuning base run, so that the short fine-tuning jobs it gates are ready to fill the
+  cores at the end;
+- training runs longest first (longest processing time first), so that the cores finish together;
 - everything else (evaluations, folds, figures, tables) as it becomes ready.
 """
 
