@@ -10,10 +10,9 @@ from types import SimpleNamespace
 import pytest
 import yaml
 
-from tapernorm.workflow import Plan, stamps, validate_pipeline_config
+from tapernorm.workflow import Plan, priorities, stamps, validate_pipeline_config
 from tapernorm.workflow import files as wf
 from tapernorm.workflow import job_functions as jf
-from tapernorm.workflow import priorities
 
 ROOT = Path(__file__).resolve().parents[1]
 SCHEMA = str(ROOT / "workflow/schemas/config.schema.yaml")
