@@ -163,10 +163,15 @@ def job_times_block(source: Path, doc_dir: Path) -> str:
     )
 
 
+def _reference_dirs(source: Path) -> list[Path]:
+    """The reference runs under `source` (results/reference): each directory with a manifest."""
+    return sorted(p for p in source.iterdir() if (p / "manifest.json").is_file())
+
+
 def references_block(source: Path, doc_dir: Path) -> str:
     """Every reference run under `source` (results/reference): host, code, time, claims 1 and 2."""
     rows = []
-    for ref_dir in sorted(p for p in source.iterdir() if (p / "manifest.json").is_file()):
+    for ref_dir in _reference_dirs(source):
         ref = load_reference(ref_dir)
         by_number = {r["Claim"].split(".")[0]: r for r in ref["claims"]["claims"]}
         rows.append(
@@ -196,7 +201,7 @@ def reference_times_block(source: Path, doc_dir: Path) -> str:
     """Every reference run under `source` by time: its host, how it trained, the conditions it
     ran under, its wall time, and its job time beside the first run's (same jobs, other hosts)."""
     refs = sorted(
-        (load_reference(p) for p in source.iterdir() if (p / "manifest.json").is_file()),
+        (load_reference(p) for p in _reference_dirs(source)),
         key=lambda ref: ref["manifest"]["snapshot"]["snakemake"]["started"],
     )
     if not refs:
