@@ -302,37 +302,72 @@ def test_the_docs_block_quotes_every_row_of_the_committed_summary(tmp_path):
     assert "| 6 → 12 | +2.00% → " in row and "| not resolved → yes; toward the band |" in row
 
 
-def test_a_figure_is_rebuilt_from_the_committed_records_alone(tmp_path):
-    """With the study's records, summary and figures in place (as committed) and no run directory,
-    asking for one figure again plans only that figure's job: nothing is trained."""
+def _committed_study(root: Path) -> list[Path]:
+    """The workflow and a study's records, summary, figures and manifest in `root`, as a clone has
+    them: the manifest written before what it lists, the records newest (the checkout's order)."""
     import os
     import shutil
-    import subprocess
     import time
 
     for name in ("Snakefile", "workflow", "config"):
         src = ROOT / name
-        (shutil.copytree if src.is_dir() else shutil.copy)(src, tmp_path / name)
-    (tmp_path / "config/study.yaml").write_text(yaml.safe_dump({"scaling": CI_GRID}))
-    plan, dirs = _study(tmp_path, {("internal_aux", 24): [1.0, 3.0]})
+        (shutil.copytree if src.is_dir() else shutil.copy)(src, root / name)
+    (root / "config/study.yaml").write_text(yaml.safe_dump({"scaling": CI_GRID}))
+    (root / SCALING_DIR).mkdir(parents=True)
+    (root / SCALING_DIR / "manifest.json").write_text("{}")
+    plan, dirs = _study(root, {("internal_aux", 24): [1.0, 3.0]})
     study = read_study(dirs)
     summary, per_seed = summarize(study)
-    out = tmp_path / "results/cpu/scaling"
+    out = root / SCALING_DIR
     write_summary(summary, per_seed, out)
     gap_figure(summary, out / "fig_scaling_gaps", "stamp")
     curves_figure(study, out / "fig_scaling_curves", "stamp")
-    (out / "manifest.json").write_text("{}")
-    later = time.time()  # the records newer than what is made from them (a clone's order)
+    later = time.time() + 1
     for path in (p for d in dirs for p in d.iterdir()):
         os.utime(path, (later, later))
-    (out / "fig_scaling_gaps.png").unlink()
-    target = "results/cpu/scaling/fig_scaling_gaps.png"
+    return dirs
+
+
+def _dry_run(root: Path, target: str) -> dict[str, str]:
+    """The jobs `snakemake -n target` plans in `root` (the study given after config/ci.yaml)."""
+    import subprocess
+
     cmd = ["snakemake", "-n", target, "--configfile", "config/ci.yaml", "config/study.yaml"]
-    done = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    done = subprocess.run(cmd, cwd=root, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
+    if "Nothing to be done" in done.stdout + done.stderr:
+        return {}
     stats = done.stdout.split("Job stats:")[1].split("\n\n")[0]
-    jobs = dict(line.split() for line in stats.splitlines()[3:] if len(line.split()) == 2)
-    assert jobs == {"scaling_figure": "1", "total": "1"}, stats
+    return dict(line.split() for line in stats.splitlines()[3:] if len(line.split()) == 2)
+
+
+def test_a_figure_is_rebuilt_from_the_committed_records_alone(tmp_path):
+    """With the study's records, summary and figures in place (as committed) and no run directory,
+    asking for one figure again plans only that figure's job: nothing is trained."""
+    _committed_study(tmp_path)
+    (tmp_path / SCALING_DIR / "fig_scaling_gaps.png").unlink()
+    jobs = _dry_run(tmp_path, "results/cpu/scaling/fig_scaling_gaps.png")
+    assert jobs == {"scaling_figure": "1", "total": "1"}
+
+
+def test_a_tree_where_the_default_ran_replans_nothing_of_the_study(tmp_path):
+    """The default's data, newer than every record, and a fresh clone's file times plan nothing
+    (before, Snakemake retrained every run of the study); a record with a file missing is made
+    again from its run, trained for it, and what reads it is remade."""
+    import os
+    import time
+
+    dirs = _committed_study(tmp_path)
+    data = tmp_path / "data/pretrain"
+    data.mkdir(parents=True)
+    for name in ("train.bin", "val.bin", "meta.json", "tokenizer.model"):
+        (data / name).write_text("x")
+        os.utime(data / name, (time.time() + 5,) * 2)
+    assert _dry_run(tmp_path, "scaling") == {}
+
+    (dirs[0] / "eval.json").unlink()
+    jobs = _dry_run(tmp_path, "scaling")
+    assert (jobs["train"], jobs["scaling_record"], jobs["scaling_summary"]) == ("1", "1", "1")
 
 
 def test_claim_rows_and_scale_card_quote_the_study(tmp_path):
@@ -374,3 +409,17 @@ def test_a_readme_claim_row_says_where_the_study_judges_it_otherwise():
            "Holds?": f"not resolved (d=64: straddles); {flips}"}  # fmt: skip
     assert _claim_cells(row) == ["2", "All-Taper", "h", f"not resolved; {flips}"]
     assert _claim_cells({**row, "Holds?": "not resolved"})[3] == "not resolved"
+
+
+def test_a_complete_record_depends_on_nothing(tmp_path):
+    from tapernorm.workflow.scaling import RECORD_FILES, record_inputs
+
+    record = "results/cpu/scaling/runs/scaling/baseline-d32-s0-n24"
+    run = "results/runs/scaling/baseline-d32-s0-n24"
+    assert record_inputs(record, run, tmp_path) == [f"{run}/{f}" for f in RECORD_FILES]
+    (tmp_path / record).mkdir(parents=True)
+    for name in RECORD_FILES[:-1]:
+        (tmp_path / record / name).write_text("{}")
+    assert len(record_inputs(record, run, tmp_path)) == 3  # one file missing: made again
+    (tmp_path / record / RECORD_FILES[-1]).write_text("")
+    assert record_inputs(record, run, tmp_path) == []

@@ -1,8 +1,10 @@
 # The scaling study (config/scaling.yaml, docs/scaling.md): its runs are trained by rule train
 # (families scaling and scaling_ablation; a cell that is exactly a pretrain run is that run), each
 # run's records are copied to results/cpu/scaling/runs/ (committed), and the summary, figures and
-# manifest are built from those records alone (ancient: a fresh clone's file times, which follow
-# the checkout's order, replan nothing; a record or summary a job remakes still does):
+# manifest are built from those records alone. A complete record depends on nothing
+# (scaling_record_source), and what is built from the records reads them as ancient: neither a
+# fresh clone's file times, which follow the checkout's order, nor a tree where the default ran
+# replans anything; a record or output that a job remakes still remakes what reads it:
 #   snakemake --cores all scaling --configfile config/config.yaml config/scaling.yaml
 # Included when the config has `scaling`.
 
@@ -27,7 +29,7 @@ rule scaling_record:
     conda:
         "../envs/tapernorm.yaml"
     params:
-        run=lambda wildcards, input: os.path.dirname(input[0]),
+        run=scaling_record_run,
         out=output_dir("eval"),
     shell:
         "tapernorm scaling record --run {params.run} --out {params.out} > {log} 2>&1"
@@ -76,12 +78,14 @@ rule scaling_figure:
 
 rule scaling_manifest:
     input:
-        SCALING_RECORDS,
-        expand(f"{wsc.SCALING_DIR}/{{f}}", f=SCALING_SUMMARY_FILES),
-        expand(
-            f"{wsc.SCALING_DIR}/{{fig}}.{{ext}}",
-            fig=SCALING_FIGURES,
-            ext=("pdf", "png"),
+        ancient(SCALING_RECORDS),
+        ancient(expand(f"{wsc.SCALING_DIR}/{{f}}", f=SCALING_SUMMARY_FILES)),
+        ancient(
+            expand(
+                f"{wsc.SCALING_DIR}/{{fig}}.{{ext}}",
+                fig=SCALING_FIGURES,
+                ext=("pdf", "png"),
+            )
         ),
     output:
         f"{wsc.SCALING_DIR}/manifest.json",

@@ -8,11 +8,17 @@ from tapernorm.workflow import scaling as wsc
 SCALING_RECORDS = wsc.study_records(PLAN.scaling, PLAN.scaling_ablation)
 
 
-def scaling_record_source(wildcards):
-    """The files of the run that a record copies: its own run, or the pretrain run standing for it."""
+def scaling_record_run(wildcards):
+    """The run directory a record copies: its own run, or the pretrain run standing for it."""
     run = wildcards.run
     if wildcards.sfamily == PLAN.scaling.name:
         family, run = PLAN.scaling.source(run)
     else:
         family = PLAN.scaling_ablation.name
-    return [f"{run_dir(family, run)}/{f}" for f in wsc.RECORD_FILES]
+    return run_dir(family, run)
+
+
+def scaling_record_source(wildcards):
+    """That run's files, or nothing for a complete (committed) record: wsc.record_inputs."""
+    record = wsc.record_dir(wildcards.sfamily, wildcards.run)
+    return wsc.record_inputs(record, scaling_record_run(wildcards))

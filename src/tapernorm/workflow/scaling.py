@@ -13,6 +13,8 @@ Every run's records (config.json, eval.json, metrics.jsonl) are copied to result
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from ..config import resolve_run_config
 from ..run_config import RunConfig
 from .family import Family
@@ -26,6 +28,17 @@ RECORD_FILES = ("config.json", "eval.json", "metrics.jsonl")  # what the study k
 def record_dir(family: str, run: str) -> str:
     """Where the study keeps the records of run `run` of `family`."""
     return f"{SCALING_DIR}/runs/{family}/{run}"
+
+
+def record_inputs(record: str, run: str, root: Path = Path(".")) -> list[str]:
+    """What the record job of directory `record` copies: the files of run directory `run`, or
+    nothing once the record is complete. A complete record (as committed) is the study's data, not
+    a product to keep up to date: otherwise, in a tree where the default has run, the newer data
+    and the default's own runs of the 600-step cells would make Snakemake retrain the whole study
+    (75 runs). A record with a file missing is made again from its run (trained if need be)."""
+    if all((root / record / name).is_file() for name in RECORD_FILES):
+        return []
+    return [f"{run}/{name}" for name in RECORD_FILES]
 
 
 class ScalingFamily(Family):
