@@ -11,13 +11,11 @@ from tapernorm.config import load_schema, resolve_run_config
 from tapernorm.run_config import OPTIONAL, SECTIONS, RunConfig, optional_keys
 from tapernorm.training.identity import config_identity
 from tapernorm.workflow import Plan, validate_pipeline_config
+from tapernorm.workflow.scaling import RECORD_ONLY
 
 ROOT = Path(__file__).resolve().parents[1]
 SCHEMA = str(ROOT / "workflow/schemas/config.schema.yaml")
 RECORDS = ROOT / "results/cpu/scaling/runs"
-# what config.json holds beside the run config: the model's own config (model.GPTConfig), what made
-# the run, its size and the step of its weights
-RECORD_ONLY = ("model", "n_params", "weights_step", "diverged_step")
 
 
 def _tiny() -> RunConfig:

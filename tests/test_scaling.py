@@ -411,15 +411,31 @@ def test_a_readme_claim_row_says_where_the_study_judges_it_otherwise():
     assert _claim_cells({**row, "Holds?": "not resolved"})[3] == "not resolved"
 
 
-def test_a_complete_record_depends_on_nothing(tmp_path):
+def test_a_complete_record_of_todays_config_depends_on_nothing(tmp_path):
     from tapernorm.workflow.scaling import RECORD_FILES, record_inputs
 
-    record = "results/cpu/scaling/runs/scaling/baseline-d32-s0-n24"
-    run = "results/runs/scaling/baseline-d32-s0-n24"
-    assert record_inputs(record, run, tmp_path) == [f"{run}/{f}" for f in RECORD_FILES]
-    (tmp_path / record).mkdir(parents=True)
-    for name in RECORD_FILES[:-1]:
-        (tmp_path / record / name).write_text("{}")
-    assert len(record_inputs(record, run, tmp_path)) == 3  # one file missing: made again
-    (tmp_path / record / RECORD_FILES[-1]).write_text("")
-    assert record_inputs(record, run, tmp_path) == []
+    plan = Plan(_ci(CI_GRID))
+    run, family = "baseline-d32-s0-n24", plan.scaling
+    inputs = [f"results/runs/scaling/{run}/{f}" for f in RECORD_FILES]
+    assert record_inputs(plan.scaling, family, run, tmp_path) == inputs  # no record yet
+    record = _record(tmp_path, plan, "scaling", run, 3.0)
+    assert record_inputs(plan.scaling, family, run, tmp_path) == []
+    config = json.loads((record / "config.json").read_text())
+    config["meta"]["provenance"] = {"commit": "abc"}  # what made it: not part of the config
+    (record / "config.json").write_text(json.dumps(config))
+    assert record_inputs(plan.scaling, family, run, tmp_path) == []
+    (record / "config.json").write_text(json.dumps({**config, "seed": 7}))  # another config
+    assert record_inputs(plan.scaling, family, run, tmp_path) == inputs
+    (record / "config.json").write_text(json.dumps(config))
+    (record / "eval.json").unlink()  # incomplete
+    assert record_inputs(plan.scaling, family, run, tmp_path) == inputs
+
+
+def test_every_committed_record_is_of_the_config_the_workflow_builds_now():
+    """So `snakemake scaling` with config.yaml and scaling.yaml plans nothing in any tree."""
+    from tapernorm.workflow.scaling import record_inputs
+
+    plan = Plan(validate_pipeline_config(config_files("config.yaml", "scaling.yaml"), SCHEMA))
+    for family in (plan.scaling, plan.scaling_ablation):
+        for run in family.runs():
+            assert record_inputs(plan.scaling, family, run, ROOT) == [], (family.name, run)

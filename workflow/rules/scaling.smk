@@ -1,10 +1,10 @@
 # The scaling study (config/scaling.yaml, docs/scaling.md): its runs are trained by rule train
 # (families scaling and scaling_ablation; a cell that is exactly a pretrain run is that run), each
 # run's records are copied to results/cpu/scaling/runs/ (committed), and the summary, figures and
-# manifest are built from those records alone. A complete record depends on nothing
-# (scaling_record_source), and what is built from the records reads them as ancient: neither a
-# fresh clone's file times, which follow the checkout's order, nor a tree where the default ran
-# replans anything; a record or output that a job remakes still remakes what reads it:
+# manifest are built from those records alone. A complete record of the config given depends on
+# nothing (scaling_record_source), and what is built from the records reads them as ancient:
+# neither a fresh clone's file times, which follow the checkout's order, nor a tree where the
+# default ran replans anything; a record or output that a job remakes still remakes what reads it:
 #   snakemake --cores all scaling --configfile config/config.yaml config/scaling.yaml
 # Included when the config has `scaling`.
 

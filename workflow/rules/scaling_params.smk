@@ -10,15 +10,14 @@ SCALING_RECORDS = wsc.study_records(PLAN.scaling, PLAN.scaling_ablation)
 
 def scaling_record_run(wildcards):
     """The run directory a record copies: its own run, or the pretrain run standing for it."""
-    run = wildcards.run
-    if wildcards.sfamily == PLAN.scaling.name:
-        family, run = PLAN.scaling.source(run)
-    else:
-        family = PLAN.scaling_ablation.name
-    return run_dir(family, run)
+    family, run = wsc.record_source(
+        PLAN.scaling, PLAN.family(wildcards.sfamily), wildcards.run
+    )
+    return run_dir(family.name, run)
 
 
 def scaling_record_source(wildcards):
-    """That run's files, or nothing for a complete (committed) record: wsc.record_inputs."""
-    record = wsc.record_dir(wildcards.sfamily, wildcards.run)
-    return wsc.record_inputs(record, scaling_record_run(wildcards))
+    """That run's files, or nothing for a complete record of today's config: wsc.record_inputs."""
+    return wsc.record_inputs(
+        PLAN.scaling, PLAN.family(wildcards.sfamily), wildcards.run
+    )

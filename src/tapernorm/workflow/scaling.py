@@ -13,12 +13,13 @@ Every run's records (config.json, eval.json, metrics.jsonl) are copied to result
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from ..config import resolve_run_config
 from ..run_config import RunConfig
 from .family import Family
-from .names import parse_run_name, parse_scaling_run, run_name, scaling_run_name
+from .names import parse_run_name, parse_scaling_run, run_dir, run_name, scaling_run_name
 from .training import TrainingFamily
 
 SCALING_DIR = "results/cpu/scaling"  # the study's committed records, summary and figures
@@ -30,15 +31,47 @@ def record_dir(family: str, run: str) -> str:
     return f"{SCALING_DIR}/runs/{family}/{run}"
 
 
-def record_inputs(record: str, run: str, root: Path = Path(".")) -> list[str]:
-    """What the record job of directory `record` copies: the files of run directory `run`, or
-    nothing once the record is complete. A complete record (as committed) is the study's data, not
-    a product to keep up to date: otherwise, in a tree where the default has run, the newer data
-    and the default's own runs of the 600-step cells would make Snakemake retrain the whole study
-    (75 runs). A record with a file missing is made again from its run (trained if need be)."""
-    if all((root / record / name).is_file() for name in RECORD_FILES):
-        return []
-    return [f"{run}/{name}" for name in RECORD_FILES]
+def record_inputs(
+    scaling: ScalingFamily, sfamily: Family, run: str, root: Path = Path(".")
+) -> list[str]:
+    """What the record job of `run` of `sfamily` (scaling or scaling_ablation) copies: the files of
+    the run that trains it (record_source), or nothing when the record is complete and its
+    config.json is the run config the workflow builds now. Such a record (as committed) is the
+    study's data, not a product to keep up to date: otherwise, in a tree where the default has
+    run, the newer data and the default's own eager runs of the 600-step cells would make Snakemake
+    retrain the whole study (75 runs). A record with a file missing, or made under another config,
+    is made again from its run (trained if need be)."""
+    family, source = record_source(scaling, sfamily, run)
+    files = [f"{run_dir(family.name, source)}/{name}" for name in RECORD_FILES]
+    record = root / record_dir(sfamily.name, run)
+    if not all((record / name).is_file() for name in RECORD_FILES):
+        return files
+    try:
+        recorded = json.loads((record / "config.json").read_text())
+        built = family.run_config(source, recorded["data"]["dir"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return files
+    return [] if same_run_config(recorded, built) else files
+
+
+def record_source(scaling: ScalingFamily, sfamily: Family, run: str) -> tuple[Family, str]:
+    """(family, run) whose run directory the record of `run` of `sfamily` copies."""
+    if sfamily.name == scaling.name:
+        name, run = scaling.source(run)
+        return (scaling.pretrain if name == scaling.pretrain.name else scaling), run
+    return sfamily, run
+
+
+# what a run's config.json holds beside its run config: the model's own config (model.GPTConfig),
+# its size and the step of its weights (and in meta, the provenance of the run)
+RECORD_ONLY = ("model", "n_params", "weights_step", "diverged_step")
+
+
+def same_run_config(recorded: dict, built: RunConfig) -> bool:
+    """Whether a run's config.json was written for run config `built` (keys in any order)."""
+    meta = {k: v for k, v in recorded.get("meta", {}).items() if k != "provenance"}
+    mine = {k: v for k, v in recorded.items() if k not in RECORD_ONLY}
+    return {**mine, "meta": meta} == {k: v for k, v in built.to_dict().items() if k != "model"}
 
 
 class ScalingFamily(Family):
