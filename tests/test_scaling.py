@@ -426,6 +426,9 @@ def test_a_complete_record_of_todays_config_depends_on_nothing(tmp_path):
     assert record_inputs(plan.scaling, family, run, tmp_path) == []
     (record / "config.json").write_text(json.dumps({**config, "seed": 7}))  # another config
     assert record_inputs(plan.scaling, family, run, tmp_path) == inputs
+    model = {**config["model"], "n_layer": config["model"]["n_layer"] + 1}  # another model
+    (record / "config.json").write_text(json.dumps({**config, "model": model}))
+    assert record_inputs(plan.scaling, family, run, tmp_path) == inputs
     (record / "config.json").write_text(json.dumps(config))
     (record / "eval.json").unlink()  # incomplete
     assert record_inputs(plan.scaling, family, run, tmp_path) == inputs

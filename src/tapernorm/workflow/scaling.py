@@ -18,6 +18,7 @@ from pathlib import Path
 
 from ..config import resolve_run_config
 from ..run_config import RunConfig
+from ..training.identity import config_identity
 from .family import Family
 from .names import parse_run_name, parse_scaling_run, run_dir, run_name, scaling_run_name
 from .training import TrainingFamily
@@ -68,10 +69,16 @@ RECORD_ONLY = ("model", "n_params", "weights_step", "diverged_step")
 
 
 def same_run_config(recorded: dict, built: RunConfig) -> bool:
-    """Whether a run's config.json was written for run config `built` (keys in any order)."""
-    meta = {k: v for k, v in recorded.get("meta", {}).items() if k != "provenance"}
+    """Whether a run's config.json was written for run config `built`: the same run by its identity
+    (training.identity.config_identity, as a resume compares them), and a model whose config holds
+    every model key `built` sets (config.json keeps the model's resolved config, not the section)."""
+    cfg = built.to_dict()
+    section = {k: v for k, v in cfg.pop("model").items() if v is not None}
     mine = {k: v for k, v in recorded.items() if k not in RECORD_ONLY}
-    return {**mine, "meta": meta} == {k: v for k, v in built.to_dict().items() if k != "model"}
+    mine["meta"] = {k: v for k, v in recorded.get("meta", {}).items() if k != "provenance"}
+    model = recorded.get("model")
+    same_model = isinstance(model, dict) and all(model.get(k) == v for k, v in section.items())
+    return same_model and config_identity(mine) == config_identity(cfg)
 
 
 class ScalingFamily(Family):
