@@ -23,13 +23,16 @@ from .args import (
 def _cmd_train(args: argparse.Namespace) -> int:
     import torch
 
+    from ..runtime.allocator import keep_freed_memory
     from ..runtime.device import resolve_device
     from ..training.loop import train
 
     cfg = _train_config(args)
     threads = args.threads
-    if threads is None and resolve_device(cfg.train.device, setting="train.device").type == "cpu":
-        threads = 1  # bit-reproducible: more threads split sums differently from run to run
+    if resolve_device(cfg.train.device, setting="train.device").type == "cpu":
+        keep_freed_memory()  # no page faults on each step's activations (runtime/allocator.py)
+        if threads is None:
+            threads = 1  # bit-reproducible: more threads split sums differently from run to run
     previous = torch.get_num_threads()
     if threads is not None:
         torch.set_num_threads(threads)
