@@ -301,24 +301,3 @@ def test_job_records_are_one_path_per_timed_job():
     trained = len(plan.pretrain.runs()) + len(plan.ablation.runs())
     ft = len(plan.finetune.runs()) + len(plan.finetune.base_models())
     assert len(names) == trained + len(plan.sweep.runs()) + ft + 2
-
-
-def test_compiled_cpu_decode_is_warmed_up_beside_training():
-    default = Plan(validate_pipeline_config(load("config.yaml"), SCHEMA))
-    bench = default.bench
-    assert bench.compile_warmup() == "logs/bench/decode_compile_warmup.csv"
-    warm = bench.warmup_config()
-    assert warm["decode"]["modes"] == ["compiled"]
-    assert (warm["decode"]["repeats"], warm["decode"]["warmup"]) == (1, 0)
-    # the graphs compiled depend on the grid and the weights, which the warm-up keeps
-    same = ("batch_sizes", "prompt_lens", "new_tokens")
-    assert all(warm["decode"][k] == bench.job_config("decode")["decode"][k] for k in same)
-    assert warm["random"] == bench.job_config("decode")["random"]
-    assert bench.job_inputs("decode")["warmup"] == bench.compile_warmup()
-    assert "warmup" not in bench.job_inputs("forward")
-    assert default.timed_jobs(root=None)[-1] == "bench_decode_warmup.tsv"
-    ci = Plan(validate_pipeline_config(load("ci.yaml"), SCHEMA)).bench
-    assert ci.compile_warmup() is None  # eager decode only: nothing to compile
-    gpu = load("config.yaml")
-    gpu["bench"]["device"] = "cuda"
-    assert Plan(validate_pipeline_config(gpu, SCHEMA)).bench.compile_warmup() is None

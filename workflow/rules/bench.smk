@@ -8,13 +8,11 @@ BENCH = PLAN.bench
 
 
 # what the benchmarks wait for (the timed runs' eval.json, the fold check) and the model files that
-# each loads from each timed run (bench_decode also waits for its compile warm-up: job_inputs)
+# each loads from each timed run
 BENCH_INPUTS = BENCH.job_inputs()
 # the timed runs' directories as options, with a trailing space (none with bench.random, which
 # the --config-json section carries)
 BENCH_MODELS = BENCH.model_options()
-# the compiled decode grid run once beside training, to fill inductor's cache (None: not run)
-COMPILE_WARMUP = BENCH.compile_warmup()
 
 
 for kind in wb.BENCH_KINDS:
@@ -23,7 +21,7 @@ for kind in wb.BENCH_KINDS:
         name:
             f"bench_{kind}"
         input:
-            **BENCH.job_inputs(kind),
+            **BENCH_INPUTS,
         output:
             f"results/bench/{kind}.csv",
         log:
@@ -44,31 +42,6 @@ for kind in wb.BENCH_KINDS:
         shell:
             "OMP_NUM_THREADS={threads} {params.gpus} tapernorm bench {params.kind} "
             "--config-json {params.config:q} {params.models}--threads {threads} "
-            "--out {output} > {log} 2>&1"
-
-
-if COMPILE_WARMUP:
-
-    rule bench_decode_warmup:
-        input:
-            **BENCH_INPUTS,
-        output:
-            COMPILE_WARMUP,
-        log:
-            "logs/bench/decode_warmup.log",
-        benchmark:
-            wn.job_record("bench_decode_warmup")
-        priority: priorities.BENCH
-        conda:
-            GPU_ENV
-        threads: 1  # compiling takes one core; its few decode steps use the benchmark's threads
-        params:
-            config=json.dumps(BENCH.warmup_config()),
-            models=BENCH_MODELS,
-            threads=all_cores,
-        shell:
-            "OMP_NUM_THREADS={params.threads} tapernorm bench decode "
-            "--config-json {params.config:q} {params.models}--threads {params.threads} "
             "--out {output} > {log} 2>&1"
 
 

@@ -16,8 +16,6 @@ from .names import model_files, run_dir, run_name
 BENCH_VARIANTS = benched("always")
 BENCH_OPTIONAL = benched("if_trained")
 BENCH_KINDS = ("forward", "decode")  # results/bench/<kind>.csv of rule bench_<kind>
-# the compiled decode grid run once, untimed in effect, by a one-core job beside training
-COMPILE_WARMUP = "logs/bench/decode_compile_warmup.csv"
 # `tapernorm bench` option -> the variant of the timed run it names
 BENCH_MODEL_OPTIONS = tuple((VARIANTS[v]["bench"]["option"], v) for v in variants_with("bench"))
 
@@ -60,16 +58,13 @@ class Bench:
             inputs["dyt"] = f"{runs['dyt']}/eval.json"
         return inputs
 
-    def job_inputs(self, kind: str | None = None) -> dict[str, str]:
+    def job_inputs(self) -> dict[str, str]:
         """inputs(), and the model files that the benchmarks load from each timed run (named
-        <input>_config, <input>_model); for rule bench_decode also the compile warm-up's CSV
-        (`warmup`) where there is one."""
+        <input>_config, <input>_model)."""
         inputs = self.inputs()
         for key, path in list(inputs.items()):
             if Path(path).name == "eval.json":
                 inputs |= model_files(str(Path(path).parent), prefix=f"{key}_")
-        if kind == "decode" and self.compile_warmup():
-            inputs["warmup"] = COMPILE_WARMUP
         return inputs
 
     def model_options(self) -> str:
@@ -84,25 +79,6 @@ class Bench:
         benchmark's grid does not rerun this one (the command fills in the grid it is not given
         with its defaults, and does not read it)."""
         return {k: v for k, v in self.section.items() if k == kind or k not in BENCH_KINDS}
-
-    def compile_warmup(self) -> str | None:
-        """The CSV of rule bench_decode_warmup, or None where it does not run. On a CPU, compiled
-        decode spends about a minute compiling (dynamo, inductor, the C++ compiler: one core)
-        while bench_decode holds every core; the warm-up runs the compiled grid once beside
-        training, with the benchmark's thread count (inductor's cache key holds it), so that
-        bench_decode finds its graphs in inductor's on-disk cache. The cache is the machine's
-        (TORCHINDUCTOR_CACHE_DIR, else a directory under /tmp): on a cluster whose jobs run on
-        other nodes the warm-up saves nothing. Its timings were taken beside a training run:
-        the CSV is a log, not a result."""
-        if self.device != "cpu" or "compiled" not in self.section["decode"]["modes"]:
-            return None
-        return COMPILE_WARMUP
-
-    def warmup_config(self) -> dict:
-        """job_config("decode") with the compiled mode only, one round and none untimed."""
-        config = self.job_config("decode")
-        decode = {**config["decode"], "modes": ["compiled"], "repeats": 1, "warmup": 0}
-        return {**config, "decode": decode}
 
     def csvs(self) -> list[str]:
         return [f"results/bench/{kind}.csv" for kind in BENCH_KINDS]

@@ -167,8 +167,6 @@ class Plan:
             records += fam.job_records(root) if fam else []
         if self.bench:
             records += [job_record(f"bench_{kind}", root=root) for kind in BENCH_KINDS]
-            if self.bench.compile_warmup():
-                records.append(job_record("bench_decode_warmup", root=root))
         return records
 
     def manifest_inputs(self, analysis_inputs: Sequence[str], lr_grid: bool = False) -> list[str]:
