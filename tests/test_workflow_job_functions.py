@@ -128,12 +128,34 @@ def test_a_train_job_is_its_familys_run(family, run):
     train = jf.TrainJobs(plan, "data/pretrain")
     wildcards = SimpleNamespace(family=family, run=run)
     resolved = train.run_config(wildcards)
-    assert resolved == plan.family(family).run_config(run, "data/pretrain")
+    own = plan.family(family).run_config(run, "data/pretrain")
+    # DyT trains from step 0; a sweep run branches from the ablation's trunk (workflow/trunks.py)
+    trunk = None if family == "pretrain" else "ablation-d32-s0"
+    assert resolved.init.trunk == (trunk and f"results/trunks/{trunk}")
+    assert resolved.replace(init=own.init) == own
+    inputs = train.trunk_input(wildcards)
+    assert inputs.get("trunk_record") == (trunk and f"results/trunks/{trunk}/trunk.json")
+    assert not trunk or inputs["trunk_tensors"] == f"results/trunks/{trunk}/ckpt/state.safetensors"
     assert resolved.name == f"{family}/{run}" and resolved.data.dir == "data/pretrain"
     assert (train.gpus(wildcards), train.device(wildcards)) == (0, "auto")
     assert train.minutes(wildcards) == 30  # ci.yaml has no step-time estimate
     with pytest.raises(ValueError, match="no family"):
         train.run_config(SimpleNamespace(family="finetune_base2", run=run))
+
+
+def test_a_trunk_job_trains_its_first_runs_trunk():
+    plan = Plan(load("ci.yaml"))
+    train = jf.TrainJobs(plan, "data/pretrain")
+    wildcards = SimpleNamespace(trunk="pretrain-d32-s1")
+    cfg = train.trunk_config(wildcards)
+    assert (cfg.name, cfg.init.trunk, cfg.data.dir) == (
+        "pretrain/baseline-d32-s1",
+        None,
+        "data/pretrain",
+    )
+    assert (train.trunk_gpus(wildcards), train.trunk_device(wildcards)) == (0, "auto")
+    with pytest.raises(ValueError, match="no trunk"):
+        train.trunk_config(SimpleNamespace(trunk="pretrain-d32-s9"))
 
 
 def test_a_paper_train_job_holds_a_gpu_for_its_estimated_time():

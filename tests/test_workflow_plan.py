@@ -300,4 +300,6 @@ def test_job_records_are_one_path_per_timed_job():
     assert names[-2:] == ["bench_forward.tsv", "bench_decode.tsv"]
     trained = len(plan.pretrain.runs()) + len(plan.ablation.runs())
     ft = len(plan.finetune.runs()) + len(plan.finetune.base_models())
-    assert len(names) == trained + len(plan.sweep.runs()) + ft + 2
+    trunks = [f"trunk/{name}.tsv" for name in plan.trunks.names()]
+    assert trunks and set(trunks) <= set(names)
+    assert len(names) == len(trunks) + trained + len(plan.sweep.runs()) + ft + 2

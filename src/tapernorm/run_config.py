@@ -76,6 +76,7 @@ class ModelSection(_Section):
 @dataclass(frozen=True, kw_only=True)
 class InitSection(_Section):
     source: str | None = field(metadata={KEY: "from"})  # None: random init; see the run schema
+    trunk: str | None = _optional()  # a trunk directory to branch from (training/trunk.py)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -29,6 +29,7 @@ from tapernorm.workflow.job_functions import (
     table_stem,
 )
 from tapernorm.workflow.names import model_files, run_dir
+from tapernorm.workflow.trunks import trunk_dir, trunk_files
 from tapernorm.workflow.stamps import rerun_command, stamp_options, stamp_param
 
 CONFIG_SCHEMA = f"{workflow.basedir}/workflow/schemas/config.schema.yaml"

@@ -1,9 +1,36 @@
 # Every training family's runs (pretrain, ablation, anchor_sweep, lr_grid): one job per run, its
-# config from its family (tapernorm.workflow), results/runs/<family>/<run>/.
+# config from its family (tapernorm.workflow), results/runs/<family>/<run>/. Runs that differ only
+# in their variant branch from their trunk (the steps before the taper, trained once by rule trunk
+# into results/trunks/<trunk>/: tapernorm.workflow.trunks).
+
+
+rule trunk:
+    input:
+        **PRETRAIN_DATA_FILES,
+    output:
+        **trunk_files("{trunk}"),
+    log:
+        "logs/trunks/{trunk}.log",
+    benchmark:
+        wn.job_record("trunk", "{trunk}")
+    priority: priorities.TRUNK
+    conda:
+        GPU_ENV
+    threads: 1
+    resources:
+        gpu=TRAIN.trunk_gpus,
+    params:
+        run=lambda w: TRAIN.trunk_config(w).to_json(),
+        gpus=gpu_claim(TRAIN.trunk_device),
+        out=lambda w: trunk_dir(w.trunk),
+    shell:
+        "OMP_NUM_THREADS={threads} {params.gpus} tapernorm train --trunk --config-json "
+        "{params.run:q} --out {params.out} > {log} 2>&1"
 
 
 rule train:
     input:
+        unpack(TRAIN.trunk_input),
         **PRETRAIN_DATA_FILES,
     output:
         eval=f"{run_dir('{family}', '{run}')}/eval.json",

@@ -25,7 +25,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
 
     from ..runtime.allocator import keep_freed_memory
     from ..runtime.device import resolve_device
-    from ..training.loop import train
+    from ..training.loop import train, train_trunk
 
     cfg = _train_config(args)
     threads = args.threads
@@ -37,7 +37,10 @@ def _cmd_train(args: argparse.Namespace) -> int:
     if threads is not None:
         torch.set_num_threads(threads)
     try:
-        result = train(cfg, args.out, wait=args.wait, force=args.force)
+        if args.trunk:
+            result = train_trunk(cfg, args.out, wait=args.wait, force=args.force)
+        else:
+            result = train(cfg, args.out, wait=args.wait, force=args.force)
     except KeyboardInterrupt:
         from ..training.state import resume_step
 
@@ -97,6 +100,13 @@ def train_parser(sub) -> None:
         action="store_true",
         help="train into an --out that holds other files: the run's files (config.json, "
         "metrics.jsonl, eval.json, model.safetensors, ckpt/) are replaced, every other is kept",
+    )
+    t.add_argument(
+        "--trunk",
+        action="store_true",
+        help="train the run's trunk into --out instead of the run: its steps before the taper, "
+        "which every variant of the run shares, checkpointed at the taper start; a run with "
+        "init.trunk set to that directory starts there (tapernorm/training/trunk.py)",
     )
     t.add_argument(
         "--threads",

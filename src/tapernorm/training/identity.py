@@ -10,7 +10,8 @@ directory of the same bytes) is the same run:
   written);
 - data: the sha256 of the shards (meta.json, train.bin, val.bin) and of the tokenizer model that
   meta.json names;
-- init: for a run or model directory, its config.json's "model" entry and the digest of the
+- init: for a trunk (`init.trunk`), the digest of its checkpoint's tensors and its copy of the
+  record; for a run or model directory, its config.json's "model" entry and the digest of the
   tensors in its model.safetensors (not the files' bytes: config.json's provenance and times
   change whenever the same model is written again); for a save_pretrained directory, its
   config.json without transformers' version and source name and each weight file's digest; a hub
@@ -35,7 +36,11 @@ from ..runtime.jsonio import read_json
 SHARD_FILES = ("meta.json", "train.bin", "val.bin")
 MODEL_FILES = ("config.json", "model.safetensors")  # what checkpoint.load_model reads
 PARTS = {"config": "another config", "data": "other data", "init": "another init checkpoint"}
-PATH_KEYS = (("data", "dir"), ("init", "from"))  # identified by what they hold, not their spelling
+PATH_KEYS = (
+    ("data", "dir"),
+    ("init", "from"),
+    ("init", "trunk"),
+)  # identified by what they hold, not their spelling
 VIEW_KEYS = (("log", "tensorboard"),)  # how a run is watched, not what it computes
 HF_VOLATILE = ("_name_or_path", "transformers_version")  # in config.json, not the model
 HF_WEIGHTS = (".safetensors", ".bin", ".index.json")
@@ -145,6 +150,17 @@ def _init_pins(source: str | None) -> tuple[list[Pin], dict | None]:
     return pins, None
 
 
+def _trunk_pins(trunk: str | None) -> list[Pin]:
+    """The pins of `init.trunk`: its checkpoint's tensors and copy of the record."""
+    if trunk is None:
+        return []
+    ckpt = Path(trunk) / "ckpt"
+    return [
+        Pin("init", "trunk state.safetensors", ckpt / "state.safetensors", "tensors"),
+        Pin("init", "trunk metrics.jsonl", ckpt / "metrics.jsonl", "bytes"),
+    ]
+
+
 def _hash(pin: Pin, known: dict) -> None:
     """Fill in pin.state and pin.value: from `known` (key -> [state, value]) when the file's state
     is the one recorded there, else by reading the file."""
@@ -165,7 +181,7 @@ class Inputs:
     def __init__(self, cfg: RunConfig, known: dict | None = None):
         self.pins = _data_pins(Path(cfg.data.dir))
         init_pins, self._init = _init_pins(cfg.init.source)
-        self.pins += init_pins
+        self.pins += init_pins + _trunk_pins(cfg.init.trunk)
         for pin in self.pins:
             _hash(pin, known or {})
 

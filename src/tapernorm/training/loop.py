@@ -43,6 +43,7 @@ from .checkpoint import CheckpointError, save_model, write_json
 from .diagnostics import clipped, grad_norms, output_stats, prelogit_geometry
 from .distributed import World, barrier, process_group
 from .evaluation import evaluate
+from .identity import run_identity
 from .lock import run_lock
 from .run import (
     EVAL_KEYS,
@@ -54,14 +55,20 @@ from .run import (
     set_up,
 )
 from .state import (
+    checkpoint_dirs,
+    checkpoint_mismatch,
     claim_run_dir,
     finished_result,
     has_checkpoint,
     load_training_state,
     prune_checkpoint,
+    read_state,
+    readable_checkpoint,
     save_training_state,
 )
 from .tensorboard_log import check_available
+from .trunk import RECORD as TRUNK_RECORD
+from .trunk import trunk_config
 
 log = logging.getLogger(__name__)
 
@@ -440,3 +447,38 @@ def train(
                     run.metrics.close()
                 if run.tensorboard is not None:
                     run.tensorboard.close()
+
+
+def train_trunk(
+    cfg: RunConfig, out_dir: str | Path, wait: bool = False, force: bool = False
+) -> dict:
+    """Train the trunk of run `cfg` (trunk.trunk_config: the steps before its taper, which every
+    variant of the run shares) into out_dir: config.json, metrics.jsonl and its one checkpoint,
+    ckpt/, at step taper.start, then trunk.json (what this returns: out_dir, the trunk's name and
+    step); no eval.json. A trunk already there, whole, is kept as it is."""
+    family = cfg.name.rsplit("/", 1)[0] if "/" in cfg.name else ""
+    name = f"{family}/trunk-s{cfg.seed}" if family else f"trunk-s{cfg.seed}"
+    trunk = trunk_config(cfg, name)
+    if trunk is None:
+        raise ValueError(
+            f"run {cfg.name} has no trunk: its steps before the taper are its own (a trunk needs "
+            "an eager llama-style run with RMS norms, a random init, a registry variant and a "
+            "taper start before its last step)"
+        )
+    out = Path(out_dir)
+    ckpt, step = out / "ckpt", trunk.taper.start
+    (out / TRUNK_RECORD).unlink(missing_ok=True)
+    for left in checkpoint_dirs(ckpt):  # what a rerun's deleted outputs leave (Snakemake -f)
+        if left.is_dir() and not any(left.iterdir()):
+            left.rmdir()
+    if (
+        readable_checkpoint(ckpt) is not None
+        and checkpoint_mismatch(ckpt, run_identity(trunk)) == []
+        and read_state(ckpt).get("step") == step
+    ):
+        log.info("[%s] %s holds this trunk, at step %d: nothing to do", name, out, step)
+    else:
+        step = train(trunk, out, stop_after=step, wait=wait, force=force)["stopped_at"]
+    result = {"trunk": str(out), "name": name, "step": step}
+    write_json(out / TRUNK_RECORD, result)
+    return result

@@ -50,6 +50,7 @@ from .state import (
     recorded_inputs,
 )
 from .tensorboard_log import TensorBoardLog
+from .trunk import branch
 
 log = logging.getLogger(
     "tapernorm.training.loop"
@@ -263,13 +264,14 @@ def resume(run: Run) -> int:
                 (out / name).unlink(missing_ok=True)
         write_json(out / "config.json", config_record(run, model=run.model.config.to_dict()))
     barrier(world)  # every rank sees the checkpoint rank 0 kept
-    step = 0
+    step, ckpt = 0, readable_checkpoint(run.ckpt)
     if has_checkpoint(run.ckpt):
         step = load_training_state(run.ckpt, run.model, run.opt, run.anchor)
+    elif cfg.init.trunk is not None:  # the steps before the taper, as the trunk trained them
+        step, ckpt = branch(cfg, run.model, run.opt, run.anchor)
     if world.main:
         if step:
-            saved = read_state(run.ckpt).get("metrics")
-            ckpt = readable_checkpoint(run.ckpt)
+            saved = read_state(ckpt).get("metrics")
             restored = restore_metrics(run.metrics_path, ckpt, step, saved, cfg.name)
             note = f" ({run.metrics_path.name} restored: {restored} records)" if restored else ""
             log.info("[%s] resumed from step %d%s", cfg.name, step, note)

@@ -21,6 +21,7 @@ from .files import (
 )
 from .names import JOB_RECORDS
 from .plan import Plan
+from .trunks import trunk_files
 
 # what Snakemake passes a job function: the job's wildcards, input, output or resources, each a
 # Namedlist (its entries also attributes by name); typed loosely, planning imports no Snakemake
@@ -144,8 +145,28 @@ class TrainJobs:
         return self.plan.family(wildcards.family)
 
     def run_config(self, wildcards: Namedlist) -> RunConfig:
-        """The run's resolved config (what `tapernorm train --config-json` takes)."""
-        return self.family(wildcards).run_config(wildcards.run, self.data_dir)
+        """The run's resolved config (what `tapernorm train --config-json` takes), branching from
+        its trunk where it has one."""
+        cfg = self.family(wildcards).run_config(wildcards.run, self.data_dir)
+        return self.plan.trunks.with_trunk(wildcards.family, wildcards.run, cfg)
+
+    def trunk_input(self, wildcards: Namedlist) -> dict[str, str]:
+        """The files of the trunk a run branches from (trunks.trunk_files, keys prefixed
+        `trunk_`), else {}."""
+        name = self.plan.trunks.of(wildcards.family, wildcards.run)
+        return {f"trunk_{k}": v for k, v in trunk_files(name).items()} if name else {}
+
+    def trunk_config(self, wildcards: Namedlist) -> RunConfig:
+        """What `tapernorm train --trunk` takes for trunk wildcards.trunk: its first run's config."""
+        family, run = self.plan.trunks.first_run(wildcards.trunk)
+        return family.run_config(run, self.data_dir)
+
+    def trunk_gpus(self, wildcards: Namedlist) -> int:
+        family, run = self.plan.trunks.first_run(wildcards.trunk)
+        return family.gpus(run)
+
+    def trunk_device(self, wildcards: Namedlist) -> str:
+        return self.plan.trunks.first_run(wildcards.trunk)[0].device
 
     def gpus(self, wildcards: Namedlist) -> int:
         return self.family(wildcards).gpus(wildcards.run)

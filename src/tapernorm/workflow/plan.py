@@ -16,6 +16,7 @@ from .finetune import FinetuneBaseFamily, FinetuneFamily
 from .names import JOB_RECORDS, job_record, parse_run_name, run_name
 from .scaling import ScalingAblationFamily, ScalingFamily
 from .training import LrGridFamily, SweepFamily, TrainingFamily
+from .trunks import Trunks
 
 # figure 2's runs: Baseline vs the variants claims 1 and 2 compare (Internal-Taper (+aux),
 # All-Taper (+aux)), and DyT with its matched (untied-head) baseline (variants.VARIANTS' fig2 role)
@@ -59,6 +60,8 @@ class Plan:
             else None
         )
         self.bench = Bench(config, self.pretrain.figure_width) if config.get("bench") else None
+        # the steps before the taper that the default's runs share (workflow/trunks.py)
+        self.trunks = Trunks([f for f in (self.pretrain, self.ablation, self.sweep) if f])
 
     def training(self) -> list[Family]:
         """The families rule train trains (its {family} wildcard)."""
@@ -159,12 +162,13 @@ class Plan:
         return targets + claims + tables("job_times") + [MANIFEST]
 
     def timed_jobs(self, root: str | None = JOB_RECORDS) -> list[str]:
-        """Job records of this config's jobs that keep one (training, fine-tuning, the inference
-        benchmarks; not the LR grid, a study of its own), under `root` (None: relative to
+        """Job records of this config's jobs that keep one (trunks, training, fine-tuning, the
+        inference benchmarks; not the LR grid, a study of its own), under `root` (None: relative to
         JOB_RECORDS, as `tapernorm job-times` takes them)."""
         records = []
         for fam in [self.pretrain, self.ablation, self.sweep, self.finetune_base, self.finetune]:
             records += fam.job_records(root) if fam else []
+        records += [job_record("trunk", name, root=root) for name in self.trunks.names()]
         if self.bench:
             records += [job_record(f"bench_{kind}", root=root) for kind in BENCH_KINDS]
         return records

@@ -10,6 +10,8 @@ of the default run"), so, highest first:
   core trained the fine-tuning base run and the other idled);
 - the benchmarks, which take the machine alone: whenever every core is free at once they go
   first, and otherwise they run once nothing else is left to share the cores;
+- the trunks (the steps before the taper that the runs of a seed share), which those runs wait
+  for;
 - the fine-tuning base run, so that the short fine-tuning jobs it gates are ready to fill the
   cores at the end;
 - training runs longest first (longest processing time first), so that the cores finish together;
@@ -25,6 +27,7 @@ from ..run_config import RunConfig
 RECORD = 4000
 PREPARE = 3000
 BENCH = 2000
+TRUNK = 1500
 GATE = 1000
 # training runs: 10 * log2 of their work, so that a run of 7% more work goes first, every training
 # run staying below GATE
@@ -32,11 +35,11 @@ TRAINING_MAX = GATE - 1
 
 
 def training_work(cfg: RunConfig) -> int:
-    """A run's training work: steps x tokens a step x layers x width, what orders runs by length
-    (not a time)."""
+    """A run's training work: steps (after its trunk's, if it branches from one) x tokens a step x
+    layers x width, what orders runs by length (not a time)."""
     t = cfg.train
     return (
-        t.steps
+        (t.steps - (cfg.taper.start if cfg.init.trunk else 0))
         * t.batch_size
         * t.grad_accum
         * cfg.model.block_size
