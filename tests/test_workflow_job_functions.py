@@ -169,6 +169,7 @@ def test_longer_training_runs_start_first_and_below_the_jobs_others_wait_for():
     """Snakemake starts the ready jobs of the highest priority first: on the default, every
     pre-training run (600 steps of 16 x 128 tokens, 8 layers) before every ablation run (1,200 of
     8 x 128, 4 layers); the scaling study's longest runs first; all below the tiers above them."""
+    p = priorities
     plan = Plan(load("config.yaml"))
     train = jf.TrainJobs(plan, "data/pretrain")
 
@@ -178,8 +179,11 @@ def test_longer_training_runs_start_first_and_below_the_jobs_others_wait_for():
 
     pretrain, ablation, sweep = order("pretrain"), order("ablation"), order("anchor_sweep")
     assert min(pretrain) > max(ablation) and ablation == sweep
-    tiers = [priorities.RECORD, priorities.PREPARE, priorities.BENCH, priorities.GATE]
-    assert tiers == sorted(tiers, reverse=True) and max(pretrain) < priorities.GATE
+    tiers = [p.RECORD, p.PREPARE, p.BENCH, p.GATE, p.TRUNK, p.TRAINING_MAX]
+    assert tiers == sorted(tiers, reverse=True) and max(pretrain) <= p.TRAINING_MAX
+    # Snakemake starts the ready jobs whose priorities sum highest: on two cores, two jobs of a
+    # lower tier (two trunks, a trunk and a training run) must not outweigh an all-core job
+    assert 2 * p.TRUNK < p.BENCH < p.PREPARE and p.GATE + p.TRUNK < p.BENCH
     cfg = plan.pretrain.run_config(plan.pretrain.runs()[0], "")
     longer = cfg.replace(train=dataclasses.replace(cfg.train, steps=10 * cfg.train.steps))
     wider = cfg.replace(model=dataclasses.replace(cfg.model, n_embd=2 * cfg.model.n_embd))

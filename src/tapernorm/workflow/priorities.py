@@ -10,12 +10,17 @@ of the default run"), so, highest first:
   core trained the fine-tuning base run and the other idled);
 - the benchmarks, which take the machine alone: whenever every core is free at once they go
   first, and otherwise they run once nothing else is left to share the cores;
-- the trunks (the steps before the taper that the runs of a seed share), which those runs wait
-  for;
 - the fine-tuning base run, so that the short fine-tuning jobs it gates are ready to fill the
   cores at the end;
+- the trunks (the steps before the taper that the runs of a seed share), which those runs wait
+  for;
 - training runs longest first (longest processing time first), so that the cores finish together;
 - everything else (evaluations, folds, figures, tables) as it becomes ready.
+
+Snakemake's scheduler starts the set of ready jobs whose priorities sum highest, so on two cores a
+tier must outweigh two jobs of the tiers below it: two trunks at once (2 x 999) yield to an
+all-core data preparation (3000) or benchmark (2000). With TRUNK at 1500, two trunks tied the
+fine-tuning data's tokenizing, which then waited for a free machine until training ended.
 """
 
 from __future__ import annotations
@@ -27,11 +32,11 @@ from ..run_config import RunConfig
 RECORD = 4000
 PREPARE = 3000
 BENCH = 2000
-TRUNK = 1500
 GATE = 1000
+TRUNK = GATE - 1
 # training runs: 10 * log2 of their work, so that a run of 7% more work goes first, every training
-# run staying below GATE
-TRAINING_MAX = GATE - 1
+# run staying below TRUNK
+TRAINING_MAX = TRUNK - 1
 
 
 def training_work(cfg: RunConfig) -> int:
@@ -49,5 +54,5 @@ def training_work(cfg: RunConfig) -> int:
 
 
 def training(cfg: RunConfig) -> int:
-    """A training job's priority: longer runs first, below the GATE tier."""
+    """A training job's priority: longer runs first, below the TRUNK tier."""
     return min(TRAINING_MAX, max(1, round(10 * math.log2(max(training_work(cfg), 1)))))
