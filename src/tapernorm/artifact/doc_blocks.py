@@ -197,9 +197,16 @@ def _job_seconds(ref_dir: Path) -> float:
     return float(table.loc[table["Rule"] == "all", "Total s"].iloc[0])
 
 
+def _trained_trunks(ref_dir: Path) -> bool:
+    """Whether the reference run trained trunks (rule trunk: its runs did less work)."""
+    table = pd.read_csv(ref_dir / "results" / "tables" / "job_times.csv")
+    return bool((table["Rule"] == "trunk").any())
+
+
 def reference_times_block(source: Path, doc_dir: Path) -> str:
-    """Every reference run under `source` by time: its host, how it trained, the conditions it
-    ran under, its wall time, and its job time beside the first run's (same jobs, other hosts)."""
+    """Every reference run under `source` by time: its host, how it trained (compiled or eager;
+    with trunks, less work), the conditions it ran under, its wall time, and its job time beside
+    the first run's."""
     refs = sorted(
         (load_reference(p) for p in _reference_dirs(source)),
         key=lambda ref: ref["manifest"]["snapshot"]["snakemake"]["started"],
@@ -217,7 +224,8 @@ def reference_times_block(source: Path, doc_dir: Path) -> str:
                 f"[{ref['dir'].name}]({_link(ref['dir'], doc_dir)}/)",
                 f"{m['made']['host']['cpu']}, {m['made']['host']['cores']} cores; "
                 f"{str(m['made']['commit'])[:7]}, {m['snapshot']['snakemake']['started'][:10]}",
-                "compiled" if compiled else "eager",
+                ("compiled" if compiled else "eager")
+                + (", trunks" if _trained_trunks(ref["dir"]) else ""),
                 m["snapshot"].get("conditions") or "—",
                 wall_text(m),
                 f"{jobs:,.0f} s ({jobs / first:.2f}x)",
