@@ -118,6 +118,7 @@ CHECK_MODULES = (
     "tapernorm.training.run",
     "tapernorm.training.state",
     "tapernorm.training.tensorboard_log",
+    "tapernorm.training.trunk",
     "tapernorm.variants",
 )
 BLOCKER = f"""import atexit, os, sys

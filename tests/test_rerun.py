@@ -170,7 +170,9 @@ def test_a_changed_input_starts_the_run_over(wd, reference):
     meta_path.write_text(json.dumps({**meta, "note": "changed"}, indent=2))
     build(wd, "--cores", "2")
     log = train_log(wd)
-    assert "is from other data (meta.json): starting over" in log and "resumed" not in log
+    # (a run that branches from a trunk names the trunk, trained again on the data, as well)
+    assert "is from other data (meta.json)" in log and "starting over" in log
+    assert "resumed" not in log
     check_complete(wd, reference)  # the same tokens: the same run
 
 

@@ -69,11 +69,15 @@ def trunk_dir(shards_dir, tmp_path_factory):
         ("internal_aux", {"taper": {"end": 20}}),
     ],
 )
-def test_branch_is_the_run_from_step_zero(shards_dir, trunk_dir, tmp_path, variant, sections):
+def test_branch_is_the_run_from_step_zero(
+    shards_dir, trunk_dir, tmp_path, caplog, variant, sections
+):
     cfg = variant_run(shards_dir, variant, **sections)
     assert shares_trunk(cfg, trunk_config(variant_run(shards_dir, "baseline"), "x"))
     train(cfg, tmp_path / "scratch")
-    train(with_trunk(cfg, trunk_dir), tmp_path / "branched")
+    with caplog.at_level("INFO", logger="tapernorm"):
+        train(with_trunk(cfg, trunk_dir), tmp_path / "branched")
+    assert f"branched from its trunk {trunk_dir} at step {TAPER['start']}" in caplog.text
     assert outputs(tmp_path / "branched") == outputs(tmp_path / "scratch")
     record = json.loads((tmp_path / "branched" / "config.json").read_text())
     assert record["init"]["trunk"] == str(trunk_dir)

@@ -281,9 +281,11 @@ def test_one_figure_builds_only_the_runs_it_needs(workdir, tmp_path):
     counts = job_counts(out.stdout)
     assert counts == {
         "prepare_data": 1,
+        "trunk": 2,
         "train": 10,
         "fig2_train_loss": 1,
-    }  # baseline, internal_aux, all_aux, dyt, baseline_untied x 2 seeds
+    }  # baseline, internal_aux, all_aux, dyt, baseline_untied x 2 seeds; the first three of a
+    # seed branch from its trunk
 
 
 def test_benchmarks_need_the_three_runs_and_the_fold_check(workdir, tmp_path):
@@ -297,7 +299,15 @@ def test_benchmarks_need_the_three_runs_and_the_fold_check(workdir, tmp_path):
         clean, "-n", "figures/fig5_decode_speedup.pdf", "--configfile", "config/ci.yaml"
     )
     counts = job_counts(out.stdout)
-    assert counts == {"prepare_data": 1, "train": 3, "fold": 1, "bench_decode": 1, "fig5": 1}
+    # the baseline's and Internal-Taper (+aux)'s seed 0 branch from their trunk
+    assert counts == {
+        "prepare_data": 1,
+        "trunk": 1,
+        "train": 3,
+        "fold": 1,
+        "bench_decode": 1,
+        "fig5": 1,
+    }
     assert "results/fold/internal_aux-d32-s0/verify.json" in out.stdout
     assert "results/runs/pretrain/dyt-d32-s0/eval.json" in out.stdout  # ci.yaml pre-trains dyt
 

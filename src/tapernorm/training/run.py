@@ -264,17 +264,18 @@ def resume(run: Run) -> int:
                 (out / name).unlink(missing_ok=True)
         write_json(out / "config.json", config_record(run, model=run.model.config.to_dict()))
     barrier(world)  # every rank sees the checkpoint rank 0 kept
-    step, ckpt = 0, readable_checkpoint(run.ckpt)
+    step, ckpt, how = 0, readable_checkpoint(run.ckpt), "resumed from"
     if has_checkpoint(run.ckpt):
         step = load_training_state(run.ckpt, run.model, run.opt, run.anchor)
     elif cfg.init.trunk is not None:  # the steps before the taper, as the trunk trained them
         step, ckpt = branch(cfg, run.model, run.opt, run.anchor)
+        how = f"branched from its trunk {cfg.init.trunk} at"
     if world.main:
         if step:
             saved = read_state(ckpt).get("metrics")
             restored = restore_metrics(run.metrics_path, ckpt, step, saved, cfg.name)
             note = f" ({run.metrics_path.name} restored: {restored} records)" if restored else ""
-            log.info("[%s] resumed from step %d%s", cfg.name, step, note)
+            log.info("[%s] %s step %d%s", cfg.name, how, step, note)
         run.metrics = MetricsLog(run.metrics_path, cfg.name)
         if cfg.log.tensorboard:
             run.tensorboard = TensorBoardLog(run.out, step)

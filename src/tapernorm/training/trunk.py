@@ -17,7 +17,6 @@ kernel); `trunk_config` returns None for every other run.
 
 from __future__ import annotations
 
-import logging
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -30,8 +29,6 @@ if TYPE_CHECKING:  # (the workflow plans trunks without torch: trunk_config need
 
     from ..anchor import ScaleAnchor
     from ..model import GPT
-
-log = logging.getLogger(__name__)
 
 RECORD = "trunk.json"  # written last by train_trunk: the trunk is whole
 
@@ -133,7 +130,6 @@ def branch(
     opt.load_state_dict({"state": state, "param_groups": opt.state_dict()["param_groups"]})
     if anchor is not None:
         anchor.load_state_dict({k[7:]: v for k, v in tensors.items() if k.startswith("anchor.")})
-    log.info("[%s] branched from the trunk %s at step %d", cfg.name, where, step)
     return step, ckpt
 
 
