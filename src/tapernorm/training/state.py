@@ -180,13 +180,10 @@ def load_training_state(
         load_model_tensors(model, weights, str(ckpt / "state.safetensors"))
     except CheckpointError as e:
         raise CheckpointError(f"{e}; delete {ckpt} to start the run over") from None
-    state: dict = {}
-    for k, v in tensors.items():
-        if k.startswith(OPTIMIZER_PREFIX):
-            _, idx, name = k.split(".", 2)
-            state.setdefault(int(idx), {})[name] = v
     try:
-        opt.load_state_dict({"state": state, "param_groups": meta["param_groups"]})
+        opt.load_state_dict(
+            {"state": optimizer_state(tensors), "param_groups": meta["param_groups"]}
+        )
         if anchor is not None:
             anchor.load_state_dict(
                 {k[7:]: v for k, v in tensors.items() if k.startswith("anchor.")}
@@ -197,6 +194,16 @@ def load_training_state(
             f"checkpoint {ckpt} does not match the run ({type(e).__name__}: {e}); delete it to "
             "start the run over"
         ) from e
+
+
+def optimizer_state(tensors: dict[str, torch.Tensor]) -> dict[int, dict[str, torch.Tensor]]:
+    """The optimizer's per-parameter state in a checkpoint's tensors: {index: {name: tensor}}."""
+    state: dict[int, dict[str, torch.Tensor]] = {}
+    for k, v in tensors.items():
+        if k.startswith(OPTIMIZER_PREFIX):
+            _, idx, name = k.split(".", 2)
+            state.setdefault(int(idx), {})[name] = v
+    return state
 
 
 def has_checkpoint(ckpt: Path) -> bool:

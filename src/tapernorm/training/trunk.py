@@ -84,26 +84,29 @@ def branch(
     of them), the anchor's statistics if the run has an anchor. Returns the trunk's step and the
     checkpoint directory it was read from (whose copy of the record the run starts from).
     CheckpointError when the trunk is missing, unfinished or another run's trunk."""
-    from .checkpoint import CheckpointError, load_model_tensors, load_tensors
-    from .state import OPTIMIZER_PREFIX, read_state, readable_checkpoint
+    from .checkpoint import CheckpointError, load_model_tensors, load_tensors, model_tensors
+    from .state import optimizer_state, read_state, readable_checkpoint
 
     where = Path(cfg.init.trunk)
     ckpt = readable_checkpoint(where / "ckpt")
     if ckpt is None:
         raise CheckpointError(
-            f"init.trunk {where} holds no checkpoint: train it first (`tapernorm trunk`, the "
-            "Snakemake rule `trunk`)"
+            f"init.trunk {where} holds no checkpoint: train it first (`tapernorm train --trunk`, "
+            "the Snakemake rule `trunk`)"
         )
     meta = read_state(ckpt)
     recorded = meta.get("run_config") or {}
     expected = trunk_config(cfg, recorded.get("name", "trunk"))
     if expected is None:
-        raise CheckpointError(f"run {cfg.name} cannot branch from a trunk ({__name__})")
+        raise CheckpointError(
+            f"run {cfg.name} cannot branch from a trunk: its steps before the taper are its own "
+            "(trunk_config)"
+        )
     step = int(meta.get("step", -1))
     if step != cfg.taper.start:
         raise CheckpointError(
             f"init.trunk {where} is at step {step}, not the taper start {cfg.taper.start}: "
-            "an unfinished trunk; rerun `tapernorm trunk`"
+            "an unfinished trunk; rerun `tapernorm train --trunk`"
         )
     # the data's path aside: its content is compared as part of the run's identity
     exp, got = config_identity(expected.to_dict()), config_identity(recorded)
@@ -111,22 +114,14 @@ def branch(
         diff = sorted(k for k in set(got) | set(exp) if got.get(k) != exp.get(k))
         raise CheckpointError(f"init.trunk {where} is the trunk of another run (differs: {diff})")
     tensors = load_tensors(ckpt / "state.safetensors")
-    own = model.state_dict()
-    if model.config.tie_embeddings:
-        own.pop("lm_head.weight", None)
+    own = model_tensors(model)
     weights = {k[6:]: v for k, v in tensors.items() if k.startswith("model.") and k[6:] in own}
     load_model_tensors(model, weights, str(ckpt / "state.safetensors"))
-    trunk_index = {n: i for i, n in enumerate(_trunk_names(recorded, tensors))}
-    state: dict[int, dict] = {}
-    for i, name in enumerate(_optimizer_names(model)):
-        j = trunk_index[name]
-        found = {
-            k.split(".", 2)[2]: v
-            for k, v in tensors.items()
-            if k.startswith(f"{OPTIMIZER_PREFIX}{j}.")
-        }
-        if found:  # a parameter with no gradient yet (a TaperNorm's gamma~) has no moments
-            state[i] = found
+    # the trunk's moments by parameter name; a parameter with no gradient yet (a TaperNorm's
+    # gamma~) has none
+    trunk_state = optimizer_state(tensors)
+    by_name = {n: trunk_state.get(i) for i, n in enumerate(_trunk_names(recorded, tensors))}
+    state = {i: by_name[n] for i, n in enumerate(_optimizer_names(model)) if by_name[n]}
     opt.load_state_dict({"state": state, "param_groups": opt.state_dict()["param_groups"]})
     if anchor is not None:
         anchor.load_state_dict({k[7:]: v for k, v in tensors.items() if k.startswith("anchor.")})
