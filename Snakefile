@@ -65,6 +65,11 @@ if PLAN.scaling:
     include: "workflow/rules/scaling.smk"
 
 
+if PLAN.stability:
+
+    include: "workflow/rules/stability.smk"
+
+
 include: "workflow/rules/report.smk"
 
 

@@ -96,7 +96,13 @@ def test_divergence_stops_and_keeps_last_good_checkpoint(shards_dir, tmp_path, m
     assert result["weights_step"] == 5  # the last checkpoint before the divergence
     eval_json = json.loads((tmp_path / "run" / "eval.json").read_text())
     assert eval_json["diverged_step"] == 7 and eval_json["val_loss"] is not None
-    assert max(r["step"] for r in read_metrics(tmp_path / "run")) == 6
+    records = read_metrics(tmp_path / "run")
+    assert max(r["step"] for r in records if "gate" in r) == 6  # no training record of step 7
+    assert [(r["step"], r["blowup"]["kind"]) for r in records if "blowup" in r] == [
+        (7, "nonfinite_loss")
+    ]  # its blow-up event
+    assert eval_json["blew_up"] and eval_json["blowups"] == 1
+    assert eval_json["first_blowup_step"] == 7
     saved = load_model(tmp_path / "run")  # model.safetensors holds the step-5 checkpoint's weights
     ckpt = load_tensors(tmp_path / "run" / "ckpt" / "state.safetensors")
     assert torch.equal(saved.tok_emb.weight, ckpt["model.tok_emb.weight"])

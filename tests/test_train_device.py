@@ -14,7 +14,9 @@ from tapernorm.training.loop import train
 
 
 def _steps(run_dir):
-    return [json.loads(ln)["step"] for ln in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    """The steps of the training records (blow-up events aside)."""
+    records = [json.loads(ln) for ln in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    return [r["step"] for r in records if "blowup" not in r]
 
 
 def test_divergence_between_boundaries_is_noticed_at_the_next_one(
@@ -28,6 +30,7 @@ def test_divergence_between_boundaries_is_noticed_at_the_next_one(
     assert result["diverged"] and result["diverged_step"] == 7
     assert result["weights_step"] == 5 and result["val_loss"] is not None
     assert _steps(tmp_path / "run") == [1, 5]  # nothing logged at or after the divergence
+    assert result["first_blowup_step"] == 7  # but the step that diverged is a blow-up event
     saved = load_model(tmp_path / "run")
     assert all(torch.isfinite(p).all() for p in saved.parameters())
 

@@ -141,6 +141,9 @@ class RunConfig(_Section):
 
     name: str
     seed: int
+    # the order of the training batches, where it is not `seed`'s (a study that crosses init seeds
+    # with data orders); absent: `seed` draws both
+    data_seed: int | None = _optional()
     variant: str | None
     data: DataSection
     model: ModelSection
@@ -156,6 +159,11 @@ class RunConfig(_Section):
     def from_dict(cls, config: Mapping) -> RunConfig:
         """The RunConfig of a complete resolved config dict (to_dict's); not validated."""
         return _from_dict(cls, config, "")
+
+    @property
+    def data_order_seed(self) -> int:
+        """The seed of the training batches' order (training.run.batch_generator)."""
+        return self.seed if self.data_seed is None else self.data_seed
 
     def to_json(self) -> str:
         """The JSON `tapernorm train --config-json` takes (the workflow's job parameter)."""

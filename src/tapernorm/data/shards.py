@@ -296,9 +296,28 @@ class TokenShards:
         self, split: str, batch_size: int, block_size: int, generator: torch.Generator
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Random contiguous windows: x (B, T) and targets y = x shifted by one; int64, CPU."""
+        starts = self.batch_starts(split, batch_size, block_size, generator)
+        return self._windows(self.tokens(split), starts, block_size)
+
+    def batch_starts(
+        self, split: str, batch_size: int, block_size: int, generator: torch.Generator
+    ) -> list[int]:
+        """The start of each window `batch` draws with `generator` (which this advances)."""
         data = self._check_fits(split, block_size)
         starts = torch.randint(0, len(data) - block_size, (batch_size,), generator=generator)
-        return self._windows(data, starts.tolist(), block_size)
+        return starts.tolist()
+
+    def windows(
+        self, split: str, starts: list[int], block_size: int
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The windows of `split` starting at `starts` (a batch drawn again: tapernorm replay)."""
+        data = self._check_fits(split, block_size)
+        if any(not 0 <= s <= len(data) - block_size - 1 for s in starts):
+            raise ValueError(
+                f"window starts outside the {split} split of {self.data_dir} ({len(data)} tokens, "
+                f"windows of {block_size} + 1): another data set than the run's?"
+            )
+        return self._windows(data, starts, block_size)
 
     def val_windows(
         self, n_windows: int | None, block_size: int

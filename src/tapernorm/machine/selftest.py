@@ -194,19 +194,20 @@ def train_check(cfg: RunConfig, device: torch.device):
     the last step is a logged one and the end state is checked. Returns the trained model."""
     from ..norms import taper_norms
     from ..training.distributed import World
-    from ..training.loop import Divergence, start_step, train_step
+    from ..training.loop import StepChecks, start_step, train_step
     from ..training.run import set_up
 
     run = set_up(cfg, Path(cfg.data.dir).parent / "unused", World(), device)
     run.model.train()
-    divergence = Divergence(device)
+    checks = StepChecks(run, [])
     meta = device.type == "meta"
     for step in range(1, STEPS + 1):
         result = train_step(run, start_step(run, step), logged=step == STEPS and not meta)
-        divergence.track(result)
+        checks.add(result)
     if meta:
         return run.model
-    bad = divergence.read()
+    checks.check(logged=True)  # every step's values, read once
+    bad = checks.diverged
     if bad is not None:
         raise AssertionError(f"non-finite {bad[1]} at step {bad[0]}")
     tapers = [norm for _, norm in taper_norms(run.model)]

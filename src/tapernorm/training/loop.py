@@ -39,6 +39,7 @@ from ..runtime.device import resolve_device
 from ..runtime.progress import clock
 from ..runtime.provenance import now
 from ..schedules import gate_at, lr_at
+from .blowups import SpikeDetector, events_of, summary
 from .checkpoint import CheckpointError, save_model, write_json
 from .diagnostics import clipped, grad_norms, output_stats, prelogit_geometry
 from .distributed import World, barrier, process_group
@@ -174,7 +175,7 @@ def train_step(run: Run, record: dict, logged: bool) -> Step:
     B, T = cfg.train.batch_size, model.config.block_size
     losses = torch.zeros(2, dtype=torch.float64, device=run.device)  # summed CE, scale loss
     for micro in run.micro_batches:
-        x, y = run.shards.batch("train", B, T, batch_generator(cfg.seed, step, micro))
+        x, y = run.shards.batch("train", B, T, batch_generator(cfg.data_order_seed, step, micro))
         x, y = to_device(x, run.device), to_device(y, run.device)
         with run.grad_sync(last=micro == run.micro_batches[-1]):  # DDP: sums in the last backward
             with run.autocast:
@@ -210,22 +211,58 @@ def to_device(x: torch.Tensor, device: torch.device) -> torch.Tensor:
     return x.to(device)
 
 
-class Divergence:
-    """The first step whose loss or gradient norm was not finite, tracked on the device (so a step
-    needs no read-back) and read at the loop's boundaries. Kind 1: the loss, 2: the gradient."""
+class StepChecks:
+    """Every step's cross-entropy, scale loss and gradient norm, kept on the device between
+    boundaries (no step reads anything back) and checked, step by step, at each one
+    (blowups.SpikeDetector): a blow-up is a metrics.jsonl record naming the batch; a non-finite
+    one ends the run (`diverged`)."""
 
-    def __init__(self, device: torch.device):
-        self.first = torch.zeros(2, dtype=torch.long, device=device)  # (step, kind); step 0: none
+    def __init__(self, run: Run, records: list[dict]):
+        self.run = run
+        self.detector = SpikeDetector.from_records(run.cfg.train.clip, records)
+        self.pending: list[tuple[int, float, torch.Tensor]] = []  # (step, gate, (ce, aux, grad))
+        self.diverged: tuple[int, str] | None = None  # (step, "loss" | "gradient")
 
-    def track(self, step: Step) -> None:
-        loss_bad = ~torch.isfinite(step.losses.sum())
-        kind = torch.where(loss_bad, 1, torch.where(torch.isfinite(step.grad_norm), 0, 2))
-        here = torch.stack([self.first.new_full((), step.record["step"]), kind])
-        self.first = torch.where((self.first[0] == 0) & (kind > 0), here, self.first)
+    def add(self, result: Step) -> None:
+        values = torch.cat([result.losses, result.grad_norm.double().reshape(1)])
+        self.pending.append((result.record["step"], result.record["gate"], values))
 
-    def read(self) -> tuple[int, str] | None:
-        step, kind = self.first.tolist()
-        return (step, "loss" if kind == 1 else "gradient") if step else None
+    def check(self, logged: bool) -> None:
+        """Check the steps since the last boundary (this one last; `logged`: its loss joins the
+        reference); stops at the first non-finite one."""
+        pending, self.pending = self.pending, []
+        values = torch.stack([v for _, _, v in pending]).tolist()
+        for (step, gate, _), (ce, aux, grad) in zip(pending, values, strict=True):
+            event = self.detector.check(gate, ce, grad, aux)
+            if event is not None:
+                self.record(step, event)
+                if event["kind"].startswith("nonfinite"):
+                    self.diverged = (
+                        step,
+                        "loss" if event["kind"] == "nonfinite_loss" else "gradient",
+                    )
+                    return
+        if logged:
+            self.detector.logged(values[-1][0])
+
+    def record(self, step: int, event: dict) -> None:
+        """The event as a metrics.jsonl record, with the batch that made it (data seed and window
+        starts of each micro-batch: what `tapernorm replay` draws again)."""
+        cfg, run = self.run.cfg, self.run
+        if run.metrics is None:
+            return
+        B, T = cfg.train.batch_size, run.model.config.block_size
+        seed = cfg.data_order_seed
+        starts = [
+            run.shards.batch_starts("train", B, T, batch_generator(seed, step, micro))
+            for micro in range(cfg.train.grad_accum)
+        ]
+        event["batch"] = {"data_seed": seed, "starts": starts}
+        write_record(run, {"step": step, "blowup": event})
+        log.warning(
+            "[%s] blow-up at step %d (g %.3f): %s, loss %s, grad norm %s",
+            cfg.name, step, event["gate"], event["kind"], event["loss"], event["grad_norm"],
+        )  # fmt: skip
 
 
 def host_values(record: dict) -> dict:
@@ -257,14 +294,14 @@ def train_steps(run: Run, first_step: int, stop_after: int | None) -> Outcome:
     tokens = cfg.train.batch_size * run.model.config.block_size * accum
     progress = Progress(cfg.name, first_step, steps, run.world.main)
     outcome = Outcome(step=first_step, checkpoint_step=first_step, first_step=first_step)
-    divergence = Divergence(run.device)
+    checks = StepChecks(run, run.metrics.records() if run.metrics else [])
     run.model.train()
     metrics = run.metrics  # None on ranks other than 0
     for step in range(first_step + 1, steps + 1):
         record = start_step(run, step)
         logged = step == 1 or step % log_cfg.every == 0 or step == steps or len(record) > 3
         result = train_step(run, record, logged)
-        divergence.track(result)
+        checks.add(result)
         progress.step_done(tokens)
         eval_due = log_cfg.eval_every and step % log_cfg.eval_every == 0 and step < steps
         ckpt_due = step % log_cfg.ckpt_every == 0 or step == steps
@@ -273,7 +310,8 @@ def train_steps(run: Run, first_step: int, stop_after: int | None) -> Outcome:
             continue
 
         # a boundary: read what the steps since the last one left on the device
-        bad = divergence.read()
+        checks.check(logged)
+        bad = checks.diverged
         if bad is not None:
             outcome.diverged_step, outcome.step = bad[0], bad[0] - 1
             log.warning("[%s] non-finite %s at step %d: stopping", cfg.name, bad[1], bad[0])
@@ -359,6 +397,8 @@ def finish(run: Run, outcome: Outcome) -> dict:
         "weights_step": weights_step,
         "diverged": outcome.diverged_step is not None,
         "diverged_step": outcome.diverged_step,
+        **summary(events_of(run.metrics.records())),  # every step checked (blowups.py)
+        "blowups_checked": "every step",
         "n_params": model.num_params(),
         "eval_windows": cfg.log.eval_windows,
         "block_size": model.config.block_size,
@@ -457,7 +497,8 @@ def train_trunk(
     ckpt/, at step taper.start, then trunk.json (what this returns: out_dir, the trunk's name and
     step); no eval.json. A trunk already there, whole, is kept as it is."""
     family = cfg.name.rsplit("/", 1)[0] if "/" in cfg.name else ""
-    name = f"{family}/trunk-s{cfg.seed}" if family else f"trunk-s{cfg.seed}"
+    seeds = f"s{cfg.seed}" + ("" if cfg.data_seed is None else f"-o{cfg.data_seed}")
+    name = f"{family}/trunk-{seeds}" if family else f"trunk-{seeds}"
     trunk = trunk_config(cfg, name)
     if trunk is None:
         raise ValueError(

@@ -53,6 +53,10 @@ class MetricsLog:
         """Every byte of the record so far."""
         return bytes(self.data)
 
+    def records(self) -> list[dict]:
+        """Every record so far (the run's own lines: each whole)."""
+        return [json.loads(line) for line in self.data.decode().splitlines() if line.strip()]
+
     def keep(self, whole: bool = False) -> None:
         """Put the record back at its path if the path no longer holds it: another file (or none)
         there, or one of another size; with `whole`, also one of other bytes."""

@@ -101,6 +101,27 @@ def parse_scaling_run(name: str) -> tuple[str, int, int, int]:
     return m["variant"], int(m["width"]), int(m["seed"]), int(m["steps"])
 
 
+# ---- the stability study: <variant>-d<width>-s<init seed>-o<data seed>-n<steps> ------------------
+
+STABILITY_RUN_NAME = re.compile(
+    r"^(?P<variant>[a-z_]+)-d(?P<width>\d+)-s(?P<seed>\d+)-o(?P<data>\d+)-n(?P<steps>\d+)$"
+)
+
+
+def stability_run_name(variant: str, width: int, seed: int, data_seed: int, steps: int) -> str:
+    return f"{run_name(variant, width, seed)}-o{data_seed}-n{steps}"
+
+
+def parse_stability_run(name: str) -> tuple[str, int, int, int, int]:
+    """("internal_aux", 32, 1, 2, 2000) from "internal_aux-d32-s1-o2-n2000"."""
+    m = STABILITY_RUN_NAME.match(name)
+    if m is None:
+        raise ValueError(
+            f"run name {name!r} is not <variant>-d<width>-s<seed>-o<data seed>-n<steps>"
+        )
+    return m["variant"], int(m["width"]), int(m["seed"]), int(m["data"]), int(m["steps"])
+
+
 # ---- GPT-2 fine-tuning runs: <protocol>-<model> ---------------------------------------------------
 
 FINETUNE_MODEL_NAME = re.compile(r"^[a-z0-9][a-z0-9.\-]*$")  # the schema's finetune.models name
@@ -124,7 +145,8 @@ def parse_finetune_run(name: str) -> tuple[str, str]:
 # ---- Snakemake wildcard constraints ---------------------------------------------------------------
 
 RUN_WILDCARD = "|".join(
-    wildcard_pattern(p) for p in (RUN_NAME, SWEEP_RUN_NAME, LR_GRID_RUN_NAME, SCALING_RUN_NAME)
+    wildcard_pattern(p)
+    for p in (RUN_NAME, SWEEP_RUN_NAME, LR_GRID_RUN_NAME, SCALING_RUN_NAME, STABILITY_RUN_NAME)
 )  # {run}
 FINETUNE_RUN_WILDCARD = wildcard_pattern(FINETUNE_RUN_NAME)  # {ftrun}
 FOLDED_FINETUNE_RUN_WILDCARD = wildcard_pattern(FINETUNE_RUN_NAME, protocol="all_taperln")

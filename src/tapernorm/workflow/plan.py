@@ -15,6 +15,7 @@ from .files import FINETUNE_DATA_FILES, eval_set_files, pretrain_data_files, run
 from .finetune import FinetuneBaseFamily, FinetuneFamily
 from .names import JOB_RECORDS, job_record, parse_run_name, run_name
 from .scaling import ScalingAblationFamily, ScalingFamily
+from .stability import StabilityFamily
 from .training import LrGridFamily, SweepFamily, TrainingFamily
 from .trunks import Trunks
 
@@ -53,6 +54,7 @@ class Plan:
         self.scaling = ScalingFamily(config) if config.get(ScalingFamily.name) else None
         reruns = self.scaling and self.ablation and config["scaling"]["ablation_seeds"]
         self.scaling_ablation = ScalingAblationFamily(config) if reruns else None
+        self.stability = StabilityFamily(config) if config.get(StabilityFamily.name) else None
         self.finetune = FinetuneFamily(config) if config.get("finetune") else None
         self.finetune_base = (
             FinetuneBaseFamily(config)
@@ -61,12 +63,13 @@ class Plan:
         )
         self.bench = Bench(config, self.pretrain.figure_width) if config.get("bench") else None
         # the steps before the taper that the default's runs share (workflow/trunks.py)
-        self.trunks = Trunks([f for f in (self.pretrain, self.ablation, self.sweep) if f])
+        shared = (self.pretrain, self.ablation, self.sweep, self.stability)
+        self.trunks = Trunks([f for f in shared if f])
 
     def training(self) -> list[Family]:
         """The families rule train trains (its {family} wildcard)."""
         found = [self.pretrain, self.ablation, self.sweep, self.lr_grid]
-        found += [self.scaling, self.scaling_ablation]
+        found += [self.scaling, self.scaling_ablation, self.stability]
         return [f for f in found if f is not None]
 
     def family(self, name: str) -> Family:

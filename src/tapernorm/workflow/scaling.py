@@ -43,13 +43,19 @@ def record_inputs(
     retrain the whole study (75 runs). A record with a file missing, or made under another config,
     is made again from its run (trained if need be)."""
     family, source = record_source(scaling, sfamily, run)
-    files = [f"{run_dir(family.name, source)}/{name}" for name in RECORD_FILES]
-    record = root / record_dir(sfamily.name, run)
+    return record_or_run(root / record_dir(sfamily.name, run), family, source)
+
+
+def record_or_run(record: Path, family: Family, run: str) -> list[str]:
+    """The files of run `run` of `family` that a record job copies into `record`, or nothing when
+    `record` is complete and its config.json is the run config the workflow builds now (see
+    record_inputs)."""
+    files = [f"{run_dir(family.name, run)}/{name}" for name in RECORD_FILES]
     if not all((record / name).is_file() for name in RECORD_FILES):
         return files
     try:
         recorded = json.loads((record / "config.json").read_text())
-        built = family.run_config(source, recorded["data"]["dir"])
+        built = family.run_config(run, recorded["data"]["dir"])
     except (OSError, ValueError, KeyError, TypeError):
         return files
     return [] if same_run_config(recorded, built) else files

@@ -44,6 +44,8 @@ class Trunks:
                 continue
             fam, run, cfg = members[0]
             name = f"{fam.name}-d{cfg.model.n_embd}-s{cfg.seed}"
+            if cfg.data_seed is not None:  # (a study crossing init seeds with data orders)
+                name += f"-o{cfg.data_seed}"
             if name in first:  # another trunk of that width and seed (another LR, say)
                 name += "-" + hashlib.sha256(key.encode()).hexdigest()[:8]
             first[name] = (fam, run)
