@@ -31,6 +31,7 @@ from .norms import DyT, FakeNorm, FixedScale, LayerNorm, RMSNorm, TaperNorm
 
 STYLES = ("llama", "gpt2")
 TAPERS = ("none", "internal", "final", "all")
+MLPS = ("swiglu", "gelu")  # GPTConfig.mlp (None: the style's)
 NORMS = ("default", "dyt", "fakeln", "scale", "folded")  # GPTConfig.norm (its docstring's table)
 EVERY_NORM = ("dyt", "fakeln")  # replace every norm: nothing tapers
 EXPORTED = ("scale", "folded")  # the tapered norms at g = 0 after fold.py: only it sets these
@@ -87,7 +88,8 @@ class GPTConfig:
     block_size: int = 512
     taper: str = "none"  # which norms taper: none | internal | final | all
     n_kv_head: int | None = None  # grouped-query attention (llama imports); None = n_head
-    mlp_hidden: int | None = None  # None: int(8d/3) for llama, 4d for gpt2
+    mlp: str | None = None  # swiglu | gelu; None: the style's (llama swiglu, gpt2 gelu)
+    mlp_hidden: int | None = None  # None: int(8d/3) for a SwiGLU MLP, 4d for GELU (same size)
     bias: bool | None = None  # biases in linear layers and LayerNorms; None: False llama, True gpt2
     qkv_bias: bool | None = None  # biases in q, k, v only (Qwen2); None: as `bias`
     tie_embeddings: bool = True
@@ -127,8 +129,11 @@ class GPTConfig:
         if self.n_kv_head is None:
             self.n_kv_head = self.n_head
         need(self.n_head % self.n_kv_head == 0, "n_kv_head", "must divide n_head")
+        if self.mlp is None:
+            self.mlp = "swiglu" if self.style == "llama" else "gelu"
+        need(self.mlp in MLPS, "mlp", f"must be one of {MLPS}")
         if self.mlp_hidden is None:
-            self.mlp_hidden = int(8 * self.n_embd / 3) if self.style == "llama" else 4 * self.n_embd
+            self.mlp_hidden = int(8 * self.n_embd / 3) if self.mlp == "swiglu" else 4 * self.n_embd
         need(self.mlp_hidden > 0, "mlp_hidden", "must be > 0")
         if self.bias is None:
             self.bias = self.style == "gpt2"
@@ -250,12 +255,12 @@ class Attention(nn.Module):
 
 
 class MLP(nn.Module):
-    """llama: w_out(silu(w_gate(x)) * w_in(x)) (SwiGLU).  gpt2: w_out(gelu(w_in(x)))."""
+    """swiglu (llama's): w_out(silu(w_gate(x)) * w_in(x)).  gelu (gpt2's): w_out(gelu(w_in(x)))."""
 
     def __init__(self, cfg: GPTConfig):
         super().__init__()
         self.w_gate = None
-        if cfg.style == "llama":  # two separate input matrices: faster than one fused and split
+        if cfg.mlp == "swiglu":  # two separate input matrices: faster than one fused and split
             self.w_gate = nn.Linear(cfg.n_embd, cfg.mlp_hidden, bias=cfg.bias)
         self.w_in = nn.Linear(cfg.n_embd, cfg.mlp_hidden, bias=cfg.bias)
         self.w_out = nn.Linear(cfg.mlp_hidden, cfg.n_embd, bias=cfg.bias)

@@ -57,6 +57,7 @@ class ModelSection(_Section):
     dyt_bias: bool | None = _optional()
     emb_scale: float | None = _optional()
     n_kv_head: int | None
+    mlp: str | None = _optional()  # None: the style's MLP (llama SwiGLU, gpt2 GELU)
     mlp_hidden: int | None
     bias: bool | None
     tie_embeddings: bool

@@ -7,10 +7,12 @@
 # Included when the config has `stability`.
 from tapernorm.workflow import stability as wst
 
+STABILITY_FAMILIES = [PLAN.stability, PLAN.stability_factors]
+
 
 rule stability_record:
     input:
-        lambda w: PLAN.stability.record_inputs(w.run),
+        lambda w: wst.owner(STABILITY_FAMILIES, w.run).record_inputs(w.run),
     output:
         **{
             f.split(".")[0]: f"{wst.STABILITY_DIR}/runs/{{run}}/{f}"
@@ -23,7 +25,7 @@ rule stability_record:
     conda:
         "../envs/tapernorm.yaml"
     params:
-        run=lambda w: run_dir("stability", w.run),
+        run=lambda w: wst.owner(STABILITY_FAMILIES, w.run).run_dir(w.run),
         out=output_dir("eval"),
     shell:
         "tapernorm scaling record --run {params.run} --out {params.out} > {log} 2>&1"
@@ -31,6 +33,6 @@ rule stability_record:
 
 rule stability_records:
     input:
-        PLAN.stability.records(),
+        [f for fam in STABILITY_FAMILIES if fam for f in fam.records()],
     conda:
         "../envs/tapernorm.yaml"

@@ -28,6 +28,7 @@ from .machine import (
     selftest_parser,
 )
 from .models import eval_parser, export_hf_parser, fold_parser, taper_hf_parser
+from .replay import replay_parser
 from .scaling import scaling_parser
 from .train import gpus_parser, lr_grid_parser, train_parser
 
@@ -72,6 +73,7 @@ COMMANDS = (  # in the order of `tapernorm --help`
     gpu_report_parser,
     lr_grid_parser,
     scaling_parser,
+    replay_parser,
     rehearsal_inputs_parser,
 )
 

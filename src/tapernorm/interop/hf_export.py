@@ -147,6 +147,8 @@ def hf_config_for(cfg: GPTConfig):
     from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 
     kind = hf_kind(cfg)
+    if cfg.mlp != ("gelu" if kind == "gpt2" else "swiglu"):
+        raise ExportError(f"export_hf: a {cfg.mlp} MLP has no form in HF model_type {kind!r}")
     src = {k: v for k, v in (cfg.hf_config or {}).items() if k not in ("torch_dtype", "model_type")}
     src.update(vocab_size=cfg.vocab_size, tie_word_embeddings=cfg.tie_embeddings, dtype="float32")
     src["architectures"] = [ARCHITECTURES[kind]]

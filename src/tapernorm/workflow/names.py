@@ -122,6 +122,25 @@ def parse_stability_run(name: str) -> tuple[str, int, int, int, int]:
     return m["variant"], int(m["width"]), int(m["seed"]), int(m["data"]), int(m["steps"])
 
 
+# one-factor-at-a-time reruns of a stability run: <stability run>-x<factor>
+FACTOR_RUN_NAME = re.compile(
+    r"^(?P<variant>[a-z_]+)-d(?P<width>\d+)-s(?P<seed>\d+)-o(?P<data>\d+)-n(?P<steps>\d+)"
+    r"-x(?P<factor>[a-z_]+)$"
+)
+
+
+def factor_run_name(base: str, factor: str) -> str:
+    return f"{base}-x{factor}"
+
+
+def parse_factor_run(name: str) -> tuple[str, str]:
+    """("internal_aux-d32-s1-o2-n2000", "gelu") from "internal_aux-d32-s1-o2-n2000-xgelu"."""
+    m = FACTOR_RUN_NAME.match(name)
+    if m is None:
+        raise ValueError(f"run name {name!r} is not <stability run>-x<factor>")
+    return name[: m.start("factor") - 2], m["factor"]
+
+
 # ---- GPT-2 fine-tuning runs: <protocol>-<model> ---------------------------------------------------
 
 FINETUNE_MODEL_NAME = re.compile(r"^[a-z0-9][a-z0-9.\-]*$")  # the schema's finetune.models name
@@ -146,7 +165,14 @@ def parse_finetune_run(name: str) -> tuple[str, str]:
 
 RUN_WILDCARD = "|".join(
     wildcard_pattern(p)
-    for p in (RUN_NAME, SWEEP_RUN_NAME, LR_GRID_RUN_NAME, SCALING_RUN_NAME, STABILITY_RUN_NAME)
+    for p in (
+        RUN_NAME,
+        SWEEP_RUN_NAME,
+        LR_GRID_RUN_NAME,
+        SCALING_RUN_NAME,
+        STABILITY_RUN_NAME,
+        FACTOR_RUN_NAME,
+    )
 )  # {run}
 FINETUNE_RUN_WILDCARD = wildcard_pattern(FINETUNE_RUN_NAME)  # {ftrun}
 FOLDED_FINETUNE_RUN_WILDCARD = wildcard_pattern(FINETUNE_RUN_NAME, protocol="all_taperln")

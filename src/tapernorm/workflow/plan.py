@@ -15,7 +15,7 @@ from .files import FINETUNE_DATA_FILES, eval_set_files, pretrain_data_files, run
 from .finetune import FinetuneBaseFamily, FinetuneFamily
 from .names import JOB_RECORDS, job_record, parse_run_name, run_name
 from .scaling import ScalingAblationFamily, ScalingFamily
-from .stability import StabilityFamily
+from .stability import StabilityFactorFamily, StabilityFamily
 from .training import LrGridFamily, SweepFamily, TrainingFamily
 from .trunks import Trunks
 
@@ -55,6 +55,8 @@ class Plan:
         reruns = self.scaling and self.ablation and config["scaling"]["ablation_seeds"]
         self.scaling_ablation = ScalingAblationFamily(config) if reruns else None
         self.stability = StabilityFamily(config) if config.get(StabilityFamily.name) else None
+        factors = self.stability and config["stability"].get("factors")
+        self.stability_factors = StabilityFactorFamily(config) if factors else None
         self.finetune = FinetuneFamily(config) if config.get("finetune") else None
         self.finetune_base = (
             FinetuneBaseFamily(config)
@@ -63,13 +65,13 @@ class Plan:
         )
         self.bench = Bench(config, self.pretrain.figure_width) if config.get("bench") else None
         # the steps before the taper that the default's runs share (workflow/trunks.py)
-        shared = (self.pretrain, self.ablation, self.sweep, self.stability)
+        shared = (self.pretrain, self.ablation, self.sweep, self.stability, self.stability_factors)
         self.trunks = Trunks([f for f in shared if f])
 
     def training(self) -> list[Family]:
         """The families rule train trains (its {family} wildcard)."""
         found = [self.pretrain, self.ablation, self.sweep, self.lr_grid]
-        found += [self.scaling, self.scaling_ablation, self.stability]
+        found += [self.scaling, self.scaling_ablation, self.stability, self.stability_factors]
         return [f for f in found if f is not None]
 
     def family(self, name: str) -> Family:
