@@ -63,10 +63,10 @@ def _rules(text: str) -> dict[str, str]:
 
 
 def test_analysis_rules_run_on_the_submitting_host():
-    """Every rule whose command builds a table, figure, the claims, job times, the LR grid's or the
-    scaling study's summary or records, or the manifest is local."""
+    """Every rule whose command builds a table, figure, the claims, job times, the LR grid's, the
+    scaling or stability study's summary or records, or the manifest is local."""
     analysis = re.compile(
-        r'"tapernorm (table|figure|claims|job-times|manifest|report-home|lr-grid|scaling)\b'
+        r'"tapernorm (table|figure|claims|job-times|manifest|report-home|lr-grid|scaling|stability)\b'
     )
     seen = 0
     for smk in (ROOT / "workflow/rules").glob("*.smk"):

@@ -70,6 +70,7 @@ CHECK_MODULES = (
     "tapernorm.cli.models",
     "tapernorm.cli.record",
     "tapernorm.cli.scaling",
+    "tapernorm.cli.stability",
     "tapernorm.cli.train",
     "tapernorm.config",
     "tapernorm.data",

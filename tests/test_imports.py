@@ -24,7 +24,8 @@ LAYERS = (
     ("cli",),  # the `tapernorm` command
 )
 LAYER = {pkg: i for i, pkgs in enumerate(LAYERS) for pkg in pkgs}
-COMMANDS = ("data", "train", "models", "machine", "scaling", "analysis", "bench", "record")
+COMMANDS = ("data", "train", "models", "machine", "scaling", "stability", "analysis", "bench",
+            "record")  # fmt: skip
 # module -> modules it must never import (directly), inside a layer: the model knows nothing of
 # FakeLN; the decode engine sits below the model (the model imports it for GPT.generate); the
 # norms below both; the run's set-up below the loop, the metrics record below both

@@ -26,6 +26,7 @@ from tapernorm.workflow.job_functions import (
     output_dir,
     run_dirs,
     scaling_input,
+    stability_input,
     table_stem,
 )
 from tapernorm.workflow.names import model_files, run_dir

@@ -60,6 +60,7 @@ rule claims:
         bench=PLAN.bench_csvs(),
         lr_grid=lr_grid_input,
         scaling=scaling_input,
+        stability=stability_input,
         gpu=gpu_input,
         data=PRETRAIN_DATA_FILES["meta"],  # the corpus and vocabulary, for the scale card
     output:
@@ -81,12 +82,14 @@ rule claims:
         bench=optional_files("--bench", "bench"),
         lr_grid=optional_files("--lr-grid", "lr_grid"),
         scaling=optional_files("--scaling", "scaling"),
+        stability=optional_files("--stability", "stability"),
         gpu=optional_files("--gpu", "gpu", lambda files: os.path.dirname(files[0])),
         stamp=stamp_args,
     shell:
         "tapernorm claims --runs {params.runs} {params.ablation} {params.sweep} "
         "--verify {input.verify} {params.finetune} {params.bench} {params.lr_grid} "
-        "{params.scaling} {params.gpu} --out {output.md} {params.stamp} > {log} 2>&1"
+        "{params.scaling} {params.stability} {params.gpu} --out {output.md} {params.stamp} "
+        "> {log} 2>&1"
 
 
 # the claims' paired gaps (claims 1, 2, DyT) from the numbers claims.json carries

@@ -1,10 +1,13 @@
 # The stability study (config/stability.yaml, docs/stability.md): its runs are trained by rule
 # train (family stability; the variants of one width and seed pair branch from one trunk), each
 # run's records are copied to results/cpu/stability/runs/ (committed), and the summary is built
-# from those records alone. A complete record of the config given depends on nothing, as the
-# scaling study's (tapernorm.workflow.scaling.record_or_run):
+# from the stability family's records alone (rule stability_summary: the one-factor reruns are not
+# its arms). A complete record of the config given depends on nothing, as the scaling study's
+# (tapernorm.workflow.scaling.record_or_run), and the summary reads the records as ancient, as the
+# scaling study's summary does:
 #   snakemake --cores all stability --configfile config/config.yaml config/stability.yaml
 # Included when the config has `stability`.
+from tapernorm.cli.stability import SUMMARY_FILES as STABILITY_SUMMARY_FILES
 from tapernorm.workflow import stability as wst
 
 STABILITY_FAMILIES = [PLAN.stability, PLAN.stability_factors]
@@ -34,5 +37,34 @@ rule stability_record:
 rule stability_records:
     input:
         [f for fam in STABILITY_FAMILIES if fam for f in fam.records()],
+    conda:
+        "../envs/tapernorm.yaml"
+
+
+rule stability_summary:
+    input:
+        runs=ancient(PLAN.stability.records()),
+    output:
+        **{
+            f.replace(".", "_"): f"{wst.STABILITY_DIR}/{f}"
+            for f in STABILITY_SUMMARY_FILES
+        },
+    log:
+        "logs/stability/summary.log",
+    localrule: True
+    conda:
+        "../envs/tapernorm.yaml"
+    params:
+        runs=run_dirs,
+        made_by=f"{RERUN_COMMAND} stability",
+        out=output_dir("summary_csv"),
+    shell:
+        "tapernorm stability summary --records {params.runs} --made-by {params.made_by:q} "
+        "--out {params.out} > {log} 2>&1"
+
+
+rule stability:
+    input:
+        rules.stability_summary.output,
     conda:
         "../envs/tapernorm.yaml"

@@ -56,6 +56,7 @@ class ClaimInputs:
     bench_skipped: list[str] = field(default_factory=list)  # why a benchmarked model was not timed
     lr_grid: dict | None = None  # lr_grid.json of `tapernorm lr-grid` (the TaperNorm-vs-DyT row)
     scaling: pd.DataFrame | None = None  # summary.csv of the scaling study (claims_scaling)
+    stability: pd.DataFrame | None = None  # summary.csv of the stability study (claims_stability)
     gpu: pd.DataFrame | None = None  # a first-GPU check's timed rows (gpu_report.gpu_bench)
     gpu_where: str = ""  # its device, dtype and directory
 

@@ -5,12 +5,13 @@ Each claim is a function of ClaimInputs returning a row dict; a claim whose inpu
 "not measured" row. Other experiment families add their claims by appending functions to CLAIMS (and, if
 they need new inputs, fields to ClaimInputs) or by passing markdown through `extra_sections`. The
 claims live by group in claims_loss (1, 2), claims_chasing (3-5), claims_fold (6, 7) and
-claims_finetune (8), and the row beyond the paper, TaperNorm vs DyT, in claims_dyt (its criterion
-stated there); their thresholds are named constants there (claim 8's CLOSE_PCT in claims_finetune),
-the main ones re-exported here, each claim's criterion as data in CRITERIA (claim_numbers: the
-numbers claims.json carries beside each row's prose); ClaimInputs and the graded vocabulary of the
-"Holds?" column (yes; yes, weaker than the paper; yes, unlike the paper; only at a deviation;
-partly; no; not resolved; not measured; not judged) with its rules are in claim_rows.
+claims_finetune (8), the paper's stability claim in claims_stability, and the row beyond the paper,
+TaperNorm vs DyT, in claims_dyt (its criterion stated there); their thresholds are named constants
+there (claim 8's CLOSE_PCT in claims_finetune), the main ones re-exported here, each claim's
+criterion as data in CRITERIA (claim_numbers: the numbers claims.json carries beside each row's
+prose); ClaimInputs and the graded vocabulary of the "Holds?" column (yes; yes, weaker than the
+paper; yes, unlike the paper; only at a deviation; partly; no; not resolved; not measured; not
+judged) with its rules are in claim_rows.
 
 Criteria (never tuned to the data; "end" = mean over the last 10% of logged steps, diverged runs
 excluded from means and counted). Each reaches a plain yes / partly / no (or not resolved), then
@@ -19,8 +20,11 @@ a yes is graded:
       interval, per width: yes if the interval lies inside [-2%, +2%], no if wholly outside, not
       resolved if it straddles an edge (or fewer than two seed pairs), no where every run of the
       variant diverged. Widths combine: no if every width is no, partly if some are, else not
-      resolved if any is, else yes; a yes wholly below 0 is "yes, unlike the paper"; a diverged run
-      of the variant makes a yes partly (criteria in full in claims_loss).
+      resolved if any is, else yes; a yes wholly below 0 is "yes, unlike the paper". Blow-ups
+      (claims_loss.BLOWUP_RULE, as in the scaling study's rows): a run of either arm that blew up
+      (diverged or a finite spike) makes a yes partly; the gap is over the seed pairs where neither
+      blew up, beside the gap with the blown-up runs at their last weights (criteria in full in
+      claims_loss).
 3. sources: the largest main width and the ablation; a source is judged where its runs end with at least
    50% of tokens at a positive margin (Prop. 4.2's premise), the others are shown as context (all are
    judged if none shows its margins). R_v = mean end logit norm of unanchored variant v without a final
@@ -59,6 +63,11 @@ a yes is graded:
    than half at or below FakeLN; no if neither; else partly; partly at best when FakeLN can't be compared.
    Cells within LINE_MARGIN_PP of the +2% line are named, with the verdict if they fell on its other
    side (fine-tuning CE moves across CPUs).
+Stability (claims_stability): per width, no tapered arm's clean rate (runs without a blow-up)
+   below the baseline's with Fisher p < 0.05, and every tapered arm's 95% Clopper-Pearson interval
+   with its lower end at or above 0.7: yes; one significantly below: no; else not resolved; widths
+   combine strictly (no if any is no, else not resolved if any is). Judged on the committed
+   stability study where the checkout has it, else on the pretrain runs.
 Claims 3-5 judge the paper's six variants only (DyT's row is claims_dyt's).
 """
 
@@ -103,6 +112,7 @@ from .claims_fold import (
 )
 from .claims_loss import GAP_CRITERION, GAP_MAX_PCT, claim1, claim2
 from .claims_scaling import load_scaling, with_study
+from .claims_stability import STABILITY_CRITERION, claim_stability, load_stability
 from .html import markdown_page
 from .runs import describe_scale, load_runs
 from .scale_card import COLUMNS as SCALE_COLUMNS
@@ -147,6 +157,7 @@ CLAIMS: list[Callable[[ClaimInputs], dict]] = [
     claim6,
     claim7,
     claim8,
+    claim_stability,
     with_study(claim_dyt, "dyt"),
 ]
 
@@ -161,6 +172,7 @@ CRITERIA: dict[Callable[[ClaimInputs], dict], Criterion] = {
     claim6: EXACT_CRITERION,
     claim7: SPEED_CRITERION,
     claim8: FINETUNE_CRITERION,
+    claim_stability: STABILITY_CRITERION,
     claim_dyt: DYT_CRITERION,
 }
 
@@ -191,7 +203,8 @@ INTRO = (
     "are paired by seed (seed s of every variant draws the same initialisation and batches) and "
     "given with a 95% t interval. Thresholds are named constants in tapernorm/analysis/"
     "claims_loss.py (claims 1, 2), claims_chasing.py (3-5), claims_fold.py (6, 7), "
-    "claims_finetune.py (8) and claims_dyt.py (TaperNorm vs DyT), and are stated in each comment. "
+    "claims_finetune.py (8), claims_stability.py (stability) and claims_dyt.py (TaperNorm vs DyT), "
+    "and are stated in each comment. "
     "'Holds?' is graded (tapernorm/analysis/claim_rows.py): 'yes' at the paper's settings and size; "
     "'yes, weaker than the paper' or 'yes, unlike the paper' where our size is far below or on the "
     "other side of the paper's; 'only at a deviation' where it holds only at a setting the paper "
@@ -267,6 +280,7 @@ def write_claims(
     rehearsal: bool = False,
     scaling: str | Path | None = None,
     gpu: str | Path | None = None,
+    stability: str | Path | None = None,
 ) -> Path:
     """Compute every claim from the given run dirs / verify files; write <out>.md, .html (the
     report's page) and .json (claims_record) atomically.
@@ -277,6 +291,7 @@ def write_claims(
     `lr_grid`: lr_grid.json of `tapernorm lr-grid` (the TaperNorm-vs-DyT row, the scale card).
     `scaling`: summary.csv of the scaling study (claims 1-4 and DyT's rows, the scale card).
     `gpu`: a first-GPU check's directory (results/gpu/DIR): claim 7 on a GPU too.
+    `stability`: summary.csv of the stability study (the stability row).
     `config_sha256`: the workflow config's hash, named in the stamp.
     `rehearsal`: a rehearsal of the paper path on stand-ins (config/rehearsal.yaml): said at the top
     and in the stamp.
@@ -298,6 +313,7 @@ def write_claims(
         bench_skipped=inference_tables.skipped_notes(bench),
         lr_grid=load_lr_grid(lr_grid) if lr_grid else None,
         scaling=load_scaling(scaling) if scaling else None,
+        stability=load_stability(stability) if stability else None,
         gpu=gpu_rows,
         gpu_where=gpu_where,
     )
@@ -311,6 +327,7 @@ def write_claims(
         "benchmark CSVs": str(len(bench_files)),
         "LR grid": grid_source(inp.lr_grid) if inp.lr_grid else "none",
         "scaling study": str(scaling) if scaling else "none",
+        "stability study": str(stability) if stability else "none",
         "first-GPU check": str(gpu) if gpu else "none",
     }
     record = claims_record(inp, config_sha256, inputs, rehearsal)

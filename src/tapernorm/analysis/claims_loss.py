@@ -7,13 +7,21 @@ margin, the opposite of the paper's small increases); "not resolved" when it str
 there is no interval (fewer than two seed pairs); no where every run of the variant diverged (it
 did not train at that width). Widths combine: no if every width is no, partly if some are, else not
 resolved if any width is, else yes. A yes whose interval lies wholly below 0 is
-graded "yes, unlike the paper" (the paper's gaps are small increases); a diverged run of the variant
-turns a yes into partly. The comment adds the variants that share the claim's final norm (kept or
-tapered), seed by seed: an offset they all share is a property of the final norm, not of the claim's
-variant.
+graded "yes, unlike the paper" (the paper's gaps are small increases). The comment adds the
+variants that share the claim's final norm (kept or tapered), seed by seed: an offset they all
+share is a property of the final norm, not of the claim's variant.
+
+Blow-ups (BLOWUP_RULE, the one rule of every loss verdict: claims 1 and 2 here, and each row of
+the scaling study, analysis/scaling.py): a run of either compared arm that blew up (diverged, or
+a finite spike: training/blowups.py) limits the verdict, a yes becoming partly; the gap is taken
+over the seed pairs where neither run blew up, and shown beside the gap with the blown-up runs
+counted at the validation loss of the weights they kept (a diverged run's are those of its last
+checkpoint before the divergence, so of an earlier step: said where it is so).
 """
 
 from __future__ import annotations
+
+import pandas as pd
 
 from ..variants import PAPER_VARIANTS, VARIANTS
 from . import paper
@@ -29,8 +37,8 @@ from .claim_rows import (
     unlike_paper,
     variant_label,
 )
-from .runs import describe_scale, diverged_text
-from .stats import PairedGap, paired_gap, stats_by_cell
+from .runs import blown_up, blowup_text, describe_scale, diverged_text
+from .stats import PairedGap, last_weights_gap, paired_gap, stats_by_cell
 
 GAP_MAX_PCT = 2.0
 GAP_CRITERION = Criterion(
@@ -39,6 +47,38 @@ GAP_CRITERION = Criterion(
     -GAP_MAX_PCT,
     GAP_MAX_PCT,
 )
+BLOWUP_RULE = (
+    "a run of either compared arm that blew up (diverged, or a finite spike: a training loss above "
+    "2x the median of its recent logged losses or a gradient norm above 100x the clip, "
+    "training/blowups.py) limits the loss verdict: a yes becomes partly; the gap is over the seed "
+    "pairs where neither run blew up, and beside it is the gap with the blown-up runs counted at "
+    "the validation loss of the weights they kept"
+)
+
+
+def limit_by_blowups(verdict: str, n_blown: int) -> str:
+    """BLOWUP_RULE on a plain verdict: a yes with `n_blown` > 0 runs that blew up is partly."""
+    return PARTLY if verdict == YES and n_blown else verdict
+
+
+def blown_runs_text(runs, steps_of_weights: bool = True) -> str:
+    """'Internal-Taper (+aux) seed 2: a divergence at step 1,750 (g=0.077; diverged), weights of
+    step 1,600' for each run of `runs` that blew up ('' when none)."""
+    out = []
+    for r in runs[blown_up(runs)].sort_values(["variant", "seed"]).to_dict("records"):
+        label = VARIANTS[r["variant"]]["label"] if r.get("variant") in VARIANTS else r["name"]
+        unit = f"seed {r['seed']}"
+        if "data_seed" in r and r["data_seed"] != r["seed"]:
+            unit = f"init {r['seed']}, data {r['data_seed']}"
+        if "compiled" in r and "compiled" in runs and runs["compiled"].nunique() > 1:
+            unit += ", compiled" if r["compiled"] else ", eager"
+        text = f"{label} {unit}: {blowup_text(r)}"
+        weights = r.get("weights_step")
+        if steps_of_weights and weights is not None and not pd.isna(weights):
+            if int(weights) != int(r["steps"]):
+                text += f", its weights of step {int(weights):,} (of {int(r['steps']):,})"
+        out.append(text)
+    return "; ".join(out)
 
 
 def within_verdict(gap: PairedGap, limit: float = GAP_MAX_PCT) -> tuple[str, str]:
@@ -113,10 +153,10 @@ def _gap_claim(inp: ClaimInputs, number: int, variant: str) -> dict:
     if not widths:
         return not_measured(claim, paper_value, f"no width has both baseline and {variant} runs")
     ours, whys, verdicts, reasons, below, notes, n_div = [], [], [], [], [], "", 0
-    gaps = []
+    gaps, blown = [], []
     for w in widths:
         n_div += len(stats[(w, variant)].diverged)
-        gap = paired_gap(inp.runs, w, variant, "baseline")
+        gap = paired_gap(inp.runs, w, variant, "baseline", clean=True)
         gaps.append(gap)
         verdict, why = within_verdict(gap)
         if stats[(w, variant)].all_diverged:  # it did not train here: not within 2%
@@ -124,15 +164,20 @@ def _gap_claim(inp: ClaimInputs, number: int, variant: str) -> dict:
         verdicts.append(verdict)
         reasons.append(f"d={w}: {why}")
         ours.append(f"d={w}: {gap.text()}")
+        arms = inp.runs[(inp.runs["width"] == w) & inp.runs["variant"].isin([variant, "baseline"])]
+        if blown_up(arms).any():
+            full = last_weights_gap(inp.runs, w, variant, "baseline")
+            ours[-1] += f"; with the blown-up runs at their last weights {full.text()}"
+            if full.left_out:
+                ours[-1] += f" (left out: {', '.join(full.left_out)})"
+            blown.append(f"d={w}: {blown_runs_text(arms)}")
         whys.append(f"d={w}: {gap.seeds_text() if gap.n else 'no seed pair'}")
         if gap.left_out:
             whys[-1] += f"; left out: {', '.join(gap.left_out)}"
         if verdict == YES and gap.hi < 0:
             below.append(f"d={w}: {gap.mean:+.2f}% {gap.interval()}")
         notes += offset_note(inp.runs, w, variant)
-    holds = combine_widths(verdicts)
-    if holds == YES and n_div:
-        holds = PARTLY
+    holds = limit_by_blowups(combine_widths(verdicts), len(blown))
     if holds == YES and below:
         holds = unlike_paper("; ".join(below), paper_range)
     elif holds in (NO, NOT_RESOLVED):
@@ -145,10 +190,12 @@ def _gap_claim(inp: ClaimInputs, number: int, variant: str) -> dict:
         f"({' | '.join(whys)}). Criterion per width: "
         f"yes if the interval lies inside ±{GAP_MAX_PCT:g}%, no if it lies wholly outside, not "
         "resolved if it straddles an edge or there is one pair; widths combine as no if all no, "
-        "partly if some, not resolved if any, else yes; a diverged run makes a yes partly; a yes "
-        "wholly below 0 is 'unlike the paper' (the paper's gaps are small increases). "
+        "partly if some, not resolved if any, else yes; a yes wholly below 0 is 'unlike the paper' "
+        f"(the paper's gaps are small increases). Blow-ups: {BLOWUP_RULE}. "
         f"{n_div} {variant} run(s) diverged."
     )
+    if blown:
+        comment += f" Blew up: {' | '.join(blown)}."
     compared = inp.runs[inp.runs["variant"].isin([variant, "baseline"])]
     if named := diverged_text(compared[compared["width"].isin(widths)]):
         comment += f" Diverged, excluded: {named}."

@@ -2,6 +2,14 @@
 
 A run directory (written by `tapernorm train`) holds config.json (the resolved run config),
 metrics.jsonl (one JSON object per logged step) and eval.json (validation loss, divergence).
+
+Blow-ups (training/blowups.py: a non-finite loss or gradient, or a finite spike): a run's row says
+whether it blew up (`blew_up`; a diverged run always did), how many steps did (`blowups`), the
+first (`first_blowup_step`, its kind and gate) and every step an event was recorded at
+(`blowup_steps`), and how they were found (`blowups_checked`): "every step" where eval.json has
+them (the training loop checks every step), "logged steps" for an older record, scored again by
+blowups.rescore on the steps its metrics.jsonl logged (a spike between two logged steps is not in
+such a record), its divergence added as an event where the record has none at that step.
 "End" statistics are means over the last 10% of a run's logged training steps (at least one record),
 so one noisy step does not decide a table cell; for a diverged run they describe the steps before the
 divergence, and the run is flagged.
@@ -16,6 +24,8 @@ from pathlib import Path
 import pandas as pd
 
 from ..runtime.jsonio import FileError, read_json
+from ..schedules import gate_at
+from ..training import blowups
 from ..training.metrics_log import METRICS, read_records
 from ..variants import VARIANTS
 
@@ -32,6 +42,8 @@ REWRITE = (
 )
 # columns of the run table copied onto every training record
 RUN_KEYS = ("run", "name", "variant", "label", "width", "seed", "steps", "final_taper", "anchor")
+EVERY_STEP, LOGGED_STEPS = "every step", "logged steps"  # how a run's blow-ups were found
+DIVERGED_KIND = "diverged"  # an older record's divergence, which its metrics.jsonl does not hold
 
 
 def final_tapered(variant: str) -> bool:
@@ -67,15 +79,65 @@ def _hint(run_dir: Path) -> str:
 
 
 def _read_metrics(path: Path, run_dir: Path) -> list[dict]:
-    """The training records of a run (metrics_log.read_records: a torn last line dropped, a broken
-    line elsewhere a ValueError naming the file and line)."""
+    """Every record of a run's metrics.jsonl (metrics_log.read_records: a torn last line dropped,
+    a broken line elsewhere a ValueError naming the file and line)."""
     if not path.is_file():
         raise FileNotFoundError(f"run directory {run_dir}: missing {path.name}{_hint(run_dir)}")
-    records = read_records(path)
-    return [r for r in records if "gate" in r]  # periodic {"step", "val_loss"} records left out
+    return read_records(path)
 
 
-def _run_row(run_dir: Path, config: dict, result: dict, records: list[dict]) -> dict:
+def training_records(records: list[dict]) -> list[dict]:
+    """The training records among a run's metrics records (periodic {"step", "val_loss"} and
+    blow-up {"step", "blowup"} records left out)."""
+    return [r for r in records if "gate" in r]
+
+
+def _number(x) -> float:
+    """A JSON number of a blow-up event ("inf" and "nan" written as strings) as a float."""
+    try:
+        return float(x)
+    except (TypeError, ValueError):
+        return math.nan
+
+
+def run_blowups(config: dict, result: dict, records: list[dict]) -> dict:
+    """The blow-up columns of a run's row (module docstring) from its config.json, eval.json and
+    every record of its metrics.jsonl."""
+    if "blew_up" in result:  # checked at every step by the training loop
+        events = blowups.events_of(records) or list(result.get("blowup_events") or [])
+        count = int(result.get("blowups", len(events)))
+        checked = str(result.get("blowups_checked", EVERY_STEP))
+    else:  # an older record: the rule applied again to its logged steps
+        clip = float(config["train"].get("grad_clip") or 0.0)
+        events = blowups.rescore(records, clip if clip > 0 else math.inf)
+        step = result.get("diverged_step")
+        if result.get("diverged") and step is not None and step not in {e["step"] for e in events}:
+            taper = config["taper"]
+            gate = gate_at(int(step), int(taper["start"]), int(taper["end"]))
+            events.append({"step": int(step), "blowup": {"kind": DIVERGED_KIND, "gate": gate}})
+        events.sort(key=lambda e: e["step"])
+        count, checked = len(events), LOGGED_STEPS
+    first = events[0]["blowup"] if events else {}
+    return {
+        "blew_up": bool(count or events or result.get("diverged")),
+        "blowups": max(count, int(bool(result.get("diverged")))),
+        "first_blowup_step": (
+            int(events[0]["step"])
+            if events
+            else result.get("first_blowup_step", result.get("diverged_step"))
+        ),
+        "first_blowup_kind": first.get("kind", DIVERGED_KIND if result.get("diverged") else None),
+        "first_blowup_gate": _number(first.get("gate")) if events else math.nan,
+        "blowup_steps": tuple(int(e["step"]) for e in events),
+        "blowups_checked": checked,
+    }
+
+
+def _run_row(
+    run_dir: Path, config: dict, result: dict, records: list[dict], every: list[dict] | None = None
+) -> dict:
+    """A run's row of the run table: `records` its training records, `every` all its metrics
+    records (blow-up events included; `records` where not given)."""
     missing = [k for k in ("seed", "model", "train", "taper", "anchor", "data") if k not in config]
     if missing:
         raise ValueError(
@@ -99,6 +161,10 @@ def _run_row(run_dir: Path, config: dict, result: dict, records: list[dict]) -> 
         "n_layer": int(m["n_layer"]),
         "n_head": int(m["n_head"]),
         "seed": int(config["seed"]),
+        "data_seed": int(
+            config["seed"] if config.get("data_seed") is None else config["data_seed"]
+        ),
+        "compiled": bool(t.get("compile", False)),
         "steps": int(t["steps"]),
         "batch_size": int(t["batch_size"]) * int(t["grad_accum"]),
         "block_size": int(m["block_size"]),
@@ -107,6 +173,9 @@ def _run_row(run_dir: Path, config: dict, result: dict, records: list[dict]) -> 
         "lr": float(t["lr"]),
         "taper_start": config["taper"]["start"],
         "taper_end": config["taper"]["end"],
+        "ema_mu": config["taper"].get("ema_mu"),
+        "grad_clip": t.get("grad_clip"),
+        "mlp": m.get("mlp", "swiglu"),
         "corpus": config["data"]["dir"],
         "train_tokens": config["data"].get("train_tokens"),
         "final_taper": m["taper"] in ("final", "all"),
@@ -122,6 +191,7 @@ def _run_row(run_dir: Path, config: dict, result: dict, records: list[dict]) -> 
         "n_params": result.get("n_params", config.get("n_params")),
         "last_step": int(records[-1]["step"]) if records else 0,
         "geometry": bool(records) and all("grad_h_cos" in r for r in records),
+        **run_blowups(config, result, records if every is None else every),
     }
     tail = records[-max(1, math.ceil(END_FRACTION * len(records))) :]
     for col in END_COLUMNS:
@@ -142,8 +212,9 @@ def load_runs(run_dirs: Sequence[str | Path]) -> tuple[pd.DataFrame, pd.DataFram
         run_dir = Path(d)
         cfg = _read_json(run_dir / "config.json", run_dir)
         result = _read_json(run_dir / "eval.json", run_dir)
-        records = _read_metrics(run_dir / METRICS, run_dir)
-        row = _run_row(run_dir, cfg, result, records)
+        every = _read_metrics(run_dir / METRICS, run_dir)
+        records = training_records(every)
+        row = _run_row(run_dir, cfg, result, records, every)
         rows.append(row)
         if not records:  # diverged at step 1: nothing was logged
             continue
@@ -152,7 +223,8 @@ def load_runs(run_dirs: Sequence[str | Path]) -> tuple[pd.DataFrame, pd.DataFram
             frame[key] = row[key]
         frames.append(frame)
     runs = pd.DataFrame(rows)
-    runs["diverged_step"] = runs["diverged_step"].astype("Int64")  # stays an integer beside NaNs
+    for col in ("diverged_step", "first_blowup_step"):
+        runs[col] = runs[col].astype("Int64")  # stays an integer beside NaNs
     dup = runs["run"][runs["run"].duplicated()]
     if len(dup):
         raise ValueError(f"run directory {dup.iloc[0]} given twice")
@@ -188,6 +260,39 @@ def diverged_text(runs: pd.DataFrame) -> str:
         text = r["name"] + (f" at step {step}" if step is not None and not pd.isna(step) else "")
         out.append(text + ("" if r.get("last_step", 1) else " (nothing logged)"))
     return ", ".join(out)
+
+
+def blown_up(runs: pd.DataFrame) -> pd.Series:
+    """Whether each run of `runs` blew up (diverged or spiked); a table without the blow-up
+    columns (built by hand) knows only its divergences."""
+    column = runs["blew_up"] if "blew_up" in runs.columns else runs["diverged"]
+    return column.fillna(False).astype(bool) | runs["diverged"].fillna(False).astype(bool)
+
+
+KIND_TEXT = {
+    "nonfinite_loss": "non-finite loss",
+    "nonfinite_grad": "non-finite gradient",
+    "loss_spike": "loss spike",
+    "grad_spike": "gradient spike",
+    DIVERGED_KIND: "divergence",
+}
+
+
+def blowup_text(run: dict) -> str:
+    """'a loss spike at step 1,750 (g=0.077; 3 steps blew up)' of a run row that blew up."""
+    kind = run.get("first_blowup_kind")
+    step = run.get("first_blowup_step")
+    text = "a " + (KIND_TEXT.get(kind, str(kind)) if kind else "blow-up")
+    if step is not None and not pd.isna(step):
+        text += f" at step {int(step):,}"
+    gate = run.get("first_blowup_gate")
+    extra = [f"g={gate:.3f}"] if gate is not None and not pd.isna(gate) else []
+    count = run.get("blowups")
+    if count is not None and not pd.isna(count) and int(count) > 1:
+        extra.append(f"{int(count)} steps blew up")
+    if run.get("diverged"):
+        extra.append("diverged")
+    return text + (f" ({'; '.join(extra)})" if extra else "")
 
 
 def corpus_of(runs: pd.DataFrame) -> str:

@@ -8,8 +8,24 @@ per seed, claim 3's ratio U (end logit norm of the unanchored runs without a fin
 runs that keep one) and claim 4's ratio A (All-Taper (+aux) over the baseline), each judged on its
 own by the claims' criteria (claims_chasing); their geometric mean and a 95% t interval on log scale.
 
+Blow-ups: every loss row follows claims_loss.BLOWUP_RULE, the rule of the default's claims 1
+and 2: a run of either compared arm that blew up (diverged, or a finite spike: training/blowups.py;
+the committed records, which predate the per-step check, scored on their logged steps) limits the
+verdict, a yes becoming partly; the row's gap is over the seed pairs where neither run blew up,
+and beside it is the gap with the blown-up runs counted at the validation loss of the weights they
+kept. Each row counts the runs of its cell's arms (n_runs), those that finished clean (n_clean)
+and those that blew up (n_blowup), and names the blow-ups (blew_up).
+
+Extra records (the stability study's, `--extra-records`): a run whose init seed equals its data
+seed, of a variant, width and length that a cell of the study has, is that cell's recipe trained
+eager instead of compiled; such a cell takes it, and says so (extra_runs): it counts in the cell's
+runs, and it pairs with the eager run of the other arm of its seed, a seed's gap being the mean of
+its compiled and eager pairs (the seed stays the unit of the interval). Any other extra record is
+not used, and a record of another recipe (LR, batch, schedule, data, model) is refused.
+
 summary.csv has one row per (claim, width, tokens per parameter); per_seed.csv one row per seed of
-every row, with its own verdict where a claim is judged per seed.
+every row, with its own verdict where a claim is judged per seed (and, for a gap, its value with
+the blown-up runs at their last weights).
 """
 
 from __future__ import annotations
@@ -23,14 +39,24 @@ import pandas as pd
 
 from ..variants import VARIANTS, baseline_of, variants_with
 from .claims_chasing import CHASE_PARTLY, CHASE_YES, suppression_verdict
-from .claims_loss import GAP_MAX_PCT, within_verdict
-from .runs import load_runs, val_records
-from .stats import VARIANT_LABELS, paired_gap, t975
+from .claims_loss import GAP_MAX_PCT, blown_runs_text, limit_by_blowups, within_verdict
+from .runs import blown_up, load_runs, val_records
+from .stats import VARIANT_LABELS, last_weights_gap, paired_gap, t975
 
 # claim -> (variant, its baseline): claims 1, 2 and dyt (variants.VARIANTS' gap_claim role)
 GAP_CLAIMS = {VARIANTS[v]["gap_claim"]: (v, baseline_of(v)) for v in variants_with("gap_claim")}
 SUMMARY_COLUMNS = ("claim", "width", "tokens_per_param", "estimate", "ci_low", "ci_high")
 SUMMARY_COLUMNS += ("n_seeds", "unit", "steps", "verdict", "criterion", "left_out")
+# what the rows add after those (BLOWUP_RULE): the runs of the cell's arms, clean or blown up, and
+# the gap with the blown-up runs at their last weights
+BLOWUP_COLUMNS = ("n_runs", "n_clean", "n_blowup", "blew_up", "estimate_last_weights")
+BLOWUP_COLUMNS += ("ci_low_last_weights", "ci_high_last_weights", "n_seeds_last_weights")
+BLOWUP_COLUMNS += ("left_out_last_weights", "extra_runs")
+EXTRA_FAMILY = "stability"  # the study whose runs a cell may take (not its one-factor reruns)
+# what an extra record must share with the cell it joins (the recipe; compile and name apart)
+RECIPE = ("lr", "batch_size", "block_size", "warmup_steps", "taper_start", "taper_end", "corpus",
+          "train_tokens", "n_layer", "n_head", "n_params", "anchor", "anchor_lam", "final_taper",
+          "internal_taper", "grad_clip", "ema_mu", "mlp")  # fmt: skip
 KEPT_NORM = ("baseline", "internal", "internal_aux")  # runs that keep a real final norm
 UNANCHORED_FREE = ("final", "all")  # final norm tapered, no scale loss
 
@@ -42,21 +68,95 @@ class StudyRuns:
     runs: pd.DataFrame
     ablation: pd.DataFrame
     curves: pd.DataFrame  # validation curves of every run (runs.val_records) with its family
+    extra_note: str = ""  # what the extra records gave (taken, or not used and why)
 
 
-def read_study(record_dirs: list[str | Path]) -> StudyRuns:
-    """The study's record directories (<family>/<run>/ with config.json, eval.json, metrics.jsonl)."""
-    runs, _ = load_runs(record_dirs)
+def _tokens(runs: pd.DataFrame) -> pd.DataFrame:
     runs["tokens_per_param"] = runs["steps"] * runs["batch_size"] * runs["block_size"]
     runs["tokens_per_param"] /= runs["n_params"].astype(float)
+    return runs
+
+
+def read_study(
+    record_dirs: list[str | Path], extra_dirs: list[str | Path] | tuple = ()
+) -> StudyRuns:
+    """The study's record directories (<family>/<run>/ with config.json, eval.json, metrics.jsonl),
+    and `extra_dirs`: records of other studies that cells may take (module docstring)."""
+    runs, _ = load_runs(record_dirs)
+    runs = _tokens(runs)
     ablation = runs["family"] == "scaling_ablation"
     curves = val_records(runs).merge(runs[["run", "family"]], on="run")
-    return StudyRuns(runs[~ablation].copy(), runs[ablation].copy(), curves)
+    main = runs[~ablation].copy()
+    main["extra"] = False
+    note = ""
+    if extra_dirs:
+        extra = _tokens(load_runs(extra_dirs)[0])
+        taken = cell_extras(main, extra)
+        unused = len(extra) - len(taken)
+        note = (
+            f"{len(taken)} of {len(extra)} extra records taken (a cell's recipe, trained "
+            f"{_modes(taken)})"
+            + (f"; {unused} not a cell's recipe (not the stability family's, init seed != data "
+               "seed, or no such cell)" if unused else "")
+        )  # fmt: skip
+        main = pd.concat([main, taken.assign(extra=True)], ignore_index=True)
+    return StudyRuns(main, runs[ablation].copy(), curves, note)
+
+
+def _modes(runs: pd.DataFrame) -> str:
+    modes = sorted({"compiled" if c else "eager" for c in runs["compiled"]})
+    return " and ".join(modes) or "-"
+
+
+def cell_extras(main: pd.DataFrame, extra: pd.DataFrame) -> pd.DataFrame:
+    """The runs of `extra` that are a cell of `main`'s recipe: runs of the stability family (not
+    its one-factor reruns) whose init seed = data seed, with a run of `main` of that variant,
+    width, length and seed. ValueError where one differs from it in the
+    recipe (RECIPE): its numbers could not be compared."""
+    taken = []
+    key = ["variant", "width", "steps", "seed"]
+    family = extra["name"].astype(str).str.split("/").str[0]
+    mine = extra[(extra["seed"] == extra["data_seed"]) & (family == EXTRA_FAMILY)]
+    for r in mine.to_dict("records"):
+        twin = main[(main[key] == pd.Series({k: r[k] for k in key})).all(axis=1)]
+        if twin.empty:
+            continue
+        t = twin.iloc[0]
+        differs = [c for c in RECIPE if c in t and not _same(t[c], r[c])]
+        if differs:
+            raise ValueError(
+                f"extra record {r['run']} is not the recipe of {t['run']}: {', '.join(differs)} "
+                f"differ ({', '.join(f'{r[c]} vs {t[c]}' for c in differs)}): not comparable"
+            )
+        if t["compiled"] == r["compiled"]:
+            raise ValueError(
+                f"extra record {r['run']} is trained as {t['run']} is (both "
+                f"{'compiled' if r['compiled'] else 'eager'}): give it once"
+            )
+        taken.append(r)
+    return pd.DataFrame(taken, columns=extra.columns)
+
+
+def _same(a, b) -> bool:
+    if pd.isna(a) and pd.isna(b):
+        return True
+    return bool(a == b)
 
 
 def cell_tokens(runs: pd.DataFrame, against: str) -> float:
     """Tokens per parameter of a cell: its reference arm's (the baseline's parameters)."""
     return float(runs.loc[runs["variant"] == against, "tokens_per_param"].mean())
+
+
+def blowup_counts(runs: pd.DataFrame) -> dict:
+    """n_runs, n_clean, n_blowup and the blow-ups named (blew_up) of `runs`."""
+    blown = blown_up(runs)
+    return {
+        "n_runs": len(runs),
+        "n_clean": int((~blown).sum()),
+        "n_blowup": int(blown.sum()),
+        "blew_up": blown_runs_text(runs),
+    }
 
 
 def gap_rows(study: StudyRuns) -> tuple[list[dict], list[dict]]:
@@ -68,8 +168,12 @@ def gap_rows(study: StudyRuns) -> tuple[list[dict], list[dict]]:
         for claim, (variant, against) in GAP_CLAIMS.items():
             if not {variant, against} <= set(cell["variant"]):
                 continue
-            gap = paired_gap(cell, int(width), variant, against)
+            arms = cell[cell["variant"].isin([variant, against])]
+            gap = paired_gap(cell, int(width), variant, against, clean=True)
+            full = last_weights_gap(cell, int(width), variant, against)
+            counts = blowup_counts(arms)
             verdict, _ = within_verdict(gap)
+            extra = arms[arms["extra"].astype(bool)] if "extra" in arms else arms.iloc[:0]
             rows.append(
                 {
                     "claim": claim,
@@ -81,23 +185,38 @@ def gap_rows(study: StudyRuns) -> tuple[list[dict], list[dict]]:
                     "n_seeds": gap.n,
                     "unit": "%",
                     "steps": int(steps),
-                    "verdict": verdict,
+                    "verdict": limit_by_blowups(verdict, counts["n_blowup"]),
                     "criterion": f"95% interval inside ±{GAP_MAX_PCT:g}%",
                     "left_out": "; ".join(gap.left_out),
+                    **counts,
+                    "estimate_last_weights": full.mean,
+                    "ci_low_last_weights": full.lo,
+                    "ci_high_last_weights": full.hi,
+                    "n_seeds_last_weights": full.n,
+                    "left_out_last_weights": "; ".join(full.left_out),
+                    "extra_runs": extra_text(extra),
                 }
             )
-            seeds += [
-                {
-                    "claim": claim,
-                    "width": int(width),
-                    "steps": int(steps),
-                    "seed": s,
-                    "value": g,
-                    "verdict": "",
-                }  # fmt: skip
-                for s, g in sorted(gap.per_seed.items())
-            ]
+            for s in sorted(set(gap.per_seed) | set(full.per_seed)):
+                seeds.append(
+                    {"claim": claim, "width": int(width), "steps": int(steps), "seed": s,
+                     "value": gap.per_seed.get(s, math.nan), "verdict": "",
+                     "value_last_weights": full.per_seed.get(s, math.nan)}
+                )  # fmt: skip
     return rows, seeds
+
+
+def extra_text(extra: pd.DataFrame) -> str:
+    """What a row says of the extra runs it took ('' when none)."""
+    if extra.empty:
+        return ""
+    fams = ", ".join(sorted({str(n).split("/")[0] for n in extra["name"]}))
+    seeds = ", ".join(str(s) for s in sorted(set(extra["seed"])))
+    return (
+        f"{len(extra)} {_modes(extra)} runs of the {fams} study (seeds {seeds}: init seed = data "
+        "seed, the cell's recipe) taken too: in the counts, and paired with the other arm's run "
+        "trained alike; a seed's gap is the mean of its compiled and eager pairs"
+    )
 
 
 def chasing_per_seed(ablation: pd.DataFrame) -> pd.DataFrame:
@@ -172,7 +291,8 @@ def chasing_rows(study: StudyRuns) -> tuple[list[dict], list[dict]]:
             {"claim": claim, "width": width, "tokens_per_param": tokens, "estimate": mean,
              "ci_low": lo, "ci_high": hi, "n_seeds": len(judged), "unit": "x", "steps": steps,
              "verdict": f"holds on {held}/{len(verdicts)} seeds", "criterion": criterion,
-             "left_out": left_out}
+             "left_out": left_out, **blowup_counts(abl), "left_out_last_weights": "",
+             "extra_runs": ""}
         )  # fmt: skip
         seeds += [
             {"claim": claim, "width": width, "steps": steps, "seed": int(r.seed),
@@ -186,14 +306,16 @@ def summarize(study: StudyRuns) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(summary, per_seed) frames of the study, rows sorted by claim, width and tokens."""
     gap_summary, gap_seeds = gap_rows(study)
     chase_summary, chase_seeds = chasing_rows(study)
-    summary = pd.DataFrame(gap_summary + chase_summary, columns=list(SUMMARY_COLUMNS))
+    columns = [*SUMMARY_COLUMNS, *BLOWUP_COLUMNS]
+    summary = pd.DataFrame(gap_summary + chase_summary, columns=columns)
     order = {c: i for i, c in enumerate(["1", "2", "dyt", "3", "4"])}
     summary = summary.sort_values(
         ["claim", "width", "tokens_per_param"],
         key=lambda s: s.map(order) if s.name == "claim" else s,
     ).reset_index(drop=True)
     per_seed = pd.DataFrame(
-        gap_seeds + chase_seeds, columns=["claim", "width", "steps", "seed", "value", "verdict"]
+        gap_seeds + chase_seeds,
+        columns=["claim", "width", "steps", "seed", "value", "verdict", "value_last_weights"],
     )
     return summary, per_seed
 

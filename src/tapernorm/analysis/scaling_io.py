@@ -12,7 +12,7 @@ from ..runtime.atomic import atomic_write_bytes
 from ..runtime.jsonio import read_json, write_json
 from ..runtime.provenance import git_state, host, now, versions
 from ..workflow.scaling import RECORD_FILES
-from .claims_loss import GAP_MAX_PCT
+from .claims_loss import BLOWUP_RULE, GAP_MAX_PCT
 from .scaling import GAP_CLAIMS, trend
 
 CLAIM_NAMES = {
@@ -57,26 +57,65 @@ def _number(x: float, unit: str) -> str:
     return f"{x:+.2f}%" if unit == "%" else f"{x:.2f}x"
 
 
-def summary_markdown(summary: pd.DataFrame) -> str:
-    """The summary as a markdown table, one row per (claim, width, length), and each gap claim's
-    trend from the shortest to the longest training per width."""
+def _text(r, column: str) -> str:
+    """A text column of a row ('' where absent, or empty: NaN as a CSV reads it)."""
+    value = getattr(r, column, "")
+    return value if isinstance(value, str) else ""
+
+
+def _count(x) -> int | None:
+    return None if x is None or pd.isna(x) else int(x)
+
+
+def _runs_cell(r) -> str:
+    """'17/18 clean' of a row's runs ('n/a' in a summary from before the counts)."""
+    n, clean = _count(getattr(r, "n_runs", None)), _count(getattr(r, "n_clean", None))
+    return "n/a" if n is None or clean is None else f"{clean}/{n} clean"
+
+
+def _last_weights_cell(r) -> str:
+    """The gap with the blown-up runs at their last weights, where a run of the row blew up."""
+    if r.unit != "%" or not _count(getattr(r, "n_blowup", None)):
+        return "—"
+    est = getattr(r, "estimate_last_weights", math.nan)
+    lo, hi = (
+        getattr(r, "ci_low_last_weights", math.nan),
+        getattr(r, "ci_high_last_weights", math.nan),
+    )
+    n = _count(getattr(r, "n_seeds_last_weights", None)) or 0
+    return f"{_number(est, r.unit)} [{_number(lo, r.unit)}, {_number(hi, r.unit)}] ({n})"
+
+
+def summary_markdown(summary: pd.DataFrame, extra_note: str = "") -> str:
+    """The summary as a markdown table, one row per (claim, width, length): the runs that finished
+    clean and the gap with the blown-up runs at their last weights beside each estimate; the
+    blow-up rule, the blow-ups and the seeds left out under it; each gap claim's trend from the
+    shortest to the longest training per width."""
     lines = [
-        "| Claim | Width | Steps | Tokens/param | Estimate | 95% interval | Seeds | Verdict |",
-        "|---|---|---|---|---|---|---|---|",
+        "| Claim | Width | Steps | Tokens/param | Estimate | 95% interval | Seeds | Verdict | "
+        "Runs | With blown-up runs at their last weights (seeds) |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in summary.itertuples():
         ci = f"[{_number(r.ci_low, r.unit)}, {_number(r.ci_high, r.unit)}]"
         lines.append(
             f"| {r.claim}: {CLAIM_NAMES[r.claim]} | d={r.width} | {r.steps:,} | "
             f"{r.tokens_per_param:.1f} | {_number(r.estimate, r.unit)} | {ci} | {r.n_seeds} | "
-            f"{r.verdict} |"
+            f"{r.verdict} | {_runs_cell(r)} | {_last_weights_cell(r)} |"
         )
-    lines.append("")
+    lines += ["", f"Blow-ups limit a loss verdict (claims 1, 2, dyt): {BLOWUP_RULE}.", ""]
+    if extra_note:
+        lines += [f"Extra records: {extra_note}.", ""]
     for r in summary.itertuples():
-        if r.left_out:
-            lines.append(
-                f"- Left out of claim {r.claim}, d={r.width}, {r.steps:,} steps: {r.left_out}."
-            )
+        where = f"claim {r.claim}, d={r.width}, {r.steps:,} steps"
+        if _text(r, "blew_up"):
+            lines.append(f"- Blew up in {where}: {r.blew_up}.")
+        if _text(r, "left_out"):
+            lines.append(f"- Left out of {where}: {r.left_out}.")
+        if _text(r, "left_out_last_weights"):
+            lines.append(f"- Left out of {where} at last weights: {r.left_out_last_weights}.")
+        if _text(r, "extra_runs"):
+            lines.append(f"- Extra runs in {where}: {r.extra_runs}.")
     for claim in (c for c in GAP_CLAIMS if c in set(summary["claim"])):
         for width in sorted(summary.loc[summary["claim"] == claim, "width"].unique()):
             lines.append(
@@ -97,17 +136,21 @@ def verdict_path(cell: pd.DataFrame) -> str:
 
 
 def write_summary(
-    summary: pd.DataFrame, per_seed: pd.DataFrame, out: Path, made_by: str = ""
+    summary: pd.DataFrame,
+    per_seed: pd.DataFrame,
+    out: Path,
+    made_by: str = "",
+    extra_note: str = "",
 ) -> list[Path]:
-    """summary.csv, per_seed.csv, summary.md and summary.json (the rows, the trends and what made
-    them) in `out`."""
+    """summary.csv, per_seed.csv, summary.md and summary.json (the rows, the trends, the blow-up
+    rule, what the extra records gave and what made them) in `out`."""
     if summary.empty:
         raise ValueError("the study's records give no claim a row: check the grid's variants")
     out.mkdir(parents=True, exist_ok=True)
     files = {name: out / name for name in ("summary.csv", "per_seed.csv", "summary.md")}
     atomic_write_bytes(files["summary.csv"], summary.to_csv(index=False).encode())
     atomic_write_bytes(files["per_seed.csv"], per_seed.to_csv(index=False).encode())
-    atomic_write_bytes(files["summary.md"], summary_markdown(summary).encode())
+    atomic_write_bytes(files["summary.md"], summary_markdown(summary, extra_note).encode())
     trends = {
         f"{claim}/d{width}": trend(summary, claim, int(width))
         for claim in GAP_CLAIMS
@@ -119,6 +162,8 @@ def write_summary(
         "made": made,
         "rows": summary.to_dict("records"),
         "trends": trends,
+        "blowup_rule": BLOWUP_RULE,
+        "extra_records": extra_note,
     }
     write_json(out / "summary.json", record)
     return [*files.values(), out / "summary.json"]

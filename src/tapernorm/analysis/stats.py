@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 
 from ..variants import VARIANTS
-from .runs import variant_order
+from .runs import blown_up, blowup_text, variant_order
 
 VARIANT_LABELS = {name: spec["label"] for name, spec in VARIANTS.items()}
 
@@ -187,36 +187,125 @@ class PairedGap:
         return f"{self.mean:+.2f}% {self.interval()} ({self.n} seed pair{'s' * (self.n != 1)})"
 
 
-def _kept(cell: pd.DataFrame) -> tuple[dict[int, float], dict[int, str]]:
-    """(seed -> validation loss of the runs Table 2's rule keeps in a cell, seed -> why a run
-    was dropped: 'diverged' or 'an outlier')."""
-    st = cell_stats(cell)
-    why = {name: "diverged" for name in st.diverged} | {name: "an outlier" for name in st.outliers}
-    kept = {int(r.seed): float(r.val_loss) for r in cell.itertuples() if r.name not in why}
-    dropped = {int(r.seed): why[r.name] for r in cell.itertuples() if r.name in why}
-    return kept, dropped
+# what a pair shares besides its unit (the seed), where the run table has it: the data order, and
+# compiled or eager training (the scaling study's cells may hold a compiled and an eager run of one
+# seed: two pairs of one unit, whose gaps are averaged)
+PAIR_COLUMNS = ("data_seed", "compiled")
 
 
-def paired_gap(runs: pd.DataFrame, width: int, variant: str, against: str) -> PairedGap:
-    """`variant`'s gap to `against` at `width`, paired by seed (PairedGap)."""
+def _unit_text(unit: tuple, names: tuple[str, ...]) -> str:
+    """'seed 2', or 'init 1, data 2' where pairs are units of init and data-order seeds."""
+    if names == ("seed",):
+        return f"seed {unit[0]}"
+    words = {"seed": "init", "data_seed": "data"}
+    return ", ".join(f"{words.get(n, n)} {v}" for n, v in zip(names, unit, strict=True))
+
+
+def _key(run: dict, keys: list[str]) -> tuple:
+    """A run's pair key: its values of `keys`, as plain Python numbers."""
+    return tuple(run[k].item() if hasattr(run[k], "item") else run[k] for k in keys)
+
+
+def _why_dropped(
+    cell: pd.DataFrame, clean: bool, outliers: bool, last_weights: bool = False
+) -> dict[str, str]:
+    """run name -> why a gap leaves it out: 'diverged', 'blew up: ...' (with `clean`: a finite
+    spike too), 'an outlier' (Table 2's rule among the runs trained alike, where `outliers`); with
+    `last_weights` only 'has no finite validation loss'."""
+    if last_weights:
+        bad = ~np.isfinite(cell["val_loss"].astype(float))
+        return {name: "has no finite validation loss" for name in cell.loc[bad, "name"]}
+    why: dict[str, str] = {}
+    if clean and len(cell):
+        spiked = blown_up(cell) & ~cell["diverged"].astype(bool)
+        why |= {r["name"]: f"blew up: {blowup_text(r)}" for r in cell[spiked].to_dict("records")}
+    rest = cell[~cell["name"].isin(list(why))]
+    modes = [rest] if "compiled" not in rest.columns else [g for _, g in rest.groupby("compiled")]
+    for group in modes:
+        st = cell_stats(group)
+        why |= {name: "diverged" for name in st.diverged}
+        if outliers:
+            why |= {name: "an outlier" for name in st.outliers}
+    return why
+
+
+def paired_gap(
+    runs: pd.DataFrame,
+    width: int,
+    variant: str,
+    against: str,
+    clean: bool = False,
+    unit: tuple[str, ...] = ("seed",),
+    outliers: bool = True,
+    last_weights: bool = False,
+) -> PairedGap:
+    """`variant`'s gap to `against` at `width`, paired by seed (PairedGap).
+
+    A pair is a run of each arm with the same `unit` (the seed; the init and data-order seeds of a
+    crossed study) and the same PAIR_COLUMNS where the table has them; a unit with several pairs
+    (a compiled and an eager run of one seed) gets their mean gap. Left out, and named: diverged
+    runs; with `clean` every run that blew up (runs.blown_up); where `outliers` Table 2's
+    outliers. With `last_weights` (last_weights_gap) only runs without a finite validation loss."""
     at = runs[runs["width"] == width]
-    mine, base = (at[at["variant"] == v] for v in (variant, against))
-    (kept_v, why_v), (kept_b, why_b) = _kept(mine), _kept(base)
-    per_seed = {s: gap_pct(kept_v[s], kept_b[s]) for s in sorted(kept_v) if s in kept_b}
+    keys = list(unit) + [c for c in PAIR_COLUMNS if c in at.columns and c not in unit]
+    arms = {}  # arm -> (pair key -> run names, why each is left out)
+    for v in (variant, against):
+        cell = at[at["variant"] == v]
+        names: dict[tuple, list[str]] = {}
+        for r in cell.to_dict("records"):
+            names.setdefault(_key(r, keys), []).append(r["name"])
+        arms[v] = (cell, names, _why_dropped(cell, clean, outliers, last_weights))
+
+    def kept(v: str) -> dict[tuple, float]:
+        cell, _, why = arms[v]
+        rows = cell[~cell["name"].isin(list(why))]
+        return {_key(r, keys): float(r["val_loss"]) for r in rows.to_dict("records")}
+
+    kept_v, kept_b = kept(variant), kept(against)
+    pairs: dict[tuple, list[float]] = {}
+    for key in sorted(kept_v):
+        if key in kept_b:
+            pairs.setdefault(key[: len(unit)], []).append(gap_pct(kept_v[key], kept_b[key]))
+    per_unit = {(u[0] if len(unit) == 1 else u): float(np.mean(g)) for u, g in pairs.items()}
+    both = pd.concat([arms[variant][0], arms[against][0]])
+    several = "compiled" in keys and both["compiled"].nunique() > 1  # compiled and eager runs
     left_out = []
-    for seed in sorted(set(mine["seed"]) | set(base["seed"])):
-        seed = int(seed)
-        if seed in per_seed:
+    for key in sorted(set(arms[variant][1]) | set(arms[against][1])):
+        if key in kept_v and key in kept_b:
             continue
-        for v, why, runs_v in ((variant, why_v, mine), (against, why_b, base)):
-            if seed not in set(runs_v["seed"]):
-                left_out.append(f"seed {seed} (no {VARIANT_LABELS.get(v, v)} run)")
-            elif seed in why:
-                left_out.append(f"seed {seed} ({VARIANT_LABELS.get(v, v)} {why[seed]})")
-    gaps = np.array(list(per_seed.values()), dtype=float)
+        label = _unit_text(key[: len(unit)], tuple(unit))
+        if several:
+            label += ", compiled" if key[keys.index("compiled")] else ", eager"
+        for v in (variant, against):
+            _, names, why = arms[v]
+            if key not in names:
+                left_out.append(f"{label} (no {VARIANT_LABELS.get(v, v)} run)")
+            left_out += [
+                f"{label} ({VARIANT_LABELS.get(v, v)} {why[n]})"
+                for n in names.get(key, ())
+                if n in why
+            ]
+    return gap_of(per_unit, variant, against, width, tuple(left_out))
+
+
+def gap_of(
+    per_unit: dict, variant: str, against: str, width: int, left_out: tuple[str, ...] = ()
+) -> PairedGap:
+    """The PairedGap of per-unit gaps (%): their mean and 95% t interval (NaN with < 2)."""
+    gaps = np.array(list(per_unit.values()), dtype=float)
     mean = float(gaps.mean()) if len(gaps) else math.nan
     lo = hi = math.nan
     if len(gaps) >= 2:
         half = t975(len(gaps) - 1) * float(gaps.std(ddof=1)) / math.sqrt(len(gaps))
         lo, hi = mean - half, mean + half
-    return PairedGap(variant, against, int(width), per_seed, mean, lo, hi, tuple(left_out))
+    return PairedGap(variant, against, int(width), dict(per_unit), mean, lo, hi, tuple(left_out))
+
+
+def last_weights_gap(
+    runs: pd.DataFrame, width: int, variant: str, against: str, unit: tuple[str, ...] = ("seed",)
+) -> PairedGap:
+    """The gap over every pair, runs that blew up or diverged included at the validation loss of
+    the weights they kept (eval.json's: a diverged run's last checkpoint before its divergence),
+    no outlier rule. A run without a finite validation loss cannot enter: its pair is left out and
+    named ('has no finite validation loss'), never dropped silently."""
+    return paired_gap(runs, width, variant, against, unit=unit, outliers=False, last_weights=True)

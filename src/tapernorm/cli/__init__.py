@@ -1,8 +1,8 @@
 """The `tapernorm` command line: every step of the pipeline, usable without Snakemake."""
 
 # Each command is a `_cmd_NAME` function with, beside it, a `NAME_parser(sub)` declaring its
-# arguments, in the module of its group: data, train, models, machine, scaling; build_parser
-# (below) registers them in the order of `tapernorm --help`, with bench's `bench
+# arguments, in the module of its group: data, train, models, machine, scaling, stability;
+# build_parser (below) registers them in the order of `tapernorm --help`, with bench's `bench
 # train-step|forward|decode`, analysis's table, figure, claims, job-times and record's.
 # What they share is in args; which errors end in one line is errors'.
 
@@ -30,6 +30,7 @@ from .machine import (
 from .models import eval_parser, export_hf_parser, fold_parser, taper_hf_parser
 from .replay import replay_parser
 from .scaling import scaling_parser
+from .stability import stability_parser
 from .train import gpus_parser, lr_grid_parser, train_parser
 
 # ---- the parser -----------------------------------------------------------------------------------
@@ -73,6 +74,7 @@ COMMANDS = (  # in the order of `tapernorm --help`
     gpu_report_parser,
     lr_grid_parser,
     scaling_parser,
+    stability_parser,
     replay_parser,
     rehearsal_inputs_parser,
 )

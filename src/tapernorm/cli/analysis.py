@@ -99,6 +99,7 @@ def _cmd_claims(args: argparse.Namespace) -> int:
         rehearsal=args.rehearsal,
         scaling=args.scaling,
         gpu=args.gpu,
+        stability=args.stability,
     )
     print(out)
     return 0
@@ -258,6 +259,12 @@ def _add_claims(subparsers: Subparsers) -> None:
         type=Path,
         help="a first-GPU check's directory (results/gpu/DIR, benchmarks/README.md): claim 7's "
         "speedups on that GPU too, judged by the same criterion",
+    )
+    c.add_argument(
+        "--stability",
+        type=Path,
+        help="summary.csv of the stability study (results/cpu/stability): the stability row, "
+        "judged on it (the pretrain runs as context)",
     )
     c.add_argument(
         "--out",

@@ -26,8 +26,9 @@ def _cmd_summary(args: argparse.Namespace) -> int:
     from ..runtime.out_files import claim_scaling_summary
 
     claim_scaling_summary(args.out, SUMMARY_FILES, args.force)
-    summary, per_seed = summarize(read_study(args.records))
-    for path in write_summary(summary, per_seed, args.out, args.made_by):
+    study = read_study(args.records, args.extra_records or ())
+    summary, per_seed = summarize(study)
+    for path in write_summary(summary, per_seed, args.out, args.made_by, study.extra_note):
         print(f"wrote {path}")
     print((args.out / "summary.md").read_text())
     return 0
@@ -71,6 +72,10 @@ def scaling_parser(sub) -> None:
     s = steps.add_parser("summary", help="summary.csv, per_seed.csv, summary.md and .json")
     s.add_argument("--records", type=Path, nargs="+", required=True,
                    help="the study's record directories (every run of the grid)")  # fmt: skip
+    s.add_argument("--extra-records", type=Path, nargs="+",
+                   help="records of the stability study: a run whose init seed equals its data "
+                   "seed is a cell's recipe trained eager, and that cell takes it (said in its "
+                   "row); the others are not used")  # fmt: skip
     s.add_argument("--out", type=Path, required=True, help="directory of the summary files")
     s.add_argument("--made-by", default="", help="the command that made the study")
     force_arg(s, "scaling summary", ", ".join(SUMMARY_FILES))

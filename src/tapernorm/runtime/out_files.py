@@ -138,3 +138,24 @@ def own_scaling_file(path: Path) -> bool:
 def claim_scaling_summary(out: Path, names: Iterable[str], force: bool) -> None:
     """`scaling summary`: the summary files `names` in the directory `out`."""
     claim_outputs([Path(out) / name for name in names], "scaling summary", own_scaling_file, force)
+
+
+STABILITY_HEADS = {"summary.csv": b"width,arm,label,", "summary.md": b"# The stability study"}
+
+
+def own_stability_file(path: Path) -> bool:
+    """`stability summary`'s files: summary.json by its keys, the others by how they begin."""
+    path = Path(path)
+    if path.name == "summary.json":
+        return json_with(path, ("made_by", "rows", "crossings"))
+    try:
+        with open(path, "rb") as f:
+            return f.read(64).startswith(STABILITY_HEADS[path.name])
+    except OSError:
+        return False
+
+
+def claim_stability_summary(out: Path, names: Iterable[str], force: bool) -> None:
+    """`stability summary`: the summary files `names` in the directory `out`."""
+    paths = [Path(out) / name for name in names]
+    claim_outputs(paths, "stability summary", own_stability_file, force)

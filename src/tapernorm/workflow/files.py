@@ -17,6 +17,8 @@ EVAL_DATA = "data/eval"  # the evaluation sets, one directory each (rule prepare
 LR_GRID = "results/cpu/lr_grid/lr_grid.json"
 # the committed scaling study (docs/scaling.md): the claims quote each claim as training grows
 SCALING_SUMMARY = "results/cpu/scaling/summary.csv"
+# the committed stability study (config/stability.yaml): the claims' stability row
+STABILITY_SUMMARY = "results/cpu/stability/summary.csv"
 # the committed first-GPU checks (benchmarks/README.md): claim 7 quotes the newest
 GPU_CHECKS = "results/gpu"
 
@@ -90,6 +92,11 @@ def committed_lr_grid(checkout: str) -> list[str]:
 def committed_scaling_summary() -> list[str]:
     """The committed scaling study's summary, where the working directory has it."""
     return [SCALING_SUMMARY] if os.path.isfile(SCALING_SUMMARY) else []
+
+
+def committed_stability_summary() -> list[str]:
+    """The committed stability study's summary, where the working directory has it."""
+    return [STABILITY_SUMMARY] if os.path.isfile(STABILITY_SUMMARY) else []
 
 
 def committed_gpu_check() -> list[str]:

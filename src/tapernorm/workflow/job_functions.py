@@ -18,6 +18,7 @@ from .files import (
     committed_gpu_check,
     committed_lr_grid,
     committed_scaling_summary,
+    committed_stability_summary,
 )
 from .names import JOB_RECORDS
 from .plan import Plan
@@ -126,6 +127,11 @@ def lr_grid_input(checkout: str) -> JobFunction:
 def scaling_input(wildcards: Namedlist) -> list[str]:
     """The committed scaling study's summary, where the checkout has it (claims 1-4, DyT's row)."""
     return committed_scaling_summary()
+
+
+def stability_input(wildcards: Namedlist) -> list[str]:
+    """The committed stability study's summary, where the checkout has it (the stability row)."""
+    return committed_stability_summary()
 
 
 def gpu_input(wildcards: Namedlist) -> list[str]:

@@ -1,0 +1,45 @@
+"""`tapernorm stability summary`: the stability study's summary from its records
+(workflow/stability.py plans the runs; analysis/stability.py says what the summary holds)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from .args import force_arg
+
+SUMMARY_FILES = ("summary.csv", "summary.md", "summary.json")
+
+
+def _cmd_summary(args: argparse.Namespace) -> int:
+    from ..analysis.stability import read_records, summarize, write_summary
+    from ..runtime.out_files import claim_stability_summary
+
+    claim_stability_summary(args.out, SUMMARY_FILES, args.force)
+    summary = summarize(read_records(args.records))
+    for path in write_summary(summary, args.out, args.made_by):
+        print(f"wrote {path}")
+    print((args.out / "summary.md").read_text())
+    return 0
+
+
+def stability_parser(sub) -> None:
+    g = sub.add_parser(
+        "stability",
+        help="the stability study: summarise its records (snakemake ... stability --configfile "
+        "config/config.yaml config/stability.yaml)",
+    )
+    steps = g.add_subparsers(dest="step", required=True)
+    s = steps.add_parser(
+        "summary",
+        help="summary.csv, summary.md and summary.json: per width and arm the runs that blew up, "
+        "the clean rate's exact interval, Fisher's p against the baseline, the loss gaps, the "
+        "init x data grid and whether blow-ups follow the data order or the initialisation",
+    )
+    s.add_argument("--records", type=Path, nargs="+", required=True,
+                   help="the study's record directories (each config.json, eval.json, "
+                   "metrics.jsonl)")  # fmt: skip
+    s.add_argument("--out", type=Path, required=True, help="directory of the summary files")
+    s.add_argument("--made-by", default="", help="the command that made the study")
+    force_arg(s, "stability summary", ", ".join(SUMMARY_FILES))
+    s.set_defaults(func=_cmd_summary)

@@ -1,0 +1,615 @@
+"""Blow-ups in the analysis: the run table's blow-up columns, exact rates (Clopper-Pearson, Fisher,
+the crossed grid's conditional test), the stability study's summary and its rule, the one blow-up
+rule of the loss verdicts (the scaling study's rows, claims 1 and 2), and the stability claim."""
+
+import json
+import math
+import os
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import yaml
+from conftest import tiny_run
+from test_scaling import CI_GRID, _dry_run
+from test_scaling import _study as _scaling_study
+
+from tapernorm.analysis import claims
+from tapernorm.analysis.claim_rows import ClaimInputs
+from tapernorm.analysis.claims_loss import BLOWUP_RULE
+from tapernorm.analysis.claims_stability import claim_stability, load_stability
+from tapernorm.analysis.rates import (
+    axis_test,
+    binom_cdf,
+    clopper_pearson,
+    fisher_exact,
+    pooled_axis_test,
+)
+from tapernorm.analysis.runs import load_runs
+from tapernorm.analysis.scaling import read_study, summarize
+from tapernorm.analysis.scaling_io import write_summary as write_scaling_summary
+from tapernorm.analysis.stability import read_records, shared_triggers, trigger_steps
+from tapernorm.analysis.stability import summarize as summarize_stability
+from tapernorm.analysis.stability import write_summary as write_stability_summary
+from tapernorm.analysis.stats import last_weights_gap, paired_gap, t975
+from tapernorm.cli import main
+from tapernorm.workflow import Plan, validate_pipeline_config
+from tapernorm.workflow import files as wf
+from tapernorm.workflow import job_functions as jf
+from tapernorm.workflow.stability import STABILITY_DIR
+
+ROOT = Path(__file__).resolve().parents[1]
+SCHEMA = str(ROOT / "workflow/schemas/config.schema.yaml")
+SCALING = ROOT / "results/cpu/scaling"
+
+
+# ---- exact rates ------------------------------------------------------------------------------------
+
+
+def _tail_ge(k: int, n: int, p: float) -> float:
+    return sum(math.comb(n, i) * p**i * (1 - p) ** (n - i) for i in range(k, n + 1))
+
+
+@pytest.mark.parametrize(
+    "k, n, lo, hi", [(0, 10, 0.0, 0.3085), (3, 10, 0.0667, 0.6525), (12, 12, 0.7354, 1.0)]
+)
+def test_clopper_pearson_known_values(k, n, lo, hi):
+    got = clopper_pearson(k, n)
+    assert got == pytest.approx((lo, hi), abs=5e-5)
+
+
+@pytest.mark.parametrize("k, n", [(1, 12), (5, 12), (9, 12), (17, 40)])
+def test_clopper_pearson_ends_put_two_and_a_half_percent_in_each_tail(k, n):
+    lo, hi = clopper_pearson(k, n)
+    assert _tail_ge(k, n, lo) == pytest.approx(0.025, abs=1e-9)  # P(X >= k | lo)
+    assert 1 - _tail_ge(k + 1, n, hi) == pytest.approx(0.025, abs=1e-9)  # P(X <= k | hi)
+    assert binom_cdf(k, n, hi) == pytest.approx(0.025, abs=1e-9)
+    # closed forms at the edges: 0/n's upper end, n/n's lower end
+    assert clopper_pearson(0, n)[1] == pytest.approx(1 - 0.025 ** (1 / n), abs=1e-12)
+    assert clopper_pearson(n, n)[0] == pytest.approx(0.025 ** (1 / n), abs=1e-12)
+    with pytest.raises(ValueError, match="0 <= k <= n"):
+        clopper_pearson(n + 1, n)
+
+
+def _hypergeom(a: int, b: int, c: int, d: int) -> float:
+    return math.comb(a + b, a) * math.comb(c + d, c) / math.comb(a + b + c + d, a + c)
+
+
+def test_fisher_two_sided_p_by_direct_computation():
+    # 5 of 12 runs blew up in one arm, 0 of 6 in the other: every table with these margins
+    # (first cell x = 0..5) no more probable than the observed (x = 5)
+    observed = _hypergeom(5, 7, 0, 6)
+    tables = [_hypergeom(x, 12 - x, 5 - x, 1 + x) for x in range(0, 6)]
+    assert sum(tables) == pytest.approx(1.0)
+    direct = sum(p for p in tables if p <= observed * (1 + 1e-7))
+    assert fisher_exact(5, 7, 0, 6) == pytest.approx(direct) == pytest.approx(978 / 8568)
+    assert fisher_exact(7, 5, 6, 0) == pytest.approx(direct)  # clean counts: the same test
+    assert fisher_exact(3, 1, 1, 3) == pytest.approx(
+        34 / 70
+    )  # Fisher's tea: (1 + 16 + 1 + 16) / 70
+    assert fisher_exact(6, 0, 6, 0) == 1.0  # an empty margin: nothing to test
+    assert fisher_exact(12, 0, 0, 12) == pytest.approx(2 / math.comb(24, 12))
+
+
+def test_axis_test_is_the_exact_law_of_the_grid():
+    # 4 init seeds x 3 data seeds; the 4 runs of data seed 2 blew up: the most gathered placement
+    cells = {(i, j): j == 2 for i in range(4) for j in range(3)}
+    by_data, by_init = axis_test(cells, 1), axis_test(cells, 0)
+    assert by_data.counts == {0: 0, 1: 0, 2: 4} and by_data.sizes == {0: 4, 1: 4, 2: 4}
+    assert by_data.p == pytest.approx(3 / math.comb(12, 4)) == pytest.approx(by_data.min_p)
+    assert by_init.p == pytest.approx(1.0)  # one per row: as spread as can be
+    # 3 blow-ups gathered in one column cannot reach p < 0.05 on that axis: 3 C(4,3) / C(12,3)
+    three = {(i, j): j == 2 and i < 3 for i in range(4) for j in range(3)}
+    assert axis_test(three, 1).p == pytest.approx(12 / 220) == pytest.approx(0.0545, abs=1e-4)
+    assert axis_test(three, 1).min_p == pytest.approx(12 / 220)
+    # ... and 3 in one row (3 runs a row) can: 4 / C(12, 3)
+    row = {(i, j): i == 1 for i in range(4) for j in range(3)}
+    assert axis_test(row, 0).p == pytest.approx(4 / 220)
+    # exhaustive check of one p: enumerate the C(12, 3) placements
+    from itertools import combinations
+
+    keys = list(cells)
+    stat = lambda chosen: sum(sum(1 for k in chosen if k[1] == j) ** 2 for j in range(3))  # noqa: E731
+    observed = stat([k for k in keys if three[k]])
+    hits = sum(stat(c) >= observed for c in combinations(keys, 3))
+    assert axis_test(three, 1).p == pytest.approx(hits / math.comb(12, 3))
+
+
+def test_pooled_axis_test_adds_each_grids_statistic():
+    one = {(i, j): j == 2 and i < 2 for i in range(4) for j in range(3)}  # 2 in data seed 2
+    alone = axis_test(one, 1)
+    pooled = pooled_axis_test([one, one], 1)
+    assert pooled.counts == {0: 0, 1: 0, 2: 4} and pooled.sizes == {0: 8, 1: 8, 2: 8}
+    assert pooled.p < alone.p  # the same pattern in two arms is stronger evidence
+    assert pooled.p == pytest.approx(pooled.min_p)
+    assert alone.p == pytest.approx(3 * math.comb(4, 2) / math.comb(12, 2))
+
+
+# ---- the run table's blow-up columns ----------------------------------------------------------------
+
+
+def test_committed_records_are_scored_on_their_logged_steps():
+    runs = load_runs(
+        [SCALING / "runs/scaling" / n for n in (
+            "all_aux-d32-s2-n2000", "internal_aux-d32-s0-n2000", "baseline-d32-s0-n2000")]
+    )[0].set_index("name")  # fmt: skip
+    spiked = runs.loc["scaling/all_aux-d32-s2-n2000"]
+    assert not spiked["diverged"] and spiked["blew_up"] and spiked["blowups"] == 3
+    assert spiked["first_blowup_step"] == 1750 and spiked["first_blowup_kind"] == "loss_spike"
+    assert spiked["blowup_steps"] == (1750, 1870, 2000)
+    assert spiked["blowups_checked"] == "logged steps"
+    diverged = runs.loc["scaling/internal_aux-d32-s0-n2000"]
+    assert diverged["blew_up"] and diverged["first_blowup_step"] == 1925  # (not logged: added)
+    assert diverged["first_blowup_kind"] == "diverged"
+    assert 0 < diverged["first_blowup_gate"] < 0.05  # late in the taper (600 -> 2,000)
+    clean = runs.loc["scaling/baseline-d32-s0-n2000"]
+    assert not clean["blew_up"] and clean["blowups"] == 0 and pd.isna(clean["first_blowup_step"])
+    assert (runs["data_seed"] == runs["seed"]).all() and runs["compiled"].all()
+
+
+def _spike_at(monkeypatch, step: int, factor: float) -> None:
+    """The training logits of optimizer step `step` multiplied by `factor` (a finite spike)."""
+    from tapernorm.model import GPT
+
+    calls = {"n": 0}
+    forward = GPT.forward
+
+    def spiked(self, idx, return_hidden=False):
+        out = forward(self, idx, return_hidden)
+        if self.training:
+            calls["n"] += 1
+            if calls["n"] == step:
+                return out[0] * factor, out[1]
+        return out
+
+    monkeypatch.setattr(GPT, "forward", spiked)
+
+
+def test_a_trained_runs_blowups_are_read_from_its_eval_json(shards_dir, tmp_path, monkeypatch):
+    from tapernorm.training.loop import train
+
+    _spike_at(monkeypatch, 17, 400.0)
+    cfg = tiny_run(shards_dir, train={"steps": 24}, log={"every": 4, "ckpt_every": 12})
+    train(cfg, tmp_path / "run")
+    row = load_runs([tmp_path / "run"])[0].iloc[0]
+    assert row["blew_up"] and not row["diverged"] and row["first_blowup_step"] == 17
+    assert row["blowups_checked"] == "every step" and 17 in row["blowup_steps"]
+    assert row["first_blowup_kind"] in ("loss_spike", "grad_spike")
+    assert row["first_blowup_gate"] == 1.0 and row["blowups"] == len(row["blowup_steps"])
+
+
+# ---- hand-written records of a small stability study -------------------------------------------------
+
+STUDY = {
+    "steps": 40,
+    "widths": [32],
+    "variants": ["baseline", "internal_aux"],
+    "init_seeds": [0, 1, 2, 3],
+    "data_seeds": [0, 1, 2],
+    "eval_points": 4,
+}
+
+
+def _plan(study: dict = STUDY) -> Plan:
+    raw = yaml.safe_load((ROOT / "config/ci.yaml").read_text())
+    raw["stability"] = study
+    return Plan(validate_pipeline_config(raw, SCHEMA))
+
+
+def _record(root: Path, plan: Plan, run: str, val: float | None, events=(), **result) -> Path:
+    """A stability run's records as `tapernorm train` writes them now: `events` (step, kind) its
+    blow-ups (a non-finite one ends it: diverged, weights of the last checkpoint)."""
+    cfg = plan.stability.run_config(run, "data/pretrain")
+    out = root / plan.stability.record_dir(run)
+    out.mkdir(parents=True)
+    (out / "config.json").write_text(json.dumps({**cfg.to_dict(), "n_params": 1000}))
+    steps = cfg.train.steps
+    nonfinite = [s for s, k in events if k.startswith("nonfinite")]
+    last = nonfinite[0] if nonfinite else steps
+    lines = [{"step": s, "gate": 1.0, "lr": 1e-3, "loss": 4.0, "grad_norm": 0.5}
+             for s in range(2, last, 2)]  # fmt: skip
+    recs = [{"step": s, "blowup": {"kind": k, "gate": 0.1, "loss": 9.0, "grad_norm": 1.0,
+                                    "reference": 4.0, "batch": {"data_seed": cfg.data_order_seed}}}
+            for s, k in events]  # fmt: skip
+    lines = sorted(lines + recs, key=lambda r: r["step"])
+    (out / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
+    ev = {"val_loss": val, "diverged": bool(nonfinite), "diverged_step": last if nonfinite else None,
+          "weights_step": (last // 10) * 10 if nonfinite else steps, "n_params": 1000,
+          "blew_up": bool(events), "blowups": len(events),
+          "first_blowup_step": events[0][0] if events else None,
+          "blowup_events": recs, "blowups_checked": "every step", **result}  # fmt: skip
+    (out / "eval.json").write_text(json.dumps(ev))
+    return out
+
+
+# blow-ups of internal_aux: init x data -> events; data seed 2 at step 30 in three init seeds
+BLOWUPS = {
+    (0, 2): [(30, "loss_spike"), (31, "loss_spike"), (35, "grad_spike")],
+    (1, 2): [(30, "nonfinite_grad")],
+    (3, 2): [(30, "loss_spike")],
+    (2, 0): [(12, "grad_spike")],
+}
+
+
+def _stability_records(root: Path, plan: Plan | None = None, blowups=None) -> list[Path]:
+    """Every run of STUDY: the baseline at 3 + init/100 + data/1000, internal_aux 1% above it;
+    BLOWUPS' runs blow up (the diverged one at 1.5% above, its weights of step 20); the baseline of
+    init 3, data 1 spikes once."""
+    plan = plan or _plan()
+    blowups = BLOWUPS if blowups is None else blowups
+    dirs = []
+    for run in plan.stability.runs():
+        variant, _, s, o, _ = run.split("-")
+        seed, data = int(s[1:]), int(o[1:])
+        base = 3.0 + seed / 100 + data / 1000
+        events = blowups.get((seed, data), []) if variant == "internal_aux" else []
+        if variant == "baseline" and (seed, data) == (3, 1):
+            events = [(20, "loss_spike")]
+        val = base * (1.015 if (seed, data) == (1, 2) else 1.01) if variant != "baseline" else base
+        dirs.append(_record(root, plan, run, val, events))
+    return dirs
+
+
+def test_summary_rows_count_rates_and_pair_gaps_by_seed_pair(tmp_path):
+    runs = read_records(_stability_records(tmp_path))
+    summary = summarize_stability(runs)
+    rows = summary.rows.set_index("arm")
+    arm, base = rows.loc["internal_aux"], rows.loc["baseline"]
+    assert (arm["n_runs"], arm["n_clean"], arm["n_blowup"], arm["n_diverged"]) == (12, 8, 4, 1)
+    assert (base["n_clean"], base["n_blowup"]) == (11, 1)
+    assert (arm["clean_ci_low"], arm["clean_ci_high"]) == pytest.approx(clopper_pearson(8, 12))
+    assert arm["fisher_p"] == pytest.approx(fisher_exact(8, 4, 11, 1))
+    assert math.isnan(base["fisher_p"]) and arm["against_clean"] == "11/12"
+    assert "init 0, data 2: loss spike at step 30 (g=0.100)" in arm["first_blowups"]
+    assert "init 2, data 0: gradient spike at step 12" in arm["first_blowups"]
+    # clean pairs: 12 minus the 4 blown-up arms and the spiked baseline's pair = 7, each +1.00%
+    assert arm["n_pairs_clean"] == 7 and arm["gap_clean"] == pytest.approx(1.0)
+    assert "init 3, data 1 (Baseline blew up: a loss spike at step 20" in arm["left_out_clean"]
+    assert "init 1, data 2 (Internal-Taper (+aux) diverged)" in arm["left_out_clean"]
+    # at last weights every pair counts: eleven at +1%, the diverged run's at +1.5%
+    assert arm["n_pairs_last_weights"] == 12 and arm["left_out_last_weights"] == ""
+    assert arm["gap_last_weights"] == pytest.approx((11 * 1.0 + 1.5) / 12)
+    assert "its weights of step 30 (of 40)" in arm["blew_up"]
+
+
+def test_a_missing_validation_loss_is_named_not_dropped(tmp_path):
+    dirs = _stability_records(tmp_path)
+    ev = next(d for d in dirs if d.name == "internal_aux-d32-s1-o2-n40") / "eval.json"
+    ev.write_text(json.dumps({**json.loads(ev.read_text()), "val_loss": None}))
+    row = summarize_stability(read_records(dirs)).rows.set_index("arm").loc["internal_aux"]
+    assert row["n_pairs_last_weights"] == 11
+    assert row["left_out_last_weights"] == (
+        "init 1, data 2 (Internal-Taper (+aux) has no finite validation loss)"
+    )
+
+
+def test_the_crossing_says_what_the_grid_can_resolve(tmp_path):
+    summary = summarize_stability(read_records(_stability_records(tmp_path)))
+    (test,) = [t for t in summary.crossings if t["arms"] == ["internal_aux"]]
+    assert test["by_data_seed"] == {"0": "1/4", "1": "0/4", "2": "3/4"}
+    assert test["by_init_seed"] == {"0": "1/3", "1": "1/3", "2": "1/3", "3": "1/3"}
+    assert test["blowups"] == 4 and test["runs"] == 12
+    cells = {(i, j): (i, j) in BLOWUPS for i in range(4) for j in range(3)}
+    assert test["p_data"] == pytest.approx(axis_test(cells, 1).p)
+    assert test["min_p_data"] == pytest.approx(3 / math.comb(12, 4))  # all 4 in one column
+    assert test["p_init"] == pytest.approx(1.0)
+    # statistic 1/4 + 9/4: as large or larger only with 3 + 1 or 4 in the columns (16 x 6 + 3 ways)
+    assert test["p_data"] == pytest.approx(99 / 495)
+    assert test["min_p_init"] == pytest.approx(4 * 9 / 495)  # a full row of 3, and 1 of the 9 left
+    assert test["statement"].startswith("not resolved: neither axis gathers them beyond chance")
+    md = (write_stability_summary(summary, tmp_path / "out")[1]).read_text()
+    assert "| 0 | . | . | S | 1/3 |" in md  # init 0: its data seed 2 run spiked
+    assert "| 1 | . | . | D | 1/3 |" in md  # init 1: diverged
+    assert "| blew up | 1/4 | 0/4 | 3/4 | 4/12 |" in md
+
+
+def test_blowups_following_the_data_order_are_told_apart(tmp_path):
+    column = {(i, 2): [(30, "loss_spike")] for i in range(4)}  # the whole of data seed 2
+    summary = summarize_stability(read_records(_stability_records(tmp_path, blowups=column)))
+    (test,) = [t for t in summary.crossings if t["arms"] == ["internal_aux"]]
+    assert test["p_data"] == pytest.approx(3 / 495) and test["p_init"] == pytest.approx(1.0)
+    assert test["statement"].startswith("the blow-ups follow the data order")
+    # rows of 3 runs: 4 blow-ups can reach p = 36/495 at best on that axis, which is said
+    assert "the init seed axis could not reach p < 0.05" in test["statement"]
+    assert "(its smallest p: 0.0727)" in test["statement"]
+
+
+def test_shared_triggers_are_one_data_seed_and_step_across_runs(tmp_path):
+    runs = read_records(_stability_records(tmp_path))
+    triggers = shared_triggers(runs)
+    assert [(t["data_seed"], t["step"]) for t in triggers] == [(2, 30)]
+    assert len(triggers[0]["runs"]) == 3  # init 0, 1, 3 of data seed 2
+    # a run's episode starts: 30-31 is one episode (every step checked), 35 another
+    assert trigger_steps((30, 31, 35), "every step") == [30, 35]
+    assert trigger_steps((1750, 1760), "logged steps") == [1750, 1760]
+
+
+def test_summary_refuses_records_of_another_recipe_or_given_twice(tmp_path):
+    dirs = _stability_records(tmp_path)
+    cfg_path = dirs[0] / "config.json"
+    cfg = json.loads(cfg_path.read_text())
+    cfg_path.write_text(json.dumps({**cfg, "train": {**cfg["train"], "lr": 1e-2}}))
+    with pytest.raises(ValueError, match="differ in lr .* cannot be compared"):
+        read_records(dirs)
+    cfg_path.write_text(json.dumps(cfg))
+    with pytest.raises(ValueError, match="given twice|two records"):
+        read_records([*dirs, dirs[0]])
+
+
+def test_cli_writes_the_summary_and_replaces_only_its_own_files(tmp_path, capsys):
+    dirs = _stability_records(tmp_path / "r")
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "summary.md").write_text("my notes\n")
+    args = ["stability", "summary", "--records", *map(str, dirs), "--out", str(out)]
+    assert main(args) == 2
+    assert "summary.md exists and is not an earlier output" in capsys.readouterr().err
+    assert (out / "summary.md").read_text() == "my notes\n" and not (out / "summary.csv").exists()
+    assert main([*args, "--force", "--made-by", "snakemake ... stability"]) == 0
+    assert main(args) == 0  # its own files now
+    record = json.loads((out / "summary.json").read_text())
+    assert record["made_by"] == "" and len(record["rows"]) == 2
+    assert (
+        record["shared_triggers"][0]["step"] == 30 and record["grids"][1]["arm"] == "internal_aux"
+    )
+    frame = load_stability(out / "summary.csv")
+    assert list(frame["arm"]) == ["baseline", "internal_aux"]
+
+
+# ---- the stability claim ----------------------------------------------------------------------------
+
+
+def _rows(width: int, base: tuple[int, int], arms: dict[str, tuple[int, int]]) -> list[dict]:
+    from tapernorm.variants import VARIANTS
+
+    out = []
+    for arm, (clean, n) in {"baseline": base, **arms}.items():
+        lo, hi = clopper_pearson(clean, n)
+        p = math.nan if arm == "baseline" else fisher_exact(clean, n - clean, *base_counts(base))
+        out.append({"width": width, "arm": arm, "label": VARIANTS[arm]["label"], "steps": 2000,
+                    "n_runs": n, "n_clean": clean, "n_blowup": n - clean, "clean_rate": clean / n,
+                    "clean_ci_low": lo, "clean_ci_high": hi,
+                    "against": "" if arm == "baseline" else "baseline", "fisher_p": p})  # fmt: skip
+    return out
+
+
+def base_counts(base: tuple[int, int]) -> tuple[int, int]:
+    return base[0], base[1] - base[0]
+
+
+@pytest.mark.parametrize(
+    "arms, grade",
+    [
+        ({"internal_aux": (12, 12), "all_aux": (12, 12)}, "yes"),  # lower ends 0.74
+        ({"internal_aux": (12, 12), "all_aux": (11, 12)}, "not resolved"),  # 0.62: too wide
+        ({"internal_aux": (12, 12), "all_aux": (5, 12)}, "no"),  # p = 0.005 below the baseline
+    ],
+)
+def test_the_stability_claim_is_graded_by_the_rates(arms, grade):
+    study = pd.DataFrame(
+        _rows(32, (12, 12), arms) + _rows(64, (12, 12), {"internal_aux": (12, 12)})
+    )
+    row = claim_stability(ClaimInputs(stability=study))
+    assert claims.grade_of(row["Holds?"]) == grade, row["Holds?"]
+    assert "Internal-Taper (+aux) 12/12 [0.74, 1.00]" in row["Ours"]
+    assert row["numbers"].unit == "clean rate" and row["numbers"].n_seeds == 12
+    if grade == "no":
+        assert "All-Taper (+aux) 5/12" in row["Holds?"] and "p=0.00" in row["Holds?"]
+
+
+def test_the_stability_claim_judges_the_pretrain_runs_without_the_study(tmp_path):
+    plan = _plan()
+    dirs = _stability_records(tmp_path, plan)
+    runs = load_runs(dirs)[0]
+    row = claim_stability(ClaimInputs(runs=runs))
+    assert row["Ours"].startswith("pretrain runs: ")
+    assert claims.grade_of(row["Holds?"]) == "not resolved"  # 8/12 [0.35, 0.90]: too wide
+    assert "Internal-Taper (+aux) 8/12" in row["Ours"]
+    assert claim_stability(ClaimInputs())["Holds?"] == "not measured"
+
+
+def test_claims_read_the_committed_stability_summary(tmp_path):
+    dirs = _stability_records(tmp_path / "r")
+    out = tmp_path / "study"
+    write_stability_summary(summarize_stability(read_records(dirs)), out)
+    path = claims.write_claims(tmp_path / "claims.md", runs=dirs, stability=out / "summary.csv")
+    record = json.loads(path.with_suffix(".json").read_text())
+    (row,) = [r for r in record["claims"] if r["Claim"].startswith("Stability")]
+    assert row["Ours"].startswith("stability study: ") and "pretrain runs" in row["Ours"]
+    assert row["unit"] == "clean rate" and row["criterion"]["text"].startswith("at every width")
+    assert record["inputs"]["stability study"] == str(out / "summary.csv")
+
+
+def test_the_claims_rule_reads_the_stability_summary_where_the_checkout_has_it(
+    tmp_path, monkeypatch
+):
+    monkeypatch.chdir(tmp_path)
+    assert wf.committed_stability_summary() == [] and jf.stability_input(None) == []
+    (tmp_path / wf.STABILITY_SUMMARY).parent.mkdir(parents=True)
+    (tmp_path / wf.STABILITY_SUMMARY).write_text("x")
+    assert jf.stability_input(None) == [wf.STABILITY_SUMMARY]
+    assert wf.STABILITY_SUMMARY == f"{STABILITY_DIR}/summary.csv"
+
+
+# ---- the one blow-up rule of the loss verdicts -------------------------------------------------------
+
+
+def _paired_runs(spiked: str | None) -> pd.DataFrame:
+    """Three seed pairs of baseline and internal_aux at d=64, the variant 0.5% above the baseline
+    (seed 2: 3%); `spiked` the run that blew up without diverging (at its final weights)."""
+    rows = []
+    for variant in ("baseline", "internal_aux"):
+        for seed in range(3):
+            name = f"{variant}-d64-s{seed}"
+            gap = 0.0 if variant == "baseline" else (3.0 if seed == 2 else 0.5)
+            rows.append({"name": name, "run": name, "variant": variant, "width": 64, "seed": seed,
+                         "data_seed": seed, "compiled": False, "steps": 600, "lr": 1e-3,
+                         "corpus": "x", "train_tokens": None, "diverged": False,
+                         "val_loss": 4.0 * (1 + gap / 100), "weights_step": 600,
+                         "blew_up": name == spiked, "blowups": int(name == spiked),
+                         "first_blowup_step": 500 if name == spiked else None,
+                         "first_blowup_kind": "loss_spike" if name == spiked else None,
+                         "first_blowup_gate": 0.2 if name == spiked else math.nan})  # fmt: skip
+    return pd.DataFrame(rows)
+
+
+def test_a_spiked_run_leaves_the_clean_gap_and_counts_at_its_last_weights():
+    runs = _paired_runs("internal_aux-d64-s2")
+    clean = paired_gap(runs, 64, "internal_aux", "baseline", clean=True)
+    assert clean.per_seed == pytest.approx({0: 0.5, 1: 0.5})
+    assert clean.left_out == (
+        "seed 2 (Internal-Taper (+aux) blew up: a loss spike at step 500 (g=0.200))",
+    )
+    everything = last_weights_gap(runs, 64, "internal_aux", "baseline")
+    assert everything.n == 3 and everything.mean == pytest.approx(4.0 / 3)
+    assert paired_gap(runs, 64, "internal_aux", "baseline").n == 3  # Table 2's rule keeps it
+
+
+def test_claims_1_and_the_scaling_rows_apply_the_same_rule():
+    clean = claims.claim1(ClaimInputs(runs=_paired_runs(None)))
+    half = t975(2) * np.std([0.5, 0.5, 3.0], ddof=1) / math.sqrt(3)
+    lo, hi = 4.0 / 3 - half, 4.0 / 3 + half
+    assert (
+        clean["Holds?"]
+        == f"not resolved (d=64: 95% interval [{lo:+.2f}%, {hi:+.2f}%] straddles ±2%)"
+    )
+    # the baseline of seed 2 spiked: the clean pairs are +0.5% twice (no spread: inside the band),
+    # and the yes is limited to partly by the blow-up
+    row = claims.claim1(ClaimInputs(runs=_paired_runs("baseline-d64-s2")))
+    assert row["Holds?"] == "partly"
+    assert "with the blown-up runs at their last weights +1.33%" in row["Ours"]
+    assert (
+        BLOWUP_RULE in row["Comment"]
+        and "Baseline seed 2: a loss spike at step 500" in (row["Comment"])
+    )
+
+
+def test_scaling_rows_count_runs_and_limit_a_yes(tmp_path):
+    _, dirs = _scaling_study(tmp_path, {("internal_aux", 24): [0.5, 0.5]})
+    summary, per_seed = summarize(read_study(dirs))
+    row = summary[(summary["claim"] == "1") & (summary["steps"] == 24)].iloc[0]
+    assert (row["n_runs"], row["n_clean"], row["n_blowup"]) == (4, 4, 0)
+    assert row["verdict"] == "yes" and row["blew_up"] == ""
+    spiked = next(d for d in dirs if d.name == "baseline-d32-s1-n24")
+    ev = json.loads((spiked / "eval.json").read_text())
+    (spiked / "eval.json").write_text(json.dumps({**ev, "blew_up": True, "blowups": 1,
+                                                  "first_blowup_step": 20, "blowup_events": [],
+                                                  "blowups_checked": "every step"}))  # fmt: skip
+    summary, per_seed = summarize(read_study(dirs))
+    row = summary[(summary["claim"] == "1") & (summary["steps"] == 24)].iloc[0]
+    assert (row["n_runs"], row["n_clean"], row["n_blowup"]) == (4, 3, 1)
+    assert row["n_seeds"] == 1 and row["n_seeds_last_weights"] == 2
+    assert row["verdict"] == "not resolved"  # one clean pair left: no interval
+    assert row["left_out"] == "seed 1 (Baseline blew up: a blow-up at step 20)"
+    seeds = per_seed[(per_seed["claim"] == "1") & (per_seed["steps"] == 24)]
+    assert list(seeds["seed"]) == [0, 1] and math.isnan(seeds["value"].iloc[1])
+    assert seeds["value_last_weights"].iloc[1] == pytest.approx(0.5)
+    write_scaling_summary(summary, per_seed, tmp_path / "out")
+    md = (tmp_path / "out/summary.md").read_text()
+    assert "| 3/4 clean | +0.50% [+0.50%, +0.50%] (2) |" in md
+    assert BLOWUP_RULE in md and "- Blew up in claim 1, d=32, 24 steps: Baseline seed 1:" in md
+
+
+def _eager_twins(root: Path, dirs: list[Path], **recipe) -> list[Path]:
+    """Each scaling record of seed 0 and 1 at 24 steps copied as a stability run of that seed pair,
+    trained eager (its val 0.2% above the compiled run's), `recipe` changed in its train section."""
+    out = []
+    for d in dirs:
+        if not d.name.endswith("-n24"):
+            continue
+        variant, width, seed, steps = d.name.split("-")
+        twin = root / "stability" / "runs" / f"{variant}-{width}-{seed}-o{seed[1:]}-{steps}"
+        twin.mkdir(parents=True)
+        cfg = json.loads((d / "config.json").read_text())
+        cfg["name"] = f"stability/{twin.name}"
+        cfg["train"] = {**cfg["train"], "compile": not cfg["train"]["compile"], **recipe}
+        (twin / "config.json").write_text(json.dumps(cfg))
+        ev = json.loads((d / "eval.json").read_text())
+        (twin / "eval.json").write_text(json.dumps({**ev, "val_loss": ev["val_loss"] * 1.002}))
+        (twin / "metrics.jsonl").write_bytes((d / "metrics.jsonl").read_bytes())
+        out.append(twin)
+    return out
+
+
+def test_extra_records_of_a_cells_recipe_are_taken_and_said(tmp_path):
+    _, dirs = _scaling_study(tmp_path / "r", {("internal_aux", 24): [1.0, 3.0]})
+    extras = _eager_twins(tmp_path / "x", dirs)
+    study = read_study(dirs, extras)
+    assert study.extra_note.startswith(f"{len(extras)} of {len(extras)} extra records taken")
+    summary, _ = summarize(study)
+    row = summary[(summary["claim"] == "1") & (summary["steps"] == 24)].iloc[0]
+    assert row["n_runs"] == 8 and row["n_seeds"] == 2  # the seed stays the unit
+    assert row["estimate"] == pytest.approx(2.0)  # eager pairs: the same gap as the compiled
+    assert "4 compiled runs of the stability study" in row["extra_runs"]  # (ci: eager)
+    longer = summary[(summary["claim"] == "1") & (summary["steps"] == 48)].iloc[0]
+    assert longer["extra_runs"] == "" and longer["n_runs"] == 4
+    with pytest.raises(ValueError, match="not the recipe of .* lr differ"):
+        read_study(dirs, _eager_twins(tmp_path / "y", dirs, lr=0.5))
+
+
+def test_cli_summary_takes_extra_records(tmp_path):
+    _, dirs = _scaling_study(tmp_path / "r", {("internal_aux", 24): [1.0, 3.0]})
+    extras = _eager_twins(tmp_path / "x", dirs)
+    out = tmp_path / "out"
+    args = ["scaling", "summary", "--records", *map(str, dirs), "--out", str(out)]
+    assert main([*args, "--extra-records", *map(str, extras)]) == 0
+    assert "Extra records: 4 of 4 extra records taken" in (out / "summary.md").read_text()
+    assert json.loads((out / "summary.json").read_text())["extra_records"].startswith("4 of 4")
+
+
+def test_the_committed_scaling_summary_is_what_the_records_give():
+    """results/cpu/scaling/summary.csv and per_seed.csv were made by this code from the 75
+    committed records (rerun `tapernorm scaling summary` after a change to the analysis)."""
+    dirs = sorted(p.parent for p in (SCALING / "runs").glob("*/*/eval.json"))
+    assert len(dirs) == 75
+    summary, per_seed = summarize(read_study(dirs))
+    committed = pd.read_csv(SCALING / "summary.csv", dtype={"claim": str})
+    assert list(committed.columns) == list(summary.columns)
+    ours = pd.read_csv(pd.io.common.StringIO(summary.to_csv(index=False)), dtype={"claim": str})
+    pd.testing.assert_frame_equal(ours, committed)
+    seeds = pd.read_csv(SCALING / "per_seed.csv", dtype={"claim": str})
+    again = pd.read_csv(pd.io.common.StringIO(per_seed.to_csv(index=False)), dtype={"claim": str})
+    pd.testing.assert_frame_equal(again, seeds)
+    row = committed[(committed["claim"] == "2") & (committed["width"] == 32)]
+    assert list(row["n_blowup"]) == [1, 1]  # All-Taper (+aux): seed 1 at 200, seed 2 at 2,000
+
+
+# ---- the workflow ------------------------------------------------------------------------------------
+
+SMALL = {**STUDY, "steps": 24, "init_seeds": [0, 1], "data_seeds": [0, 1]}
+
+
+def test_the_stability_target_builds_the_summary_from_the_records_alone(tmp_path):
+    """With every record of the study in place and no run directory, `stability` plans only the
+    summary; once written, nothing, also in a tree where the default ran (its newer data); there, a
+    record with a file missing is trained and recorded again, and the summary made again."""
+    import shutil
+
+    for name in ("Snakefile", "workflow", "config"):
+        src = ROOT / name
+        (shutil.copytree if src.is_dir() else shutil.copy)(src, tmp_path / name)
+    (tmp_path / "config/study.yaml").write_text(yaml.safe_dump({"stability": SMALL}))
+    plan = _plan(SMALL)
+    dirs = [_record(tmp_path, plan, run, 3.0) for run in plan.stability.runs()]
+    jobs = _dry_run(tmp_path, "stability")
+    assert jobs["stability_summary"] == "1" and "train" not in jobs and "trunk" not in jobs
+    write_stability_summary(summarize_stability(read_records(dirs)), tmp_path / STABILITY_DIR)
+    later = time.time() + 1
+    for path in (p for d in dirs for p in d.iterdir()):
+        os.utime(path, (later, later))  # a fresh clone's order: the records newest
+    assert _dry_run(tmp_path, "stability") == {}
+    data = tmp_path / "data/pretrain"  # a tree where the default ran: its data newer than all
+    data.mkdir(parents=True)
+    for name in ("train.bin", "val.bin", "meta.json", "tokenizer.model"):
+        (data / name).write_text("x")
+        os.utime(data / name, (later + 5, later + 5))
+    assert _dry_run(tmp_path, "stability") == {}
+    (dirs[0] / "eval.json").unlink()
+    jobs = _dry_run(tmp_path, "stability")
+    assert (jobs["train"], jobs["stability_record"], jobs["stability_summary"]) == ("1", "1", "1")
+
+
+def test_ci_grid_is_the_scaling_tests_grid():
+    assert CI_GRID["grid"][0]["steps"] == [24, 48]  # (the scaling rows above assume it)
