@@ -17,6 +17,7 @@ LAYERS = (
     ("method",),  # the paper's method and the model: the package root
     ("interop",),  # Hugging Face in and out
     ("data",),  # corpora, tokenizers, token shards
+    ("probe",),  # the tails battery of a model (noise, outliers, residual search)
     ("training",),  # the loop, its run directory, and what is done with a finished run
     ("workflow", "bench"),  # planning the DAG (no torch); the benchmarks
     ("analysis", "machine"),  # tables, figures, claims; the machine's checks

@@ -175,7 +175,7 @@ def _run_row(
         "taper_end": config["taper"]["end"],
         "ema_mu": config["taper"].get("ema_mu"),
         "grad_clip": t.get("grad_clip"),
-        "mlp": m.get("mlp", "swiglu"),
+        "mlp": m.get("mlp") or ("gelu" if m.get("style") == "gpt2" else "swiglu"),  # (older)
         "corpus": config["data"]["dir"],
         "train_tokens": config["data"].get("train_tokens"),
         "final_taper": m["taper"] in ("final", "all"),

@@ -28,6 +28,7 @@ from .machine import (
     selftest_parser,
 )
 from .models import eval_parser, export_hf_parser, fold_parser, taper_hf_parser
+from .probe import probe_parser
 from .replay import replay_parser
 from .scaling import scaling_parser
 from .stability import stability_parser
@@ -63,6 +64,7 @@ COMMANDS = (  # in the order of `tapernorm --help`
     fold_parser,
     export_hf_parser,
     taper_hf_parser,
+    probe_parser,
     selftest_parser,
     _analysis_parsers,
     _record_parsers,

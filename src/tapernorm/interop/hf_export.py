@@ -34,6 +34,7 @@ import copy
 import logging
 import re
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -328,6 +329,7 @@ def export_hf(
     tokenizer=None,
     card: dict | None = None,
     force: bool = False,
+    card_from: Callable[[Path], dict] | None = None,
 ) -> dict:
     """Write a norm-free GPT (every norm tapered, g = 0) as a stock HF checkpoint directory, load it
     back with AutoModelForCausalLM and verify it on `tokens` (default: random); returns the report.
@@ -337,18 +339,24 @@ def export_hf(
     save_pretrained). A verification beyond `rtol` raises ExportVerificationError and leaves the
     export in PATH.failed with its verify.json. A `path` holding files of something else is
     refused (PathInUse) unless `force`; an earlier export's files are replaced, no other file.
+    `card_from`, if given, is called with the directory of the verified export before it is moved
+    into place and returns more card entries (taper-hf's tails probe of the stock files).
     """
     path = Path(path)
     claim_export_dir(path, force)
     hf = to_hf(model)
     tmp = make_aside(path)
     try:
-        return _write_export(model, hf, tmp, path, tokens, targets, rtol, tokenizer, card)
+        return _write_export(
+            model, hf, tmp, path, tokens, targets, rtol, tokenizer, card, card_from
+        )
     finally:
         shutil.rmtree(tmp, ignore_errors=True)  # (gone unless something failed)
 
 
-def _write_export(model, hf, tmp, path, tokens, targets, rtol, tokenizer, card) -> dict:
+def _write_export(
+    model, hf, tmp, path, tokens, targets, rtol, tokenizer, card, card_from=None
+) -> dict:
     """export_hf's writing: the export into `tmp`, verified, then installed as `path`."""
     import transformers
 
@@ -370,6 +378,8 @@ def _write_export(model, hf, tmp, path, tokens, targets, rtol, tokenizer, card) 
             f"(max relative logit difference {report['rel_logit_diff']:.3g} vs rtol {rtol:g}, "
             f"greedy match {report['greedy_match']}); the export and its verify.json are in {failed}"
         )
+    if card_from is not None:
+        card = {**(card or {}), **card_from(tmp)}
     (tmp / "README.md").write_text(model_card(report, card or {}))
     plain_modes(tmp)  # safetensors writes model.safetensors private (0o600)
     install_dir(tmp, path, is_export_file, "verify.json")

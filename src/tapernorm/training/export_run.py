@@ -6,12 +6,15 @@ from __future__ import annotations
 
 import logging
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 from ..config import resolve_run_config
 from ..data import TokenShards
 from ..fold import FOLD_RTOL, fold_model, verify_fold
 from ..interop.hf_export import claim_export_dir, export_hf, is_export_dir, is_export_file
+from ..interop.hf_import import load_hf
+from ..probe import BatterySettings, card_entries, probe_models
 from ..run_config import RunConfig
 from ..runtime.out_dirs import claim_dir, install_dir, make_aside, refuse_inside
 from ..variants import PROTOCOLS, VARIANTS
@@ -53,10 +56,12 @@ def export_run(
     route: str = "tapernorm export-hf",
     fold: dict | None = None,
     force: bool = False,
+    card_from: Callable[[Path], dict] | None = None,
 ) -> dict:
     """export_hf of a run (or model) directory, verified on validation windows of its token shards
     (`data`, default the run's data.dir) when they exist; card and tokenizer from the run. The
-    card names the export `route` and the fold check `fold` (verify_fold's report) if one ran.
+    card names the export `route` and the fold check `fold` (verify_fold's report) if one ran,
+    and takes the entries `card_from` returns (export_hf's; taper-hf's tails probe).
 
     A run whose eval.json says it diverged is not exported: OUT then holds only verify.json, which
     records `skipped` (divergence.Diverged.reason). OUT equal to or inside the model or the data
@@ -97,7 +102,9 @@ def export_run(
         "fold check": fold_check_text(fold),
         "export route": route,
     }
-    report = export_hf(model, out, tokens, targets, rtol, tokenizer, card, force=True)
+    report = export_hf(
+        model, out, tokens, targets, rtol, tokenizer, card, force=True, card_from=card_from
+    )
     if sp_model is not None:
         shutil.copyfile(sp_model, Path(out) / "tokenizer.model")
     return report
@@ -184,11 +191,17 @@ def taper_hf(
     lam: float = 0.1,
     device: str = "cpu",
     force: bool = False,
+    probe_windows: int = 32,
 ) -> dict:
     """Import a HF model with every norm tapered, fine-tune it through the taper on `data`,
     fold-verify and export: OUT/run (the run), OUT/fold_verify.json, OUT/hf (the export). OUT
     inside the model or the data, or holding files of something else (unless `force`), is
-    refused (PathInUse)."""
+    refused (PathInUse).
+
+    The export, loaded back from its stock files, is probed (tapernorm.probe: `probe_windows`
+    validation windows, noise, outliers, the residual search) against the imported model at
+    g = 1; the numbers and the verdict go into the model card and the result's `probe` (null
+    when nothing was exported). A verdict past the thresholds is a warning, not an error."""
 
     out = Path(out)
     local = source if Path(source).exists() else None
@@ -200,6 +213,7 @@ def taper_hf(
     x, y = TokenShards(data).val_windows(4, model.config.block_size)
     fold = verify_fold(model, fold_model(model), x.to(device), y.to(device), rtol=FOLD_RTOL)
     write_json(out / "fold_verify.json", fold)
+    probed: dict = {}
     export = export_run(
         out / "run",
         out / "hf",
@@ -208,8 +222,32 @@ def taper_hf(
         route="tapernorm taper-hf",
         fold=fold,
         force=force,
+        card_from=lambda path: probe_export(path, source, data, device, probe_windows, probed),
     )
-    return {"fold": fold, "export": export}
+    return {"fold": fold, "export": export, "probe": probed or None}
+
+
+PROBE_REFERENCE = "the imported model at g = 1"
+
+
+def probe_export(
+    path: Path, source: str, data: str | Path, device: str, windows: int, into: dict
+) -> dict:
+    """The tails probe of the stock export in `path` (loaded back with load_hf) against `source`
+    imported with every norm tapered, at g = 1: the result put in `into`, its card entries
+    returned."""
+    exported = load_hf(path).to(device)
+    reference = load_hf(source, taper="all").to(device)
+    settings = BatterySettings(max_windows=windows)
+    result = probe_models(exported, reference, TokenShards(data), settings, reference_gate=1.0)
+    into.update(against=PROBE_REFERENCE, **result)
+    if not result["verdict"]["ok"]:
+        log.warning(
+            "taper-hf: the export is past the tails probe's thresholds against %s: %s",
+            PROBE_REFERENCE,
+            ", ".join(result["verdict"]["failed"]),
+        )
+    return card_entries(result, PROBE_REFERENCE)
 
 
 def is_taper_hf_dir(out: Path) -> bool:
