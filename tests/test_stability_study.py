@@ -188,6 +188,12 @@ def test_replay_draws_the_recorded_batch_and_traces_every_block(shards_dir, tmp_
     a, b = rows["float32", 0.0]["loss"], rows["float64", 0.0]["loss"]
     assert abs(a - b) < 1e-4 * abs(b)
     assert rows["float32", 1.0]["loss"] != a  # the gate matters to a tapered model
+    from tapernorm.data import TokenShards
+
+    row = rows["float32", 0.0]
+    train_tokens = TokenShards(str(shards_dir)).tokens("train")
+    assert row["worst_token"] == int(batch.x[row["worst_sequence"], row["worst_position"]])
+    assert row["worst_token_train_count"] == int((train_tokens == row["worst_token"]).sum())
     out = tmp_path / "replay.json"
     assert (
         main(["replay", str(tmp_path / "run"), "--step", "7", "--gate", "0", "--out", str(out)])

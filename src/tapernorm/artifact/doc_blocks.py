@@ -21,6 +21,7 @@ import pandas as pd
 
 from ..runtime.atomic import atomic_write_bytes
 from ..runtime.jsonio import read_json
+from ..variants import VARIANTS
 from .reference import ReferenceError, load_reference, scope_text, wall_text
 
 BEGIN = re.compile(
@@ -352,10 +353,12 @@ def scaling_brief_block(source: Path, doc_dir: Path) -> str:
             verdicts = (f"{first.verdict} → {last.verdict}" if first.verdict != last.verdict
                         else f"{last.verdict} at both")  # fmt: skip
         trend = record["trends"].get(f"{claim}/d{width}", "").split(" (")[0]
+        clean = " → ".join(f"{r.n_clean}/{r.n_runs}" for r in cell.itertuples())
         rows.append([BRIEF_NAMES.get(claim, claim), f"d={width}", tokens,
-                     f"{moved}{_estimate(last)} ({last.n_seeds})",
+                     f"{moved}{_estimate(last)} ({last.n_seeds})", clean,
                      verdicts + (f"; {trend}" if trend else "")])  # fmt: skip
-    return _table(["#", "Width", "Tokens/param", "Estimate (seed pairs)", "Verdict"], rows)
+    header = ["#", "Width", "Tokens/param", "Estimate (seed pairs)", "Runs clean", "Verdict"]
+    return _table(header, rows)
 
 
 def _number(x: float, unit: str) -> str:
@@ -373,6 +376,85 @@ def _estimate(r) -> str:
 def _span(values) -> str:
     lo, hi = min(values), max(values)
     return f"{lo:.2f}×" if f"{lo:.2f}" == f"{hi:.2f}" else f"{lo:.2f}–{hi:.2f}×"
+
+
+def _rate(r) -> str:
+    """'7/12 [0.28, 0.85]': clean runs of n with the Clopper-Pearson interval."""
+    return f"{r.n_clean}/{r.n_runs} [{r.clean_ci_low:.2f}, {r.clean_ci_high:.2f}]"
+
+
+def _p(value) -> str:
+    return "—" if pd.isna(value) else f"{value:.3g}"
+
+
+def _stability_rows(summary: pd.DataFrame) -> list[list]:
+    rows = []
+    for r in summary.itertuples():
+        against = "—" if pd.isna(r.against_clean) else r.against_clean
+        rows.append([f"d={r.width}", r.label, _rate(r), r.n_diverged, against, _p(r.fisher_p)])
+    return rows
+
+
+STABILITY_HEADER = ["Width", "Arm", "Clean runs [95% CP]", "Diverged", "Baseline clean",
+                    "Fisher p"]  # fmt: skip
+
+
+def stability_brief_block(source: Path, doc_dir: Path) -> str:
+    """The stability study in a few lines (the README's): per width, each arm's clean runs k/n
+    (Fisher p against the baseline's), and whether blow-ups follow the data order or the init."""
+    record = read_json(source / "summary.json")
+    summary = pd.read_csv(source / "summary.csv")
+    arms = list(dict.fromkeys(summary["label"]))
+    pooled = {}  # per width: the tapered arms pooled (or the one tapered arm)
+    for c in record["crossings"]:
+        if len(c["arms"]) > 1 or c["width"] not in pooled:
+            pooled[c["width"]] = c
+    rows = []
+    for width, cell in summary.groupby("width", sort=False):
+        by_arm = {r.label: r for r in cell.itertuples()}
+        counts = [
+            f"{r.n_clean}/{r.n_runs}" + ("" if pd.isna(r.fisher_p) else f" (p {_p(r.fisher_p)})")
+            if (r := by_arm.get(arm)) is not None else "—"
+            for arm in arms
+        ]  # fmt: skip
+        statement = pooled[width]["statement"] if width in pooled else "—"
+        follows = re.split(r" \(|:", statement)[0]
+        rows.append([f"d={width}", *counts, follows])
+    return _table(["Width", *arms, "Blow-ups follow"], rows)
+
+
+def stability_block(source: Path, doc_dir: Path) -> str:
+    """The stability study (results/cpu/stability): every arm's blow-up counts, clean rate and
+    test against the baseline, both loss gaps, the crossing of init and data seeds, and the
+    batches that set off blow-ups in several runs."""
+    record = read_json(source / "summary.json")
+    summary = pd.read_csv(source / "summary.csv")
+    made = record["made"]
+    commit = str(made["commit"])[:12] + (" (dirty tree)" if made.get("dirty") else "")
+    rows = []
+    for row, r in zip(_stability_rows(summary), summary.itertuples(), strict=True):
+        gap = "—" if pd.isna(r.gap_clean) else f"{r.gap_clean:+.2f}% ({r.n_pairs_clean:.0f})"
+        last = "—" if pd.isna(r.gap_last_weights) else (
+            f"{r.gap_last_weights:+.2f}% ({r.n_pairs_last_weights:.0f})")  # fmt: skip
+        rows.append([*row, gap, last])
+    header = [*STABILITY_HEADER, "Gap, clean pairs", "Gap, blown-up runs at their last weights"]
+    lines = [
+        f"The committed stability study [{source.name}]({_link(source, doc_dir)}/) (tapernorm "
+        f"{commit}, {made['host']['cpu']}, {made['written'][:10]}; every number and the left-out "
+        f"pairs: [summary.md]({_link(source / 'summary.md', doc_dir)})):",
+        "",
+        _table(header, rows),
+        "",
+    ]
+    for c in record["crossings"]:
+        arms = ", ".join(VARIANTS[a]["label"] if a in VARIANTS else a for a in c["arms"])
+        lines.append(f"- d={c['width']}, {arms}: {c['statement']}")
+    shared = [t for t in record.get("shared_triggers", []) if len(t.get("runs", [])) > 2]
+    if shared:
+        lines += ["", "Batches that set off a blow-up in more than two runs:", ""]
+        lines += [f"- data seed {t['data_seed']}, step {t['step']:,}: {len(t['runs'])} runs"
+                  for t in shared]  # fmt: skip
+    return "\n".join(lines).rstrip()
 
 
 def gpu_block(source: Path, doc_dir: Path) -> str:
@@ -448,6 +530,8 @@ RENDERERS: dict[str, Callable[[Path, Path], str]] = {
     "dyt-rows": table_rows_block,
     "scaling": scaling_block,
     "scaling-brief": scaling_brief_block,
+    "stability": stability_block,
+    "stability-brief": stability_brief_block,
     "gpu": gpu_block,
 }
 

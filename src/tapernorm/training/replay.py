@@ -5,7 +5,8 @@ step K (batch_generator is a pure function of the data seed, the step and the mi
 the run recorded a blow-up at K, its recorded window starts are checked against the draw), pushes
 it through a model (`--model`, default the run's own weights) at each gate and dtype asked for, and
 reports per block the RMS of the residual stream (over features, per token): its largest value and
-the median over the batch's sequences, the loss of each sequence, and the worst sequence's token.
+the median over the batch's sequences, the loss of each sequence, and the worst sequence's token
+(where its residual peaks after the last block) with how often it occurs in the training tokens.
 A TaperNorm model is set to each gate; a model without one runs as it is (gate "n/a").
 """
 
@@ -16,6 +17,7 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
@@ -41,6 +43,7 @@ class Batch:
     step: int
     starts: list[list[int]]  # per micro-batch
     recorded: dict | None  # the run's blow-up event at that step, if any
+    train_counts: np.ndarray  # how often each token id occurs in the run's training tokens
 
 
 def run_batch(run_dir: str | Path, step: int, data_dir: str | Path | None = None) -> Batch:
@@ -69,7 +72,8 @@ def run_batch(run_dir: str | Path, step: int, data_dir: str | Path | None = None
             "recorded: another data directory than the run's? (give --data)"
         )
     x, y = shards.windows("train", [s for micro in starts for s in micro], T)
-    return Batch(x, y, seed, step, starts, recorded)
+    counts = np.bincount(shards.tokens("train"), minlength=shards.vocab_size)
+    return Batch(x, y, seed, step, starts, recorded, counts)
 
 
 def residual_trace(model: GPT, idx: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:
@@ -117,6 +121,7 @@ def replay(model: GPT, batch: Batch, gate: float | None, dtype: str) -> dict:
         "worst_sequence": worst,
         "worst_position": pos,
         "worst_token": int(batch.x[worst, pos]),
+        "worst_token_train_count": int(batch.train_counts[int(batch.x[worst, pos])]),
         "logit_norm_max": _number(logits.double().norm(dim=-1).amax()),
     }
 
@@ -166,6 +171,12 @@ def report_lines(report: dict) -> list[str]:
             f"{r['dtype']:<9} {gate:<6} {_fmt(r['loss']):<9} {_fmt(r['max_sequence_loss']):<14} "
             f"{blocks}"
         )
+    r = report["rows"][-1]
+    lines.append(
+        f"worst ({r['dtype']}, gate {r['gate']}): sequence {r['worst_sequence']}, position "
+        f"{r['worst_position']}, token {r['worst_token']} ({r['worst_token_train_count']} "
+        "occurrences in the training tokens)"
+    )
     return lines
 
 
