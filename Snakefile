@@ -35,6 +35,7 @@ if config["rehearsal"]:
 include: "workflow/rules/data.smk"
 include: "workflow/rules/pretrain.smk"
 include: "workflow/rules/fold.smk"
+include: "workflow/rules/tails.smk"
 
 
 if PLAN.sweep:

@@ -386,6 +386,49 @@ def test_the_docs_blocks_quote_the_committed_summary(tmp_path):
     assert "[summary.md](results/cpu/stability/summary.md)" in full
 
 
+def test_the_factor_table_says_which_change_removed_the_blowup_and_its_cost(tmp_path, capsys):
+    study = {**STUDY, "factors": {"runs": ["internal_aux-d32-s1-o2-n40"],
+                                  "changes": ["no_aux", "plateau", "gelu"]}}  # fmt: skip
+    plan = _plan(study)
+    dirs = _stability_records(tmp_path / "r", plan)
+    fam = plan.stability_factors
+    outcomes = {"no_aux": [], "plateau": [(33, "loss_spike")], "gelu": [(30, "nonfinite_loss")]}
+    for run in fam.runs():
+        factor = run.split("-x")[1]
+        cfg = fam.run_config(run, "data/pretrain")
+        out = tmp_path / "r" / fam.record_dir(run)
+        out.mkdir(parents=True)
+        (out / "config.json").write_text(json.dumps({**cfg.to_dict(), "n_params": 1000}))
+        events = outcomes[factor]
+        recs = [{"step": st, "blowup": {"kind": k, "gate": 0.1}} for st, k in events]
+        lines = [{"step": 2, "gate": 1.0, "lr": 1e-3, "loss": 4.0, "grad_norm": 0.5}, *recs]
+        (out / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
+        div = factor == "gelu"
+        (out / "eval.json").write_text(json.dumps({
+            "val_loss": 3.0 + 1 / 100 + 2 / 1000 + (0.3 if div else 0.03), "diverged": div,
+            "diverged_step": 30 if div else None, "weights_step": 20 if div else 40,
+            "blew_up": bool(events), "blowups": len(events),
+            "first_blowup_step": events[0][0] if events else None, "blowup_events": recs,
+            "blowups_checked": "every step"}))  # fmt: skip
+        dirs.append(out)
+    out = tmp_path / "tables"
+    assert main(["stability", "factors", "--records", *map(str, dirs), "--out", str(out)]) == 0
+    rows = pd.read_csv(out / "factors.csv").set_index("factor")
+    assert list(rows.index) == ["none", "no_aux", "plateau", "gelu"]
+    assert rows.loc["none", "outcome"] == "diverged at 30"  # BLOWUPS' (1, 2): non-finite at 30
+    assert rows.loc["no_aux", "outcome"] == "clean" and rows.loc["plateau", "outcome"] == (
+        "spike at 33"
+    )
+    assert rows.loc["no_aux", "gap_to_baseline_pct"] == pytest.approx(100 * 0.03 / 3.012)
+    md = (out / "factors.md").read_text()
+    assert "| no_aux: the scale loss off" in md and "| clean, +1.00% |" in md
+    assert md.splitlines()[-1].endswith("| diverged at 30, +9.96% | 0/1 |")
+    assert "| none (the run as the study trained it) | diverged at 30, +1.50% | — |" in md
+    only_study = ["stability", "factors", "--records", *map(str, dirs[:4]), "--out", str(out)]
+    assert main(only_study) == 2
+    assert "no run of stability_factors" in capsys.readouterr().err
+
+
 # ---- the stability claim ----------------------------------------------------------------------------
 
 

@@ -113,9 +113,18 @@ def test_ci_pipeline_builds_every_target(ci_run):
         "finetune |  | 4",
         "bench_forward |  | 1",
         "bench_decode |  | 1",
+        "tails |  | 1",
     ):
         assert f"| {row} | " in times
     assert "without a record" not in times
+    tails = (ci_run / "results/tables/table_tails.csv").read_text().splitlines()
+    assert len(tails) == 1 + 16 + 2  # every pre-training run at the figure width, the folded two
+    assert (
+        "all_aux-d32-s0, folded | All-Taper (+aux), folded |"
+        in (ci_run / "results/tables/table_tails.md").read_text()
+    )
+    for ext in ("pdf", "png", "html"):
+        assert (ci_run / "figures" / f"fig_tails.{ext}").stat().st_size > 1000
 
 
 @pytest.fixture(scope="module")
@@ -178,6 +187,9 @@ def test_ci_pipeline_runs_to_the_end_past_diverged_runs(diverged_ci_run):
         "pretrain/internal_aux-d32-s0 at step" in (wd / "figures/fig3_logit_norm.html").read_text()
     )
     assert "diverged at step" in (wd / "results/tables/table4.md").read_text()
+    tails = (wd / "results/tables/table_tails.md").read_text()  # its rolled-back weights measured
+    assert f"internal_aux-d32-s0: diverged; the weights of step {result['weights_step']}" in tails
+    assert f"internal_aux-d32-s0, folded: not measured: {reason}" in tails
     assert (wd / "results/manifest.json").is_file()
 
 
@@ -185,6 +197,7 @@ def test_html_report_holds_every_figure_and_table(ci_run):
     snakemake(ci_run, "--cores", "2", "--report", "report.html", "--configfile", "config/ci.yaml")
     html = (ci_run / "report.html").read_text(errors="replace")
     assert len(html) > 100_000 and "fig3_logit_norm.html" in html and "table2.html" in html
+    assert "table_tails.html" in html and "fig_tails.html" in html
     assert "claims.html" in html
     # the home page: what made the run, the scale card and every verdict first
     home = html.split("The paper's claims, and whether they hold here", 1)
@@ -260,7 +273,9 @@ def test_deleting_one_run_rebuilds_only_it_and_its_dependants(ci_run):
     assert counts.get("train") == 1 and "prepare_data" not in counts and "fold" not in counts
     figures = {rule for rule in counts if rule.startswith("fig")}  # one rule per figure
     assert counts.get("claims") == 1
-    assert figures == {"fig3_logit_norm", "fig4_grad_norms", "fig_claim_gaps"}  # reads claims.json
+    # fig_claim_gaps reads claims.json, fig_tails the tails battery's record (rule tails)
+    assert figures == {"fig3_logit_norm", "fig4_grad_norms", "fig_claim_gaps", "fig_tails"}
+    assert counts.get("tails") == 1
     assert counts.get("job_times") == 1  # the retrained run's time
     tables = {rule for rule in counts if rule.startswith("table")}  # one rule per table
     assert tables == {"table1", "table2", "table5"}  # not the fine-tuning or benchmark tables

@@ -265,12 +265,15 @@ def test_all_targets_follow_the_configured_families():
         "results/export/all_taperln-gpt2-d16/verify.json",
         "results/claims.html",
         "results/tables/job_times.csv",
+        "results/tables/table_tails.html",
+        "results/tables/table_tails.json",  # the record that fig_tails draws
     ):
         assert path in targets, path
     assert {t.split("/")[-1].split(".")[0] for t in targets if t.startswith("figures/")} == {
         *Plan(ci).figures(),
         "fig5_decode_speedup",
         "fig_claim_gaps",  # the claims' paired gaps, from claims.json
+        "fig_tails",  # the tails battery side by side, from table_tails.json
     }
     with_grid = Plan(ci).all_targets(lr_grid=True)  # the checkout has the committed LR grid
     assert set(with_grid) - set(targets) == {"figures/fig_lr_grid.pdf", "figures/fig_lr_grid.png"}
@@ -282,6 +285,7 @@ def test_all_targets_follow_the_configured_families():
     assert "fig4b_ablation_grad_norms.pdf" not in names and "table_anchor.csv" not in names
     assert not {"table4.csv", "table3.csv", "fig5_decode_speedup.pdf"} & names
     assert {"table1.csv", "table5.html", "claims.md", "job_times.md"} <= names
+    assert {"table_tails.csv", "table_tails.json", "fig_tails.png"} <= names  # always drawn
     assert [f.name for f in Plan(bare).training()] == ["pretrain"]
     assert Plan(bare).bench_csvs() == []
 
@@ -297,9 +301,9 @@ def test_job_records_are_one_path_per_timed_job():
     assert "train/pretrain/internal_aux-d32-s1.tsv" in names
     assert f"train/{SweepFamily.name}/{plan.sweep.runs()[0]}.tsv" in names
     assert "finetune/all_taperln-gpt2-d16.tsv" in names
-    assert names[-2:] == ["bench_forward.tsv", "bench_decode.tsv"]
+    assert names[-3:] == ["tails.tsv", "bench_forward.tsv", "bench_decode.tsv"]
     trained = len(plan.pretrain.runs()) + len(plan.ablation.runs())
     ft = len(plan.finetune.runs()) + len(plan.finetune.base_models())
     trunks = [f"trunk/{name}.tsv" for name in plan.trunks.names()]
     assert trunks and set(trunks) <= set(names)
-    assert len(names) == len(trunks) + trained + len(plan.sweep.runs()) + ft + 2
+    assert len(names) == len(trunks) + trained + len(plan.sweep.runs()) + ft + 3

@@ -1,5 +1,6 @@
 # The fold check of a tapered run (claim 6): verify.json, or, for a run that diverged, a
-# verify.json that says why the fold was skipped.
+# verify.json that says why the fold was skipped; folded/ holds the folded model (rule tails
+# measures it), left empty when the fold was skipped.
 
 
 rule fold:
@@ -8,6 +9,7 @@ rule fold:
         **model_files(run_dir("pretrain", "{run}")),
         eval=f"{run_dir('pretrain', '{run}')}/eval.json",
     output:
+        folded=directory("results/fold/{run}/folded"),
         verify="results/fold/{run}/verify.json",
     log:
         "logs/fold/{run}.log",

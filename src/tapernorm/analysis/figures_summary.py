@@ -1,6 +1,7 @@
 """Figures of summaries rather than runs: the claims' paired gaps as a forest plot (from
-results/claims.json, the numbers the claims rows carry) and the LR grid as validation loss vs
-peak LR per variant (from the committed grid's lr_grid.json). Each returns (Figure, caption) like
+results/claims.json, the numbers the claims rows carry), the LR grid as validation loss vs
+peak LR per variant (from the committed grid's lr_grid.json) and the tails battery side by side
+(figure_tails, from the JSON of `tapernorm tails`). Each returns (Figure, caption) like
 figures.py's; make_summary_figure saves one as .pdf, .png and .html."""
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from ..runtime.jsonio import read_json
 from ..variants import VARIANTS
 from .claim_numbers import PAIRED_GAP
 from .figure_style import COLOR_NAMES, COLORS, MARKERS, caption_text, new_figure, save_figure
+from .figure_tails import fig_tails
 
 GAP_CLAIMS = ("1.", "2.", "TaperNorm vs DyT")  # the rows whose paired gaps the forest plot draws
 CLAIM_GAPS_FIGURE, LR_GRID_FIGURE = "fig_claim_gaps", "fig_lr_grid"
@@ -179,6 +181,7 @@ def _variant_text(variant: str, mean: pd.Series, best: float | None, n_div: int)
 SUMMARY_FIGURES: dict[str, Callable[[str | Path], tuple[Figure, str]]] = {
     "claim_gaps": fig_claim_gaps,
     "lr_grid": fig_lr_grid,
+    "tails": fig_tails,
 }
 
 

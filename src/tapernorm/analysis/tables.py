@@ -77,16 +77,18 @@ def write_table(
     caption: str,
     config_sha256: str | None = None,
     rehearsal: bool = False,
+    data: pd.DataFrame | None = None,
 ) -> list[Path]:
     """Write <out_stem>.csv, .md, .tex and .html (the markdown as a page, which the Snakemake report
     shows inline) atomically; returns the four paths. The md, tex and html end with the stamp of
     what made them (provenance.stamp: the commit, the config's hash, and REHEARSAL for a rehearsal);
-    the csv is data only (the run's manifest hashes it)."""
+    the csv is data only (the run's manifest hashes it): `df`, or `data` where the shown table's
+    cells are text made from numbers that the csv keeps as numbers."""
     stem = Path(out_stem)
     if stem.suffix in (".csv", ".md", ".tex", ".html"):
         stem = stem.with_suffix("")
     buf = io.StringIO()
-    df.to_csv(buf, index=False)
+    (df if data is None else data).to_csv(buf, index=False)
     made = f"Made by {stamp(config_sha256, rehearsal=rehearsal)}."
     md = to_markdown(df, caption) + f"\n{made}\n"
     texts = {

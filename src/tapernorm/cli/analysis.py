@@ -1,13 +1,16 @@
-"""`tapernorm table | figure | claims | report-home | job-times`: the analysis subcommands, added to
-the main parser."""
+"""`tapernorm table | figure | tails | claims | report-home | job-times`: the analysis subcommands,
+added to the main parser."""
 
 from __future__ import annotations
 
 import argparse
 from pathlib import Path
 
+from .args import POSITIVE, device_arg
+
 BENCH_TABLES, BENCH_FIGURES = ("3", "decode"), ("fig5",)  # from benchmark CSVs (--bench)
-SUMMARY_SOURCES = {"claim_gaps": "claims", "lr_grid": "lr_grid"}  # figure -> its source option
+# figure -> its source option: the claims' record, the LR grid's, `tapernorm tails`'s
+SUMMARY_SOURCES = {"claim_gaps": "claims", "lr_grid": "lr_grid", "tails": "tails"}
 RUNS_HELP = "run directories (each with config.json, metrics.jsonl, eval.json)"
 BENCH_HELP = "CSVs written by `tapernorm bench forward|decode`"
 Subparsers = argparse._SubParsersAction  # what ArgumentParser.add_subparsers returns
@@ -56,7 +59,7 @@ def _cmd_figure(args: argparse.Namespace) -> int:
         from ..analysis.figure_speedups import make_fig5
 
         paths = make_fig5(_bench_csvs(args), args.out, stamp)
-    elif args.which in SUMMARY_SOURCES:  # from claims.json or lr_grid.json
+    elif args.which in SUMMARY_SOURCES:  # from claims.json, lr_grid.json or tails' JSON
         from ..analysis.figures_summary import make_summary_figure
 
         source = getattr(args, SUMMARY_SOURCES[args.which])
@@ -76,6 +79,42 @@ def _cmd_figure(args: argparse.Namespace) -> int:
         if not args.runs:
             raise ValueError(f"figure {args.which} needs --runs")
         paths = make_figure(args.which, args.runs, args.out, width=args.width, stamp=stamp)
+    for path in paths:
+        print(path)
+    return 0
+
+
+def _cmd_tails(args: argparse.Namespace) -> int:
+    import torch
+
+    from ..analysis.tails import make_tails
+    from ..probe import BatterySettings, SearchSettings
+    from ..runtime.device import resolve_device
+    from ..runtime.out_dirs import refuse_inside
+    from ..runtime.out_files import TABLE_SUFFIXES, claim_tails, stem_paths
+
+    inputs = [("run directory (--runs)", p) for p in args.runs]
+    inputs += [("folded model (--folded)", p) for p in args.folded]
+    for path in stem_paths(args.out, (*TABLE_SUFFIXES, ".json")):
+        for label, source in [*inputs, ("token shards (--data)", args.data)]:
+            refuse_inside(path, {label: source})
+    claim_tails(args.out, args.force)
+    search = SearchSettings(budget=args.search_budget, length=args.search_length)
+    settings = BatterySettings(
+        max_windows=args.windows, batch_size=args.batch_size, seed=args.seed, search=search
+    )
+    device = resolve_device(args.device, setting="--device")
+    threads = args.threads or (1 if device.type == "cpu" else None)  # (as `tapernorm probe`)
+    previous = torch.get_num_threads()
+    if threads is not None:
+        torch.set_num_threads(threads)
+    try:
+        paths = make_tails(
+            args.runs, args.folded, args.data, args.out, settings, device, args.config_hash,
+            args.rehearsal, log=lambda line: print(line, flush=True),
+        )  # fmt: skip
+    finally:
+        torch.set_num_threads(previous)
     for path in paths:
         print(path)
     return 0
@@ -164,10 +203,11 @@ def _config_hash_option(parser: argparse.ArgumentParser) -> None:
 
 
 def add_subcommands(subparsers: Subparsers) -> None:
-    """Add `table`, `figure`, `claims`, `report-home` and `job-times` to the `tapernorm` parser's
-    subparsers."""
+    """Add `table`, `figure`, `tails`, `claims`, `report-home` and `job-times` to the `tapernorm`
+    parser's subparsers."""
     _add_table(subparsers)
     _add_figure(subparsers)
+    _add_tails(subparsers)
     _add_claims(subparsers)
     _add_report_home(subparsers)
     _add_job_times(subparsers)
@@ -206,18 +246,60 @@ def _add_figure(subparsers: Subparsers) -> None:
     f.add_argument(
         "which",
         choices=["fig1", "fig2", "fig3", "fig4", "fig4b", "fig5", "fig6", "fig7", *SUMMARY_SOURCES],
-        help="a paper figure, claim_gaps (the claims' paired gaps, from --claims) or lr_grid (the "
-        "LR grid, from --lr-grid)",
+        help="a paper figure, claim_gaps (the claims' paired gaps, from --claims), lr_grid (the "
+        "LR grid, from --lr-grid) or tails (the tails battery side by side, from --tails)",
     )
     f.add_argument("--runs", type=Path, nargs="+", default=[], help=RUNS_HELP)
     f.add_argument("--bench", type=Path, nargs="+", default=[], help="fig5: decode " + BENCH_HELP)
     f.add_argument("--claims", type=Path, help="claim_gaps: results/claims.json")
     f.add_argument("--lr-grid", type=Path, help="lr_grid: lr_grid.json of `tapernorm lr-grid`")
+    f.add_argument("--tails", type=Path, help="tails: STEM.json of `tapernorm tails`")
     f.add_argument("--out", type=Path, required=True, help="e.g. figures/fig3_logit_norm.pdf")
     f.add_argument("--width", type=int, help="model width for figs 2-4 (default: the largest)")
     _config_hash_option(f)
     _force_option(f, "the stem's .pdf, .png and .html")
     f.set_defaults(func=_cmd_figure)
+
+
+def _add_tails(subparsers: Subparsers) -> None:
+    t = subparsers.add_parser(
+        "tails",
+        help="the tails battery (tapernorm probe's, fp32 and bf16) of run directories and folded "
+        "models side by side -> .csv/.md/.tex/.html (one row per model) and .json (every number)",
+        epilog="A model with TaperNorm layers is measured at g = 0; a folded model, DyT and "
+        "baselines as they are. `tapernorm figure tails --tails STEM.json` draws the result.",
+    )
+    t.add_argument(
+        "--runs", type=Path, nargs="+", default=[], metavar="DIR", help="run directories"
+    )
+    t.add_argument(
+        "--folded",
+        type=Path,
+        nargs="+",
+        default=[],
+        metavar="DIR",
+        help="folded models: `tapernorm fold`'s --out directories or their folded/ (a fold skipped "
+        "for a diverged run is a row that says so)",
+    )
+    t.add_argument("--data", type=Path, required=True, help="token shards (validation windows)")
+    t.add_argument(
+        "--out", type=Path, required=True, help="output stem, e.g. results/tables/table_tails"
+    )
+    t.add_argument("--windows", type=POSITIVE, default=256, help="validation windows at most")
+    t.add_argument("--batch-size", type=POSITIVE, default=16, help="windows per forward pass")
+    t.add_argument("--search-budget", type=POSITIVE, default=2048, help="search: forward passes")
+    t.add_argument("--search-length", type=POSITIVE, default=32, help="search: window tokens")
+    t.add_argument("--seed", type=int, default=0, help="noise, ids drawn and the search")
+    t.add_argument(
+        "--threads",
+        type=POSITIVE,
+        help="torch CPU threads (default: 1 on the CPU, as `tapernorm probe`: bit-reproducible, "
+        "and many small forward passes run fastest on a busy machine)",
+    )
+    device_arg(t)
+    _config_hash_option(t)
+    _force_option(t, "the stem's .csv, .md, .tex, .html and .json")
+    t.set_defaults(func=_cmd_tails)
 
 
 def _add_claims(subparsers: Subparsers) -> None:

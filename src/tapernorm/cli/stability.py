@@ -9,6 +9,7 @@ from pathlib import Path
 from .args import force_arg
 
 SUMMARY_FILES = ("summary.csv", "summary.md", "summary.json")
+FACTOR_FILES = ("factors.csv", "factors.md")
 
 
 def _cmd_summary(args: argparse.Namespace) -> int:
@@ -20,6 +21,17 @@ def _cmd_summary(args: argparse.Namespace) -> int:
     for path in write_summary(summary, args.out, args.made_by):
         print(f"wrote {path}")
     print((args.out / "summary.md").read_text())
+    return 0
+
+
+def _cmd_factors(args: argparse.Namespace) -> int:
+    from ..analysis.stability_factors import write_factor_table
+    from ..runtime.out_files import claim_stability_summary
+
+    claim_stability_summary(args.out, FACTOR_FILES, args.force)
+    for path in write_factor_table(args.records, args.out):
+        print(f"wrote {path}")
+    print((args.out / "factors.md").read_text())
     return 0
 
 
@@ -43,3 +55,14 @@ def stability_parser(sub) -> None:
     s.add_argument("--made-by", default="", help="the command that made the study")
     force_arg(s, "stability summary", ", ".join(SUMMARY_FILES))
     s.set_defaults(func=_cmd_summary)
+    f = steps.add_parser(
+        "factors",
+        help="factors.csv and factors.md: the runs that blew up, each trained again with one "
+        "change (family stability_factors): how each ended and its gap to the baseline",
+    )
+    f.add_argument("--records", type=Path, nargs="+", required=True,
+                   help="the factor runs' record directories, their base runs' and the "
+                   "baselines of the same seed pairs")  # fmt: skip
+    f.add_argument("--out", type=Path, required=True, help="directory of the table's files")
+    force_arg(f, "stability factors", ", ".join(FACTOR_FILES))
+    f.set_defaults(func=_cmd_factors)

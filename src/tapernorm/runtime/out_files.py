@@ -72,6 +72,23 @@ def claim_table(stem: Path, command: str, force: bool) -> None:
     claim_outputs(stem_paths(stem, TABLE_SUFFIXES), command, own_table_file, force)
 
 
+TAILS_JSON_KEYS = ("tails", "made_by", "models")  # `tails`'s JSON record
+
+
+def own_tails_file(path: Path) -> bool:
+    """`tails`'s files: its table's (own_table_file) and its JSON record (by its keys)."""
+    path = Path(path)
+    if path.suffix == ".json":
+        return json_with(path, TAILS_JSON_KEYS)
+    return own_table_file(path)
+
+
+def claim_tails(stem: Path, force: bool) -> None:
+    """`tails`: <stem>.csv, .md, .tex, .html and .json."""
+    paths = stem_paths(stem, (*TABLE_SUFFIXES, ".json"))
+    claim_outputs(paths, "tails", own_tails_file, force)
+
+
 def claim_figure(out: Path, force: bool, command: str = "figure") -> None:
     """`figure`: <stem>.pdf, .png and .html, each with its stamp."""
     paths = [Path(out).with_suffix(suffix) for suffix in FIGURE_SUFFIXES]
@@ -140,11 +157,17 @@ def claim_scaling_summary(out: Path, names: Iterable[str], force: bool) -> None:
     claim_outputs([Path(out) / name for name in names], "scaling summary", own_scaling_file, force)
 
 
-STABILITY_HEADS = {"summary.csv": b"width,arm,label,", "summary.md": b"# The stability study"}
+STABILITY_HEADS = {
+    "summary.csv": b"width,arm,label,",
+    "summary.md": b"# The stability study",
+    "factors.csv": b"base,factor,change,",
+    "factors.md": b"# One change at a time",
+}
 
 
 def own_stability_file(path: Path) -> bool:
-    """`stability summary`'s files: summary.json by its keys, the others by how they begin."""
+    """`stability summary`'s and `stability factors`' files: summary.json by its keys, the others
+    by how they begin."""
     path = Path(path)
     if path.name == "summary.json":
         return json_with(path, ("made_by", "rows", "crossings"))
@@ -156,6 +179,7 @@ def own_stability_file(path: Path) -> bool:
 
 
 def claim_stability_summary(out: Path, names: Iterable[str], force: bool) -> None:
-    """`stability summary`: the summary files `names` in the directory `out`."""
+    """`stability summary` or `factors`: its files `names` in the directory `out`."""
     paths = [Path(out) / name for name in names]
-    claim_outputs(paths, "stability summary", own_stability_file, force)
+    command = "stability factors" if "factors.md" in names else "stability summary"
+    claim_outputs(paths, command, own_stability_file, force)

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from ..training.identity import MODEL_FILES
 from ..variants import variants_with
 from .bench import BENCH_KINDS, Bench
-from .devices import rules_env
+from .devices import job_gpus, rules_env
 from .family import Family, family_dirs
 from .files import FINETUNE_DATA_FILES, eval_set_files, pretrain_data_files, run_files
 from .finetune import FinetuneBaseFamily, FinetuneFamily
@@ -32,6 +32,11 @@ REPORT_HOME = "results/report/home.rst"  # rule report_home: the report's home p
 LR_GRID_SUMMARY = "results/lr_grid/lr_grid.json"  # rule lr_grid: the grid's summary
 CLAIM_GAPS_FIGURE = "fig_claim_gaps"  # rule fig_claim_gaps: the claims' paired gaps (claims.json)
 LR_GRID_FIGURE = "fig_lr_grid"  # rule fig_lr_grid: the committed LR grid (results/cpu/lr_grid)
+# rule tails: the tails battery (`tapernorm tails`) of the pre-training runs at the figure width and
+# of the folded models, side by side: its table, and the JSON record that rule fig_tails draws
+TAILS_TABLE, TAILS_FIGURE = "table_tails", "fig_tails"
+TAILS_RECORD = f"results/tables/{TAILS_TABLE}.json"
+TAILS_RUN_FILES = (*MODEL_FILES, "eval.json")  # what `tapernorm tails` reads of a run
 
 
 def table_files(name: str) -> dict[str, str]:
@@ -129,6 +134,20 @@ class Plan:
         """verify.json of the fold check of each of fold_runs() (rule fold)."""
         return [f"results/fold/{run}/verify.json" for run in self.fold_runs()]
 
+    def tails_runs(self) -> list[str]:
+        """The run directories the tails battery measures (rule tails): every pre-training run at
+        the figure width."""
+        return self.pretrain.run_dirs(self.pretrain.runs(self.pretrain.figure_width))
+
+    def tails_folded(self) -> list[str]:
+        """The folded models it measures beside them: folded/ of each fold check (rule fold; left
+        empty where the run diverged, which the table then says)."""
+        return [f"{os.path.dirname(v)}/folded" for v in self.fold_verify()]
+
+    def tails_gpus(self) -> int:
+        """GPUs of the tails job: as a pre-training run's (one on cuda; auto and cpu none)."""
+        return job_gpus(self.pretrain.device, None, "pretrain.train.device")
+
     def finetune_evals(self) -> list[str]:
         return self.finetune.eval_paths() if self.finetune else []
 
@@ -153,6 +172,7 @@ class Plan:
 
         targets = [f"figures/{name}.{ext}" for name in self.figures() for ext in FIGURE_FILES]
         targets += tables(*(f"table{n}" for n in PRETRAIN_TABLES))
+        targets += tables(TAILS_TABLE) + [TAILS_RECORD]
         targets += tables("table_anchor") if self.sweep else []
         if self.finetune:
             targets += tables(*(f"table{n}" for n in FINETUNE_TABLES))
@@ -161,19 +181,20 @@ class Plan:
         if self.bench:
             targets += tables("table3", "table_decode")
             targets += [f"figures/fig5_decode_speedup.{ext}" for ext in FIGURE_FILES]
-        summaries = [CLAIM_GAPS_FIGURE] + ([LR_GRID_FIGURE] if lr_grid else [])
+        summaries = [TAILS_FIGURE, CLAIM_GAPS_FIGURE] + ([LR_GRID_FIGURE] if lr_grid else [])
         targets += [f"figures/{name}.{ext}" for name in summaries for ext in FIGURE_FILES]
         claims = ["results/claims.md", "results/claims.json", "results/claims.html", REPORT_HOME]
         return targets + claims + tables("job_times") + [MANIFEST]
 
     def timed_jobs(self, root: str | None = JOB_RECORDS) -> list[str]:
         """Job records of this config's jobs that keep one (trunks, training, fine-tuning, the
-        inference benchmarks; not the LR grid, a study of its own), under `root` (None: relative to
-        JOB_RECORDS, as `tapernorm job-times` takes them)."""
+        tails battery, the inference benchmarks; not the LR grid, a study of its own), under `root`
+        (None: relative to JOB_RECORDS, as `tapernorm job-times` takes them)."""
         records = []
         for fam in [self.pretrain, self.ablation, self.sweep, self.finetune_base, self.finetune]:
             records += fam.job_records(root) if fam else []
         records += [job_record("trunk", name, root=root) for name in self.trunks.names()]
+        records.append(job_record("tails", root=root))
         if self.bench:
             records += [job_record(f"bench_{kind}", root=root) for kind in BENCH_KINDS]
         return records

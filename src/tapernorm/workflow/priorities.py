@@ -15,7 +15,9 @@ of the default run"), so, highest first:
 - the trunks (the steps before the taper that the runs of a seed share), which those runs wait
   for;
 - training runs longest first (longest processing time first), so that the cores finish together;
-- everything else (evaluations, folds, figures, tables) as it becomes ready.
+- the tails battery (rule tails: about a minute of one core on the default, ready once the last
+  pre-training run and fold are), before the shorter jobs still waiting at the end;
+- everything else (evaluations, folds, fine-tuning runs, figures, tables) as it becomes ready.
 
 Snakemake's scheduler starts the set of ready jobs whose priorities sum highest, so on two cores a
 tier must outweigh two jobs of the tiers below it: two trunks at once (2 x 999) yield to an
@@ -37,6 +39,7 @@ TRUNK = GATE - 1
 # training runs: 10 * log2 of their work, so that a run of 7% more work goes first, every training
 # run staying below TRUNK
 TRAINING_MAX = TRUNK - 1
+TAILS = 1  # above the jobs of no priority (0); no training run is below it (training: >= 1)
 
 
 def training_work(cfg: RunConfig) -> int:

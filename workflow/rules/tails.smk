@@ -1,0 +1,56 @@
+# The tails battery (`tapernorm tails`: tapernorm probe's battery, float32 and bfloat16) of every
+# pre-training run at the figure width and of the fold check's folded models, side by side:
+# table_tails and its JSON record, which fig_tails draws. One job of one thread, on the pre-training
+# runs' device (config tails: its windows and search budget).
+
+
+rule tails:
+    input:
+        **PRETRAIN_DATA_FILES,
+        runs=run_files(PLAN.tails_runs(), wp.TAILS_RUN_FILES),
+        folded=PLAN.tails_folded(),
+        verify=PLAN.fold_verify(),  # (what a folded row says of a skipped fold)
+    output:
+        **table_outputs(wp.TAILS_TABLE),
+        json=wp.TAILS_RECORD,
+    log:
+        f"logs/tables/{wp.TAILS_TABLE}.log",
+    benchmark:
+        wn.job_record("tails")
+    priority: priorities.TAILS
+    conda:
+        GPU_ENV
+    threads: 1
+    resources:
+        gpu=PLAN.tails_gpus(),
+    params:
+        runs=run_dirs,
+        folded=optional_files("--folded", "folded"),
+        data=input_dir("meta"),
+        windows=config["tails"]["windows"],
+        budget=config["tails"]["search_budget"],
+        device=PLAN.pretrain.device,
+        gpus=gpu_claim(lambda w: PLAN.pretrain.device),
+        out=table_stem,
+        stamp=stamp_args,
+    shell:
+        "OMP_NUM_THREADS={threads} {params.gpus} tapernorm tails --runs {params.runs} "
+        "{params.folded} --data {params.data} --windows {params.windows} "
+        "--search-budget {params.budget} --device {params.device} --out {params.out} "
+        "{params.stamp} > {log} 2>&1"
+
+
+rule fig_tails:
+    input:
+        wp.TAILS_RECORD,
+    output:
+        **figure_outputs(wp.TAILS_FIGURE),
+    log:
+        f"logs/figures/{wp.TAILS_FIGURE}.log",
+    localrule: True
+    conda:
+        "../envs/tapernorm.yaml"
+    params:
+        stamp=stamp_args,
+    shell:
+        "tapernorm figure tails --tails {input} {params.stamp} --out {output.pdf} > {log} 2>&1"
