@@ -666,6 +666,9 @@ def test_the_stability_target_builds_the_summary_from_the_records_alone(tmp_path
     dirs = [_record(tmp_path, plan, run, 3.0) for run in plan.stability.runs()]
     jobs = _dry_run(tmp_path, "stability")
     assert jobs["stability_summary"] == "1" and "train" not in jobs and "trunk" not in jobs
+    assert jobs["stability_manifest"] == "1"
+    (tmp_path / STABILITY_DIR).mkdir(parents=True, exist_ok=True)
+    (tmp_path / STABILITY_DIR / "manifest.json").write_text("{}")  # written before what it lists
     write_stability_summary(summarize_stability(read_records(dirs)), tmp_path / STABILITY_DIR)
     later = time.time() + 1
     for path in (p for d in dirs for p in d.iterdir()):
@@ -680,6 +683,7 @@ def test_the_stability_target_builds_the_summary_from_the_records_alone(tmp_path
     (dirs[0] / "eval.json").unlink()
     jobs = _dry_run(tmp_path, "stability")
     assert (jobs["train"], jobs["stability_record"], jobs["stability_summary"]) == ("1", "1", "1")
+    assert jobs["stability_manifest"] == "1"
 
 
 def test_ci_grid_is_the_scaling_tests_grid():

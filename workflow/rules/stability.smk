@@ -63,8 +63,46 @@ rule stability_summary:
         "--out {params.out} > {log} 2>&1"
 
 
+rule stability_factors:
+    input:
+        runs=ancient([f for fam in STABILITY_FAMILIES if fam for f in fam.records()]),
+    output:
+        csv=f"{wst.STABILITY_DIR}/factors.csv",
+        md=f"{wst.STABILITY_DIR}/factors.md",
+    log:
+        "logs/stability/factors.log",
+    localrule: True
+    conda:
+        "../envs/tapernorm.yaml"
+    params:
+        runs=run_dirs,
+        out=output_dir("csv"),
+    shell:
+        "tapernorm stability factors --records {params.runs} --out {params.out} > {log} 2>&1"
+
+
+rule stability_manifest:
+    input:
+        ancient([f for fam in STABILITY_FAMILIES if fam for f in fam.records()]),
+        ancient(rules.stability_summary.output),
+        ancient(rules.stability_factors.output) if PLAN.stability_factors else [],
+    output:
+        f"{wst.STABILITY_DIR}/manifest.json",
+    log:
+        "logs/stability/manifest.log",
+    localrule: True
+    conda:
+        "../envs/tapernorm.yaml"
+    params:
+        config=json.dumps(config),
+        config_files=json.dumps(CONFIG_FILE_HASHES),
+    shell:
+        "tapernorm manifest {input} --config-json {params.config:q} "
+        "--config-file-sha256 {params.config_files:q} --out {output} > {log} 2>&1"
+
+
 rule stability:
     input:
-        rules.stability_summary.output,
+        f"{wst.STABILITY_DIR}/manifest.json",
     conda:
         "../envs/tapernorm.yaml"
