@@ -32,10 +32,28 @@ def test_git_state_names_the_commit_and_a_dirty_tree(repo):
     clean = provenance.git_state(repo)
     assert len(clean["commit"]) == 40 and clean["dirty"] is False
     (repo / "a.txt").write_text("changed\n")
-    assert provenance.git_state(repo) == {"commit": clean["commit"], "dirty": True}
+    assert provenance.git_state(repo) == {
+        "commit": clean["commit"],
+        "dirty": True,
+        "changed": [" M a.txt"],
+        "n_changed": 1,
+        "code_dirty": True,
+    }
     (repo / "a.txt").write_text("a\n")
     (repo / "new.py").write_text("")  # an untracked file changes the code too
     assert provenance.git_state(repo)["dirty"] is True
+    assert provenance.git_state(repo)["code_dirty"] is True
+
+
+def test_a_tree_dirty_with_results_only_says_its_code_is_clean(repo):
+    """A study's new records (untracked under results/) make the tree dirty, not its code."""
+    (repo / "results/cpu/study/runs/r1").mkdir(parents=True)
+    (repo / "results/cpu/study/runs/r1/eval.json").write_text("{}")
+    state = provenance.git_state(repo)
+    assert state["dirty"] is True and state["code_dirty"] is False
+    assert state["changed"] == ["?? results/"] and state["n_changed"] == 1
+    (repo / "src.py").write_text("")
+    assert provenance.git_state(repo)["code_dirty"] is True
 
 
 def test_outside_a_work_tree_the_commit_comes_from_the_environment(tmp_path, monkeypatch):

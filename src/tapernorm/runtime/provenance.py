@@ -40,15 +40,31 @@ def code_root() -> Path:
     return Path(__file__).resolve().parents[1]
 
 
+KEPT_CHANGES = 20  # changed paths a provenance record lists (all are counted)
+RESULT_PATHS = ("results/",)  # committed outputs: a change there is not a change of the code
+
+
 def git_state(root: str | Path | None = None) -> dict:
     """{"commit": full sha or "unknown", "dirty": whether tracked or untracked (not ignored) files
-    differ from the commit, or None when unknown}."""
+    differ from the commit, or None when unknown}; a dirty tree also says what differs:
+    "changed" (git status --porcelain's lines, the first KEPT_CHANGES), "n_changed", and
+    "code_dirty" (whether any changed path lies outside the committed results, RESULT_PATHS: a
+    study's new records make a tree dirty without changing the code that trains it)."""
     root = Path(root) if root is not None else code_root()
     commit = _git(root, "rev-parse", "HEAD")
     if commit is None:
         return {"commit": os.environ.get("TAPERNORM_COMMIT", UNKNOWN), "dirty": None}
     status = _git(root, "status", "--porcelain")
-    return {"commit": commit.strip(), "dirty": None if status is None else bool(status.strip())}
+    state = {"commit": commit.strip(), "dirty": None if status is None else bool(status.strip())}
+    if state["dirty"]:
+        lines = [line for line in status.splitlines() if line.strip()]
+        paths = [line[3:].split(" -> ")[-1].strip('"') for line in lines]
+        state.update(
+            changed=lines[:KEPT_CHANGES],
+            n_changed=len(lines),
+            code_dirty=any(not p.startswith(RESULT_PATHS) for p in paths),
+        )
+    return state
 
 
 def config_hash(config: dict) -> str:
