@@ -52,8 +52,10 @@ def test_a_tree_dirty_with_results_only_says_its_code_is_clean(repo):
     state = provenance.git_state(repo)
     assert state["dirty"] is True and state["code_dirty"] is False
     assert state["changed"] == ["?? results/"] and state["n_changed"] == 1
+    assert provenance.short_commit(state).endswith(" (code clean; uncommitted results)")
     (repo / "src.py").write_text("")
     assert provenance.git_state(repo)["code_dirty"] is True
+    assert provenance.short_commit(provenance.git_state(repo)).endswith(" (dirty tree)")
 
 
 def test_outside_a_work_tree_the_commit_comes_from_the_environment(tmp_path, monkeypatch):

@@ -307,3 +307,18 @@ def test_job_records_are_one_path_per_timed_job():
     trunks = [f"trunk/{name}.tsv" for name in plan.trunks.names()]
     assert trunks and set(trunks) <= set(names)
     assert len(names) == len(trunks) + trained + len(plan.sweep.runs()) + ft + 3
+
+
+def test_tails_settings_default_without_changing_the_configs_hash():
+    """The default config has no `tails` section (its validated hash, which the committed studies'
+    manifests name, stays as it was): the battery takes TAILS_SETTINGS; a config's own win."""
+    from conftest import config_files
+
+    from tapernorm.workflow.plan import TAILS_SETTINGS
+
+    schema = str(Path(__file__).resolve().parents[1] / "workflow/schemas/config.schema.yaml")
+    default = validate_pipeline_config(config_files("config.yaml"), schema)
+    assert "tails" not in default
+    assert Plan(default).tails_settings() == TAILS_SETTINGS
+    ci = validate_pipeline_config(config_files("ci.yaml"), schema)
+    assert Plan(ci).tails_settings() == {"windows": 16, "search_budget": 64}

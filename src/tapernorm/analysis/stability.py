@@ -30,6 +30,7 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from ..runtime.atomic import atomic_write_bytes
@@ -67,6 +68,7 @@ class Summary:
     crossings: list[dict] = field(default_factory=list)
     triggers: list[dict] = field(default_factory=list)
     records: str = ""
+    timing: list[dict] = field(default_factory=list)  # do blow-ups start on the batches?
 
 
 def read_records(record_dirs: list[str | Path]) -> pd.DataFrame:
@@ -304,6 +306,68 @@ def shared_triggers(runs: pd.DataFrame) -> list[dict]:
     ]
 
 
+PERMUTATIONS = 10_000  # draws of the timing test (a fixed seed: the same p every time)
+
+
+def timing_test(runs: pd.DataFrame, label: str) -> dict | None:
+    """Do blow-ups start on the batches? Among the runs of `runs` that blew up, the pairs on one data
+    order that start a blow-up at a common step, against the pairs on different orders (whose
+    steps, learning rate and gate are the same; only their batches differ). p: the share of
+    PERMUTATIONS relabellings of the runs' data seeds (counts kept) with as many same-order pairs
+    sharing a step as observed (+1 over +1). None where there is nothing to compare: fewer than
+    two runs that blew up, or no pair on one order, or none across."""
+    blown = runs[blown_up(runs)].to_dict("records")
+    steps = []
+    for r in blown:
+        recorded = r["blowup_steps"] or (
+            (r["first_blowup_step"],) if not pd.isna(r["first_blowup_step"]) else ()
+        )
+        steps.append(set(trigger_steps(recorded, r["blowups_checked"])))
+    n = len(blown)
+    if n < 2:
+        return None
+    share = np.array([[bool(a & b) for b in steps] for a in steps])
+    upper = np.triu(np.ones((n, n), dtype=bool), 1)
+    seeds = np.array([int(r["data_seed"]) for r in blown])
+
+    def same_and_shared(labels: np.ndarray) -> int:
+        return int((share & upper & (labels[:, None] == labels[None, :])).sum())
+
+    same = upper & (seeds[:, None] == seeds[None, :])
+    if not same.any() or same.sum() == upper.sum():  # no pairs on one order, or none across
+        return None
+    observed = same_and_shared(seeds)
+    rng = np.random.default_rng(0)
+    hits = sum(same_and_shared(rng.permutation(seeds)) >= observed for _ in range(PERMUTATIONS))
+    p = (1 + hits) / (1 + PERMUTATIONS)
+    out = {
+        "runs": label,
+        "blown_up": n,
+        "same_order_shared": observed,
+        "same_order_pairs": int(same.sum()),
+        "other_order_shared": int((share & upper & ~same).sum()),
+        "other_order_pairs": int((upper & ~same).sum()),
+        "p": p,
+    }
+    shown = f"p={p:.2g}" if hits else f"p<={p:.2g}, the smallest {PERMUTATIONS:,} draws give"
+    out["statement"] = (
+        f"{out['same_order_shared']} of {out['same_order_pairs']} pairs on one data order start a "
+        f"blow-up at a common step, {out['other_order_shared']} of {out['other_order_pairs']} "
+        f"pairs on different orders (permutation {shown})"
+    )
+    return out
+
+
+def timing_tests(runs: pd.DataFrame) -> list[dict]:
+    """timing_test over the tapered runs of each width, and of every width together where there
+    are several (one data order draws the same batches at every width)."""
+    tapered = runs[runs["variant"] != "baseline"]
+    groups = [(at, f"d={w}") for w, at in tapered.groupby("width")]
+    if len(groups) > 1:
+        groups.insert(0, (tapered, "every width"))
+    return [t for at, label in groups if (t := timing_test(at, label)) is not None]
+
+
 def summarize(runs: pd.DataFrame) -> Summary:
     """The study's summary from its run table (read_records)."""
     grids, tests = crossings(runs)
@@ -311,7 +375,9 @@ def summarize(runs: pd.DataFrame) -> Summary:
     widths = ", ".join(f"d={w}" for w in sorted(runs["width"].unique()))
     steps = ", ".join(f"{s:,}" for s in sorted(runs["steps"].unique()))
     records = f"{len(runs)} runs ({widths}; {steps} steps; blow-ups checked at {checked})"
-    return Summary(rate_rows(runs), grids, tests, shared_triggers(runs), records)
+    return Summary(
+        rate_rows(runs), grids, tests, shared_triggers(runs), records, timing_tests(runs)
+    )
 
 
 # ---- the files ---------------------------------------------------------------------------------------
@@ -407,6 +473,9 @@ def summary_markdown(summary: Summary) -> str:
             lines += ["", f"### d={test['width']}, the tapered arms pooled ({labels})", ""]
             lines.append(_test_line(test))
     lines += ["", "## Shared triggers", ""]
+    for t in summary.timing:
+        lines.append(f"- Tapered runs, {t['runs']}: {t['statement']}.")
+    lines += [""] if summary.timing else []
     if summary.triggers:
         lines.append(
             "Blow-ups starting at the same step in runs of one data seed (the same batch):"
@@ -455,6 +524,7 @@ def write_summary(summary: Summary, out: Path, made_by: str = "") -> list[Path]:
         "grids": [_json_grid(g) for g in summary.grids],
         "crossings": summary.crossings,
         "shared_triggers": summary.triggers,
+        "timing": summary.timing,
     }
     write_json(out / "summary.json", record)
     return [out / "summary.csv", out / "summary.md", out / "summary.json"]

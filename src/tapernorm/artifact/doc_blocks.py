@@ -21,6 +21,7 @@ import pandas as pd
 
 from ..runtime.atomic import atomic_write_bytes
 from ..runtime.jsonio import read_json
+from ..runtime.provenance import short_commit
 from ..variants import VARIANTS
 from .reference import ReferenceError, load_reference, scope_text, wall_text
 
@@ -67,7 +68,7 @@ def config_hashes_text(manifest: dict) -> str:
 
 def _made(ref: dict) -> str:
     made, m = ref["manifest"]["made"], ref["manifest"]
-    commit = str(made["commit"])[:12] + (" (dirty tree)" if made.get("dirty") else "")
+    commit = short_commit(made)
     return (
         f"{made['host']['cpu']}, {made['host']['cores']} cores, torch "
         f"{made['versions'].get('torch', '?')}; tapernorm {commit}, {config_hashes_text(m)}; "
@@ -268,7 +269,7 @@ def lr_grid_block(source: Path, doc_dir: Path) -> str:
         ]
         for g in grid["gaps"]
     ]
-    commit = str(made["commit"])[:12] + (" (dirty tree)" if made.get("dirty") else "")
+    commit = short_commit(made)
     return (
         f"The committed LR grid [{source.name}]({_link(source, doc_dir)}/): `{grid['command']}`, "
         f"made by tapernorm {commit} on {made['host']['cpu']} ({made['written'][:10]}); "
@@ -312,7 +313,7 @@ def scaling_block(source: Path, doc_dir: Path) -> str:
     record = read_json(source / "summary.json")
     summary = pd.read_csv(source / "summary.csv", dtype={"claim": str})
     made = record["made"]
-    commit = str(made["commit"])[:12] + (" (dirty tree)" if made.get("dirty") else "")
+    commit = short_commit(made)
     rows = []
     for (claim, width), cell in summary.groupby(["claim", "width"], sort=False):
         cell = cell.sort_values("tokens_per_param")
@@ -405,6 +406,7 @@ def stability_brief_block(source: Path, doc_dir: Path) -> str:
     record = read_json(source / "summary.json")
     summary = pd.read_csv(source / "summary.csv")
     arms = list(dict.fromkeys(summary["label"]))
+    timing = {t["runs"]: t for t in record.get("timing", [])}
     pooled = {}  # per width: the tapered arms pooled (or the one tapered arm)
     for c in record["crossings"]:
         if len(c["arms"]) > 1 or c["width"] not in pooled:
@@ -417,10 +419,13 @@ def stability_brief_block(source: Path, doc_dir: Path) -> str:
             if (r := by_arm.get(arm)) is not None else "—"
             for arm in arms
         ]  # fmt: skip
-        statement = pooled[width]["statement"] if width in pooled else "—"
-        follows = re.split(r" \(|:", statement)[0]
+        follows = re.split(r" \(|:", pooled[width]["statement"])[0] if width in pooled else "—"
+        if (t := timing.get(f"d={width}")) is not None:  # when they start: the batches?
+            follows += (f"; a common start: {t['same_order_shared']}/{t['same_order_pairs']} pairs "
+                        f"on one data order, {t['other_order_shared']}/{t['other_order_pairs']} "
+                        f"across (p {_p(t['p'])})")  # fmt: skip
         rows.append([f"d={width}", *counts, follows])
-    return _table(["Width", *arms, "Blow-ups follow"], rows)
+    return _table(["Width", *arms, "Which runs blow up; when"], rows)
 
 
 def stability_block(source: Path, doc_dir: Path) -> str:
@@ -430,7 +435,7 @@ def stability_block(source: Path, doc_dir: Path) -> str:
     record = read_json(source / "summary.json")
     summary = pd.read_csv(source / "summary.csv")
     made = record["made"]
-    commit = str(made["commit"])[:12] + (" (dirty tree)" if made.get("dirty") else "")
+    commit = short_commit(made)
     rows = []
     for row, r in zip(_stability_rows(summary), summary.itertuples(), strict=True):
         gap = "—" if pd.isna(r.gap_clean) else f"{r.gap_clean:+.2f}% ({r.n_pairs_clean:.0f})"
@@ -449,6 +454,8 @@ def stability_block(source: Path, doc_dir: Path) -> str:
     for c in record["crossings"]:
         arms = ", ".join(VARIANTS[a]["label"] if a in VARIANTS else a for a in c["arms"])
         lines.append(f"- d={c['width']}, {arms}: {c['statement']}")
+    lines += [f"- When, tapered runs of {t['runs']}: {t['statement']}"
+              for t in record.get("timing", [])]  # fmt: skip
     shared = [t for t in record.get("shared_triggers", []) if len(t.get("runs", [])) > 2]
     if shared:
         lines += ["", "Batches that set off a blow-up in more than two runs:", ""]

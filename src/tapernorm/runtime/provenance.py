@@ -153,9 +153,14 @@ def now() -> str:
 
 
 def short_commit(state: dict) -> str:
+    """'0123456789ab', with ' (dirty tree)' where code differed from the commit, or ' (code
+    clean; uncommitted results)' where only the committed results did (git_state's code_dirty)."""
     commit = state["commit"]
     text = commit[:SHORT] if commit != UNKNOWN else "commit unknown"
-    return text + (" (dirty tree)" if state["dirty"] else "")
+    if not state.get("dirty"):
+        return text
+    return text + (" (code clean; uncommitted results)" if state.get("code_dirty") is False
+                   else " (dirty tree)")  # fmt: skip
 
 
 REHEARSAL = "REHEARSAL on stand-in data and models, not results"

@@ -37,6 +37,7 @@ LR_GRID_FIGURE = "fig_lr_grid"  # rule fig_lr_grid: the committed LR grid (resul
 TAILS_TABLE, TAILS_FIGURE = "table_tails", "fig_tails"
 TAILS_RECORD = f"results/tables/{TAILS_TABLE}.json"
 TAILS_RUN_FILES = (*MODEL_FILES, "eval.json")  # what `tapernorm tails` reads of a run
+TAILS_SETTINGS = {"windows": 128, "search_budget": 1024}  # where the config has no `tails`
 
 
 def table_files(name: str) -> dict[str, str]:
@@ -143,6 +144,10 @@ class Plan:
         """The folded models it measures beside them: folded/ of each fold check (rule fold; left
         empty where the run diverged, which the table then says)."""
         return [f"{os.path.dirname(v)}/folded" for v in self.fold_verify()]
+
+    def tails_settings(self) -> dict:
+        """The battery's windows and search budget: the config's `tails`, else TAILS_SETTINGS."""
+        return {**TAILS_SETTINGS, **(self.config.get("tails") or {})}
 
     def tails_gpus(self) -> int:
         """GPUs of the tails job: as a pre-training run's (one on cuda; auto and cpu none)."""
