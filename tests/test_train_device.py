@@ -65,10 +65,12 @@ def test_compiled_training_takes_one_graph_per_gate_phase(shards_dir, tmp_path):
     counters.clear()
     train(cfg.replace(train=dataclasses.replace(cfg.train, compile=True)), tmp_path / "compiled")
     assert counters["stats"]["unique_graphs"] == 3
-    eager = [json.loads(ln) for ln in (tmp_path / "eager/metrics.jsonl").read_text().splitlines()]
-    compiled = [
-        json.loads(ln) for ln in (tmp_path / "compiled/metrics.jsonl").read_text().splitlines()
-    ]
+
+    def training_records(run: str) -> list[dict]:  # (blow-up events aside: this run spikes)
+        lines = (tmp_path / run / "metrics.jsonl").read_text().splitlines()
+        return [r for r in map(json.loads, lines) if "gate" in r]
+
+    eager, compiled = training_records("eager"), training_records("compiled")
     assert [r["gate"] for r in compiled] == [r["gate"] for r in eager]
     for a, b in zip(eager, compiled, strict=True):
         assert b["loss"] == pytest.approx(a["loss"], rel=1e-4), a["step"]
