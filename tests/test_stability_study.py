@@ -194,6 +194,10 @@ def test_replay_draws_the_recorded_batch_and_traces_every_block(shards_dir, tmp_
     train_tokens = TokenShards(str(shards_dir)).tokens("train")
     assert row["worst_token"] == int(batch.x[row["worst_sequence"], row["worst_position"]])
     assert row["worst_token_train_count"] == int((train_tokens == row["worst_token"]).sum())
+    baseline = tmp_path / "baseline"
+    train(tiny_run(shards_dir, train={"steps": 8}), baseline)
+    plain = replay_report(baseline, 7, gates=[1.0, 0.0], dtypes=["float32"])
+    assert [r["gate"] for r in plain["rows"]] == [None]  # no TaperNorm: no gate to set
     out = tmp_path / "replay.json"
     assert (
         main(["replay", str(tmp_path / "run"), "--step", "7", "--gate", "0", "--out", str(out)])

@@ -25,6 +25,7 @@ from ..data import TokenShards
 from ..model import GPT
 from ..norms import set_gate, taper_norms
 from ..runtime.jsonio import read_json
+from ..runtime.provenance import git_state, now
 from .blowups import events_of
 from .checkpoint import load_model
 from .metrics_log import METRICS, read_records
@@ -143,6 +144,8 @@ def replay_report(
     and dtype: replay()'s rows, with the batch and the models named."""
     batch = run_batch(run_dir, step, data_dir)
     model = load_model(model_dir or run_dir)
+    if not list(taper_norms(model)):
+        gates = [None]  # no gate to set: one row per dtype
     rows = [replay(model, batch, g, d) for d in dtypes or ["float32"] for g in gates or [None]]
     return {
         "run": str(run_dir),
@@ -153,6 +156,7 @@ def replay_report(
         "model": str(model_dir or run_dir),
         "model_step": (read_json(Path(model_dir or run_dir) / "config.json")).get("weights_step"),
         "rows": rows,
+        "made": {**git_state(), "written": now()},
     }
 
 
