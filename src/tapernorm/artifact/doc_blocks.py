@@ -464,6 +464,50 @@ def stability_block(source: Path, doc_dir: Path) -> str:
     return "\n".join(lines).rstrip()
 
 
+def stability_factors_block(source: Path, doc_dir: Path) -> str:
+    """The mechanism table (factors.md of `tapernorm stability factors`), without its heading."""
+    text = (source / "factors.md").read_text()
+    table = text[text.index("| Change |") :].rstrip()
+    link = _link(source / "factors.csv", doc_dir)
+    return f"From [factors.csv]({link}) (every number, the base runs' too):\n\n{table}"
+
+
+def _rms(value) -> str:
+    return f"{value:.3g}" if isinstance(value, float) else str(value)
+
+
+def stability_replay_block(source: Path, doc_dir: Path) -> str:
+    """The committed replays (results/cpu/stability/replay/*.json, `tapernorm replay`): per model
+    and gate, the residual RMS after the last block (largest over the batch) and the worst
+    sequence's loss, in float32 and float64, and the token where it peaks."""
+    rows = []
+    for path in sorted((source / "replay").glob("*.json")):
+        report = read_json(path)
+        model = Path(report["model"]).name
+        by_gate: dict = {}
+        for r in report["rows"]:
+            by_gate.setdefault(r["gate"], {})[r["dtype"]] = r
+        for gate, dtypes in by_gate.items():
+            r32, r64 = dtypes.get("float32"), dtypes.get("float64")
+            last = lambda r: "—" if r is None else _rms(r["block_rms_max"][-1])  # noqa: E731
+            worst = r64 or r32
+            rows.append([
+                f"[{model}]({_link(path, doc_dir)})", "n/a" if gate is None else f"{gate:g}",
+                last(r32), last(r64), _rms(worst["max_sequence_loss"]),
+                f"{worst['worst_token']} ({worst['worst_token_train_count']}x in training)",
+            ])  # fmt: skip
+    header = ["Model", "Gate", "Last block RMS, fp32", "fp64", "Worst sequence's loss",
+              "Token at its peak"]  # fmt: skip
+    reports = [read_json(p) for p in sorted((source / "replay").glob("*.json"))]
+    steps = ", ".join(f"{s:,}" for s in sorted({r["step"] for r in reports}))
+    embedded = [row["block_rms_max"][0] for r in reports for row in r["rows"]]
+    return (
+        f"The batch of step {steps}, replayed (`tapernorm replay`; the RMS entering the first "
+        f"block, the largest over the batch: {min(embedded):.2g}-{max(embedded):.2g} in every "
+        "model and gate):\n\n" + _table(header, rows)
+    )
+
+
 def gpu_block(source: Path, doc_dir: Path) -> str:
     """A first-GPU check (results/gpu/DIR, benchmarks/gpu_check.sh and `tapernorm gpu-report`):
     the speedups of the exports against the paper's, the training step and the GPU-hours it
@@ -539,6 +583,8 @@ RENDERERS: dict[str, Callable[[Path, Path], str]] = {
     "scaling-brief": scaling_brief_block,
     "stability": stability_block,
     "stability-brief": stability_brief_block,
+    "stability-factors": stability_factors_block,
+    "stability-replay": stability_replay_block,
     "gpu": gpu_block,
 }
 
