@@ -134,6 +134,27 @@ def blow_up_at(monkeypatch, step: int) -> None:
     monkeypatch.setattr(GPT, "forward", forward_then_inf)
 
 
+def spike_at(monkeypatch, steps: int | set[int], factor: float) -> None:
+    """The training logits of optimizer steps `steps` (counted from this process's first forward)
+    multiplied by `factor`: a finite loss spike (grad_accum 1)."""
+    from tapernorm.model import GPT
+
+    steps = {steps} if isinstance(steps, int) else set(steps)
+    calls = {"n": 0}
+    forward = GPT.forward
+
+    def forward_spiked(self, idx, return_hidden=False):
+        out = forward(self, idx, return_hidden)
+        if self.training:
+            calls["n"] += 1
+            if calls["n"] in steps:
+                logits, h = out
+                return logits * factor, h
+        return out
+
+    monkeypatch.setattr(GPT, "forward", forward_spiked)
+
+
 # ---- a finished pipeline run's tree (test_reference, test_user_errors) ---------------------------
 
 LOG = """Assuming unrestricted shared filesystem usage.

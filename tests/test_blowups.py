@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import blow_up_at, tiny_run
+from conftest import blow_up_at, spike_at, tiny_run
 
 from tapernorm.training import blowups
 from tapernorm.training.blowups import GRAD_FACTOR, LOSS_FACTOR, SpikeDetector, rescore
@@ -71,29 +71,10 @@ def test_summary_counts_and_lists_events():
     }
 
 
-def _spike_at(monkeypatch, steps: set[int], factor: float) -> None:
-    """The training loss of optimizer steps `steps` multiplied by `factor` (finite)."""
-    from tapernorm.model import GPT
-
-    calls = {"n": 0}
-    forward = GPT.forward
-
-    def forward_spiked(self, idx, return_hidden=False):
-        out = forward(self, idx, return_hidden)
-        if self.training:
-            calls["n"] += 1
-            if calls["n"] in steps:
-                logits, h = out
-                return logits * factor, h
-        return out
-
-    monkeypatch.setattr(GPT, "forward", forward_spiked)
-
-
 def test_a_finite_spike_between_logged_steps_is_recorded_and_training_goes_on(
     shards_dir, tmp_path, monkeypatch
 ):
-    _spike_at(monkeypatch, {23}, 400.0)  # logits x400: a finite loss far above the median
+    spike_at(monkeypatch, {23}, 400.0)  # logits x400: a finite loss far above the median
     cfg = tiny_run(shards_dir, train={"steps": 30}, log={"every": 10, "ckpt_every": 10})
     result = train(cfg, tmp_path / "run")
     assert not result["diverged"] and result["weights_step"] == 30  # the run finished
@@ -131,12 +112,12 @@ def test_resumed_run_finds_the_same_spike(shards_dir, tmp_path, monkeypatch):
     """The reference is made of logged losses, so a run resumed from its checkpoint judges each
     step as an uninterrupted run does."""
     cfg = tiny_run(shards_dir, train={"steps": 30}, log={"every": 2, "ckpt_every": 10})
-    _spike_at(monkeypatch, {25}, 400.0)
+    spike_at(monkeypatch, {25}, 400.0)
     full = train(cfg, tmp_path / "full")
-    _spike_at(monkeypatch, {25 - 14}, 400.0)  # the resumed process counts forwards from step 15
+    spike_at(monkeypatch, {25 - 14}, 400.0)  # the resumed process counts forwards from step 15
     train(cfg, tmp_path / "resumed", stop_after=14)
     monkeypatch.undo()
-    _spike_at(monkeypatch, {25 - 10}, 400.0)  # it resumes from the step-10 checkpoint
+    spike_at(monkeypatch, {25 - 10}, 400.0)  # it resumes from the step-10 checkpoint
     resumed = train(cfg, tmp_path / "resumed")
     keys = ("blew_up", "blowups", "first_blowup_step", "blowup_events")
     assert {k: full[k] for k in keys} == {k: resumed[k] for k in keys}

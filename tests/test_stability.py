@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import yaml
-from conftest import tiny_run
+from conftest import spike_at, tiny_run
 from test_scaling import CI_GRID, _dry_run
 from test_scaling import _study as _scaling_study
 
@@ -149,28 +149,10 @@ def test_committed_records_are_scored_on_their_logged_steps():
     assert (runs["data_seed"] == runs["seed"]).all() and runs["compiled"].all()
 
 
-def _spike_at(monkeypatch, step: int, factor: float) -> None:
-    """The training logits of optimizer step `step` multiplied by `factor` (a finite spike)."""
-    from tapernorm.model import GPT
-
-    calls = {"n": 0}
-    forward = GPT.forward
-
-    def spiked(self, idx, return_hidden=False):
-        out = forward(self, idx, return_hidden)
-        if self.training:
-            calls["n"] += 1
-            if calls["n"] == step:
-                return out[0] * factor, out[1]
-        return out
-
-    monkeypatch.setattr(GPT, "forward", spiked)
-
-
 def test_a_trained_runs_blowups_are_read_from_its_eval_json(shards_dir, tmp_path, monkeypatch):
     from tapernorm.training.loop import train
 
-    _spike_at(monkeypatch, 17, 400.0)
+    spike_at(monkeypatch, 17, 400.0)
     cfg = tiny_run(shards_dir, train={"steps": 24}, log={"every": 4, "ckpt_every": 12})
     train(cfg, tmp_path / "run")
     row = load_runs([tmp_path / "run"])[0].iloc[0]

@@ -7,6 +7,7 @@ import argparse
 from pathlib import Path
 
 from .args import POSITIVE, device_arg
+from .probe import battery_args
 
 BENCH_TABLES, BENCH_FIGURES = ("3", "decode"), ("fig5",)  # from benchmark CSVs (--bench)
 # figure -> its source option: the claims' record, the LR grid's, `tapernorm tails`'s
@@ -285,11 +286,7 @@ def _add_tails(subparsers: Subparsers) -> None:
     t.add_argument(
         "--out", type=Path, required=True, help="output stem, e.g. results/tables/table_tails"
     )
-    t.add_argument("--windows", type=POSITIVE, default=256, help="validation windows at most")
-    t.add_argument("--batch-size", type=POSITIVE, default=16, help="windows per forward pass")
-    t.add_argument("--search-budget", type=POSITIVE, default=2048, help="search: forward passes")
-    t.add_argument("--search-length", type=POSITIVE, default=32, help="search: window tokens")
-    t.add_argument("--seed", type=int, default=0, help="noise, ids drawn and the search")
+    battery_args(t)
     t.add_argument(
         "--threads",
         type=POSITIVE,

@@ -123,6 +123,15 @@ def _cmd_probe(args: argparse.Namespace) -> int:
     return 0
 
 
+def battery_args(p: argparse.ArgumentParser) -> None:
+    """The battery's settings (probe.battery.BatterySettings): `probe`'s and `tails`'."""
+    p.add_argument("--windows", type=POSITIVE, default=256, help="validation windows at most")
+    p.add_argument("--batch-size", type=POSITIVE, default=16, help="windows per forward pass")
+    p.add_argument("--search-budget", type=POSITIVE, default=2048, help="search: forward passes")
+    p.add_argument("--search-length", type=POSITIVE, default=32, help="search: window tokens")
+    p.add_argument("--seed", type=int, default=0, help="noise, ids drawn and the search")
+
+
 def probe_parser(sub) -> None:
     p = sub.add_parser(
         "probe",
@@ -140,11 +149,7 @@ def probe_parser(sub) -> None:
     )
     p.add_argument("--data", type=Path, required=True, help="token shards (validation windows)")
     p.add_argument("--out", type=Path, help="write every number as JSON here")
-    p.add_argument("--windows", type=POSITIVE, default=256, help="validation windows at most")
-    p.add_argument("--batch-size", type=POSITIVE, default=16, help="windows per forward pass")
-    p.add_argument("--search-budget", type=POSITIVE, default=2048, help="search: forward passes")
-    p.add_argument("--search-length", type=POSITIVE, default=32, help="search: window tokens")
-    p.add_argument("--seed", type=int, default=0, help="noise, ids drawn and the search")
+    battery_args(p)
     p.add_argument(
         "--max-loss-ratio",
         type=POSITIVE_FLOAT,
