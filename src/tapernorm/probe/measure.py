@@ -94,21 +94,24 @@ def residual_max(
     return torch.cat(out)
 
 
+@contextmanager
+def block_outputs(model: GPT) -> Iterator[list[torch.Tensor]]:
+    """Inside: the residual stream entering the first block (the embedding), then after each
+    block (the last is h_L), appended for every forward pass (hooks on the blocks)."""
+    seen: list[torch.Tensor] = []
+    hooks = [model.blocks[0].register_forward_pre_hook(lambda _m, args: seen.append(args[0]))]
+    hooks += [b.register_forward_hook(lambda _m, _a, out: seen.append(out)) for b in model.blocks]
+    try:
+        yield seen
+    finally:
+        for hook in hooks:
+            hook.remove()
+
+
 @torch.no_grad()
 def block_rms(model: GPT, x: torch.Tensor, dtype: str = "float32") -> list[float]:
     """For one window x (T,): the largest RMS over its tokens of the residual stream entering the
     first block (the embedding), then after each block (the last is h_L)."""
-    seen: list[float] = []
-
-    def record(values: torch.Tensor) -> None:
-        seen.append(float(token_rms(values).max()))
-
-    hooks = [model.blocks[0].register_forward_pre_hook(lambda _m, args: record(args[0]))]
-    hooks += [b.register_forward_hook(lambda _m, _a, out: record(out)) for b in model.blocks]
-    try:
-        with autocast_for(device_of(model), dtype):
-            model.hidden(x[None].to(device_of(model)))
-    finally:
-        for hook in hooks:
-            hook.remove()
-    return seen
+    with block_outputs(model) as seen, autocast_for(device_of(model), dtype):
+        model.hidden(x[None].to(device_of(model)))
+    return [float(token_rms(h).max()) for h in seen]

@@ -24,6 +24,7 @@ import torch.nn.functional as F
 from ..data import TokenShards
 from ..model import GPT
 from ..norms import set_gate, taper_norms
+from ..probe.measure import block_outputs
 from ..runtime.jsonio import read_json
 from ..runtime.provenance import git_state, now
 from .blowups import events_of
@@ -79,15 +80,9 @@ def run_batch(run_dir: str | Path, step: int, data_dir: str | Path | None = None
 
 def residual_trace(model: GPT, idx: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:
     """(logits, [x_0, x_1, ..., x_L]): the residual stream after the embedding and after each
-    block, each (B, T, d), from one forward pass (hooks on the blocks)."""
-    trace: list[torch.Tensor] = []
-    hooks = [model.blocks[0].register_forward_pre_hook(lambda m, args: trace.append(args[0]))]
-    hooks += [b.register_forward_hook(lambda m, a, out: trace.append(out)) for b in model.blocks]
-    try:
+    block, each (B, T, d), from one forward pass (probe.measure.block_outputs)."""
+    with block_outputs(model) as trace:
         logits = model(idx)
-    finally:
-        for hook in hooks:
-            hook.remove()
     return logits, trace
 
 
