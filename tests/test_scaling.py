@@ -442,3 +442,24 @@ def test_every_committed_record_is_of_the_config_the_workflow_builds_now():
     for family in (plan.scaling, plan.scaling_ablation):
         for run in family.runs():
             assert record_inputs(plan.scaling, family, run, ROOT) == [], (family.name, run)
+
+
+def test_extra_records_are_the_stability_runs_of_a_cells_recipe(tmp_path):
+    """The committed stability study's runs whose init seed is their data seed, of a variant,
+    width and length of the grid, complete: what the scaling summary takes beside a cell's own."""
+    from tapernorm.workflow.scaling import extra_records
+
+    scaling = Plan(_ci(CI_GRID)).scaling
+    runs = tmp_path / "results/cpu/stability/runs"
+    for name in ("baseline-d32-s0-o0-n24", "internal_aux-d32-s1-o1-n48",  # taken
+                 "internal_aux-d32-s0-o1-n24",  # another data order than its init
+                 "baseline-d32-s1-o1-n24-xgelu",  # a factor run
+                 "all_aux-d32-s0-o0-n24", "baseline-d32-s2-o2-n99",  # no such cell
+                 "baseline-d32-s1-o1-n24"):  # fmt: skip
+        (runs / name).mkdir(parents=True)
+        for f in ("config.json", "eval.json", "metrics.jsonl"):
+            (runs / name / f).write_text("{}")
+    (runs / "baseline-d32-s1-o1-n24/eval.json").unlink()  # incomplete
+    taken = sorted({p.rsplit("/", 2)[1] for p in extra_records(scaling, tmp_path)})
+    assert taken == ["baseline-d32-s0-o0-n24", "internal_aux-d32-s1-o1-n48"]
+    assert extra_records(scaling, tmp_path / "nowhere") == []

@@ -38,6 +38,7 @@ rule scaling_record:
 rule scaling_summary:
     input:
         runs=ancient(SCALING_RECORDS),
+        extra=ancient(SCALING_EXTRA_RECORDS),
     output:
         **{f.replace(".", "_"): f"{wsc.SCALING_DIR}/{f}" for f in SCALING_SUMMARY_FILES},
     log:
@@ -48,10 +49,11 @@ rule scaling_summary:
     params:
         runs=run_dirs,
         made_by=f"{RERUN_COMMAND} scaling",
+        extra=optional_files("--extra-records", "extra", dirs_of),
         out=output_dir("summary_csv"),
     shell:
-        "tapernorm scaling summary --records {params.runs} --made-by {params.made_by:q} "
-        "--out {params.out} > {log} 2>&1"
+        "tapernorm scaling summary --records {params.runs} {params.extra} "
+        "--made-by {params.made_by:q} --out {params.out} > {log} 2>&1"
 
 
 rule scaling_figure:
@@ -79,6 +81,7 @@ rule scaling_figure:
 rule scaling_manifest:
     input:
         ancient(SCALING_RECORDS),
+        ancient(SCALING_EXTRA_RECORDS),
         ancient(expand(f"{wsc.SCALING_DIR}/{{f}}", f=SCALING_SUMMARY_FILES)),
         ancient(
             expand(

@@ -6,6 +6,8 @@ from tapernorm.workflow import scaling as wsc
 
 # every record of the study (what the summary, figures and manifest read)
 SCALING_RECORDS = wsc.study_records(PLAN.scaling, PLAN.scaling_ablation)
+# the committed stability study's runs of a cell's recipe, which its rows take too
+SCALING_EXTRA_RECORDS = wsc.extra_records(PLAN.scaling)
 
 
 def scaling_record_run(wildcards):

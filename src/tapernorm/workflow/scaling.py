@@ -20,7 +20,14 @@ from ..config import resolve_run_config
 from ..run_config import RunConfig
 from ..training.identity import config_identity
 from .family import Family
-from .names import parse_run_name, parse_scaling_run, run_dir, run_name, scaling_run_name
+from .names import (
+    parse_run_name,
+    parse_scaling_run,
+    parse_stability_run,
+    run_dir,
+    run_name,
+    scaling_run_name,
+)
 from .training import TrainingFamily
 
 SCALING_DIR = "results/cpu/scaling"  # the study's committed records, summary and figures
@@ -180,6 +187,27 @@ class ScalingAblationFamily(Family):
 
     def gpus(self, run: str) -> int:
         return self.ablation.gpus(run)
+
+
+STABILITY_RUNS = "results/cpu/stability/runs"  # the committed stability study's records
+
+
+def extra_records(scaling: ScalingFamily, root: Path = Path(".")) -> list[str]:
+    """The record files of the committed stability study's runs that share a scaling cell's recipe:
+    a variant, width and length of the grid, with init seed = data seed (the scaling study's seed
+    of that number, trained eager); those the checkout has (the summary takes them beside the
+    cell's own: `tapernorm scaling summary --extra-records`)."""
+    cells = set(scaling.cells())
+    out = []
+    for d in sorted((root / STABILITY_RUNS).glob("*")):
+        try:
+            variant, width, seed, data_seed, steps = parse_stability_run(d.name)
+        except ValueError:
+            continue  # (a factor run: one setting changed)
+        complete = all((d / name).is_file() for name in RECORD_FILES)
+        if seed == data_seed and (variant, width, steps) in cells and complete:
+            out += [f"{STABILITY_RUNS}/{d.name}/{name}" for name in RECORD_FILES]
+    return out
 
 
 def study_records(scaling: ScalingFamily, ablation: ScalingAblationFamily | None) -> list[str]:
