@@ -401,6 +401,50 @@ def test_claim_rows_and_scale_card_quote_the_study(tmp_path):
         load_scaling(tmp_path / "bad.csv")
 
 
+def _every_grade() -> dict[str, str]:
+    """A verdict of every grade, built by the helpers the claims use."""
+    from tapernorm.analysis import claim_rows as cr
+
+    return {
+        cr.YES: cr.YES,
+        cr.WEAKER: cr.weaker_than_paper("+0.1%", "+1%"),
+        cr.UNLIKE: cr.unlike_paper("-1%", "+1%"),
+        cr.AT_DEVIATION: cr.at_deviation("λ=10", "λ=0.1", cr.NO),
+        cr.PARTLY: cr.PARTLY,
+        cr.NO: cr.NO,
+        cr.NOT_RESOLVED: f"{cr.NOT_RESOLVED} (d=64: straddles)",
+        cr.NOT_MEASURED: cr.NOT_MEASURED,
+        cr.NOT_JUDGED: cr.not_judged("disturbed"),
+    }
+
+
+@pytest.mark.parametrize("with_note", [False, True])
+def test_claims_json_keeps_every_grade_with_and_without_the_studys_note(
+    tmp_path, monkeypatch, with_note
+):
+    """The paper path's claims job once failed on 'partly; at 29 tokens/param ...: yes, the verdict
+    flips': a verdict with the study's note appended was parsed back into a grade."""
+    from tapernorm.analysis import claims
+    from tapernorm.analysis.claim_rows import GRADES, ClaimInputs, claim_row
+    from tapernorm.analysis.claims_scaling import load_scaling, with_study
+
+    grades = _every_grade()
+    assert set(grades) == set(GRADES)
+    _, dirs = _study(tmp_path / "r", {("internal_aux", 24): [1.0, 3.0]})  # claim 1 flips
+    summary, per_seed = summarize(read_study(dirs))
+    write_summary(summary, per_seed, tmp_path / "study")
+    study = load_scaling(tmp_path / "study/summary.csv") if with_note else None
+
+    def claim_of(verdict):
+        return with_study(lambda inp: claim_row("1", "p", "d=64: +1%", "s", verdict, ""), "1")
+
+    monkeypatch.setattr(claims, "CLAIMS", [claim_of(v) for v in grades.values()])
+    record = claims.claims_record(ClaimInputs(scaling=study), None, {})
+    assert [r["grade"] for r in record["claims"]] == list(grades)
+    noted = [r["Holds?"] for r in record["claims"] if "the verdict flips" in r["Holds?"]]
+    assert len(noted) == (len(grades) if with_note else 0)
+
+
 def test_a_readme_claim_row_says_where_the_study_judges_it_otherwise():
     from tapernorm.artifact.doc_blocks import _claim_cells
 

@@ -225,7 +225,7 @@ def claims_record(
     rows = [
         {
             **{c: row[c] for c in COLUMNS},
-            "grade": grade_of(row["Holds?"]),
+            "grade": row.get("grade") or grade_of(row["Holds?"]),
             **record_fields(row, criterion),
         }
         for row, criterion in claim_rows(inp)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from .claim_rows import ClaimInputs
+from .claim_rows import ClaimInputs, grade_of
 from .scaling import SUMMARY_COLUMNS, trend
 
 STUDY = "scaling study"
@@ -84,6 +84,8 @@ def with_study(claim: Callable[[ClaimInputs], dict], key: str) -> Callable[[Clai
         out = claim(inp)
         if inp.scaling is None or inp.scaling.empty:
             return out
+        # the grade is the claim's own, taken before the note: text is never parsed back for it
+        out = {**out, "grade": out.get("grade") or grade_of(out["Holds?"])}
         ours, holds = study_note(inp.scaling, key)
         if ours:
             out = {**out, "Ours": f"{out['Ours']}; {ours}"}
