@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from ..runtime import bookkeeping
 from .tables import write_table
 
 COLUMNS = ["Rule", "Family", "Jobs", "Total s", "Max s", "Slowest job"]
@@ -19,17 +20,12 @@ COLUMNS = ["Rule", "Family", "Jobs", "Total s", "Max s", "Slowest job"]
 
 def read_record(path: str | Path) -> float:
     """Seconds of one job record (the mean over its rows, if the job was repeated)."""
-    try:
-        record = pd.read_csv(path, sep="\t")
-    except (pd.errors.ParserError, pd.errors.EmptyDataError) as e:
-        raise ValueError(f"job record {path} is not a Snakemake benchmark TSV: {e}") from e
-    if "s" not in record.columns or record.empty:
-        raise ValueError(f"job record {path} has no 's' column with a time in it")
-    seconds = float(record["s"].mean())
+    kind = bookkeeping.JOB_RECORD
+    rows = bookkeeping.read_tsv(kind, path)
+    seconds = sum(row["s"] for row in rows) / len(rows)
     if not math.isfinite(seconds) or seconds < 0:
-        raise ValueError(
-            f"job record {path}: its time {seconds} s is not a finite number of seconds: rerun the "
-            "job, or delete the record to count it as without one"
+        raise bookkeeping.fail(
+            kind, path, f"has no valid s: its time {seconds} s is not a finite number of seconds"
         )
     return seconds
 

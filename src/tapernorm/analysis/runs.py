@@ -23,7 +23,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from ..runtime.jsonio import FileError, read_json
+from ..runtime import bookkeeping
+from ..runtime.jsonio import read_json
 from ..schedules import gate_at
 from ..training import blowups
 from ..training.metrics_log import METRICS, read_records
@@ -57,16 +58,10 @@ def variant_order(variants) -> list[str]:
     return [v for v in VARIANTS if v in present]
 
 
-def _read_json(path: Path, run_dir: Path) -> dict:
+def _read_json(path: Path, run_dir: Path, kind: bookkeeping.Kind) -> dict:
     if not path.is_file():
         raise FileNotFoundError(f"run directory {run_dir}: missing {path.name}{_hint(run_dir)}")
-    try:
-        obj = read_json(path)
-    except FileError as e:  # not UTF-8 or not JSON (it names the file)
-        raise ValueError(f"{e}{REWRITE}") from None
-    if not isinstance(obj, dict):
-        raise ValueError(f"run directory {run_dir}: {path.name} is not a JSON object{REWRITE}")
-    return obj
+    return bookkeeping.read(kind, path)
 
 
 def _hint(run_dir: Path) -> str:
@@ -210,8 +205,8 @@ def load_runs(run_dirs: Sequence[str | Path]) -> tuple[pd.DataFrame, pd.DataFram
     rows, frames = [], []
     for d in run_dirs:
         run_dir = Path(d)
-        cfg = _read_json(run_dir / "config.json", run_dir)
-        result = _read_json(run_dir / "eval.json", run_dir)
+        cfg = _read_json(run_dir / "config.json", run_dir, bookkeeping.RUN_RECORD)
+        result = _read_json(run_dir / "eval.json", run_dir, bookkeeping.RUN_RESULT)
         every = _read_metrics(run_dir / METRICS, run_dir)
         records = training_records(every)
         row = _run_row(run_dir, cfg, result, records, every)

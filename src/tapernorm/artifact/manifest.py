@@ -20,8 +20,9 @@ import os
 from collections.abc import Iterable
 from pathlib import Path
 
+from ..runtime import bookkeeping
 from ..runtime.digests import file_sha256
-from ..runtime.jsonio import FileError, read_json, write_json
+from ..runtime.jsonio import read_json, write_json
 from ..runtime.provenance import config_hash, made
 
 FORMAT = "tapernorm manifest 1"
@@ -132,15 +133,24 @@ def write_manifest(
 
 
 def read_manifest(path: str | Path) -> dict:
+    """The manifest in `path`: ManifestError (one line naming it) unless it is one."""
     try:
-        manifest = read_json(path)
-    except FileError as e:
+        manifest = bookkeeping.read(bookkeeping.MANIFEST, path)
+    except bookkeeping.BookkeepingError as e:
         raise ManifestError(f"manifest: {e}") from None
-    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
+    if manifest["format"] != FORMAT:
         raise ManifestError(f"manifest {path}: not a {FORMAT!r} file")
-    if not isinstance(manifest.get("files"), dict):
-        raise ManifestError(f"manifest {path}: no 'files' mapping")
+    bad = [rel for rel, entry in manifest["files"].items() if not _entry(entry)]
+    if bad:
+        raise ManifestError(
+            f"manifest {path}: the entry of {bad[0]!r} has no sha256 string "
+            f"({bookkeeping.MANIFEST.fix})"
+        )
     return manifest
+
+
+def _entry(entry: object) -> bool:
+    return isinstance(entry, dict) and isinstance(entry.get("sha256"), str)
 
 
 def manifest_root(path: str | Path, manifest: dict) -> Path:

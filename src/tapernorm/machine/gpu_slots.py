@@ -22,7 +22,6 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
-import json
 import logging
 import os
 import re
@@ -32,7 +31,7 @@ import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from ..runtime import jsonio
+from ..runtime import bookkeeping, jsonio
 
 log = logging.getLogger(__name__)
 
@@ -138,14 +137,11 @@ def _open_slot(directory: Path, device: str) -> int:
     return fd
 
 
-def _holder(fd: int) -> str:
-    """Who holds a slot, as its holder wrote it: 'pid P on HOST (COMMAND)'."""
-    try:
-        info = json.loads(os.pread(fd, 4096, 0) or b"{}")
-    except ValueError:
-        info = {}
-    if not isinstance(info, dict):
-        info = {}
+def _holder(fd: int, path: Path) -> str:
+    """Who holds a slot, as its holder wrote it: 'pid P on HOST (COMMAND)' ('?' while the file is
+    empty: its holder is between truncating and writing it). BookkeepingError if it is damaged."""
+    data = os.pread(fd, 4096, 0)
+    info = bookkeeping.parse(bookkeeping.GPU_SLOT, path, data) if data else {}
     return f"pid {info.get('pid', '?')} on {info.get('host', '?')} ({info.get('command', '?')})"
 
 
@@ -162,8 +158,14 @@ def _try_claim(n: int, pool: list[str], directory: Path) -> tuple[dict[str, int]
             if e.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
                 os.close(fd)
                 raise
-            held[device] = _holder(fd)
-            os.close(fd)
+            try:
+                held[device] = _holder(fd, directory / _slot_name(device))
+            except bookkeeping.BookkeepingError:
+                for other in claimed.values():
+                    os.close(other)
+                raise
+            finally:
+                os.close(fd)
             continue
         claimed[device] = fd
         if len(claimed) == n:

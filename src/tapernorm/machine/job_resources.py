@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from ..runtime.jsonio import read_json
+from ..runtime import bookkeeping
 from ..workflow.finetune import FinetuneFamily
 
 # GPT-2's hub sizes (layers, width), its vocabulary and context
@@ -63,8 +63,11 @@ def run_shape(run_config_json: str | Path) -> tuple[int, int] | None:
     path = Path(run_config_json)
     if not path.is_file():
         return None
-    record = read_json(path)
-    return int(record["n_params"]), int(record["model"]["block_size"])
+    record = bookkeeping.read(bookkeeping.RUN_RECORD, path, need=("n_params",))
+    block_size = record["model"].get("block_size")
+    if not bookkeeping.NATURAL.test(block_size):
+        raise bookkeeping.fail(bookkeeping.RUN_RECORD, path, "has no valid model.block_size")
+    return record["n_params"], block_size
 
 
 def model_job_resources(

@@ -16,14 +16,13 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
-import json
 import logging
 import os
 import socket
 from collections.abc import Iterator
 from pathlib import Path
 
-from ..runtime import jsonio
+from ..runtime import bookkeeping, jsonio
 
 log = logging.getLogger(__name__)
 
@@ -49,12 +48,11 @@ def _open_lock(path: Path) -> int:
         ) from None
 
 
-def _owner(fd: int) -> dict:
-    try:
-        data = json.loads(os.pread(fd, 4096, 0) or b"{}")
-    except ValueError:
-        return {}
-    return data if isinstance(data, dict) else {}
+def _owner(fd: int, path: Path) -> dict:
+    """The owner the lock file records; {} while it is empty (just created, or its owner is
+    between truncating and writing it). BookkeepingError naming it if it is damaged."""
+    data = os.pread(fd, 4096, 0)
+    return bookkeeping.parse(bookkeeping.RUN_LOCK, path, data) if data else {}
 
 
 def _alive(pid: int) -> bool:
@@ -79,7 +77,7 @@ def _acquire(fd: int, out: Path, name: str, wait: bool) -> None:
     except OSError as e:
         if e.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
             raise
-    owner = _owner(fd)
+    owner = _owner(fd, out / LOCK_NAME)
     if not wait:
         raise RunLocked(
             f"run directory {out} is being written by another tapernorm train "
@@ -113,9 +111,13 @@ def run_lock(out: Path, name: str = "run", wait: bool = False) -> Iterator[None]
             break
         os.close(fd)
     try:
-        previous, host = _owner(fd), socket.gethostname()
+        previous, host = _owner(fd, path), socket.gethostname()
+    except BaseException:
+        os.close(fd)  # (a damaged lock file is left as it is, for the user to judge)
+        raise
+    try:
         if previous.get("pid") not in (None, os.getpid()):
-            gone = previous.get("host") == host and not _alive(int(previous["pid"]))
+            gone = previous.get("host") == host and not _alive(previous["pid"])
             log.warning(
                 "[%s] took over the lock of %s in %s (%s)",
                 name,

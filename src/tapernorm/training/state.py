@@ -26,6 +26,7 @@ from safetensors import safe_open
 from ..anchor import ScaleAnchor
 from ..model import GPT
 from ..run_config import RunConfig
+from ..runtime import bookkeeping
 from ..runtime.atomic import atomic_write_bytes
 from ..runtime.out_dirs import claim_dir, is_temporary, json_with, only_names, refuse_inside
 from .checkpoint import (
@@ -137,19 +138,8 @@ def read_state(ckpt: Path) -> dict:
     leaves the checkpoint alone: nothing can say whether it is this run's."""
     path = readable_checkpoint(ckpt) or ckpt
     try:
-        state = read_json(path / "state.json")
-        valid = {
-            "step": type(state.get("step")) is int and state["step"] >= 0,
-            "param_groups": isinstance(state.get("param_groups"), list),
-        }
-        bad = [key for key, ok in valid.items() if not ok]
-        if bad:
-            raise CheckpointError(
-                f"{path / 'state.json'} has no valid {' or '.join(bad)}: not a checkpoint's "
-                "state as tapernorm train writes it (damaged?)"
-            )
-        return state
-    except CheckpointError as e:
+        return bookkeeping.read(bookkeeping.CHECKPOINT_STATE, path / "state.json")
+    except bookkeeping.BookkeepingError as e:
         raise CheckpointError(
             f"{e}; so the checkpoint in {path} cannot be matched to the run and is left as it is: "
             f"restore the file, or delete {path} to start the run over"

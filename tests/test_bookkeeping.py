@@ -1,0 +1,242 @@
+"""The bookkeeping fuzz: every file kind tapernorm reads back for its own bookkeeping (run lock,
+GPU slot file, checkpoint state, run record, run result, manifest, Snakemake job record), damaged
+every way (cut short, empty, a key of each wrong JSON type, a key missing, not an object): one
+error of one line naming the file, through the kind's own reader too, and the file left as it was.
+"""
+
+import fcntl
+import json
+import logging
+import os
+from pathlib import Path
+
+import pytest
+
+from tapernorm.analysis.job_times import read_record
+from tapernorm.artifact.manifest import FORMAT, read_manifest
+from tapernorm.cli import main
+from tapernorm.cli.errors import one_line
+from tapernorm.machine.gpu_slots import claim
+from tapernorm.machine.job_resources import run_shape
+from tapernorm.runtime import bookkeeping
+from tapernorm.runtime.bookkeeping import BookkeepingError
+from tapernorm.training.lock import run_lock
+from tapernorm.training.state import read_state
+
+
+def _locked_run(path: Path) -> None:
+    with run_lock(path.parent):
+        pass
+
+
+def _held_slot(path: Path) -> None:
+    holder = os.open(path, os.O_RDWR)
+    try:
+        fcntl.flock(holder, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        claim(1, ["0"], path.parent, wait=False)
+    finally:
+        os.close(holder)
+
+
+# kind, where its file lies, a valid one, its required keys, its reader (raising on damage)
+JSON_KINDS = {
+    "run lock": (
+        bookkeeping.RUN_LOCK,
+        "run/train.lock",
+        {"pid": 123, "host": "h"},
+        ("pid", "host"),
+        _locked_run,
+    ),
+    "gpu slot": (
+        bookkeeping.GPU_SLOT,
+        "slots/gpu-0.lock",
+        {"pid": 123, "host": "h", "command": "tapernorm train"},
+        ("pid", "host", "command"),
+        _held_slot,
+    ),
+    "checkpoint state": (
+        bookkeeping.CHECKPOINT_STATE,
+        "run/ckpt/state.json",
+        {"step": 3, "param_groups": [{"lr": 0.1}], "inputs": {}, "pruned": False},
+        ("step", "param_groups"),
+        lambda path: read_state(path.parent),
+    ),
+    "run record": (
+        bookkeeping.RUN_RECORD,
+        "run/config.json",
+        {"model": {"block_size": 8}, "n_params": 10, "name": "r", "seed": 0, "train": {}},
+        ("model",),
+        run_shape,
+    ),
+    "run result": (
+        bookkeeping.RUN_RESULT,
+        "run/eval.json",
+        {"val_loss": 4.0, "diverged": False, "steps": 5, "weights_step": 5, "diverged_step": None},
+        ("val_loss", "diverged"),
+        lambda path: bookkeeping.read(bookkeeping.RUN_RESULT, path),
+    ),
+    "manifest": (
+        bookkeeping.MANIFEST,
+        "results/manifest.json",
+        {"format": FORMAT, "files": {}},
+        ("format", "files"),
+        read_manifest,
+    ),
+}
+LIVE_EMPTY = {"run lock", "gpu slot"}  # an empty one is a claim being written: no error
+COUNTS = {"pid", "step", "n_params", "steps", "weights_step", "diverged_step"}  # integers >= 0
+
+
+def _wrong_values(key: str, valid: object) -> list:
+    """JSON values of other types than `valid`'s (bool and int apart, int and float alike), and
+    -1 for a count."""
+    if isinstance(valid, bool):
+        return [[1], 1, "true", None, {}]
+    if isinstance(valid, int):
+        return [[1], True, "1", 1.5, None, {}, *([-1] if key in COUNTS else [])]
+    if isinstance(valid, float):
+        return [[1], True, "4.0", {}]
+    if valid is None:
+        return [[1], True, "x", 1.5, *([-1] if key in COUNTS else [])]
+    others = [[1], True, "x", 1, None, {"a": 1}]
+    return [v for v in others if type(v) is not type(valid)]
+
+
+def _json_cases() -> list:
+    cases = []
+    for name, (_, _, valid, required, _) in JSON_KINDS.items():
+        text = json.dumps(valid)
+        for cut in sorted({1, len(text) // 3, len(text) // 2, len(text) - 1}):
+            cases.append((name, f"cut at {cut}", text[:cut]))
+        if name not in LIVE_EMPTY:
+            cases.append((name, "empty", ""))
+        cases += [(name, f"top level {t}", t) for t in ("[1]", '"x"', "null", "3", "NaN")]
+        for key, value in valid.items():
+            for wrong in _wrong_values(key, value):
+                cases.append((name, f"{key}={wrong!r}", json.dumps({**valid, key: wrong})))
+        for key in required:
+            rest = {k: v for k, v in valid.items() if k != key}
+            cases.append((name, f"no {key}", json.dumps(rest)))
+    return cases
+
+
+def _write(tmp_path: Path, rel: str, text: str | bytes) -> Path:
+    path = tmp_path / rel
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(text.encode() if isinstance(text, str) else text)
+    return path
+
+
+def _one_line_naming(e: BaseException, path: Path) -> str:
+    reported = one_line(e)
+    assert reported is not None, f"{type(e).__name__} would end in a traceback: {e}"
+    message = str(e)
+    assert "\n" not in message and str(path) in message
+    return message
+
+
+@pytest.mark.parametrize("name,case,text", _json_cases(), ids=lambda x: str(x)[:40])
+def test_every_damaged_json_kind_is_one_line_and_left_as_it_is(tmp_path, name, case, text):
+    kind, rel, _, _, reader = JSON_KINDS[name]
+    path = _write(tmp_path, rel, text)
+    with pytest.raises(BookkeepingError) as checked:
+        bookkeeping.read(kind, path)
+    _one_line_naming(checked.value, path)
+    with pytest.raises(Exception) as raised:
+        reader(path)
+    _one_line_naming(raised.value, path)
+    assert path.read_bytes() == text.encode()
+
+
+@pytest.mark.parametrize("name", JSON_KINDS)
+def test_a_valid_file_of_each_kind_is_read(tmp_path, name):
+    kind, rel, valid, _, _ = JSON_KINDS[name]
+    path = _write(tmp_path, rel, json.dumps(valid))
+    assert bookkeeping.read(kind, path) == valid
+
+
+def test_a_valid_file_passes_each_reader(tmp_path):
+    assert run_shape(_write(tmp_path, "a/config.json", json.dumps(JSON_KINDS["run record"][2])))
+    assert read_state(_write(tmp_path, "c/state.json", '{"step": 0, "param_groups": []}').parent)
+    manifest = _write(tmp_path, "m.json", json.dumps(JSON_KINDS["manifest"][2]))
+    assert read_manifest(manifest)["files"] == {}
+    _write(tmp_path, "run/train.lock", "")  # (just created by another run_lock)
+    _locked_run(tmp_path / "run" / "train.lock")
+    assert not (tmp_path / "run" / "train.lock").exists()
+
+
+def test_a_lock_holding_a_list_pid_is_one_line_not_a_type_error(tmp_path):
+    lock = _write(tmp_path, "run/train.lock", '{"pid": [1], "host": "h"}')
+    with pytest.raises(BookkeepingError) as e:
+        _locked_run(lock)
+    message = _one_line_naming(e.value, lock)
+    assert "pid" in message and "a list, not an integer" in message
+    assert "delete the file" in message
+    assert lock.read_text() == '{"pid": [1], "host": "h"}'
+
+
+def test_a_bool_is_not_an_integer(tmp_path):
+    lock = _write(tmp_path, "run/train.lock", '{"pid": true, "host": "h"}')
+    with pytest.raises(BookkeepingError, match="pid: it is true, not an integer"):
+        bookkeeping.read(bookkeeping.RUN_LOCK, lock)
+
+
+RECORD = "s\th:m:s\tmax_rss\n1.5\t0:00:01\t10\n"
+TSV_CASES = [
+    *[(f"cut at {cut}", RECORD[:cut]) for cut in (1, 3, 15, len(RECORD) - 4)],
+    ("empty", ""),
+    ("blank", "\n\n"),
+    ("no s column", RECORD.replace("s\th:m:s", "x\th:m:s")),
+    *[(f"s={v!r}", RECORD.replace("1.5\t", f"{v}\t")) for v in ("[1]", "true", "", "x", "nan")],
+    ("negative", RECORD.replace("1.5\t", "-1\t")),
+    ("a short row", RECORD + "2.0\n"),
+    ("not UTF-8", b"s\th:m:s\n\xff\t0\n"),
+]
+
+
+@pytest.mark.parametrize("case,text", TSV_CASES, ids=[c for c, _ in TSV_CASES])
+def test_every_damaged_job_record_is_one_line_and_left_as_it_is(tmp_path, case, text):
+    path = _write(tmp_path, "records/train/run.tsv", text)
+    with pytest.raises(BookkeepingError) as e:
+        read_record(path)
+    _one_line_naming(e.value, path)
+    assert path.read_bytes() == (text.encode() if isinstance(text, str) else text)
+
+
+def test_a_valid_job_record_is_read(tmp_path):
+    assert read_record(_write(tmp_path, "r.tsv", RECORD + "2.5\t0:00:02\t10\n")) == 2.0
+
+
+def test_the_cli_says_one_line_for_a_damaged_job_record(tmp_path, capsys):
+    path = _write(tmp_path, "records/train/run.tsv", "s\th:m:s\n[1]\t0\n")
+    assert main(["job-times", str(tmp_path / "records")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("tapernorm job-times: error: ") and err.count("\n") == 1
+    assert str(path) in err and "Traceback" not in err
+    assert path.read_text() == "s\th:m:s\n[1]\t0\n"
+
+
+def test_a_refused_hf_checkpoint_shows_no_load_report(tmp_path):
+    transformers = pytest.importorskip("transformers")
+    from transformers.utils import logging as hf_logging
+
+    from tapernorm.interop.hf_import import load_hf
+
+    config = transformers.GPT2Config(n_layer=1, n_head=2, n_embd=16, vocab_size=32, n_positions=8)
+    transformers.GPT2LMHeadModel(config).save_pretrained(tmp_path / "hf")
+    cfg = json.loads((tmp_path / "hf" / "config.json").read_text())
+    (tmp_path / "hf" / "config.json").write_text(json.dumps({**cfg, "n_layer": 2}))
+    seen: list[logging.LogRecord] = []
+    handler = logging.Handler()
+    handler.emit = seen.append
+    root = logging.getLogger("transformers")
+    root.addHandler(handler)
+    before = hf_logging.get_verbosity()
+    try:
+        with pytest.raises(ValueError, match="do not match its config.json") as e:
+            load_hf(str(tmp_path / "hf"))
+    finally:
+        root.removeHandler(handler)
+    assert "\n" not in str(e.value)
+    assert not [r for r in seen if "LOAD REPORT" in r.getMessage()]
+    assert hf_logging.get_verbosity() == before
