@@ -23,9 +23,11 @@ local path: FileNotFoundError.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -141,9 +143,10 @@ def _load_pretrained(src: str, local_files_only: bool) -> nn.Module:
             f"{', '.join(SUPPORTED)} (causal LMs with pre-norm blocks)"
         )
     cls = classes[config.model_type]
-    model, info = cls.from_pretrained(
-        src, config=config, local_files_only=local_files_only, output_loading_info=True
-    )
+    with _quiet_transformers():  # its load report would stand above the line refusing the model
+        model, info = cls.from_pretrained(
+            src, config=config, local_files_only=local_files_only, output_loading_info=True
+        )
     layers = config.num_hidden_layers
     beyond = [k for k in info["unexpected_keys"] if (_layer_of(k) or 0) >= layers]
     problems = []
@@ -159,6 +162,19 @@ def _load_pretrained(src: str, local_files_only: bool) -> nn.Module:
             f"vocab_size {config.vocab_size}): {'; '.join(problems)}"
         )
     return model
+
+
+@contextlib.contextmanager
+def _quiet_transformers() -> Iterator[None]:
+    """transformers' logging at errors only for the block, its verbosity restored after it."""
+    from transformers.utils import logging as hf_logging
+
+    level = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()
+    try:
+        yield
+    finally:
+        hf_logging.set_verbosity(level)
 
 
 def _layer_of(key: str) -> int | None:
