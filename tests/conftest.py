@@ -199,7 +199,7 @@ def run_tree(tmp_path):
     (root / "results/claims.json").write_text(json.dumps(_claims_record()))
     (root / "results/claims.md").write_text("# claims\n")
     (root / "figures").mkdir()
-    (root / "figures/fig6_scale_anchor.png").write_bytes(b"\x89PNG fake")
+    (root / "figures/fig_tails.png").write_bytes(b"\x89PNG fake")
     (root / ".snakemake/log").mkdir(parents=True)
     (root / ".snakemake/log/2026-12-01T235602.snakemake.log").write_text(LOG)
     files = [str(p.relative_to(root)) for p in root.rglob("*") if p.is_file()]

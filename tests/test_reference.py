@@ -87,7 +87,7 @@ def test_snapshot_keeps_the_summary_with_its_own_manifest_and_never_overwrites(r
     assert ref.name == expected  # the host and the commit of the code that made the run
     kept = sorted(str(p.relative_to(ref)) for p in ref.rglob("*") if p.is_file())
     assert "results/runs/pretrain/baseline-d64-s0/model.safetensors" not in kept  # only hashed
-    assert {"results/claims.json", "figures/fig6_scale_anchor.png", "snakemake.log"} <= set(kept)
+    assert {"results/claims.json", "figures/fig_tails.png", "snakemake.log"} <= set(kept)
     assert manifest.check_manifest(ref / "manifest.json") == (len(kept) - 1, [])
     own = manifest.read_manifest(ref / "manifest.json")
     assert own["snapshot"]["snakemake"]["wall_seconds"] == 1492
@@ -114,7 +114,7 @@ def test_generated_blocks_are_rendered_from_their_source_and_checked(run_tree):
     assert (
         "| — | TaperNorm vs DyT: ours | a \\| b | partly |" in text
     )  # the grade: claims.md has the rest
-    assert f"]({rel}/figures/fig6_scale_anchor.png)" in text and "took 24 min 52 s" in text
+    assert f"]({rel}/figures/fig_tails.png)" in text and "took 24 min 52 s" in text
     assert doc_blocks.sync_documents(run_tree, check=True) == ([], 1)
     readme.write_text(text.replace("+1.13%", "+1.14%"))  # a number typed over
     assert main(["docs", "--check", "--repo", str(run_tree)]) == 1
