@@ -17,6 +17,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from ..variants import VARIANTS
+from . import comparable
 from .figure_style import COLORS, LINE_NAMES, caption_text, new_figure, save_figure
 from .runs import diverged_text, load_runs
 from .tables import write_table
@@ -282,15 +283,26 @@ def make_anchor_table(
     out_stem: str | Path,
     config_sha256: str | None = None,
     rehearsal: bool = False,
+    allow_mixed: bool = False,
 ) -> list[Path]:
+    """The scale-loss sweep's table, its runs checked comparable per weight (comparable.check)."""
     runs, _ = load_runs(run_dirs)
+    mixed = comparable.mixed_note(comparable.check(runs, comparable.SWEEP_CELL, allow_mixed))
     df, caption = table_anchor(runs)
+    caption = f"{caption} {mixed}" if mixed else caption
     return write_table(df, out_stem, caption, config_sha256, rehearsal)
 
 
 def make_fig7(
-    run_dirs: Sequence[str | Path], out: str | Path, stamp: str | None = None
+    run_dirs: Sequence[str | Path],
+    out: str | Path,
+    stamp: str | None = None,
+    allow_mixed: bool = False,
 ) -> list[Path]:
-    """Figure 7 from the ablation and anchor_sweep runs, saved as <out stem>.pdf, .png and .html."""
+    """Figure 7 from the ablation and anchor_sweep runs, saved as <out stem>.pdf, .png and .html
+    (the runs checked comparable per weight, as the table)."""
+    mixed = comparable.mixed_note(
+        comparable.check(load_runs(run_dirs)[0], comparable.SWEEP_CELL, allow_mixed)
+    )
     fig, caption = fig7(run_dirs)
-    return save_figure(fig, out, caption, stamp)
+    return save_figure(fig, out, f"{caption} {mixed}" if mixed else caption, stamp)

@@ -82,8 +82,8 @@ import pandas as pd
 from ..runtime.atomic import atomic_write_bytes
 from ..runtime.jsonio import read_json, write_json
 from ..runtime.provenance import REHEARSAL_NOTE, git_state, host, now, stamp, versions
+from . import comparable, inference_tables, paper
 from . import finetune as ft
-from . import inference_tables, paper
 from .claim_numbers import Criterion, record_fields
 from .claim_rows import COLUMNS, GRADES, NOT_MEASURED, SIZE_FACTOR, ClaimInputs, grade_of
 from .claims_chasing import (
@@ -266,6 +266,18 @@ def claims_markdown(record: dict) -> str:
     return "\n".join(parts) + "\n"
 
 
+def _checked(
+    run_dirs: Sequence[str | Path], by: Sequence[str], allow_mixed: bool, notes: list[str]
+) -> pd.DataFrame:
+    """load_runs' table of `run_dirs` checked comparable (comparable.check), its notes of the mixes
+    allowed added to `notes`; an empty table where none are given."""
+    if not run_dirs:
+        return pd.DataFrame()
+    runs = load_runs(run_dirs)[0]
+    notes += comparable.check(runs, by, allow_mixed)
+    return runs
+
+
 def write_claims(
     out_path: str | Path,
     runs: Sequence[str | Path] = (),
@@ -281,6 +293,7 @@ def write_claims(
     scaling: str | Path | None = None,
     gpu: str | Path | None = None,
     stability: str | Path | None = None,
+    allow_mixed: bool = False,
 ) -> Path:
     """Compute every claim from the given run dirs / verify files; write <out>.md, .html (the
     report's page) and .json (claims_record) atomically.
@@ -295,7 +308,9 @@ def write_claims(
     `config_sha256`: the workflow config's hash, named in the stamp.
     `rehearsal`: a rehearsal of the paper path on stand-ins (config/rehearsal.yaml): said at the top
     and in the stamp.
+    `allow_mixed`: let runs of mixed recipes through comparable.check (the inputs say so).
     """
+    mixed: list[str] = []
     bench = inference_tables.load_bench(bench_files) if bench_files else pd.DataFrame()
     if gpu:
         from .gpu_report import gpu_bench  # (imports torch)
@@ -304,9 +319,9 @@ def write_claims(
     else:
         gpu_rows, gpu_where = None, ""
     inp = ClaimInputs(
-        runs=load_runs(runs)[0] if runs else pd.DataFrame(),
-        ablation=load_runs(ablation_runs)[0] if ablation_runs else pd.DataFrame(),
-        sweep=load_runs(sweep_runs)[0] if sweep_runs else pd.DataFrame(),
+        runs=_checked(runs, comparable.CELL, allow_mixed, mixed),
+        ablation=_checked(ablation_runs, comparable.CELL, allow_mixed, mixed),
+        sweep=_checked(sweep_runs, comparable.SWEEP_CELL, allow_mixed, mixed),
         verify=[(Path(p), read_verify(p)) for p in verify_files],
         finetune=ft.load_finetune_evals(finetune_evals) if finetune_evals else pd.DataFrame(),
         bench=inference_tables.timed(bench),
@@ -330,6 +345,8 @@ def write_claims(
         "stability study": str(stability) if stability else "none",
         "first-GPU check": str(gpu) if gpu else "none",
     }
+    if mixed:
+        inputs["mixed inputs allowed"] = comparable.mixed_note(mixed)
     record = claims_record(inp, config_sha256, inputs, rehearsal)
     text = claims_markdown(record)
     for section in extra_sections:

@@ -26,7 +26,7 @@ from collections.abc import Callable
 import pandas as pd
 
 from ..variants import PAPER_VARIANTS, VARIANTS, baseline_of
-from . import inference_tables
+from . import comparable, inference_tables
 from .claim_numbers import PAIRED_GAP, Criterion, Numbers, Part, with_numbers
 from .claim_rows import NO, NOT_RESOLVED, PARTLY, YES, ClaimInputs, claim_row, not_measured
 from .runs import corpus_of, describe_scale
@@ -138,6 +138,14 @@ def claim_dyt(inp: ClaimInputs) -> dict:
         )
     compared = {v for pair in gaps.values() for g in pair for v in (g.variant, g.against)}
     shown = runs[runs["variant"].isin(compared) & runs["width"].isin(list(gaps))]
+    unread = comparable.unread_data(shown) if inp.lr_grid else []
+    if unread:  # whether the LR grid is at these runs' scale (its corpus) cannot be told
+        return not_measured(
+            CLAIM,
+            PAPER,
+            "whether the LR grid is at these runs' corpus is "
+            + comparable.unread_data_text(unread),
+        )
     loss = _loss_half(inp, shown, gaps)
     speed_state, speed, speed_lines = _speed_half(inp)
     holds = _dyt_holds(loss.ok, loss.where, speed_state, speed)

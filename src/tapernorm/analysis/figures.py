@@ -27,7 +27,7 @@ from matplotlib.patches import Circle, FancyArrowPatch, FancyBboxPatch
 from ..schedules import gate_at
 from ..variants import VARIANTS
 from ..workflow.plan import FIG2_VARIANTS
-from . import paper
+from . import comparable, paper
 from .figure_curves import end_values, legend_below, plot_variants, runs_at_width, scale_title
 from .figure_style import (
     COLORS,
@@ -39,7 +39,7 @@ from .figure_style import (
     variant_groups,
 )
 from .figures_gradients import fig4, fig4b
-from .runs import val_records, variant_order
+from .runs import load_runs, val_records, variant_order
 
 # ---- figure 1: the layer and the gate schedule ---------------------------------------------------
 
@@ -338,10 +338,13 @@ def make_figure(
     out: str | Path,
     width: int | None = None,
     stamp: str | None = None,
+    allow_mixed: bool = False,
 ) -> list[Path]:
     """Build figure `which` from the runs and save it as <out stem>.pdf, .png and .html, stamped
-    with `stamp` (default: provenance.stamp())."""
+    with `stamp` (default: provenance.stamp()). The runs are checked comparable
+    (comparable.check); `allow_mixed` lets mixed recipes through, and the caption says so."""
     if which not in FIGURES:
         raise ValueError(f"unknown figure {which!r}; choose from {sorted(FIGURES)}")
+    mixed = comparable.mixed_note(comparable.check(load_runs(run_dirs)[0], allow_mixed=allow_mixed))
     fig, caption = FIGURES[which](run_dirs, width)
-    return save_figure(fig, out, caption, stamp)
+    return save_figure(fig, out, f"{caption} {mixed}" if mixed else caption, stamp)

@@ -12,7 +12,7 @@ import pandas as pd
 
 from ..runtime.jsonio import read_json
 from ..variants import PAPER_VARIANTS
-from . import paper
+from . import comparable, paper
 from .claim_rows import ClaimInputs, variant_label
 from .claims_dyt import grid_mismatch, grid_source
 from .runs import corpus_of, pick_width
@@ -161,14 +161,14 @@ def scale_card(inp: ClaimInputs) -> pd.DataFrame:
         at = runs[runs["width"] == width]
         vocab = meta.get("vocab_size") or next((int(v) for v in runs["vocab_size"].dropna()), None)
         tokenizer = (meta.get("tokenizer") or {}).get("kind", "tokenizer unknown")
-        rows.append(
-            (
-                "Corpus, tokenizer",
-                f"{corpus_of(runs)} ({meta.get('train_tokens', 0):,} training tokens), "
-                f"{tokenizer}, vocabulary {vocab}",
-                f"{paper.CORPUS}, {paper.TOKENIZER}",
-            )
+        unread = comparable.unread_data(runs)
+        corpus = (
+            comparable.unread_data_text(unread)
+            if unread or "train_tokens" not in meta
+            else f"{corpus_of(runs)} ({meta['train_tokens']:,} training tokens), "
+            f"{tokenizer}, vocabulary {vocab}"
         )
+        rows.append(("Corpus, tokenizer", corpus, f"{paper.CORPUS}, {paper.TOKENIZER}"))
         params = at["n_params"].astype(float)
         rows.append(
             (

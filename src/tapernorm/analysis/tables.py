@@ -17,7 +17,7 @@ import pandas as pd
 from ..runtime.atomic import atomic_write_bytes
 from ..runtime.provenance import stamp
 from ..variants import PAPER_VARIANTS, VARIANTS, baseline_of
-from . import paper
+from . import comparable, paper
 from .html import markdown_page
 from .runs import corpus_of, diverged_text, load_runs
 from .stats import RULE_TEXT, fmt_cell, gap_pct, paired_gap, stats_by_cell
@@ -311,10 +311,15 @@ def make_table(
     out_stem: str | Path,
     config_sha256: str | None = None,
     rehearsal: bool = False,
+    allow_mixed: bool = False,
 ) -> list[Path]:
-    """Load the runs, build table `which` ("1", "2" or "5") and write its csv/md/tex/html."""
+    """Load the runs, build table `which` ("1", "2" or "5") and write its csv/md/tex/html. The runs
+    are checked comparable (comparable.check); `allow_mixed` lets cells of mixed recipes through,
+    and the caption says so."""
     if which not in TABLES:
         raise ValueError(f"unknown table {which!r}; choose from {sorted(TABLES)}")
     runs, _ = load_runs(run_dirs)
+    mixed = comparable.mixed_note(comparable.check(runs, allow_mixed=allow_mixed))
     df, caption = TABLES[which](runs)
+    caption = f"{caption} {mixed}" if mixed else caption
     return write_table(df, out_stem, caption, config_sha256, rehearsal)

@@ -38,13 +38,13 @@ def _cmd_table(args: argparse.Namespace) -> int:
     elif args.which == "anchor":  # the scale-loss dose-response
         from ..analysis.anchor_sweep import make_anchor_table
 
-        paths = make_anchor_table(args.runs, args.out, *stamp)
+        paths = make_anchor_table(args.runs, args.out, *stamp, allow_mixed=args.allow_mixed)
     elif args.which in ("4", "6"):  # the GPT-2 fine-tuning family
         from ..analysis.finetune import make_finetune_table
 
         paths = make_finetune_table(args.which, args.runs, args.evals, args.out, *stamp)
     else:
-        paths = make_table(args.which, args.runs, args.out, *stamp)
+        paths = make_table(args.which, args.runs, args.out, *stamp, allow_mixed=args.allow_mixed)
     for path in paths:
         print(path)
     return 0
@@ -73,13 +73,16 @@ def _cmd_figure(args: argparse.Namespace) -> int:
 
         if not args.runs:
             raise ValueError("figure fig7 needs --runs")
-        paths = make_fig7(args.runs, args.out, stamp)
+        paths = make_fig7(args.runs, args.out, stamp, allow_mixed=args.allow_mixed)
     else:
         from ..analysis.figures import make_figure
 
         if not args.runs:
             raise ValueError(f"figure {args.which} needs --runs")
-        paths = make_figure(args.which, args.runs, args.out, width=args.width, stamp=stamp)
+        paths = make_figure(
+            args.which, args.runs, args.out, width=args.width, stamp=stamp,
+            allow_mixed=args.allow_mixed,
+        )  # fmt: skip
     for path in paths:
         print(path)
     return 0
@@ -140,6 +143,7 @@ def _cmd_claims(args: argparse.Namespace) -> int:
         scaling=args.scaling,
         gpu=args.gpu,
         stability=args.stability,
+        allow_mixed=args.allow_mixed,
     )
     print(out)
     return 0
@@ -188,6 +192,16 @@ def _force_option(parser: argparse.ArgumentParser, files: str) -> None:
     )
 
 
+def _allow_mixed_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--allow-mixed",
+        action="store_true",
+        help="average or pair runs whose recipes differ (steps, LR, data, model shape, ...: "
+        "analysis/comparable.py) on purpose; without it such a mix is an error, with it the "
+        "output says which inputs were mixed",
+    )
+
+
 def _config_hash_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--config-hash",
@@ -233,6 +247,7 @@ def _add_table(subparsers: Subparsers) -> None:
     t.add_argument(
         "--out", type=Path, required=True, help="output stem, e.g. results/tables/table2"
     )
+    _allow_mixed_option(t)
     _config_hash_option(t)
     _force_option(t, "the stem's .csv, .md, .tex and .html")
     t.set_defaults(func=_cmd_table)
@@ -257,6 +272,7 @@ def _add_figure(subparsers: Subparsers) -> None:
     f.add_argument("--tails", type=Path, help="tails: STEM.json of `tapernorm tails`")
     f.add_argument("--out", type=Path, required=True, help="e.g. figures/fig3_logit_norm.pdf")
     f.add_argument("--width", type=int, help="model width for figs 2-4 (default: the largest)")
+    _allow_mixed_option(f)
     _config_hash_option(f)
     _force_option(f, "the stem's .pdf, .png and .html")
     f.set_defaults(func=_cmd_figure)
@@ -351,6 +367,7 @@ def _add_claims(subparsers: Subparsers) -> None:
         required=True,
         help="markdown file, e.g. results/claims.md (.html and .json are written beside it)",
     )
+    _allow_mixed_option(c)
     _config_hash_option(c)
     _force_option(c, "--out and the .html and .json beside it")
     c.set_defaults(func=_cmd_claims)
