@@ -137,8 +137,8 @@ def test_the_cli_refuses_in_one_line_and_takes_allow_mixed(cell, tmp_path, capsy
 def test_a_copy_of_a_run_is_one_run(cell, how):
     copy = cell[0].with_name(cell[0].name + ".bak")
     shutil.copytree(cell[0], copy)
-    if how == "renamed":  # the copy's name and seed edited: its record is still seed 0's
-        _edit(copy / "config.json", seed=3, name="baseline-d32-s3")
+    if how == "renamed":  # the copy's name edited, and copied at another time: still the run
+        _edit(copy / "config.json", name="baseline-d32-s3", meta={"provenance": {"started": "x"}})
     with pytest.raises(ValueError, match="are one run .* a copy counts its seed twice"):
         _check([*cell, copy])
 

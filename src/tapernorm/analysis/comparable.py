@@ -9,8 +9,9 @@ claim is built from (runs.load_runs' table), before any number is averaged or pa
    field and the runs; `allow_mixed` (the commands' --allow-mixed) lets a deliberate mix through,
    and the notes it returns say so in the output.
 2. No run twice (`check_records`): two run directories with the same metrics.jsonl and eval.json
-   bytes are one run (a backup copy, a config.json edited by hand), and two runs of one cell and
-   seed pair are one seed counted twice; a run's variant must be the one its model trained as.
+   bytes and config.json (but its name and provenance) are one run (a backup copy, renamed or
+   not), and two runs of one cell and seed pair are one seed counted twice; a run's variant must
+   be the one its model trained as (a config.json edited by hand).
 3. Complete records (`check_records`): a run that did not diverge has training records up to its
    final step (train.steps, eval.json's `steps`: the training loop logs it; a record whose
    eval.json has no `steps`, older or written by hand, may end one logging interval before); a
@@ -170,10 +171,14 @@ def check_recipes(
     return notes
 
 
-def _content_hash(run: str) -> str:
+def _content_hash(run: str, config: dict) -> str:
+    """sha256 of a run's metrics.jsonl and eval.json bytes and its config.json but its name and
+    provenance (a copy renamed, or copied at another time, is the same run)."""
     digest = hashlib.sha256()
     for name in (METRICS, "eval.json"):
         digest.update((Path(run) / name).read_bytes())
+    kept = {k: v for k, v in config.items() if k not in ("name", "meta")}
+    digest.update(json.dumps(kept, sort_keys=True, default=str).encode())
     return digest.hexdigest()
 
 
@@ -247,11 +252,11 @@ def check_records(runs: pd.DataFrame, by: Sequence[str] | None = CELL) -> None:
         result = json.loads((Path(run["run"]) / "eval.json").read_text())
         _variant_matches(run, config)
         _complete(run, config, result)
-        digest = _content_hash(run["run"])
+        digest = _content_hash(run["run"], config)
         if digest in seen:
             raise ValueError(
-                f"runs {seen[digest]} and {run['run']} are one run (the same metrics.jsonl and "
-                "eval.json): a copy counts its seed twice; give each run once"
+                f"runs {seen[digest]} and {run['run']} are one run (the same metrics.jsonl, "
+                "eval.json and config.json): a copy counts its seed twice; give each run once"
             )
         seen[digest] = run["run"]
     if by is not None and not runs.empty:

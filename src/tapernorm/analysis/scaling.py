@@ -38,6 +38,7 @@ import numpy as np
 import pandas as pd
 
 from ..variants import VARIANTS, baseline_of, variants_with
+from . import comparable
 from .claims_chasing import CHASE_PARTLY, CHASE_YES, suppression_verdict
 from .claims_loss import GAP_MAX_PCT, blown_runs_text, limit_by_blowups, within_verdict
 from .runs import blown_up, load_runs, val_records
@@ -83,6 +84,7 @@ def read_study(
     """The study's record directories (<family>/<run>/ with config.json, eval.json, metrics.jsonl),
     and `extra_dirs`: records of other studies that cells may take (module docstring)."""
     runs, _ = load_runs(record_dirs)
+    comparable.check_records(runs, by=None)  # complete, each once; a cell's recipe: RECIPE
     runs = _tokens(runs)
     ablation = runs["family"] == "scaling_ablation"
     curves = val_records(runs).merge(runs[["run", "family"]], on="run")
@@ -91,6 +93,7 @@ def read_study(
     note = ""
     if extra_dirs:
         extra = _tokens(load_runs(extra_dirs)[0])
+        comparable.check_records(extra, by=None)
         taken = cell_extras(main, extra)
         unused = len(extra) - len(taken)
         note = (

@@ -37,6 +37,7 @@ from ..runtime.atomic import atomic_write_bytes
 from ..runtime.jsonio import write_json
 from ..runtime.provenance import git_state, host, now, versions
 from ..variants import VARIANTS, baseline_of
+from . import comparable
 from .claims_loss import blown_runs_text
 from .rates import AxisTest, axis_test, clopper_pearson, fisher_exact, pooled_axis_test
 from .runs import EVERY_STEP, KIND_TEXT, blown_up, load_runs, variant_order
@@ -72,8 +73,10 @@ class Summary:
 
 
 def read_records(record_dirs: list[str | Path]) -> pd.DataFrame:
-    """The run table of the study's record directories (runs.load_runs), checked comparable."""
+    """The run table of the study's record directories (runs.load_runs), checked comparable: each
+    record complete and given once (comparable.check_records), one recipe per width (RECIPE)."""
     runs = load_runs(record_dirs)[0]
+    comparable.check_records(runs, by=None)  # (seed pairs given twice: below, by data seed too)
     if runs["variant"].isna().any():
         raise ValueError("a record without a Table 1 variant: not a stability study's run")
     factors = [n for n in runs["name"] if str(n).split("/")[0] == FACTOR_FAMILY]
