@@ -192,17 +192,22 @@ def test_a_non_finite_val_loss_of_a_run_not_diverged_is_an_error(cell):
         _check(cell)
 
 
-def test_an_unreadable_data_dir_is_not_measured_in_the_scale_card(cell, tmp_path):
-    row = lambda runs: dict(  # noqa: E731
-        zip(*[scale_card(ClaimInputs(runs=runs)).iloc[:, i] for i in (0, 1)], strict=True)
-    )["Corpus, tokenizer"]
-    runs = load_runs(cell)[0]
-    assert "training tokens" in row(runs)
+def _card_row(runs, aspect, **inputs) -> str:
+    card = scale_card(ClaimInputs(runs=runs, **inputs))
+    return dict(zip(card.iloc[:, 0], card.iloc[:, 1], strict=True))[aspect]
+
+
+def test_an_unreadable_data_dir_is_not_measured_in_the_scale_card(cell):
+    assert "training tokens" in _card_row(load_runs(cell)[0], "Corpus, tokenizer")
     for d in cell:
         _edit(d / "config.json", data__dir="data/nowhere")
-    text = row(load_runs(cell)[0])
+    runs = load_runs(cell)[0]
+    text = _card_row(runs, "Corpus, tokenizer")
     assert text.startswith("not measured: the runs' data directory data/nowhere")
     assert "0 training tokens" not in text and "tokenizer unknown" not in text
+    lr = _card_row(runs, "Peak learning rate", lr_grid={"scale": {}, "cells": []})
+    assert "is not measured: the runs' data directory data/nowhere" in lr
+    assert "another scale" not in lr
 
 
 def test_the_dyt_claim_is_not_measured_where_the_grid_cannot_be_matched(shards_dir, tmp_path):

@@ -159,7 +159,7 @@ def check_recipes(
             notes.append(_describe(where, diffs))
     across = [c for c in by if c != "variant"]
     if "variant" in by:
-        for key, group in runs.groupby(across or (lambda _: 0), sort=True):
+        for key, group in runs.groupby(across or (lambda _: 0), sort=True, dropna=False):
             diffs = _differences({r: recipes[r] for r in group["run"]}, _variant_field)
             if diffs:
                 key = key if isinstance(key, tuple) else (key,)

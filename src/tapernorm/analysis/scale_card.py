@@ -58,6 +58,13 @@ def _lr_row(runs: pd.DataFrame, grid: dict | None) -> str:
     text = ", ".join(f"{lr:g}" for lr in lrs)
     if not grid:
         return text + " (no LR grid at this scale given: how far from the optimum is not measured)"
+    unread = comparable.unread_data(runs)
+    if unread:  # the grid's corpus cannot be matched to the runs'
+        return (
+            text
+            + f" (whether the {grid_source(grid)} is at this scale is "
+            + (comparable.unread_data_text(unread) + ")")
+        )
     mismatch = grid_mismatch(grid, runs[runs["variant"] == "baseline"], corpus_of(runs))
     if mismatch:
         return text + f" (the {grid_source(grid)} is at another scale)"
