@@ -236,3 +236,18 @@ def test_the_committed_records_pass_the_record_checks():
         pytest.skip("no committed records")
     comparable.check_records(load_runs(dirs)[0], by=None)
     assert isinstance(load_runs(dirs[:1])[0], pd.DataFrame)
+
+
+def test_the_figures_and_the_claims_refuse_a_mix_too(cell, tmp_path):
+    from tapernorm.analysis import figures
+
+    _edit(cell[1] / "config.json", train__steps=80)
+    _edit(cell[1] / "eval.json", steps=80)
+    (cell[1] / "metrics.jsonl").write_text(
+        json.dumps({"step": 80, "gate": 1.0, "loss": 4.0}) + "\n"
+    )
+    with pytest.raises(ValueError, match="differ in train.steps.*--allow-mixed to average"):
+        figures.make_figure("fig3", cell, tmp_path / "fig3.pdf")
+    with pytest.raises(ValueError, match="differ in train.steps.*--allow-mixed to average"):
+        claims.write_claims(tmp_path / "claims.md", runs=cell)
+    assert not (tmp_path / "claims.md").exists()
