@@ -72,7 +72,7 @@ CHECKPOINT_STATE = Kind(
 RUN_RECORD = Kind(
     "a run's or model's config.json",
     {"model": OBJECT},
-    "rerun tapernorm train on the run to write it again, or leave the run out",
+    "rerun `tapernorm train` on the run to write it again, or leave the run out",
     {
         **dict.fromkeys(("train", "taper", "anchor", "data", "meta"), OBJECT),
         "name": STR,
@@ -83,7 +83,7 @@ RUN_RECORD = Kind(
 RUN_RESULT = Kind(
     "a run's eval.json",
     {"val_loss": nullable(NUMBER), "diverged": BOOL},
-    "rerun tapernorm train on the run to write it again, or leave the run out",
+    "rerun `tapernorm train` on the run to write it again, or leave the run out",
     {"steps": NATURAL, "weights_step": NATURAL, "diverged_step": nullable(NATURAL)},
 )
 MANIFEST = Kind(
