@@ -288,7 +288,12 @@ def test_claims_row_tapernorm_vs_dyt(bench_rows):
     assert held["Holds?"].endswith("speed: not judged, disturbed timing)")
 
 
-def test_the_dyt_row_judges_the_loss_at_each_arms_best_lr_from_a_grid_at_its_scale(bench_rows):
+def test_the_dyt_row_judges_the_loss_at_each_arms_best_lr_from_a_grid_at_its_scale(
+    bench_rows, tmp_path, monkeypatch
+):
+    monkeypatch.chdir(tmp_path)  # the runs' data.dir resolves: the grid's corpus can be compared
+    (tmp_path / "no-such-corpus").mkdir()
+    (tmp_path / "no-such-corpus/meta.json").write_text('{"corpus": "no-such-corpus"}')
     apart = _with_quartiles(bench_rows, folded=(1.2, 1.3, 1.4), dyt=(0.9, 1.0, 1.1))
     # at the shared LR TaperNorm is closer (+1% vs +5%); at each arm's best LR DyT is (-2.9%)
     row = claims_dyt.claim_dyt(ClaimInputs(runs=_runs(0.10), bench=apart, lr_grid=_grid(1.2, -2.9)))
