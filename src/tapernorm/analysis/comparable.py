@@ -42,6 +42,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from ..runtime import bookkeeping
+from ..runtime.digests import json_sha256
 from ..training.metrics_log import METRICS, read_records
 from ..variants import VARIANTS
 
@@ -98,7 +100,7 @@ def _short(run: str) -> str:
 
 
 def _config(run: str) -> dict:
-    return json.loads((Path(run) / "config.json").read_text())
+    return bookkeeping.read(bookkeeping.RUN_RECORD, Path(run) / "config.json")
 
 
 def _differences(recipes: dict[str, dict], skip=lambda field: False) -> list[tuple[str, dict]]:
@@ -107,7 +109,7 @@ def _differences(recipes: dict[str, dict], skip=lambda field: False) -> list[tup
     out = []
     for field in fields:
         values = {run: r.get(field, "(absent)") for run, r in recipes.items()}
-        if len({json.dumps(v, default=str) for v in values.values()}) > 1:
+        if len({json_sha256(v) for v in values.values()}) > 1:
             out.append((field, values))
     return out
 
@@ -116,7 +118,7 @@ def _one_per_value(values: dict[str, object]) -> str:
     """'a (40), b (80)': the first run of each distinct value."""
     seen: dict[str, str] = {}
     for run, value in values.items():
-        seen.setdefault(json.dumps(value, default=str), f"{_short(run)} ({value})")
+        seen.setdefault(json_sha256(value), f"{_short(run)} ({value})")
     return ", ".join(list(seen.values())[:SHOWN])
 
 
@@ -178,7 +180,7 @@ def _content_hash(run: str, config: dict) -> str:
     for name in (METRICS, "eval.json"):
         digest.update((Path(run) / name).read_bytes())
     kept = {k: v for k, v in config.items() if k not in ("name", "meta")}
-    digest.update(json.dumps(kept, sort_keys=True, default=str).encode())
+    digest.update(json_sha256(kept).encode())
     return digest.hexdigest()
 
 
@@ -249,7 +251,7 @@ def check_records(runs: pd.DataFrame, by: Sequence[str] | None = CELL) -> None:
     seen: dict[str, str] = {}
     for run in runs.to_dict("records"):
         config = _config(run["run"])
-        result = json.loads((Path(run["run"]) / "eval.json").read_text())
+        result = bookkeeping.read(bookkeeping.RUN_RESULT, Path(run["run"]) / "eval.json")
         _variant_matches(run, config)
         _complete(run, config, result)
         digest = _content_hash(run["run"], config)

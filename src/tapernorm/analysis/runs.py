@@ -24,6 +24,7 @@ from pathlib import Path
 import pandas as pd
 
 from ..runtime import bookkeeping
+from ..runtime.bookkeeping import RERUN_TRAIN
 from ..runtime.jsonio import read_json
 from ..schedules import gate_at
 from ..training import blowups
@@ -36,11 +37,7 @@ CLIPPED_COLUMNS = tuple(f"{c}_clipped" for c in GRAD_COLUMNS)  # the same after 
 SCALE_COLUMNS = ("prelogit_scale", "final_c_r", "saturation", "margin_pos_frac", "grad_h_cos")
 END_COLUMNS = ("loss", "logit_norm", "grad_norm", *GRAD_COLUMNS, *CLIPPED_COLUMNS, *SCALE_COLUMNS)
 END_FRACTION = 0.1  # "end of training" = the last 10% of logged steps
-# how a run's damaged files are written again: train resumes from the run's checkpoint
-REWRITE = (
-    "; rerun `tapernorm train` on the run (it writes them again, from its checkpoint if kept), or "
-    "leave it out"
-)
+REWRITE = f"; {RERUN_TRAIN}"  # how a run's damaged files are written again
 # columns of the run table copied onto every training record
 RUN_KEYS = ("run", "name", "variant", "label", "width", "seed", "steps", "final_taper", "anchor")
 EVERY_STEP, LOGGED_STEPS = "every step", "logged steps"  # how a run's blow-ups were found

@@ -69,10 +69,15 @@ CHECKPOINT_STATE = Kind(
     "not a checkpoint's state as tapernorm train writes it, damaged?",
     {"run_config": OBJECT, "inputs": OBJECT, "metrics": OBJECT, "pruned": BOOL},
 )
+# how a run's damaged record is written again: train resumes from the run's checkpoint
+RERUN_TRAIN = (
+    "rerun `tapernorm train` on the run (it writes them again, from its checkpoint if kept), or "
+    "leave it out"
+)
 RUN_RECORD = Kind(
     "a run's or model's config.json",
     {"model": OBJECT},
-    "rerun `tapernorm train` on the run to write it again, or leave the run out",
+    RERUN_TRAIN,
     {
         **dict.fromkeys(("train", "taper", "anchor", "data", "meta"), OBJECT),
         "name": STR,
@@ -83,7 +88,7 @@ RUN_RECORD = Kind(
 RUN_RESULT = Kind(
     "a run's eval.json",
     {"val_loss": nullable(NUMBER), "diverged": BOOL},
-    "rerun `tapernorm train` on the run to write it again, or leave the run out",
+    RERUN_TRAIN,
     {"steps": NATURAL, "weights_step": NATURAL, "diverged_step": nullable(NATURAL)},
 )
 MANIFEST = Kind(
