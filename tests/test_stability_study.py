@@ -244,5 +244,5 @@ def test_the_replay_and_factor_blocks_quote_the_committed_files(shards_dir, tmp_
     assert "| 0 | " in rows[1] and f"{last['worst_token']} (" in rows[1]
     assert f"| {last['block_rms_max'][-1]:.3g} |" in rows[1]
     assert "](../results/cpu/stability/replay/run-step7.json)" in rows[0]
-    assert "The batch of step 7, replayed" in text
+    assert f"| 7 (data seed {report['data_seed']}) | 1 |" in rows[0]
     assert "| Change | a |" in text and "words" not in text

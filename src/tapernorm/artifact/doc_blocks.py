@@ -490,17 +490,17 @@ def stability_replay_block(source: Path, doc_dir: Path) -> str:
             last = lambda r: "—" if r is None else _rms(r["block_rms_max"][-1])  # noqa: E731
             worst = r64 or r32
             rows.append([
-                f"[{model}]({_link(path, doc_dir)})", "n/a" if gate is None else f"{gate:g}",
+                f"[{model}]({_link(path, doc_dir)})", f"{report['step']:,} (data seed "
+                f"{report['data_seed']})", "n/a" if gate is None else f"{gate:g}",
                 last(r32), last(r64), _rms(worst["max_sequence_loss"]),
                 f"{worst['worst_token']} ({worst['worst_token_train_count']}x in training)",
             ])  # fmt: skip
-    header = ["Model", "Gate", "Last block RMS, fp32", "fp64", "Worst sequence's loss",
-              "Token at its peak"]  # fmt: skip
+    header = ["Model", "Batch of step", "Gate", "Last block RMS, fp32", "fp64",
+              "Worst sequence's loss", "Token at its peak"]  # fmt: skip
     reports = [read_json(p) for p in sorted((source / "replay").glob("*.json"))]
-    steps = ", ".join(f"{s:,}" for s in sorted({r["step"] for r in reports}))
     embedded = [row["block_rms_max"][0] for r in reports for row in r["rows"]]
     return (
-        f"The batch of step {steps}, replayed (`tapernorm replay`; the RMS entering the first "
+        "Recorded trigger batches, replayed (`tapernorm replay`; the RMS entering the first "
         f"block, the largest over the batch: {min(embedded):.2g}-{max(embedded):.2g} in every "
         "model and gate):\n\n" + _table(header, rows)
     )
