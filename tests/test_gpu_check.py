@@ -102,6 +102,7 @@ CHECK_MODULES = (
     "tapernorm.runtime.atomic",
     "tapernorm.runtime.device",
     "tapernorm.runtime.digests",
+    "tapernorm.runtime.bookkeeping",
     "tapernorm.runtime.jsonio",
     "tapernorm.runtime.out_dirs",
     "tapernorm.runtime.out_files",
