@@ -3,6 +3,7 @@ generated blocks (tapernorm docs), on small trees made here and on the repositor
 
 import json
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -140,3 +141,32 @@ def test_a_readme_claim_row_is_its_headline_and_grade():
     assert short == ["7", "Folding speeds inference", "folded median 1.04× over 4 cells", "partly"]
     old = {**row, "Ours": "main: 1.54x [context]; ablation: 2.75x (All-Taper 3.28x)"}
     assert doc_blocks._claim_cells(old)[2] == "ablation: 2.75x (All-Taper 3.28x)"  # no headline
+
+
+def test_the_readmes_reference_run_is_the_code_at_head():
+    """The README quotes a reference run of the code at HEAD: no file that can change a result
+    differs between the run's commit and HEAD (else make a new reference run)."""
+    root = Path(__file__).resolve().parents[1]
+    if not (root / ".git").exists():
+        pytest.skip("not a git checkout")
+    found = doc_blocks.BEGIN.search((root / "README.md").read_text())
+    assert found and found["kind"] == "results"
+    commit = reference.load_reference(root / found["source"])["manifest"]["made"]["commit"]
+    assert reference.changed_since(commit, root) == []
+
+
+def test_changed_since_names_result_paths_only(tmp_path):
+    def git(*args):
+        subprocess.run(["git", *args], cwd=tmp_path, check=True, capture_output=True)
+
+    git("init", "-q")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "--allow-empty", "-m", "a")
+    for name in ("src/tapernorm/model.py", "docs/x.md", "src/tapernorm/artifact/doc_blocks.py"):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text("x\n")
+    git("add", "-A")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "b")
+    assert reference.changed_since("HEAD~1", tmp_path) == ["src/tapernorm/model.py"]
+    assert reference.changed_since("HEAD", tmp_path) == []
+    with pytest.raises(reference.ReferenceError, match="git diff"):
+        reference.changed_since("no-such-commit", tmp_path)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import datetime
 import re
 import shutil
+import subprocess
 from pathlib import Path
 
 from ..runtime.jsonio import read_json, write_json
@@ -231,3 +232,23 @@ def load_reference(ref: str | Path) -> dict:
 def wall_text(manifest: dict) -> str:
     seconds = manifest["snapshot"]["snakemake"]["wall_seconds"]
     return f"{seconds // 60} min {seconds % 60} s"
+
+
+# ---- is it still the code at HEAD? ----------------------------------------------------------------
+
+# what can change a number of the default pipeline: the package, the workflow, the default config
+# and the pinned environment; less what only renders the docs from a reference run
+RESULT_PATHS = ("src/tapernorm", "workflow", "config/config.yaml", "requirements", "pyproject.toml")
+RENDER_ONLY = ("src/tapernorm/artifact/doc_blocks.py", "src/tapernorm/artifact/reference.py")
+
+
+def changed_since(commit: str, repo: Path, head: str = "HEAD") -> list[str]:
+    """The files under RESULT_PATHS (less RENDER_ONLY) that differ between `commit` and `head`:
+    empty where the reference run is the code at `head`, as far as results go."""
+    diff = subprocess.run(
+        ["git", "diff", "--name-only", commit, head, "--", *RESULT_PATHS],
+        cwd=repo, capture_output=True, text=True,
+    )  # fmt: skip
+    if diff.returncode:
+        raise ReferenceError(f"git diff {commit[:12]} {head}: {diff.stderr.strip()}")
+    return [f for f in diff.stdout.split() if f not in RENDER_ONLY]
