@@ -689,3 +689,16 @@ def test_the_stability_target_builds_the_summary_from_the_records_alone(tmp_path
 
 def test_ci_grid_is_the_scaling_tests_grid():
     assert CI_GRID["grid"][0]["steps"] == [24, 48]  # (the scaling rows above assume it)
+
+
+def test_the_committed_stability_summary_is_what_the_records_give():
+    """results/cpu/stability/summary.csv was made by this code from the committed records of the
+    study's runs (rerun the workflow's stability_summary after a change to the analysis)."""
+    from tapernorm.analysis import stability
+
+    study = ROOT / "results/cpu/stability"
+    dirs = sorted(p.parent for p in (study / "runs").glob("*-n2000/eval.json"))
+    summary = stability.summarize(stability.read_records(dirs))
+    ours = pd.read_csv(pd.io.common.StringIO(summary.rows.to_csv(index=False)))
+    pd.testing.assert_frame_equal(ours, pd.read_csv(study / "summary.csv"))
+    assert set(ours["width"]) == {32, 64} and (ours["n_runs"] >= 10).all()
