@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import yaml
-from conftest import spike_at, tiny_run
+from conftest import config_files, spike_at, tiny_run
 from test_scaling import CI_GRID, _dry_run
 from test_scaling import _study as _scaling_study
 
@@ -633,10 +633,17 @@ def test_cli_summary_takes_extra_records(tmp_path):
 
 def test_the_committed_scaling_summary_is_what_the_records_give():
     """results/cpu/scaling/summary.csv and per_seed.csv were made by this code from the 75
-    committed records (rerun `tapernorm scaling summary` after a change to the analysis)."""
+    committed records and the stability study's 18 runs with init seed = data seed that share a
+    cell's recipe (the workflow's extra records; rerun `tapernorm scaling summary` after a change
+    to the analysis)."""
+    from tapernorm.workflow.scaling import extra_records
+
     dirs = sorted(p.parent for p in (SCALING / "runs").glob("*/*/eval.json"))
     assert len(dirs) == 75
-    summary, per_seed = summarize(read_study(dirs))
+    plan = Plan(validate_pipeline_config(config_files("config.yaml", "scaling.yaml"), SCHEMA))
+    extra = sorted({(ROOT / f).parent for f in extra_records(plan.scaling, ROOT)})
+    assert len(extra) == 18
+    summary, per_seed = summarize(read_study(dirs, extra))
     committed = pd.read_csv(SCALING / "summary.csv", dtype={"claim": str})
     assert list(committed.columns) == list(summary.columns)
     ours = pd.read_csv(pd.io.common.StringIO(summary.to_csv(index=False)), dtype={"claim": str})
@@ -645,7 +652,8 @@ def test_the_committed_scaling_summary_is_what_the_records_give():
     again = pd.read_csv(pd.io.common.StringIO(per_seed.to_csv(index=False)), dtype={"claim": str})
     pd.testing.assert_frame_equal(again, seeds)
     row = committed[(committed["claim"] == "2") & (committed["width"] == 32)]
-    assert list(row["n_blowup"]) == [1, 1]  # All-Taper (+aux): seed 1 at 200, seed 2 at 2,000
+    # All-Taper (+aux): seed 1 at 200; at 2,000 compiled seed 2, eager seeds 1 and 2
+    assert list(row["n_blowup"]) == [1, 3]
 
 
 # ---- the workflow ------------------------------------------------------------------------------------
