@@ -30,6 +30,7 @@ BEGIN = re.compile(
 )
 END = "<!-- end generated -->"
 DOCUMENTS = ("README.md", "docs/*.md", "config/README.md")  # where blocks may sit
+BUDGET_MIN = 30  # the default config's wall-time budget on an idle 2-core host (config/README.md)
 
 FIGURE_ALT = {
     "fig_claim_gaps": "The claims' paired gaps: claims 1, 2 and TaperNorm vs DyT, each with its 95% "
@@ -205,8 +206,8 @@ def _trained_trunks(ref_dir: Path) -> bool:
 
 def reference_times_block(source: Path, doc_dir: Path) -> str:
     """Every reference run under `source` by time: its host, how it trained (compiled or eager;
-    with trunks, less work), the conditions it ran under, its wall time, and its job time beside
-    the first run's."""
+    with trunks, less work), the conditions it ran under, its wall time and whether it is within
+    the default's budget (BUDGET_MIN), and its job time beside the first run's."""
     refs = sorted(
         (load_reference(p) for p in _reference_dirs(source)),
         key=lambda ref: ref["manifest"]["snapshot"]["snakemake"]["started"],
@@ -228,11 +229,12 @@ def reference_times_block(source: Path, doc_dir: Path) -> str:
                 + (", trunks" if _trained_trunks(ref["dir"]) else ""),
                 m["snapshot"].get("conditions") or "—",
                 wall_text(m),
+                "yes" if m["snapshot"]["snakemake"]["wall_seconds"] <= BUDGET_MIN * 60 else "no",
                 f"{jobs:,.0f} s ({jobs / first:.2f}x)",
             ]
         )
     header = ["Reference run", "Host; code, date", "Training", "Conditions", "Wall time"]
-    return _table([*header, "Job time (÷ the first run's)"], rows)
+    return _table([*header, f"Within {BUDGET_MIN} min", "Job time (÷ the first run's)"], rows)
 
 
 def lr_grid_block(source: Path, doc_dir: Path) -> str:
