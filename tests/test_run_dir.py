@@ -86,7 +86,8 @@ def test_retrained_init_model_starts_a_finetuning_run_over(shards_dir, tmp_path)
     train(base, tmp_path / "base")
     ft = tiny_run(shards_dir, train={"steps": 20}, init={"from": str(tmp_path / "base")})
     train(ft, tmp_path / "ft", stop_after=12)
-    train(tiny_run(shards_dir, train={"steps": 4}, seed=1), tmp_path / "base")  # base retrained
+    retrained = tiny_run(shards_dir, train={"steps": 4}, seed=1)
+    train(retrained, tmp_path / "base", force=True)  # base retrained (a finished run: --force)
     train(ft, tmp_path / "ft")
     train(ft, tmp_path / "ft_fresh")
     assert same_weights(tmp_path / "ft", tmp_path / "ft_fresh")
@@ -97,7 +98,8 @@ def test_a_restart_leaves_nothing_of_the_old_run(shards_dir, tmp_path):
     train(a, tmp_path / "run")
     (tmp_path / "run" / ".eval.json.abcd1234.tmp").write_text("{")  # a write a kill cut short
     b = tiny_run(shards_dir, train={"steps": 12, "lr": 1e-3})
-    train(b, tmp_path / "run", stop_after=5)  # B, interrupted before its first checkpoint
+    train(b, tmp_path / "run", stop_after=5, force=True)  # B (--force: A finished), interrupted
+    # before its first checkpoint
     names = {p.name for p in (tmp_path / "run").iterdir()}
     assert names == {"config.json", "metrics.jsonl"}  # no eval.json or weights of run A
     assert json.loads((tmp_path / "run" / "config.json").read_text())["train"]["lr"] == 1e-3

@@ -189,11 +189,13 @@ def test_progress_and_resume_are_logged_lines(shards_dir, tmp_path, capfd):
 
     changed = tiny_run(shards_dir, train={"steps": 12, "lr": 1e-3}, log={"every": 4})
     with logging_to_stderr(logging.INFO):
-        train(changed, tmp_path / "run", stop_after=1)
-    assert capfd.readouterr().err.splitlines()[0] == (
+        train(changed, tmp_path / "run", stop_after=1, force=True)  # (the run finished: --force)
+    assert capfd.readouterr().err.splitlines()[:2] == [
+        f"[tiny] --force: replacing the finished run in {tmp_path / 'run'} (another config "
+        "(train.lr, log.ckpt_every))",
         f"[tiny] checkpoint in {tmp_path / 'run'} is from another config "
-        "(train.lr, log.ckpt_every): starting over"
-    )
+        "(train.lr, log.ckpt_every): starting over",
+    ]
 
 
 def test_a_library_call_at_level_warning_writes_nothing(shards_dir, tmp_path, capfd):

@@ -4,6 +4,8 @@ defaults in the help), number types for arguments, and --device."""
 from __future__ import annotations
 
 import argparse
+import os
+import sys
 
 
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
@@ -25,6 +27,32 @@ class Parser(argparse.ArgumentParser):
 
     def error(self, message: str):
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+    def parse_known_args(self, args=None, namespace=None):
+        """argparse's, once every argument (up to a `--`) is valid text: a path of bytes that are
+        not UTF-8 (or a lone surrogate) is a usage error naming it, before any work."""
+        argv = sys.argv[1:] if args is None else list(args)
+        for arg in argv[: argv.index("--") if "--" in argv else None]:
+            shown = not_text(arg)
+            if shown is not None:
+                self.error(f"argument '{shown}' is not valid UTF-8 text: give it a UTF-8 name")
+        return super().parse_known_args(argv, namespace)
+
+
+def not_text(arg: object) -> str | None:
+    """`arg` shown with its undecodable bytes escaped (\\xff) if it is a string that is not valid
+    text, else None."""
+    if not isinstance(arg, str):
+        return None
+    try:
+        arg.encode("utf-8")
+        return None
+    except UnicodeEncodeError:
+        pass
+    try:
+        return repr(os.fsencode(arg))[2:-1]
+    except UnicodeEncodeError:
+        return ascii(arg)[1:-1]
 
 
 def number(kind: type, low: float, inclusive: bool = True):

@@ -99,7 +99,9 @@ def train_parser(sub) -> None:
         "--force",
         action="store_true",
         help="train into an --out that holds other files: the run's files (config.json, "
-        "metrics.jsonl, eval.json, model.safetensors, ckpt/) are replaced, every other is kept",
+        "metrics.jsonl, eval.json, model.safetensors, ckpt/) are replaced, every other is kept; "
+        "and replace a finished run of another config, data or init there (refused without it, "
+        "naming what differs; recorded as meta.provenance.replaced in the new config.json)",
     )
     t.add_argument(
         "--trunk",

@@ -295,10 +295,32 @@ def gpt2_tokenizer() -> TiktokenTokenizer:
     return TiktokenTokenizer(_gpt2_encoding())
 
 
+class TokenizerChanged(ValueError):
+    """A tokenizer model file whose sha256 is not the one its shards' meta.json recorded."""
+
+
+def check_tokenizer_file(
+    path: str | os.PathLike, expected: object, actual: str | None = None
+) -> None:
+    """TokenizerChanged naming `path`, the sha256 recorded for it (`expected`) and its own
+    (`actual`, computed when not given) if they differ. A record without a sha256 (None: older
+    shards) is not checked; the file is then read as it is."""
+    if expected is None or not os.path.isfile(path):
+        return  # (a missing file: the loader says so)
+    actual = actual or file_sha256(path)
+    if actual != expected:
+        raise TokenizerChanged(
+            f"tokenizer model {path} has sha256 {actual}, but the shards' meta.json recorded "
+            f"{expected}: it is not the tokenizer the shards were made with; put that file back, "
+            "or make the shards again (tapernorm prepare-data)"
+        )
+
+
 def load_tokenizer(meta: dict, base_dir: str | None = None) -> Tokenizer:
     """The tokenizer described by a shards meta.json dict (or its "tokenizer" entry).
 
-    A relative SentencePiece model path is taken relative to `base_dir` when given.
+    A relative SentencePiece model path is taken relative to `base_dir` when given. The model
+    file is checked against the sha256 the entry records (check_tokenizer_file) before it is read.
     """
     spec = meta.get("tokenizer", meta)
     kind = spec.get("kind")
@@ -310,6 +332,7 @@ def load_tokenizer(meta: dict, base_dir: str | None = None) -> Tokenizer:
             raise ValueError("sentencepiece tokenizer meta has no model path")
         if base_dir is not None and not os.path.isabs(path):
             path = os.path.join(base_dir, path)
+        check_tokenizer_file(path, spec.get("sha256"))
         tok = SentencePieceTokenizer(path)
     else:
         raise ValueError(f"unknown tokenizer kind {kind!r} (expected 'sentencepiece' or 'gpt2')")

@@ -92,6 +92,34 @@ def is_export_dir(path: Path) -> bool:
     return isinstance(config, dict) and any(config.get(k) == EXPORT_EPS for k in eps)
 
 
+def leftovers(path: Path) -> list[Path]:
+    """The directories a killed export into `path` left beside it: `.NAME.<8 hex>.tmp` (make_aside's
+    names for `path`) holding only an export's files; nothing else is one (a kept `.failed`
+    export, a directory holding another file, a link)."""
+    path = Path(path)
+    pattern = re.compile(rf"\.{re.escape(path.name)}\.[0-9a-f]{{8}}\.tmp")
+    if not path.parent.is_dir():
+        return []
+    found = []
+    for entry in sorted(path.parent.iterdir()):
+        if not pattern.fullmatch(entry.name) or entry.is_symlink() or not entry.is_dir():
+            continue
+        inside = list(entry.iterdir())
+        if all(p.is_file() and not p.is_symlink() and is_export_file(p.name) for p in inside):
+            found.append(entry)
+    return found
+
+
+def remove_leftovers(path: Path) -> list[Path]:
+    """Remove leftovers(path), said in the log; only under the export's lock (export_lock), where
+    no other export into `path` is writing one."""
+    gone = leftovers(path)
+    for entry in gone:
+        shutil.rmtree(entry)
+        log.info("export-hf: removed %s, left by an export into %s that was killed", entry, path)
+    return gone
+
+
 def claim_export_dir(path: Path, force: bool = False) -> None:
     """Refuse (PathInUse) an export directory holding files of something else, unless `force`."""
     claim_dir(Path(path), "export-hf", is_export_dir, force)

@@ -32,6 +32,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from ..runtime import bookkeeping, jsonio
+from ..runtime.links import open_own
 
 log = logging.getLogger(__name__)
 
@@ -126,7 +127,7 @@ def _open_slot(directory: Path, device: str) -> int:
             os.chmod(directory, 0o1777)
     path = directory / _slot_name(device)
     try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+        fd = open_own(path, os.O_RDWR | os.O_CREAT, "a GPU slot file")
     except PermissionError:
         raise GpuSlotError(
             f"cannot open the GPU slot file {path} (another user's?): set {SLOTS_ENV} to a "

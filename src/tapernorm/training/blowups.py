@@ -86,10 +86,11 @@ class SpikeDetector:
             "reference": self.reference(),
         }
 
-    def logged(self, loss: float) -> None:
-        """A logged step's training loss joins the reference (a non-finite one does not)."""
-        if math.isfinite(loss):
-            self.losses.append(loss)
+    def logged(self, loss: float | None) -> None:
+        """A logged step's training loss joins the reference (a non-finite one does not: an event,
+        not a number, whether read as NaN or as the null a record writes for it)."""
+        if isinstance(loss, (int, float)) and not isinstance(loss, bool) and math.isfinite(loss):
+            self.losses.append(float(loss))
 
 
 def _number(x: float) -> float | str:

@@ -12,15 +12,23 @@ from pathlib import Path
 from ..config import resolve_run_config
 from ..data import TokenShards
 from ..fold import FOLD_RTOL, fold_model, verify_fold
-from ..interop.hf_export import claim_export_dir, export_hf, is_export_dir, is_export_file
+from ..interop.hf_export import (
+    claim_export_dir,
+    export_hf,
+    is_export_dir,
+    is_export_file,
+    remove_leftovers,
+)
 from ..interop.hf_import import load_hf
 from ..probe import BatterySettings, card_entries, probe_models
 from ..run_config import RunConfig
+from ..runtime import bookkeeping, jsonio
 from ..runtime.out_dirs import claim_dir, install_dir, make_aside, refuse_inside
 from ..variants import PROTOCOLS, VARIANTS
 from .checkpoint import load_model, read_json, write_json
 from .divergence import diverged
 from .evaluation import check_vocab
+from .lock import export_lock
 from .loop import train
 
 log = logging.getLogger(__name__)
@@ -65,17 +73,26 @@ def export_run(
 
     A run whose eval.json says it diverged is not exported: OUT then holds only verify.json, which
     records `skipped` (divergence.Diverged.reason). OUT equal to or inside the model or the data
-    directory, or holding files of something else (unless `force`), is refused (PathInUse)."""
+    directory, or holding files of something else (unless `force`), is refused (PathInUse).
+    One export into OUT at a time (lock.export_lock: a second is refused, RunLocked); under the
+    lock, what a killed export into OUT left beside it is removed first (remove_leftovers)."""
 
     model_dir, out = Path(model_dir), Path(out)
     refuse_inside(out, {"model directory (--model)": model_dir, "token shards (--data)": data})
-    claim_export_dir(out, force)
+    with export_lock(out):  # one export into `out` at a time; its leftovers are its own
+        claim_export_dir(out, force)
+        remove_leftovers(out)
+        return _export(model_dir, out, data, windows, rtol, device, route, fold, card_from)
+
+
+def _export(model_dir, out, data, windows, rtol, device, route, fold, card_from) -> dict:
+    """export_run's export, under its lock, into a claimed `out`."""
     bad = diverged(model_dir)
     if bad is not None:
         return skip_export(out, model_dir, bad.reason())
     model = load_model(model_dir, device).eval()
     cfg = read_json(model_dir / "config.json")
-    outcome = read_json(model_dir / "eval.json") if (model_dir / "eval.json").is_file() else {}
+    outcome = run_outcome(model_dir)
     data = Path(data or cfg.get("data", {}).get("dir") or model_dir / "no-data")
     tokens = targets = tokenizer = sp_model = None
     tokenizer_note = "unknown (no token shards given)"
@@ -97,7 +114,7 @@ def export_run(
         "variant": label or f"taper={model.config.taper}",
         "taper schedule": taper_schedule_text(cfg, model.config.taper),
         "steps": outcome.get("steps", "unknown"),
-        "validation loss (g=0)": outcome.get("val_loss", "unknown"),
+        "validation loss (g=0)": loss_text(outcome),
         "tokenizer": tokenizer_note,
         "fold check": fold_check_text(fold),
         "export route": route,
@@ -108,6 +125,27 @@ def export_run(
     if sp_model is not None:
         shutil.copyfile(sp_model, Path(out) / "tokenizer.model")
     return report
+
+
+def run_outcome(model_dir: Path) -> dict:
+    """The run's eval.json, read as its kind (bookkeeping.RUN_RESULT: a NaN or Infinity token, which
+    tapernorm never writes, is an error naming the file); {} for a model directory without one."""
+    path = model_dir / "eval.json"
+    if not path.exists() and not path.is_symlink():
+        return {}
+    return bookkeeping.read(bookkeeping.RUN_RESULT, path)
+
+
+def loss_text(outcome: dict) -> object:
+    """The validation loss of a run's eval.json for the card: the number, or a non-finite one as
+    the event it is (eval.json's null, named under non_finite), or unknown."""
+    if "val_loss" not in outcome:
+        return "unknown"
+    value = outcome["val_loss"]
+    if value is not None:
+        return value
+    spelled = (outcome.get(jsonio.NON_FINITE) or {}).get("val_loss")
+    return f"not finite ({spelled})" if spelled else "not measured"
 
 
 def _hub_id(source: str | None) -> str | None:

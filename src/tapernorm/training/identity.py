@@ -184,6 +184,17 @@ class Inputs:
         self.pins += init_pins + _trunk_pins(cfg.init.trunk)
         for pin in self.pins:
             _hash(pin, known or {})
+        self._check_tokenizer(Path(cfg.data.dir))
+
+    def _check_tokenizer(self, data_dir: Path) -> None:
+        """TokenizerChanged if the tokenizer model is not the one the shards' meta.json recorded
+        (by its sha256: hashed with the data, so this reads nothing more)."""
+        from ..data.tokenizers import check_tokenizer_file
+
+        spec = (_json(data_dir / "meta.json") or {}).get("tokenizer")
+        for pin in self.pins:
+            if pin.name == "tokenizer" and isinstance(pin.value, dict) and isinstance(spec, dict):
+                check_tokenizer_file(pin.path, spec.get("sha256"), pin.value.get("sha256"))
 
     def part(self, part: str) -> dict | None:
         """The identity's `part` (data or init): {name: fingerprint}."""

@@ -46,6 +46,7 @@ from .distributed import World, barrier, process_group
 from .evaluation import evaluate
 from .identity import run_identity
 from .lock import run_lock
+from .memory import check_fits
 from .run import (
     EVAL_KEYS,
     Run,
@@ -56,9 +57,12 @@ from .run import (
     set_up,
 )
 from .state import (
+    RunDirError,
+    check_run_dir,
     checkpoint_dirs,
     checkpoint_mismatch,
     claim_run_dir,
+    finished_differences,
     finished_result,
     has_checkpoint,
     load_training_state,
@@ -465,6 +469,7 @@ def train(
     claim_run_dir(cfg, Path(out_dir), force)
     world = World.from_env()
     device = resolve_device(cfg.train.device, world.local_rank, "train.device")
+    check_fits(cfg, device)  # a run that cannot fit: one line, before anything is built
     with process_group(world, device):
         run = set_up(cfg, Path(out_dir), world, device)
         lock = run_lock(run.out, cfg.name, wait) if world.main else contextlib.nullcontext()
@@ -477,6 +482,8 @@ def train(
                         prune(run.ckpt, cfg.name)
                     return done
                 return {"rank": world.rank, "step": done["weights_step"]}
+            if world.main:
+                replacing(run, force)
             try:
                 outcome = train_steps(run, resume(run), stop_after)
                 if outcome.stopped:
@@ -487,6 +494,23 @@ def train(
                     run.metrics.close()
                 if run.tensorboard is not None:
                     run.tensorboard.close()
+
+
+def replacing(run: Run, force: bool) -> None:
+    """Refuse (RunDirError) to start over in a directory holding a finished run of another config,
+    data or init, naming what differs, unless `force`: then it is replaced, said in the log and
+    recorded in the new config.json (meta.provenance.replaced)."""
+    differ = finished_differences(run.out, run.ckpt, run.identity)
+    if not differ:
+        return
+    what = "; ".join(differ)
+    if not force:
+        raise RunDirError(
+            f"{run.out} holds a finished run of {what}: give a new --out, or add --force to "
+            "replace it (its weights, record and eval.json are removed)"
+        )
+    log.warning("[%s] --force: replacing the finished run in %s (%s)", run.cfg.name, run.out, what)
+    run.provenance["replaced"] = f"a finished run of {what} (--force)"
 
 
 def train_trunk(
@@ -507,6 +531,7 @@ def train_trunk(
             "taper start before its last step)"
         )
     out = Path(out_dir)
+    check_run_dir(out)  # (before anything in it is removed)
     ckpt, step = out / "ckpt", trunk.taper.start
     (out / TRUNK_RECORD).unlink(missing_ok=True)
     for left in checkpoint_dirs(ckpt):  # what a rerun's deleted outputs leave (Snakemake -f)

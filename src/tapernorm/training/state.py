@@ -28,6 +28,7 @@ from ..model import GPT
 from ..run_config import RunConfig
 from ..runtime import bookkeeping
 from ..runtime.atomic import atomic_write_bytes
+from ..runtime.links import refuse_link
 from ..runtime.out_dirs import claim_dir, is_temporary, json_with, only_names, refuse_inside
 from .checkpoint import (
     CheckpointError,
@@ -40,7 +41,7 @@ from .checkpoint import (
     verify_tensor_file,
     write_json,
 )
-from .identity import Inputs, differences, run_identity
+from .identity import Inputs, config_identity, differences, run_identity
 from .lock import LOCK_NAME
 from .metrics_log import METRICS, record_lines
 
@@ -231,6 +232,75 @@ def finished_result(out: Path, ckpt: Path, identity: dict) -> dict | None:
     return result
 
 
+class RunDirError(RuntimeError):
+    """A run directory holding, under one of the names a run writes, something of another kind."""
+
+
+CHECKPOINT_FILES = ("state.json", "state.safetensors", METRICS)  # what a checkpoint holds
+
+
+def check_run_dir(out: Path) -> None:
+    """Check every name a run keeps in `out` before anything there is removed or replaced: its
+    files (TRAINING_OUTPUTS, train.lock, a checkpoint's files) absent or files, its checkpoint
+    directories (ckpt, ckpt.old, ckpt.tmp) absent or directories, none a symbolic link.
+    RunDirError (LinkRefused for a link) naming the first that is not; nothing is touched."""
+    out = Path(out)
+    if not out.is_dir():
+        return
+    ckpt = out / "ckpt"
+    dirs = {
+        path: "the run's checkpoint"
+        for path in (*checkpoint_dirs(ckpt), ckpt.with_name("ckpt.tmp"))
+    }
+    files = {out / name: f"the run's {name}" for name in TRAINING_OUTPUTS}
+    files[out / LOCK_NAME] = "the run's lock file"
+    for d in dirs:
+        if d.is_dir() and not d.is_symlink():
+            files.update({d / n: "a file of the run's checkpoint" for n in CHECKPOINT_FILES})
+    for path, what in {**dirs, **files}.items():
+        refuse_link(path, what)
+    for path, what in dirs.items():
+        if path.exists() and not path.is_dir():
+            raise RunDirError(
+                f"{path}, {what}, is a file, not a directory: tapernorm train removes nothing "
+                "that is not a run's own; move it away, or remove it if it is not yours, and run "
+                "the command again"
+            )
+    for path, what in files.items():
+        if path.exists() and not path.is_file():
+            raise RunDirError(
+                f"{path}, {what}, is a directory, not a file: tapernorm train removes nothing "
+                "that is not a run's own; move it away, or remove it if it is not yours, and run "
+                "the command again"
+            )
+
+
+def finished_differences(out: Path, ckpt: Path, identity: dict) -> list[str]:
+    """What differs between `identity` and the finished run in `out` (its eval.json is there): the
+    identity its checkpoint recorded, or (no checkpoint) the config its config.json records,
+    compared without the model's own config; empty when `out` holds no finished run, this run,
+    or a record that cannot be read (resume says what is wrong with it)."""
+    if not (out / "eval.json").is_file():
+        return []
+    if readable_checkpoint(ckpt) is not None:
+        try:
+            return checkpoint_mismatch(ckpt, identity) or []
+        except CheckpointError:
+            return []
+    try:
+        record = read_json(out / "config.json")
+    except CheckpointError:
+        return []
+    current = identity["config"]
+    recorded = {k: record.get(k) for k in current if k != "model"}
+    if isinstance(recorded.get("meta"), dict):
+        recorded["meta"] = {k: v for k, v in recorded["meta"].items() if k != "provenance"}
+    ours = {k: v for k, v in current.items() if k != "model"}
+    if config_identity(recorded) == config_identity(ours):
+        return []
+    return differences({**identity, "config": recorded}, {**identity, "config": ours})
+
+
 def clear_run(out: Path, ckpt: Path) -> list[str]:
     """Remove every file a run writes in `out` (TRAINING_OUTPUTS, the checkpoints, the
     temporaries of interrupted atomic writes); returns the names removed."""
@@ -265,13 +335,15 @@ def is_run_dir(out: Path) -> bool:
 
 def claim_run_dir(cfg: RunConfig, out: Path, force: bool = False) -> None:
     """Refuse (PathInUse) a run directory that holds files of something else (unless `force`:
-    then only the files a run writes are replaced), or that is the run's data or init."""
+    then only the files a run writes are replaced), or that is the run's data or init; and one
+    where a name the run writes holds something of another kind or a link (check_run_dir)."""
     init = cfg.init.source
     inputs = {"data directory (data.dir)": cfg.data.dir}
     if init and not str(init).startswith("hf:"):
         inputs["init.from model"] = init
     refuse_inside(out, inputs)
     claim_dir(out, "train", is_run_dir, force)
+    check_run_dir(out)
 
 
 def resume_step(cfg: RunConfig, out_dir: str | Path) -> int:
