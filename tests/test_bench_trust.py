@@ -128,7 +128,8 @@ def test_idle_cells_carry_no_flag_and_a_verdict():
     table, caption = inference_tables.table_decode(df)
     assert inference_tables.DISTURBED not in caption
     assert not table.to_string().count(inference_tables.DISTURBED)
-    assert claims.claim7(claims.ClaimInputs(bench=df))["Holds?"] in ("yes", "partly", "no")
+    # judged (by the speed rule: one run alone is not resolved), not "not judged"
+    assert claims.claim7(claims.ClaimInputs(bench=df))["grade"] == "not resolved"
 
 
 def test_figure5_draws_disturbed_cells_hollow():

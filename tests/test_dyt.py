@@ -255,10 +255,24 @@ def _with_quartiles(rows: pd.DataFrame, folded: tuple, dyt: tuple) -> pd.DataFra
     return out
 
 
+def _reruns(bench: pd.DataFrame, n: int = 2) -> list[tuple[str, pd.DataFrame]]:
+    """`n` reruns of `bench` for the speed rule's pool (claims_dyt judges speed over reruns)."""
+    out = []
+    for i in range(1, n + 1):
+        rerun = bench.copy()
+        folded = rerun["variant"] == "folded"
+        rerun.loc[folded, "speedup"] = rerun.loc[folded, "speedup"] * (1 + 0.001 * i)
+        out.append((f"rerun{i}", rerun))
+    return out
+
+
 def test_claims_row_tapernorm_vs_dyt(bench_rows):
     apart = _with_quartiles(bench_rows, folded=(1.2, 1.3, 1.4), dyt=(0.9, 1.0, 1.1))
-    row = claims_dyt.claim_dyt(ClaimInputs(runs=_runs(0.10), bench=apart))
-    assert row["Holds?"] == "yes"  # closer at the shared LR (no grid), folded faster everywhere
+    pool = _reruns(apart)  # folded 1.3x DyT in three runs: faster by the speed rule
+    row = claims_dyt.claim_dyt(ClaimInputs(runs=_runs(0.10), bench=apart, bench_pool=pool))
+    assert row["Holds?"] == "yes"  # closer at the shared LR (no grid), folded faster
+    alone = claims_dyt.claim_dyt(ClaimInputs(runs=_runs(0.10), bench=apart))  # one run
+    assert alone["Holds?"].startswith("partly (loss: TaperNorm closer at the shared LR; speed: not")
     assert (
         "d=64 at the shared LR 0.001: Internal-Taper (+aux) +1.00% vs Baseline, DyT +5.00% vs "
         "Baseline (untied head)" in row["Ours"]
@@ -295,8 +309,12 @@ def test_the_dyt_row_judges_the_loss_at_each_arms_best_lr_from_a_grid_at_its_sca
     (tmp_path / "no-such-corpus").mkdir()
     (tmp_path / "no-such-corpus/meta.json").write_text('{"corpus": "no-such-corpus"}')
     apart = _with_quartiles(bench_rows, folded=(1.2, 1.3, 1.4), dyt=(0.9, 1.0, 1.1))
+    pool = _reruns(apart)  # folded faster than DyT by the speed rule
     # at the shared LR TaperNorm is closer (+1% vs +5%); at each arm's best LR DyT is (-2.9%)
-    row = claims_dyt.claim_dyt(ClaimInputs(runs=_runs(0.10), bench=apart, lr_grid=_grid(1.2, -2.9)))
+    grid = _grid(1.2, -2.9)
+    row = claims_dyt.claim_dyt(
+        ClaimInputs(runs=_runs(0.10), bench=apart, bench_pool=pool, lr_grid=grid)
+    )
     assert row["Holds?"].startswith("partly (loss: DyT closer each arm at its own best LR")
     assert (
         "each arm at its best LR (LR grid grid (a committed study: commit ffffffffffff"
@@ -305,7 +323,9 @@ def test_the_dyt_row_judges_the_loss_at_each_arms_best_lr_from_a_grid_at_its_sca
     assert "+1.20% (LR 0.003)" in row["Ours"] and "DyT -2.90%" in row["Ours"]
     assert "DyT +5.00% vs Baseline (untied head)" in row["Ours"]  # the shared LR stays beside
     other = _grid(1.2, -2.9, steps=600)  # a grid at another scale is named and not used
-    row = claims_dyt.claim_dyt(ClaimInputs(runs=_runs(0.10), bench=apart, lr_grid=other))
+    row = claims_dyt.claim_dyt(
+        ClaimInputs(runs=_runs(0.10), bench=apart, bench_pool=pool, lr_grid=other)
+    )
     assert (
         row["Holds?"] == "yes"
         and "is not at this scale (steps 600 vs 100): not used" in (row["Comment"])

@@ -17,6 +17,7 @@ from tapernorm.workflow import priorities
 from tapernorm.workflow.family import family_dirs
 from tapernorm.workflow.files import FINETUNE_DATA, FINETUNE_DATA_FILES, PRETRAIN_DATA
 from tapernorm.workflow.job_functions import (
+    bench_pool_input,
     dirs_of,
     gpu_claim,
     gpu_input,

@@ -58,6 +58,7 @@ rule claims:
         verify=PLAN.fold_verify() + PLAN.finetune_verify(),
         finetune=PLAN.finetune_evals(),
         bench=PLAN.bench_csvs(),
+        bench_pool=bench_pool_input,  # the committed reference runs' (the speed rule)
         lr_grid=lr_grid_input,
         scaling=scaling_input,
         stability=stability_input,
@@ -80,6 +81,7 @@ rule claims:
         finetune=optional_files("--finetune-evals", "finetune"),
         sweep=optional_files("--sweep-runs", "sweep", dirs_of),
         bench=optional_files("--bench", "bench"),
+        bench_pool=optional_files("--bench-pool", "bench_pool", dirs_of),
         lr_grid=optional_files("--lr-grid", "lr_grid"),
         scaling=optional_files("--scaling", "scaling"),
         stability=optional_files("--stability", "stability"),
@@ -87,7 +89,8 @@ rule claims:
         stamp=stamp_args,
     shell:
         "tapernorm claims --runs {params.runs} {params.ablation} {params.sweep} "
-        "--verify {input.verify} {params.finetune} {params.bench} {params.lr_grid} "
+        "--verify {input.verify} {params.finetune} {params.bench} {params.bench_pool} "
+        "{params.lr_grid} "
         "{params.scaling} {params.stability} {params.gpu} --out {output.md} {params.stamp} "
         "> {log} 2>&1"
 

@@ -54,6 +54,8 @@ class ClaimInputs:
     finetune: pd.DataFrame = field(default_factory=pd.DataFrame)  # finetune.load_finetune_evals
     bench: pd.DataFrame = field(default_factory=pd.DataFrame)  # the timed rows of load_bench
     bench_skipped: list[str] = field(default_factory=list)  # why a benchmarked model was not timed
+    # other runs' timed rows, (name, rows) each, pooled by the speed rule with `bench` (speed_rule)
+    bench_pool: list[tuple[str, pd.DataFrame]] = field(default_factory=list)
     lr_grid: dict | None = None  # lr_grid.json of `tapernorm lr-grid` (the TaperNorm-vs-DyT row)
     scaling: pd.DataFrame | None = None  # summary.csv of the scaling study (claims_scaling)
     stability: pd.DataFrame | None = None  # summary.csv of the stability study (claims_stability)

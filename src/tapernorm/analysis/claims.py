@@ -46,16 +46,14 @@ a yes is graded:
 6. verify.json files: yes if every check passed and the largest relative logit difference is <= 1e-5;
    partly if all passed at a looser rtol; no if any check failed. Judged on the folds that ran: a
    diverged run's fold is skipped (its verify.json says why) and named; not judged if none ran.
-7. benchmark CSVs (tapernorm bench forward|decode): per cell the median over interleaved rounds of
-   the folded model's per-round speedup, with the interquartile range of those ratios; a benchmark
-   (forward; decode per mode) is faster where more than half of its cells have that range wholly
-   above 1.0, slower where more than half have it wholly below, else not resolved. A cell whose
-   range lies wholly below 1.0 is a measured slowdown, named in the row: with one, the claim is no
-   where no cell is faster or every benchmark is slower, else partly. Without one: yes if every
-   benchmark is faster (graded weaker than the paper where a median is below 1.05), not resolved
-   if none is resolved, else partly. A model the benchmarks skipped
-   (its run diverged) is named; not judged when the exports were not timed or the timing was
-   disturbed.
+7. benchmark CSVs (tapernorm bench forward|decode) by the speed rule (speed_rule): a run's
+   ratio is the geometric mean over its grid of cells of the folded model's median per-round
+   speedup over the baseline; a 95% t interval of it over the runs of this host class (this
+   run and the --bench-pool runs of the same setting and grid, disturbed ones left out, at
+   least 3) decides at a 3% margin: yes if wholly above 1.03x (graded weaker than the paper
+   below 1.05x), no if wholly below 1/1.03 or wholly inside the margin (no gain), else not
+   resolved. A model the benchmarks skipped (its run diverged) is named; not judged when the
+   exports were not timed or this run's timing was disturbed.
 8. GPT-2 fine-tuning evals: per TaperLN cell (model, protocol, set) the CE gap to our Vanilla of the same
    model and set, and whether it is at or below FakeLN: our FakeLN rerun of the same model and set where
    there is one, else (only where our run is the paper's hub model on the paper's set) the published
@@ -82,7 +80,7 @@ import pandas as pd
 from ..runtime.atomic import atomic_write_bytes
 from ..runtime.jsonio import read_json, write_json
 from ..runtime.provenance import REHEARSAL_NOTE, git_state, host, now, stamp, versions
-from . import comparable, inference_tables, paper
+from . import comparable, inference_tables, paper, speed_rule
 from . import finetune as ft
 from .claim_numbers import Criterion, record_fields
 from .claim_rows import COLUMNS, GRADES, NOT_MEASURED, SIZE_FACTOR, ClaimInputs, grade_of
@@ -294,6 +292,7 @@ def write_claims(
     gpu: str | Path | None = None,
     stability: str | Path | None = None,
     allow_mixed: bool = False,
+    bench_pool: Sequence[str | Path] = (),
 ) -> Path:
     """Compute every claim from the given run dirs / verify files; write <out>.md, .html (the
     report's page) and .json (claims_record) atomically.
@@ -309,6 +308,8 @@ def write_claims(
     `rehearsal`: a rehearsal of the paper path on stand-ins (config/rehearsal.yaml): said at the top
     and in the stamp.
     `allow_mixed`: let runs of mixed recipes through comparable.check (the inputs say so).
+    `bench_pool`: other runs' benchmark directories (results/reference/*/results/bench),
+    pooled by the speed rule with `bench_files` where of the same host class (speed_rule).
     """
     mixed: list[str] = []
     bench = inference_tables.load_bench(bench_files) if bench_files else pd.DataFrame()
@@ -326,6 +327,7 @@ def write_claims(
         finetune=ft.load_finetune_evals(finetune_evals) if finetune_evals else pd.DataFrame(),
         bench=inference_tables.timed(bench),
         bench_skipped=inference_tables.skipped_notes(bench),
+        bench_pool=speed_rule.load_pool(bench_pool),
         lr_grid=load_lr_grid(lr_grid) if lr_grid else None,
         scaling=load_scaling(scaling) if scaling else None,
         stability=load_stability(stability) if stability else None,
@@ -340,6 +342,7 @@ def write_claims(
         "fold verify files": str(len(verify_files)),
         "fine-tuning evaluations": str(len(finetune_evals)),
         "benchmark CSVs": str(len(bench_files)),
+        "benchmark pool (speed rule)": f"{len(bench_pool)} run(s)",
         "LR grid": grid_source(inp.lr_grid) if inp.lr_grid else "none",
         "scaling study": str(scaling) if scaling else "none",
         "stability study": str(stability) if stability else "none",

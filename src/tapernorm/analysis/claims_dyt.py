@@ -9,11 +9,11 @@ the untied head, that run against the untied baseline (the same footing as DyT).
 Criterion (fixed here, stated in the row). Loss: TaperNorm's validation-loss gap to its matched
 baseline is <= DyT's (a cell whose seeds all diverged counts as an infinite gap), with each arm at
 its own best LR where an LR grid at this scale is given (`tapernorm lr-grid`; its source is named in
-the row), else at the shared LR at every width. Speed: in every benchmark with DyT rows (forward;
-decode per mode) the folded model is faster than DyT, i.e. in more than half of its cells the
-interquartile range of folded's per-round speedups lies wholly above DyT's; not resolved where
-neither lies apart in most cells. yes if both hold; no if DyT is closer in loss and folded is not
-resolved faster; else partly.
+the row), else at the shared LR at every width. Speed: the folded model against DyT by the speed
+rule (speed_rule: a 95% t interval of the grid's geometric-mean speedup over the runs of this host
+class, margin 3%): folded faster by the margin is the speed half's yes; slower or within the margin
+its no; else not resolved. yes if both halves hold; no if DyT is closer in loss and folded is not
+shown faster; else partly.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from collections.abc import Callable
 import pandas as pd
 
 from ..variants import PAPER_VARIANTS, VARIANTS, baseline_of
-from . import comparable, inference_tables
+from . import comparable, inference_tables, speed_rule
 from .claim_numbers import PAIRED_GAP, Criterion, Numbers, Part, with_numbers
 from .claim_rows import NO, NOT_RESOLVED, PARTLY, YES, ClaimInputs, claim_row, not_measured
 from .runs import corpus_of, describe_scale
@@ -42,7 +42,7 @@ PAPER = "— (DyT is not in the paper; our comparison)"
 DYT_CRITERION = Criterion(
     "TaperNorm's validation-loss gap to its matched baseline minus DyT's to its own is <= 0 "
     "(each arm at its best LR where an LR grid at this scale is given), and folded is faster than "
-    "DyT in every benchmark",
+    f"DyT by the {speed_rule.RULE}",
     None,
     0.0,
 )
@@ -147,15 +147,15 @@ def claim_dyt(inp: ClaimInputs) -> dict:
             + comparable.unread_data_text(unread),
         )
     loss = _loss_half(inp, shown, gaps)
-    speed_state, speed, speed_lines = _speed_half(inp)
-    holds = _dyt_holds(loss.ok, loss.where, speed_state, speed)
+    speed_state, speed, speed_lines = speed_half(inp)
+    grade, holds = _dyt_holds(loss.ok, loss.where, speed_state, speed)
     scale = describe_scale(shown)
     if speed_state is not None:
         places = {inference_tables.where(part) for _, part in inp.bench.groupby("benchmark")}
         scale += " | benchmarks: " + "; ".join(sorted(places))
     ours = "; ".join(loss.lines + speed_lines)
     row = claim_row(CLAIM, PAPER, ours, scale, holds, _dyt_comment(inp, loss.note))
-    return with_numbers(row, dyt_numbers(runs, gaps, loss.judged, loss.grid))
+    return {**with_numbers(row, dyt_numbers(runs, gaps, loss.judged, loss.grid)), "grade": grade}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -232,9 +232,10 @@ def _best_lr_loss(grid: dict, shown: pd.DataFrame) -> tuple[str, tuple | None, s
     return note, judged, line
 
 
-def _speed_half(inp: ClaimInputs) -> tuple[str | None, str, list[str]]:
-    """Folded vs DyT per benchmark: (the state over the benchmarks, None where not judged: no DyT
-    rows or disturbed timings; the speed text of the verdict; the lines for Ours)."""
+def speed_half(inp: ClaimInputs) -> tuple[str | None, str, list[str]]:
+    """Folded vs DyT by the speed rule (speed_rule): (the state: YES where folded is faster by the
+    margin, NO where it is slower or within the margin, NOT_RESOLVED, or None where not judged: no
+    DyT rows or disturbed timings; the speed text of the verdict; the lines for Ours)."""
     bench = inp.bench
     disturbed = inference_tables.disturbed_cells(bench) if not bench.empty else []
     apart = inference_tables.separated(bench, "folded", "dyt") if not bench.empty else {}
@@ -245,24 +246,34 @@ def _speed_half(inp: ClaimInputs) -> tuple[str | None, str, list[str]]:
         speed = f"not timed ({not_timed})"
     if not apart or disturbed:
         return None, speed, []
-    states = {name: _speed_state(*counts) for name, counts in apart.items()}
+    decision, used = speed_rule.judge(bench, inp.bench_pool, "folded", "dyt")
     lines = [
         f"{name}: folded faster than DyT in {a}/{n} cells, slower in {b}/{n} "
         "(interquartile ranges apart)"
         for name, (a, b, n) in apart.items()
     ]
-    state = next(  # the state every benchmark shares, else partly
-        (s for s in (YES, NO, NOT_RESOLVED) if all(v == s for v in states.values())), PARTLY
+    lines.append(
+        f"{decision.said('folded', 'DyT')}. {speed_rule.pool_note(used, decision.left_out)}"
     )
-    speed = {YES: "folded faster", NO: "DyT faster", NOT_RESOLVED: "not resolved"}.get(
-        state, "mixed"
-    ) + f" ({', '.join(f'{k} {v}' for k, v in states.items())})"
-    return state, speed, lines
+    state, said = SPEED_STATES[decision.state]
+    return state, f"{said} ({decision.text('folded', 'DyT')})", lines
 
 
-def _dyt_holds(loss_ok: list[bool], loss_where: str, speed_state: str | None, speed: str) -> str:
-    """yes if TaperNorm is closer in loss everywhere and folded faster in every benchmark; no if
-    DyT is closer and folded is not resolved faster; else partly (both halves said)."""
+# the speed rule's state -> (the speed half's state, its words in the verdict)
+SPEED_STATES = {
+    speed_rule.FASTER: (YES, "folded faster"),
+    speed_rule.SLOWER: (NO, "DyT faster"),
+    speed_rule.WITHIN: (NO, f"no gain of {speed_rule.MARGIN:.0%}"),
+    speed_rule.NOT_RESOLVED: (NOT_RESOLVED, "not resolved"),
+}
+
+
+def _dyt_holds(
+    loss_ok: list[bool], loss_where: str, speed_state: str | None, speed: str
+) -> tuple[str, str]:
+    """(grade, verdict): yes if TaperNorm is closer in loss everywhere and folded faster by the
+    speed rule; no if DyT is closer and folded is not shown faster; else partly (both halves
+    said)."""
     loss_state = YES if all(loss_ok) else NO if not any(loss_ok) else PARTLY
     loss = (
         f"TaperNorm closer {loss_where}"
@@ -272,10 +283,10 @@ def _dyt_holds(loss_ok: list[bool], loss_where: str, speed_state: str | None, sp
         else f"TaperNorm closer at {sum(loss_ok)}/{len(loss_ok)} widths {loss_where}"
     )
     if loss_state == YES and speed_state == YES:
-        return YES
+        return YES, YES
     if loss_state == NO and speed_state in (NO, NOT_RESOLVED, None):
-        return f"{NO} (loss: {loss}; speed: {speed})"
-    return f"{PARTLY} (loss: {loss}; speed: {speed})"
+        return NO, f"{NO} (loss: {loss}; speed: {speed})"
+    return PARTLY, f"{PARTLY} (loss: {loss}; speed: {speed})"
 
 
 def _dyt_comment(inp: ClaimInputs, grid_note: str) -> str:
@@ -283,12 +294,12 @@ def _dyt_comment(inp: ClaimInputs, grid_note: str) -> str:
         "Validation-loss gap of each method to the baseline with its head (Table 2's outlier "
         "rule): DyT by its authors' LLaMA recipe (untied head, no DyT bias, embedding scalar, "
         "alpha0 by width; docs/norm-free.md) vs Baseline (untied head); Internal-Taper (+aux) vs "
-        "the baseline with the same head. Speed: per benchmark cell, folded TaperNorm and DyT "
-        "timed as they are in the same interleaved rounds; folded is faster (slower) than DyT "
-        "in a cell where the interquartile range of its per-round speedups lies wholly above "
-        "(below) DyT's; per benchmark the majority of cells decides, else not resolved. "
+        "the baseline with the same head. Speed: folded TaperNorm and DyT timed as they are in the "
+        f"same interleaved rounds, folded against DyT by the {speed_rule.RULE}; the per-benchmark "
+        "counts of cells whose interquartile ranges lie apart are shown, not judged. "
         "Criterion: yes if TaperNorm's loss gap is <= DyT's at every width and folded is faster "
-        "in every benchmark; no if DyT is closer and folded is not resolved faster anywhere; "
+        "by the speed rule; no if DyT is closer and folded is not shown faster (slower, within the "
+        "margin or not resolved); "
         "else partly." + grid_note
     )
     if not_timed := "; ".join(inp.bench_skipped):
@@ -335,10 +346,6 @@ def dyt_numbers(
         interval="parts: 95% t interval of each arm's gap paired by seed",
         parts=tuple(parts),
     )
-
-
-def _speed_state(above: int, below: int, cells: int) -> str:
-    return YES if above > cells / 2 else NO if below > cells / 2 else NOT_RESOLVED
 
 
 def _finite_le(a: float | None, b: float | None) -> bool:

@@ -3,18 +3,20 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import pandas as pd
 
 from ..bench.trust import RERUN
 from ..runtime.jsonio import FileError, read_json
-from . import inference_tables, paper
+from . import inference_tables, paper, speed_rule
 from .claim_numbers import Criterion, Numbers, Part, with_numbers
 from .claim_rows import (
     NO,
+    NOT_JUDGED,
     NOT_RESOLVED,
-    PARTLY,
+    WEAKER,
     YES,
     ClaimInputs,
     at_deviation,
@@ -120,27 +122,14 @@ def claim6(inp: ClaimInputs) -> dict:
 
 # ---- claim 7: folding speeds inference -------------------------------------------------------------
 
-FOLD_SPEEDUP_YES = 1.05
+FOLD_SPEEDUP_YES = 1.05  # a "faster" grid ratio below this is "yes, weaker than the paper"
 DISTURBED_VERDICT = not_judged("disturbed timing")
-FASTER, SLOWER, UNRESOLVED = "faster", "slower", "not resolved"
 SPEED_CRITERION = Criterion(
-    "per benchmark, the interquartile range of the folded model's per-round speedups over the "
-    "RMSNorm baseline lies wholly above 1 in more than half of the cells, and in no cell wholly "
-    "below 1 (a measured slowdown)",
-    1.0,
+    f"{speed_rule.RULE}; the folded model against the RMSNorm baseline: faster is yes (weaker than "
+    f"the paper below {FOLD_SPEEDUP_YES:g}×), slower or within the margin is no",
+    1 + speed_rule.MARGIN,
     None,
 )
-
-
-def benchmark_state(consistent: int, slower: int, cells: int) -> str:
-    """A benchmark's folded model is faster where more than half of its cells have the per-round
-    speedups' interquartile range wholly above 1.0, slower where more than half have it wholly
-    below, and not resolved otherwise (the ranges span 1.0: no difference measured)."""
-    if consistent > cells / 2:
-        return FASTER
-    if slower > cells / 2:
-        return SLOWER
-    return UNRESOLVED
 
 
 def cell_name(row) -> str:
@@ -152,8 +141,7 @@ def cell_name(row) -> str:
 
 def slower_cells(bench: pd.DataFrame) -> list[str]:
     """'decode compiled B=4 P=128: 0.96× (IQR 0.93-0.98, below 1)' for every cell where the
-    folded model's per-round speedups' interquartile range lies wholly below 1.0: a measured
-    slowdown."""
+    folded model's per-round speedups' interquartile range lies wholly below 1.0."""
     folded = inference_tables.timed(bench)
     folded = folded[(folded["variant"] == "folded") & (folded["speedup_q3"] < 1)]
     return [
@@ -162,44 +150,30 @@ def slower_cells(bench: pd.DataFrame) -> list[str]:
     ]
 
 
-def speed_verdict(states: dict[str, str], medians: list[float], bench: pd.DataFrame) -> str:
-    """Claim 7's verdict from its cells: a measured slowdown anywhere rules out yes (no where no
-    cell is faster or every benchmark is slower, else partly); otherwise by the benchmarks'
-    states (claims.py)."""
-    best = paper.table3_best()["folded"]
-    slow = slower_cells(bench)
-    folded = inference_tables.timed(bench)
-    folded = folded[folded["variant"] == "folded"]
-    n, n_fast = len(folded), int((folded["speedup_q1"] > 1).sum())
-    listed = ", ".join(f"{name} {state}" for name, state in states.items())
-    if slow and (not n_fast or all(v == SLOWER for v in states.values())):
-        return (
-            f"{NO} (folded slower in {len(slow)}/{n} cells, faster in {n_fast}: {'; '.join(slow)})"
-        )
-    if slow:
-        return (
-            f"{PARTLY} (folded faster in {n_fast}/{n} cells, slower in {len(slow)}/{n}: "
-            f"{'; '.join(slow)})"
-        )
-    if all(v == FASTER for v in states.values()):
-        if min(medians) < FOLD_SPEEDUP_YES:
-            return weaker_than_paper(
-                f"folded medians {min(medians):.2f}-{max(medians):.2f}×", f"up to {best:.2f}×"
-            )
-        return YES
-    if all(v == UNRESOLVED for v in states.values()):
-        return f"{NOT_RESOLVED} (interquartile ranges span 1.0: {listed})"
-    return f"{PARTLY} ({listed})"
+def speed_verdict(decision: speed_rule.Decision) -> tuple[str, str]:
+    """(grade, verdict) of claim 7 from the speed rule's decision on folded against the baseline:
+    faster is yes (weaker than the paper below FOLD_SPEEDUP_YES), slower or within the margin no,
+    else not resolved."""
+    text = decision.text("folded", "baseline")
+    if decision.state == speed_rule.FASTER:
+        if decision.ratio < FOLD_SPEEDUP_YES:
+            best = paper.table3_best()["folded"]
+            return WEAKER, weaker_than_paper(text, f"up to {best:.2f}× (v1 Table 3)")
+        return YES, f"{YES} ({text})"
+    if decision.state == speed_rule.SLOWER:
+        return NO, f"{NO} ({text})"
+    if decision.state == speed_rule.WITHIN:
+        return NO, f"{NO} (no gain of {speed_rule.MARGIN:.0%}: {text})"
+    return NOT_RESOLVED, f"{NOT_RESOLVED} ({text})"
 
 
-def _benchmark_texts(bench: pd.DataFrame) -> tuple[list[str], dict[str, str], list[float]]:
-    """Per benchmark (forward; decode per mode): its text for the Ours column, its state, and
-    the folded model's median speedup."""
-    ours, states, medians = [], {}, []
+def _benchmark_texts(bench: pd.DataFrame) -> list[str]:
+    """Per benchmark (forward; decode per mode): its text for the Ours column (the cells' medians
+    and interquartile ranges, as the tables show them; the verdict is the speed rule's)."""
+    ours = []
     for s in inference_tables.speedup_summary(bench):
         name = "forward" if s["benchmark"] == "forward" else f"decode {s['mode']}"
         f, e, n = s["folded"], s["explicit"], s["cells"]
-        states[name] = benchmark_state(f["consistent"], f["slower"], n)
         unresolved = n - f["consistent"] - f["slower"]
         text = (
             f"{name}: folded best {f['best']:.2f}×, median {f['median']:.2f}× (interquartile "
@@ -210,21 +184,23 @@ def _benchmark_texts(bench: pd.DataFrame) -> tuple[list[str], dict[str, str], li
         if slow := slower_cells(part):
             text += f", folded slower in {'; '.join(slow)}"
         ours.append(f"{text}; explicit best {e['best']:.2f}×, median {e['median']:.2f}×")
-        medians.append(f["median"])
-    return ours, states, medians
+    return ours
 
 
-def speed_numbers(bench: pd.DataFrame) -> Numbers:
-    """The folded model's median speedup over every cell, each cell a part with its IQR."""
+def speed_numbers(bench: pd.DataFrame, decision: speed_rule.Decision) -> Numbers:
+    """The speed rule's grid ratio over the runs of this host class with its interval, as the
+    headline; each cell of this run a part with its interquartile range."""
     folded = inference_tables.timed(bench)
     folded = folded[folded["variant"] == "folded"]
-    n, slow = len(folded), int((folded["speedup_q3"] < 1).sum())
-    fast, median = int((folded["speedup_q1"] > 1).sum()), float(folded["speedup"].median())
+    finite = math.isfinite(decision.low)
     return Numbers(
-        headline=f"folded median {median:.2f}× over {n} cells: faster in {fast}, slower in {slow}",
-        unit="× (t_baseline / t_folded)",
-        estimate=median,
-        interval="parts: interquartile range of the per-round speedups of each cell",
+        headline=decision.said("folded", "baseline"),
+        unit="× (t_baseline / t_folded, geometric mean over the benchmark grid)",
+        estimate=decision.ratio,
+        ci_low=decision.low if finite else None,
+        ci_high=decision.high if finite else None,
+        interval=f"{speed_rule.CONFIDENCE:.0%} t interval over {decision.runs} run(s) of this "
+        "host class; parts: interquartile range of the per-round speedups of each cell of this run",
         parts=tuple(
             Part(cell_name(r), r.speedup, r.speedup_q1, r.speedup_q3)
             for r in folded.itertuples(index=False)
@@ -248,9 +224,11 @@ def claim7(inp: ClaimInputs) -> dict:
         return claim_row(
             claim, paper_value, "not timed", "—", not_judged(why), f"Not timed: {not_timed}."
         )
-    ours, states, medians = _benchmark_texts(inp.bench)
+    ours = _benchmark_texts(inp.bench)
     disturbed = inference_tables.disturbed_cells(inp.bench)
-    holds = DISTURBED_VERDICT if disturbed else speed_verdict(states, medians, inp.bench)
+    decision, used = speed_rule.judge(inp.bench, inp.bench_pool, "folded", "baseline")
+    grade, holds = (NOT_JUDGED, DISTURBED_VERDICT) if disturbed else speed_verdict(decision)
+    ours.append(decision.said("folded", "baseline"))
     scales = {
         kind: inference_tables.where(part)
         for kind, part in inp.bench.groupby("benchmark", sort=False)
@@ -260,14 +238,10 @@ def claim7(inp: ClaimInputs) -> dict:
     comment = (
         "Speedup per cell = median over interleaved rounds of t_baseline / t_export, with the "
         "interquartile range of those per-round ratios; best and median over the cells of each "
-        "benchmark. A cell whose interquartile range lies wholly below 1.0 is a measured "
-        "slowdown, named in the row. Criterion per benchmark: the folded model is faster where "
-        "more than half of the cells have their interquartile range wholly above 1.0, slower "
-        "where more than half have it wholly below, else not resolved. Claim: a measured slowdown "
-        "in any cell makes it partly (no where no cell is faster or every benchmark is slower); "
-        "otherwise yes if every "
-        f"benchmark is faster (graded weaker than the paper where a median is below "
-        f"{FOLD_SPEEDUP_YES:g}×), not resolved if none is resolved, else partly. "
+        "benchmark (a cell whose interquartile range lies wholly below 1.0 is named). Verdict by "
+        f"the {speed_rule.RULE}. Folded against the baseline: faster is yes (graded weaker than "
+        f"the paper below {FOLD_SPEEDUP_YES:g}×), slower or within the margin is no, else not "
+        f"resolved. {speed_rule.pool_note(used, decision.left_out)} "
         f"{inference_tables.scale_note(inp.bench)}"
     )
     if disturbed:
@@ -279,17 +253,18 @@ def claim7(inp: ClaimInputs) -> dict:
         comment += f" Not timed: {not_timed}."
     scale = " | ".join(v if k == "both" else f"{k}: {v}" for k, v in scales.items())
     if inp.gpu is not None and not inp.gpu.empty:  # a first-GPU check, judged alike, said apart
-        gpu_ours, gpu_states, gpu_medians = _benchmark_texts(inp.gpu)
+        gpu_decision, _ = speed_rule.judge(inp.gpu, (), "folded", "baseline")
         gpu_holds = (
             DISTURBED_VERDICT
             if inference_tables.disturbed_cells(inp.gpu)
-            else speed_verdict(gpu_states, gpu_medians, inp.gpu)
+            else speed_verdict(gpu_decision)[1]
         )
+        gpu_ours = [*_benchmark_texts(inp.gpu), gpu_decision.said("folded", "baseline")]
         ours.append(f"on a GPU ({inp.gpu_where}): " + "; ".join(gpu_ours))
         holds += f"; on a GPU: {gpu_holds}"
         comment += (
             f" On a GPU: a first-GPU check ({inp.gpu_where}; "
-            f"{inference_tables.scale_note(inp.gpu)}), judged by the same criterion."
+            f"{inference_tables.scale_note(inp.gpu)}), judged by the same rule, on its own run."
         )
     row = claim_row(claim, paper_value, "; ".join(ours), scale, holds, comment)
-    return with_numbers(row, speed_numbers(inp.bench))
+    return {**with_numbers(row, speed_numbers(inp.bench, decision)), "grade": grade}

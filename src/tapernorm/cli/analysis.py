@@ -144,6 +144,7 @@ def _cmd_claims(args: argparse.Namespace) -> int:
         gpu=args.gpu,
         stability=args.stability,
         allow_mixed=args.allow_mixed,
+        bench_pool=args.bench_pool,
     )
     print(out)
     return 0
@@ -330,6 +331,15 @@ def _add_claims(subparsers: Subparsers) -> None:
     )
     c.add_argument("--verify", type=Path, nargs="+", default=[], help="verify.json files of fold")
     c.add_argument("--bench", type=Path, nargs="+", default=[], help=BENCH_HELP + " (claim 7)")
+    c.add_argument(
+        "--bench-pool",
+        type=Path,
+        nargs="+",
+        default=[],
+        help="other runs' benchmark directories (e.g. results/reference/*/results/bench): "
+        "the speed rule of claim 7 and DyT's speed half pools those of --bench's host class "
+        "with it (analysis/speed_rule.py)",
+    )
     c.add_argument(
         "--finetune-evals",
         type=Path,

@@ -21,6 +21,8 @@ SCALING_SUMMARY = "results/cpu/scaling/summary.csv"
 STABILITY_SUMMARY = "results/cpu/stability/summary.csv"
 # the committed first-GPU checks (benchmarks/README.md): claim 7 quotes the newest
 GPU_CHECKS = "results/gpu"
+# the committed reference runs (docs/reproducibility.md): the speed rule pools their benchmarks
+REFERENCE_RUNS = "results/reference"
 
 
 def data_files(root: str, sentencepiece: bool) -> dict[str, str]:
@@ -97,6 +99,20 @@ def committed_scaling_summary() -> list[str]:
 def committed_stability_summary() -> list[str]:
     """The committed stability study's summary, where the working directory has it."""
     return [STABILITY_SUMMARY] if os.path.isfile(STABILITY_SUMMARY) else []
+
+
+def committed_bench_pool() -> list[str]:
+    """The committed reference runs' benchmark CSVs, where the working directory has them: the
+    speed rule of claim 7 and DyT's row pools those of the run's host class (speed_rule)."""
+    if not os.path.isdir(REFERENCE_RUNS):
+        return []
+    return sorted(
+        os.path.join(REFERENCE_RUNS, run, "results", "bench", name)
+        for run in os.listdir(REFERENCE_RUNS)
+        if os.path.isdir(os.path.join(REFERENCE_RUNS, run, "results", "bench"))
+        for name in os.listdir(os.path.join(REFERENCE_RUNS, run, "results", "bench"))
+        if name.endswith(".csv")
+    )
 
 
 def committed_gpu_check() -> list[str]:

@@ -15,6 +15,7 @@ from .devices import gpu_prefix
 from .family import Family
 from .files import (
     FINETUNE_DATA,
+    committed_bench_pool,
     committed_gpu_check,
     committed_lr_grid,
     committed_scaling_summary,
@@ -132,6 +133,11 @@ def scaling_input(wildcards: Namedlist) -> list[str]:
 def stability_input(wildcards: Namedlist) -> list[str]:
     """The committed stability study's summary, where the checkout has it (the stability row)."""
     return committed_stability_summary()
+
+
+def bench_pool_input(wildcards: Namedlist) -> list[str]:
+    """The committed reference runs' benchmark CSVs (claim 7 and DyT's speed rule pools them)."""
+    return committed_bench_pool()
 
 
 def gpu_input(wildcards: Namedlist) -> list[str]:

@@ -1,0 +1,227 @@
+"""The speed rule (analysis/speed_rule.py) that judges claim 7 and DyT's speed half: on synthetic
+runs (clear yes, clear no, within the margin, noisy, too few runs, disturbed), and on every
+committed reference run's own benchmark CSVs, where one rerun must not reverse the verdict."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from tapernorm.analysis import claims, claims_dyt, inference_tables, speed_rule
+from tapernorm.analysis.claim_rows import NO, NOT_JUDGED, NOT_RESOLVED, WEAKER, YES, ClaimInputs
+
+ROOT = Path(__file__).resolve().parents[1]
+REFERENCE_BENCH = sorted(ROOT.glob("results/reference/*/results/bench"))
+CELLS = [("forward", "eager", 1, 128), ("forward", "eager", 4, 128), ("decode", "eager", 1, 128)]
+
+
+def _run(folded: float, dyt: float = 1.0, cpu: str = "a test CPU", **extra) -> pd.DataFrame:
+    """One run's timed rows: every cell at these speedups over the baseline (q1/q3 at +-2%)."""
+    rows = []
+    for benchmark, mode, batch, length in CELLS:
+        for variant, s in (("baseline", 1.0), ("explicit", 1.0), ("folded", folded), ("dyt", dyt)):
+            rows.append(
+                dict(
+                    benchmark=benchmark, mode=mode, variant=variant, batch=batch,
+                    seq_len=length if benchmark == "forward" else math.nan,
+                    prompt_len=length if benchmark == "decode" else math.nan,
+                    speedup=s, speedup_q1=s * 0.98, speedup_q3=s * 1.02, own_median_ms=10 / s,
+                    device="cpu", device_name=cpu, dtype="float32", torch="2", threads=2,
+                    n_embd=512, n_layer=8, params=30_000_000, rounds=7, warmup=1, tok_s=100 * s,
+                    latency_ms=10 / s, new_tokens=16, prefill_ms=1.0, decode_tok_s=100 * s,
+                    disturbed=False,
+                    disturbed_why="", source="", skipped="", **extra,
+                )
+            )  # fmt: skip
+    return pd.DataFrame(rows)
+
+
+def _runs(folded: list[float], dyt: list[float] | None = None, **kw) -> list[pd.DataFrame]:
+    dyt = dyt or [1.0] * len(folded)
+    return [_run(f, d, **kw) for f, d in zip(folded, dyt, strict=True)]
+
+
+def _claim7(runs: list[pd.DataFrame], **kw) -> dict:
+    pool = [(f"run{i}", r) for i, r in enumerate(runs[1:])]
+    return claims.claim7(ClaimInputs(bench=runs[0], bench_pool=pool, **kw))
+
+
+# ---- the rule itself ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("ratios", "state"),
+    [
+        ([1.10, 1.11, 1.09, 1.10], speed_rule.FASTER),  # faster by well over 3%
+        ([0.90, 0.91, 0.89, 0.90], speed_rule.SLOWER),
+        ([1.00, 1.005, 0.995, 1.002], speed_rule.WITHIN),  # no gain either way
+        ([1.10, 0.95, 1.20, 0.98], speed_rule.NOT_RESOLVED),  # noisy reruns
+        ([1.02, 1.03, 1.04, 1.03], speed_rule.NOT_RESOLVED),  # straddles the 3% edge
+        ([1.10, 1.10], speed_rule.NOT_RESOLVED),  # two runs: fewer than MIN_RUNS
+        ([1.10], speed_rule.NOT_RESOLVED),
+        ([], speed_rule.NOT_RESOLVED),
+    ],
+)
+def test_the_rule_decides_on_the_runs_interval_at_its_margin(ratios, state):
+    decision = speed_rule.decide([math.log(r) for r in ratios])
+    assert decision.state == state and decision.runs == len(ratios)
+    if len(ratios) >= 2:
+        assert decision.low <= decision.ratio <= decision.high
+
+
+def test_a_runs_ratio_is_the_geometric_mean_over_its_grid():
+    run = _run(1.0)
+    run.loc[run["variant"] == "folded", "speedup"] = [1.0, 1.21, 1.1]
+    run.loc[run["variant"] == "dyt", "speedup"] = [1 / 1.1, 1.1, 1.0]
+    assert math.exp(speed_rule.grid_log_ratio(run, "folded", "baseline")) == pytest.approx(1.1)
+    assert math.exp(speed_rule.grid_log_ratio(run, "folded", "dyt")) == pytest.approx(1.1)
+    with pytest.raises(ValueError, match="no benchmark cell has both folded and nope timed"):
+        speed_rule.grid_log_ratio(run, "folded", "nope")
+
+
+def test_the_pool_takes_this_host_class_once_and_names_disturbed_runs():
+    own = _run(1.10)
+    busy = _run(1.5).assign(disturbed=True, disturbed_why="other processes used 1.00 cores")
+    other_cpu = _run(0.5, cpu="another CPU")
+    other_grid = _run(0.5)[lambda d: d["benchmark"] == "forward"]
+    pool = [
+        ("same", own.copy()),  # this run itself, given again
+        ("a", _run(1.11)),
+        ("a-copy", _run(1.11)),
+        ("b", _run(1.09)),
+        ("busy", busy),
+        ("cpu", other_cpu),
+        ("grid", other_grid),
+    ]
+    runs, used, left_out = speed_rule.pooled(own, pool)
+    assert used == ["a", "b"] and len(runs) == 3
+    assert left_out == ["busy (disturbed timing)"]
+    decision, _ = speed_rule.judge(own, pool, "folded", "baseline")
+    assert decision.state == speed_rule.FASTER and decision.left_out == ("busy (disturbed timing)",)
+    note = speed_rule.pool_note(used, decision.left_out)
+    assert (
+        note == "Pooled with 2 run(s) of this host class: a, b; left out: busy (disturbed timing)."
+    )
+
+
+def test_load_pool_reads_a_runs_bench_directory_and_refuses_in_one_line(tmp_path):
+    bench = tmp_path / "run-x/results/bench"
+    bench.mkdir(parents=True)
+    run = _run(1.1)
+    run[run["benchmark"] == "forward"].drop(columns="prompt_len").to_csv(
+        bench / "forward.csv", index=False
+    )
+    run[run["benchmark"] == "decode"].drop(columns="seq_len").to_csv(
+        bench / "decode.csv", index=False
+    )
+    [(name, rows)] = speed_rule.load_pool([bench])
+    assert name == "run-x" and len(rows) == len(run)
+    with pytest.raises(FileNotFoundError, match="benchmark pool directory .* does not exist"):
+        speed_rule.load_pool([tmp_path / "nope"])
+    with pytest.raises(ValueError, match="has no forward or decode CSV"):
+        speed_rule.load_pool([tmp_path])
+
+
+# ---- claim 7 and DyT's speed half by the rule -------------------------------------------------------
+
+
+def test_claim7_by_the_rule_yes_no_within_noisy_and_too_few_runs():
+    fast = _claim7(_runs([1.10, 1.11, 1.09]))
+    assert fast["grade"] == YES and fast["Holds?"].startswith("yes (folded/baseline 1.100×")
+    weak = _claim7(_runs([1.04, 1.041, 1.039]))  # faster by the margin, below FOLD_SPEEDUP_YES
+    assert weak["grade"] == WEAKER and "vs the paper's up to 1.22× (v1 Table 3)" in weak["Holds?"]
+    slow = _claim7(_runs([0.90, 0.91, 0.89]))
+    assert slow["grade"] == NO and slow["Holds?"].startswith("no (folded/baseline 0.900×")
+    same = _claim7(_runs([1.0, 1.005, 0.995]))
+    assert same["grade"] == NO and same["Holds?"].startswith("no (no gain of 3%: folded/baseline")
+    noisy = _claim7(_runs([1.10, 0.95, 1.20]))
+    assert noisy["grade"] == NOT_RESOLVED and noisy["Holds?"].startswith("not resolved (")
+    alone = _claim7(_runs([1.10, 1.11]))
+    assert alone["grade"] == NOT_RESOLVED and "the rule needs 3 runs" in alone["Holds?"]
+    # the rule and its margin are stated in the row claims.md shows
+    assert "wholly above 1.03×" in fast["Comment"] and "95% t interval" in fast["Comment"]
+    assert "Pooled with 2 run(s) of this host class: run0, run1." in fast["Comment"]
+
+
+def test_disturbed_cells_are_still_not_judged():
+    runs = _runs([1.10, 1.11, 1.09])
+    busy = runs[0].assign(disturbed=True, disturbed_why="other processes used 1.00 cores")
+    row = _claim7([busy, *runs[1:]])
+    assert row["grade"] == NOT_JUDGED and row["Holds?"] == "not judged: disturbed timing"
+    assert row["Comment"].startswith("NOT JUDGED: 3 cell(s) were timed on a disturbed machine")
+    state, speed, _ = claims_dyt.speed_half(ClaimInputs(bench=busy, bench_pool=[]))
+    assert state is None and speed == "not judged, disturbed timing"
+
+
+def test_dyt_speed_half_by_the_same_rule():
+    def half(folded, dyt):
+        runs = _runs(folded, dyt)
+        pool = [(f"run{i}", r) for i, r in enumerate(runs[1:])]
+        return claims_dyt.speed_half(ClaimInputs(bench=runs[0], bench_pool=pool))
+
+    state, speed, lines = half([1.10, 1.11, 1.09], [1.0, 1.0, 1.0])
+    assert state == YES and speed.startswith("folded faster (folded/DyT 1.100× over the grid")
+    assert lines[-1].endswith(
+        "3 runs): faster. Pooled with 2 run(s) of this host class: run0, run1."
+    )
+    assert half([1.0, 1.0, 1.0], [1.10, 1.11, 1.09])[0] == NO  # DyT faster
+    state, speed, _ = half([1.0, 1.0, 1.0], [1.0, 1.004, 0.997])
+    assert state == NO and speed.startswith("no gain of 3% (")
+    assert half([1.10, 0.95, 1.20], [1.0, 1.0, 1.0])[0] == NOT_RESOLVED
+
+
+def test_the_claims_command_pools_the_given_runs_and_states_the_rule(tmp_path):
+    dirs = []
+    for i, f in enumerate([1.10, 1.11, 1.09]):
+        bench = tmp_path / f"run{i}/results/bench"
+        bench.mkdir(parents=True)
+        run = _run(f)
+        run.drop(columns="prompt_len")[run["benchmark"] == "forward"].to_csv(
+            bench / "forward.csv", index=False
+        )
+        run.drop(columns="seq_len")[run["benchmark"] == "decode"].to_csv(
+            bench / "decode.csv", index=False
+        )
+        dirs.append(bench)
+    own = sorted(dirs[0].glob("*.csv"))
+    out = claims.write_claims(tmp_path / "claims.md", bench_files=own, bench_pool=dirs)
+    line = next(ln for ln in out.read_text().splitlines() if ln.startswith("| 7."))
+    assert "| yes (folded/baseline 1.100× over the grid (95% interval" in line
+    assert "at least 3 runs) decides: faster if it lies wholly above 1.03×" in line
+    assert "within the ±3% margin if wholly inside it" in line
+    assert "Pooled with 2 run(s) of this host class: run1, run2." in line
+    assert "- benchmark pool (speed rule): 3 run(s)" in out.read_text()
+
+
+# ---- every committed reference run: one verdict, or not resolved on all ------------------------------
+
+
+def _committed(bench_dir: Path) -> pd.DataFrame:
+    files = sorted(bench_dir.glob("forward*.csv")) + sorted(bench_dir.glob("decode*.csv"))
+    return inference_tables.timed(inference_tables.load_bench(files))
+
+
+@pytest.mark.skipif(len(REFERENCE_BENCH) < 2, reason="the checkout has no reference runs")
+def test_claim7_and_dyts_speed_half_give_one_verdict_on_every_committed_reference_run():
+    """Each committed run judged from its own benchmark CSVs, pooled with the committed runs of its
+    host class as `tapernorm claims --bench-pool` does: one rerun must not reverse the verdict."""
+    pool = speed_rule.load_pool(REFERENCE_BENCH)
+    claim7, dyt, disturbed = {}, {}, []
+    for bench_dir in REFERENCE_BENCH:
+        name, own = bench_dir.parents[1].name, _committed(bench_dir)
+        inp = ClaimInputs(bench=own, bench_pool=pool)
+        row = claims.claim7(inp)
+        state, speed, _ = claims_dyt.speed_half(inp)
+        if inference_tables.disturbed_cells(own):  # still not judged, on either
+            assert row["grade"] == NOT_JUDGED and state is None, name
+            disturbed.append(name)
+            continue
+        claim7[name], dyt[name] = row["grade"], state
+    assert len(claim7) >= 2
+    assert len(set(claim7.values())) == 1, claim7
+    assert len(set(dyt.values())) == 1, dyt
+    # what the committed runs say today: not resolved on both, everywhere they are judged
+    assert set(claim7.values()) == set(dyt.values()) == {NOT_RESOLVED}
