@@ -35,7 +35,6 @@ Fields not compared (they do not change a run's numbers, or change them by no mo
 from __future__ import annotations
 
 import hashlib
-import json
 import math
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -44,6 +43,7 @@ import pandas as pd
 
 from ..runtime import bookkeeping
 from ..runtime.digests import json_sha256
+from ..runtime.jsonio import read_json
 from ..training.metrics_log import METRICS, read_records
 from ..variants import VARIANTS
 
@@ -291,7 +291,7 @@ def unread_data(runs: pd.DataFrame) -> list[str]:
     out = []
     for data_dir in sorted(set(runs["corpus"])) if "corpus" in runs else []:
         try:
-            json.loads((Path(data_dir) / "meta.json").read_text())
+            read_json(Path(data_dir) / "meta.json")  # (as runs.corpus_of reads it)
         except (OSError, ValueError):
             out.append(str(data_dir))
     return out
