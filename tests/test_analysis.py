@@ -501,6 +501,7 @@ def test_grade_vocabulary():
         cr.unlike_paper("d=64: -2.36%", "+0.78% to +1.82%"): cr.UNLIKE,
         cr.at_deviation("Eq. 5 λ=10", "Eq. 5 λ=0.1", "no, 2.59x the baseline"): cr.AT_DEVIATION,
         cr.not_judged("disturbed timing"): cr.NOT_JUDGED,
+        cr.not_reproduced("logits 2.75x (needs >= 10x)", cr.NO): cr.NOT_REPRODUCED,
         "not resolved (d=64: 95% interval [-3.1%, -1.6%] straddles ±2%)": cr.NOT_RESOLVED,
         "partly (loss: 1/1; speed: 2/3)": cr.PARTLY,
         **{g: g for g in (cr.YES, cr.PARTLY, cr.NO, cr.NOT_MEASURED, cr.NOT_RESOLVED)},

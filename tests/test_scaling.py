@@ -412,6 +412,7 @@ def _every_grade() -> dict[str, str]:
         cr.AT_DEVIATION: cr.at_deviation("λ=10", "λ=0.1", cr.NO),
         cr.PARTLY: cr.PARTLY,
         cr.NO: cr.NO,
+        cr.NOT_REPRODUCED: cr.not_reproduced("logits 2.75x (needs >= 10x)", cr.NO),
         cr.NOT_RESOLVED: f"{cr.NOT_RESOLVED} (d=64: straddles)",
         cr.NOT_MEASURED: cr.NOT_MEASURED,
         cr.NOT_JUDGED: cr.not_judged("disturbed"),

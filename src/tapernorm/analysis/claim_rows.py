@@ -14,6 +14,9 @@ built from the data by the claim (never typed in):
   at a setting the paper did not use, named, beside the verdict at the paper's own (at_deviation).
 - "partly": some of the criterion's parts (widths, sources, benchmarks, cells) hold, not all.
 - "no": none holds.
+- "not reproduced at this scale (the premise measured; by the criterion: its verdict)": the claim
+  does not hold here and the paper's premise for it (what its effect depends on) is measured absent
+  at our scale, so the data neither confirm nor refute it (not_reproduced).
 - "not resolved (why)": the measurement cannot tell: its 95% interval straddles the criterion's
   edge, or the spread of repeated timings spans "no difference" (the reason in brackets).
 - "not measured": the inputs for the claim were not given.
@@ -35,10 +38,14 @@ YES, PARTLY, NO = "yes", "partly", "no"
 NOT_MEASURED = "not measured"
 NOT_JUDGED = "not judged"
 NOT_RESOLVED = "not resolved"
+NOT_REPRODUCED = "not reproduced at this scale"
 WEAKER = "yes, weaker than the paper"
 UNLIKE = "yes, unlike the paper"
 AT_DEVIATION = "only at a deviation"
-GRADES = (YES, WEAKER, UNLIKE, AT_DEVIATION, PARTLY, NO, NOT_RESOLVED, NOT_MEASURED, NOT_JUDGED)
+GRADES = (
+    YES, WEAKER, UNLIKE, AT_DEVIATION, PARTLY, NO, NOT_REPRODUCED, NOT_RESOLVED, NOT_MEASURED,
+    NOT_JUDGED,
+)  # fmt: skip
 SIZE_FACTOR = 2.0  # "weaker": the effect is below the low end of the paper's range / SIZE_FACTOR
 COLUMNS = ("Claim", "Paper", "Ours", "Scale", "Holds?", "Comment")
 
@@ -100,6 +107,11 @@ def weaker_than_paper(ours: str, paper_value: str) -> str:
 
 def unlike_paper(ours: str, paper_value: str) -> str:
     return f"{UNLIKE} ({ours} vs the paper's {paper_value})"
+
+
+def not_reproduced(premise: str, verdict: str) -> str:
+    """e.g. "not reproduced at this scale (premise absent: ...; by the criterion: no)"."""
+    return f"{NOT_REPRODUCED} (premise absent: {premise}; by the criterion: {verdict})"
 
 
 def at_deviation(deviation: str, paper_setting: str, verdict_there: str) -> str:

@@ -15,6 +15,7 @@ from .claim_numbers import Criterion, Numbers, Part, with_numbers
 from .claim_rows import (
     NO,
     NOT_MEASURED,
+    NOT_REPRODUCED,
     PARTLY,
     SIZE_FACTOR,
     YES,
@@ -22,9 +23,11 @@ from .claim_rows import (
     at_deviation,
     claim_row,
     combine_verdicts,
+    grade_of,
     grade_size,
     not_judged,
     not_measured,
+    not_reproduced,
     usable_runs,
     variant_label,
 )
@@ -51,9 +54,15 @@ SUPPRESS_CRITERION = Criterion(
     1 / CLOSE_FACTOR,
     CLOSE_FACTOR,
 )
+# claim 5's premise: the paper's gradient decay comes from a softmax saturated by logit chasing of
+# the paper's size; chasing more than SIZE_FACTOR below the paper's low end (what claim 3 grades
+# "weaker than the paper") does not saturate it so
+PREMISE_CHASE = paper.FIG3_CHASING_RATIO[0] / SIZE_FACTOR
 GRAD_CRITERION = Criterion(
     f"per weight type, no-final-norm over final-norm gradient norms <= 1/{CLOSE_FACTOR:g} "
-    f"(clusters) and All-Taper (+aux) over Internal-Taper (+aux) within {CLOSE_FACTOR:g}x (closes)"
+    f"(clusters) and All-Taper (+aux) over Internal-Taper (+aux) within {CLOSE_FACTOR:g}x (closes); "
+    f"premise: the unanchored no-final-norm end logit norm >= {PREMISE_CHASE:g}x the final-norm "
+    "runs' (a softmax saturated as the paper's), else not reproduced at this scale"
 )
 
 
@@ -151,7 +160,7 @@ def claim3(inp: ClaimInputs) -> dict:
     )
     row = claim_row(claim, paper_value, "; ".join(ours), " | ".join(scales), holds, comment)
     numbers = Numbers(
-        headline=f"{smallest[1]} (paper ~{lo}-{hi}x)",
+        headline=f"{smallest[1]} (paper {paper.FIG3_SOURCE.version} ~{lo}-{hi}x)",
         unit="x",
         estimate=smallest[0],
         n_seeds=smallest[2],
@@ -392,6 +401,30 @@ def _grad_source(inp: ClaimInputs) -> tuple[str, pd.DataFrame] | None:
     return name, runs
 
 
+def claim5_premise(runs: pd.DataFrame, verdict: str) -> tuple[str, str, str]:
+    """(grade, verdict, the comment's sentence) of claim 5 after its premise check: a verdict other
+    than yes where the unanchored no-final-norm runs' end logit norm is below PREMISE_CHASE times
+    the final-norm runs' (the softmax is not saturated as the paper's) is "not reproduced at this
+    scale", with the criterion's verdict beside it; otherwise the verdict stands."""
+    free, kept = _free(runs), runs[~runs["final_taper"]]
+    chase = free["logit_norm_end"].mean() / kept["logit_norm_end"].mean()
+    lo, hi = paper.FIG3_CHASING_RATIO
+    if not math.isfinite(chase):
+        return grade_of(verdict), verdict, " Premise not measured (no end logit norms)."
+    measured = (
+        f"unanchored no-final-norm end logit norm {chase:.2f}x the final-norm runs' (the paper's "
+        f"~{lo}-{hi}x; a softmax saturated as the paper's needs >= {PREMISE_CHASE:g}x)"
+    )
+    note = (
+        f" Premise (the paper's decay needs a softmax saturated by logit chasing of the paper's "
+        f"size: >= its {lo}x / {SIZE_FACTOR:g}): {measured}"
+    )
+    if verdict != YES and chase < PREMISE_CHASE:
+        note += "; absent, so a verdict other than yes is 'not reproduced at this scale'."
+        return NOT_REPRODUCED, not_reproduced(measured, verdict), note
+    return grade_of(verdict), verdict, note + "; present."
+
+
 def claim5(inp: ClaimInputs) -> dict:
     claim = "5. Gradient norms cluster by final-norm presence without the anchor; the gap closes with it"
     lo, hi = paper.FIG4_NO_FINAL_NORM_GRAD
@@ -439,9 +472,8 @@ def claim5(inp: ClaimInputs) -> dict:
         "conventions." + saturation + _diverged_note(inp)
     )
     ours = f"{name}, " + "; ".join(shorts)
-    row = claim_row(
-        claim, paper_value, ours, describe_scale(runs), combine_verdicts(verdicts), comment
-    )
+    grade, holds, premise = claim5_premise(runs, combine_verdicts(verdicts))
+    row = claim_row(claim, paper_value, ours, describe_scale(runs), holds, comment + premise)
     numbers = Numbers(
         headline=ours,
         unit="x",
@@ -450,4 +482,4 @@ def claim5(inp: ClaimInputs) -> dict:
         "no single headline number",
         parts=tuple(parts),
     )
-    return with_numbers(row, numbers)
+    return {**with_numbers(row, numbers), "grade": grade}
