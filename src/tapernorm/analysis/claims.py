@@ -178,9 +178,36 @@ CRITERIA: dict[Callable[[ClaimInputs], dict], Criterion] = {
 }
 
 
+# where each claim's paper value is from (the paper's version and table: paper.Source); its Paper
+# cell carries them ("(paper v1, Table 2)"), claims.json's `paper_sources` too; DyT's row has none
+PAPER_SOURCES: dict[Callable[[ClaimInputs], dict], tuple[paper.Source, ...]] = {
+    claim1: (paper.TABLE2_SOURCE,),
+    claim2: (paper.TABLE2_SOURCE,),
+    claim3: (paper.FIG3_SOURCE,),
+    claim4: (paper.FIG3_SOURCE,),
+    claim5: (paper.FIG4_SOURCE,),
+    claim6: (paper.FOLD_SOURCE,),
+    claim7: (paper.TABLE3_SOURCE, paper.DECODE_SOURCE),
+    claim8: (paper.TABLE4_SOURCE,),
+    claim_stability: (paper.STABILITY_SOURCE,),
+    claim_dyt: (),
+}
+SOURCES_KEY = "paper_sources"  # the row's key holding its paper sources (not a column)
+
+
+def _with_sources(row: dict, sources: tuple[paper.Source, ...]) -> dict:
+    return {**row, "Paper": paper.tagged(row["Paper"], *sources), SOURCES_KEY: sources}
+
+
 def claim_rows(inp: ClaimInputs) -> list[tuple[dict, Criterion | None]]:
-    """(row, its criterion) per claim in CLAIMS; a row may carry its Numbers (claim_numbers)."""
-    return [(claim(inp), CRITERIA.get(inspect.unwrap(claim))) for claim in CLAIMS]
+    """(row, its criterion) per claim in CLAIMS; a row may carry its Numbers (claim_numbers), and
+    carries its paper value's sources (PAPER_SOURCES) in its Paper cell and under SOURCES_KEY."""
+    out = []
+    for claim in CLAIMS:
+        bare = inspect.unwrap(claim)
+        row = _with_sources(claim(inp), PAPER_SOURCES.get(bare, ()))
+        out.append((row, CRITERIA.get(bare)))
+    return out
 
 
 def claims_table(inp: ClaimInputs) -> pd.DataFrame:
@@ -198,7 +225,8 @@ def load_lr_grid(path: str | Path) -> dict:
 
 
 INTRO = (
-    "Each row is one of the claims of {source} with the paper's value and ours, computed from the "
+    "Each row is one of the claims of {source} with the paper's value (tagged with the paper's "
+    "version, v1 or v2, and its table or figure) and ours, computed from the "
     "inputs listed at the end, at the scale stated above. 'End' values are means over the last "
     "10% of logged training steps; diverged runs are excluded from means and counted. Loss gaps "
     "are paired by seed (seed s of every variant draws the same initialisation and batches) and "
@@ -230,6 +258,7 @@ def claims_record(
         {
             **{c: row[c] for c in COLUMNS},
             "grade": row.get("grade") or grade_of(row["Holds?"]),
+            SOURCES_KEY: [s.to_dict() for s in row.get(SOURCES_KEY, ())],
             **record_fields(row, criterion),
         }
         for row, criterion in claim_rows(inp)

@@ -140,6 +140,16 @@ def offset_note(runs, width: int, variant: str) -> str:
     return text
 
 
+def _paper_steps() -> str:
+    """The paper's training lengths, '500k-1M' (Table 5)."""
+
+    def short(n: int) -> str:
+        return f"{n / 1e6:g}M" if n >= 1_000_000 else f"{n // 1000}k"
+
+    steps = paper.TABLE5_STEPS.values()
+    return f"{short(min(steps))}-{short(max(steps))}"
+
+
 def _gap_claim(inp: ClaimInputs, number: int, variant: str) -> dict:
     cells = [p for (w, v), p in paper.TABLE2.items() if v == variant]
     lo, hi = min(c.gap_pct for c in cells), max(c.gap_pct for c in cells)
@@ -201,7 +211,10 @@ def _gap_claim(inp: ClaimInputs, number: int, variant: str) -> dict:
         comment += f" Diverged, excluded: {named}."
     comment += notes
     steps = sorted(inp.runs["steps"].unique())
-    comment += f" Our runs are {', '.join(f'{s:,}' for s in steps)} steps vs the paper's 500k-1M."
+    comment += (
+        f" Our runs are {', '.join(f'{s:,}' for s in steps)} steps vs the paper's "
+        f"{_paper_steps()} ({paper.TABLE5_SOURCE.tag})."
+    )
     row = claim_row(claim, paper_value, "; ".join(ours), scale, holds, comment)
     return with_numbers(row, gap_numbers(gaps, ours[-1]))
 

@@ -1,7 +1,8 @@
 """What the committed scaling study (results/cpu/scaling/summary.csv) adds to a claim's row: the
 claim's estimate from the shortest to the longest training at each width, the trend toward or away
 from its criterion, and, where the verdict at the longest training differs from the shortest's,
-that the verdict flips. Claims 3 and 4: the ablation on fresh seeds, and on how many it holds."""
+that the verdict flips, and the paper's own gap at that width with its version (Table 2: "paper v1,
+Table 2, d=64: +1.46%"). Claims 3 and 4: the ablation on fresh seeds, and on how many it holds."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from pathlib import Path
 import pandas as pd
 
 from .claim_rows import ClaimInputs, grade_of
-from .scaling import SUMMARY_COLUMNS, trend
+from .scaling import SUMMARY_COLUMNS, paper_gap_text, trend
 
 STUDY = "scaling study"
 
@@ -64,9 +65,11 @@ def study_note(summary: pd.DataFrame, claim: str) -> tuple[str, str]:
         left = "; ".join(
             f"{r.steps:,} steps: {r.left_out} left out" for r in cell.itertuples() if r.left_out
         )
+        quoted = paper_gap_text(claim, int(width))
         ours.append(
             f"d={width}, tokens/param {path} (longest {_interval(last)}, {last.n_seeds} pairs; "
-            f"{trend(summary, claim, int(width))}{'; ' + left if left else ''})"
+            f"{trend(summary, claim, int(width))}{'; ' + left if left else ''}"
+            f"{'; ' + quoted if quoted else ''})"
         )
         if last.verdict != first.verdict:
             holds.append(

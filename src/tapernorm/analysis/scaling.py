@@ -26,6 +26,14 @@ not used, and a record of another recipe (LR, batch, schedule, data, model) is r
 summary.csv has one row per (claim, width, tokens per parameter); per_seed.csv one row per seed of
 every row, with its own verdict where a claim is judged per seed (and, for a gap, its value with
 the blown-up runs at their last weights).
+
+Each row also gives (STUDY_COLUMNS) its runs' passes over their training tokens (epochs.py: NaN,
+"not measured", where the data directory's meta.json cannot be read) and the training tokens
+they are over, and, for claims 1 and 2 at a width of Table 2, the paper's gap with its version
+(paper.table2_gap: "paper v1, Table 2, d=64: +1.46%"). Each seed of per_seed.csv names the
+host(s) its runs trained on (`hosts`, from each record's provenance) and whether a pair of them,
+the two runs compared, was trained on two hosts (`split_hosts`): two hosts' runs of one seed are
+two nearby trajectories, not one (docs/reproducibility.md).
 """
 
 from __future__ import annotations
@@ -37,11 +45,13 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from ..runtime.jsonio import read_json
 from ..variants import VARIANTS, baseline_of, variants_with
-from . import comparable
+from . import comparable, paper
 from .claims_chasing import CHASE_PARTLY, CHASE_YES, suppression_verdict
 from .claims_loss import GAP_MAX_PCT, blown_runs_text, limit_by_blowups, within_verdict
-from .runs import blown_up, load_runs, val_records
+from .epochs import corpus_tokens, epochs
+from .runs import blown_up, corpus_of, load_runs, val_records
 from .stats import VARIANT_LABELS, last_weights_gap, paired_gap, t975
 
 # claim -> (variant, its baseline): claims 1, 2 and dyt (variants.VARIANTS' gap_claim role)
@@ -53,6 +63,11 @@ SUMMARY_COLUMNS += ("n_seeds", "unit", "steps", "verdict", "criterion", "left_ou
 BLOWUP_COLUMNS = ("n_runs", "n_clean", "n_blowup", "blew_up", "estimate_last_weights")
 BLOWUP_COLUMNS += ("ci_low_last_weights", "ci_high_last_weights", "n_seeds_last_weights")
 BLOWUP_COLUMNS += ("left_out_last_weights", "extra_runs")
+# what the rows add after those: passes over the training tokens, the tokens they are over, and
+# the paper's value of the row (Table 2's gap at the row's width, with its version and table)
+STUDY_COLUMNS = ("epochs", "data_train_tokens", "paper_estimate", "paper_source")
+SEED_COLUMNS = ("claim", "width", "steps", "seed", "value", "verdict", "value_last_weights")
+SEED_COLUMNS += ("hosts", "split_hosts")
 EXTRA_FAMILY = "stability"  # the study whose runs a cell may take (not its one-factor reruns)
 # what an extra record must share with the cell it joins (the recipe; compile and name apart)
 RECIPE = ("lr", "batch_size", "block_size", "warmup_steps", "taper_start", "taper_end", "corpus",
@@ -70,12 +85,28 @@ class StudyRuns:
     ablation: pd.DataFrame
     curves: pd.DataFrame  # validation curves of every run (runs.val_records) with its family
     extra_note: str = ""  # what the extra records gave (taken, or not used and why)
+    corpus: str = ""  # what the runs trained on (runs.corpus_of: meta.json's name, else the dir)
 
 
 def _tokens(runs: pd.DataFrame) -> pd.DataFrame:
     runs["tokens_per_param"] = runs["steps"] * runs["batch_size"] * runs["block_size"]
     runs["tokens_per_param"] /= runs["n_params"].astype(float)
+    runs["epochs"] = epochs(runs)
+    runs["data_train_tokens"] = corpus_tokens(runs)
+    runs["host"] = [host_of(r) for r in runs["run"]]
     return runs
+
+
+def host_of(run_dir: str | Path) -> str:
+    """The host a run was trained on, from its config.json's provenance ('AMD EPYC (2 cores, Linux
+    6.18.44-fc-v1147)'); '' where the record has none."""
+    try:
+        host = read_json(Path(run_dir) / "config.json")["meta"]["provenance"]["host"]
+        cpu, cores, system = host.get("cpu"), host.get("cores"), host.get("system")
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return ""
+    about = ", ".join(x for x in (f"{cores} cores" if cores else "", system or "") if x)
+    return f"{cpu or 'unknown CPU'}" + (f" ({about})" if about else "")
 
 
 def read_study(
@@ -103,7 +134,7 @@ def read_study(
                "seed, or no such cell)" if unused else "")
         )  # fmt: skip
         main = pd.concat([main, taken.assign(extra=True)], ignore_index=True)
-    return StudyRuns(main, runs[ablation].copy(), curves, note)
+    return StudyRuns(main, runs[ablation].copy(), curves, note, corpus_of(main))
 
 
 def _modes(runs: pd.DataFrame) -> str:
@@ -149,6 +180,62 @@ def _same(a, b) -> bool:
 def cell_tokens(runs: pd.DataFrame, against: str) -> float:
     """Tokens per parameter of a cell: its reference arm's (the baseline's parameters)."""
     return float(runs.loc[runs["variant"] == against, "tokens_per_param"].mean())
+
+
+def cell_passes(runs: pd.DataFrame) -> dict:
+    """epochs and data_train_tokens of a cell's runs (NaN where not measured: epochs.py)."""
+    return {
+        "epochs": float(runs["epochs"].mean()),
+        "data_train_tokens": float(runs["data_train_tokens"].mean()),
+    }
+
+
+def paper_gap(claim: str, width: int) -> tuple[float, paper.Source] | None:
+    """The paper's gap of a gap claim at `width` (Table 2) with its source; None where the paper
+    has none (DyT, a width not in Table 2)."""
+    if claim not in GAP_CLAIMS:
+        return None
+    variant, against = GAP_CLAIMS[claim]
+    return paper.table2_gap(width, variant) if against == "baseline" else None
+
+
+def paper_gap_text(claim: str, width: int) -> str:
+    """'paper v1, Table 2, d=64: +1.46%', or '' where the paper has no such gap."""
+    found = paper_gap(claim, width)
+    if found is None:
+        return ""
+    value, source = found
+    return f"{source.tag}, d={int(width)}: {value:+.2f}%"
+
+
+def paper_columns(claim: str, width: int) -> dict:
+    found = paper_gap(claim, width)
+    return {
+        "paper_estimate": found[0] if found else math.nan,
+        "paper_source": str(found[1]) if found else "",
+    }
+
+
+def seed_hosts(runs: pd.DataFrame, keys: tuple[str, ...] = ("data_seed", "compiled")) -> dict:
+    """`hosts` and `split_hosts` of one seed's runs: the hosts they trained on (each with the runs
+    on it where there are several), and whether two runs compared with each other (the same
+    `keys`: a pair of a compiled or of an eager run) were trained on two hosts."""
+    known = runs[runs["host"] != ""]
+    hosts = sorted(set(known["host"]))
+    if len(hosts) <= 1:
+        return {"hosts": hosts[0] if hosts else "", "split_hosts": False}
+    modes = known["compiled"].nunique() > 1
+    by_host = {
+        h: ", ".join(
+            VARIANT_LABELS.get(r.variant, r.variant)
+            + ((" compiled" if r.compiled else " eager") if modes else "")
+            for r in known[known["host"] == h].itertuples()
+        )
+        for h in hosts
+    }
+    keys = [k for k in keys if k in known]
+    split = any(group["host"].nunique() > 1 for _, group in known.groupby(keys or "seed"))
+    return {"hosts": "; ".join(f"{h}: {v}" for h, v in by_host.items()), "split_hosts": split}
 
 
 def blowup_counts(runs: pd.DataFrame) -> dict:
@@ -198,13 +285,16 @@ def gap_rows(study: StudyRuns) -> tuple[list[dict], list[dict]]:
                     "n_seeds_last_weights": full.n,
                     "left_out_last_weights": "; ".join(full.left_out),
                     "extra_runs": extra_text(extra),
+                    **cell_passes(arms),
+                    **paper_columns(claim, int(width)),
                 }
             )
             for s in sorted(set(gap.per_seed) | set(full.per_seed)):
                 seeds.append(
                     {"claim": claim, "width": int(width), "steps": int(steps), "seed": s,
                      "value": gap.per_seed.get(s, math.nan), "verdict": "",
-                     "value_last_weights": full.per_seed.get(s, math.nan)}
+                     "value_last_weights": full.per_seed.get(s, math.nan),
+                     **seed_hosts(arms[arms["seed"] == s])}
                 )  # fmt: skip
     return rows, seeds
 
@@ -295,11 +385,12 @@ def chasing_rows(study: StudyRuns) -> tuple[list[dict], list[dict]]:
              "ci_low": lo, "ci_high": hi, "n_seeds": len(judged), "unit": "x", "steps": steps,
              "verdict": f"holds on {held}/{len(verdicts)} seeds", "criterion": criterion,
              "left_out": left_out, **blowup_counts(abl), "left_out_last_weights": "",
-             "extra_runs": ""}
+             "extra_runs": "", **cell_passes(abl), **paper_columns(claim, width)}
         )  # fmt: skip
         seeds += [
             {"claim": claim, "width": width, "steps": steps, "seed": int(r.seed),
-             "value": getattr(r, column), "verdict": getattr(r, verdict_col)}
+             "value": getattr(r, column), "verdict": getattr(r, verdict_col),
+             **seed_hosts(abl[abl["seed"] == r.seed], keys=())}
             for r in judged.itertuples()
         ]  # fmt: skip
     return rows, seeds
@@ -309,17 +400,16 @@ def summarize(study: StudyRuns) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(summary, per_seed) frames of the study, rows sorted by claim, width and tokens."""
     gap_summary, gap_seeds = gap_rows(study)
     chase_summary, chase_seeds = chasing_rows(study)
-    columns = [*SUMMARY_COLUMNS, *BLOWUP_COLUMNS]
+    columns = [*SUMMARY_COLUMNS, *BLOWUP_COLUMNS, *STUDY_COLUMNS]
     summary = pd.DataFrame(gap_summary + chase_summary, columns=columns)
+    summary["data_train_tokens"] = summary["data_train_tokens"].round().astype("Int64")
+    summary.attrs["corpus"] = study.corpus  # (write_summary names it)
     order = {c: i for i, c in enumerate(["1", "2", "dyt", "3", "4"])}
     summary = summary.sort_values(
         ["claim", "width", "tokens_per_param"],
         key=lambda s: s.map(order) if s.name == "claim" else s,
     ).reset_index(drop=True)
-    per_seed = pd.DataFrame(
-        gap_seeds + chase_seeds,
-        columns=["claim", "width", "steps", "seed", "value", "verdict", "value_last_weights"],
-    )
+    per_seed = pd.DataFrame(gap_seeds + chase_seeds, columns=list(SEED_COLUMNS))
     return summary, per_seed
 
 

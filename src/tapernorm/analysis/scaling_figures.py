@@ -1,4 +1,5 @@
-"""The scaling study's figures: each claim's paired gap against tokens per parameter, and the
+"""The scaling study's figures: each claim's paired gap against tokens per parameter, beside the
+paper's gap at each of its widths (Table 2, at its own tokens per parameter: paper_points), and the
 validation curves of every cell with the gap over the course of training."""
 
 from __future__ import annotations
@@ -9,9 +10,10 @@ import numpy as np
 import pandas as pd
 
 from ..variants import VARIANTS
+from . import paper
 from .claims_loss import GAP_MAX_PCT
 from .figure_style import COLORS, band_name, caption_text, linestyle, new_figure, save_figure
-from .scaling import GAP_CLAIMS, StudyRuns
+from .scaling import GAP_CLAIMS, StudyRuns, paper_gap
 
 WIDTH_COLORS = ("#000000", "#E69F00", "#0072B2", "#CC6677")  # Okabe-Ito / Tol: colour-blind safe
 WIDTH_MARKERS = ("o", "s", "D", "^")
@@ -21,6 +23,24 @@ CLAIM_TITLES = {
     "dyt": "DyT vs Baseline (untied head)",
 }
 BAND_COLOR = "#009E73"
+PAPER_COLOR = "0.45"  # the paper's points at widths the study does not have
+PAPER_MARKER = "*"
+PAPER_GID = "paper"  # gid of each paper point drawn: "paper/<claim>/d<width>"
+
+
+def paper_points(claims: list[str]) -> pd.DataFrame:
+    """The paper's gap of each claim at each of its widths (Table 2) at the paper's tokens per
+    parameter (Table 5's steps x 16 x 512 over the size label's parameters), with its source."""
+    rows = []
+    for claim in claims:
+        for width in sorted(paper.TABLE5_STEPS):
+            found = paper_gap(claim, width)
+            if found is not None:
+                rows.append({"claim": claim, "width": width, "gap_pct": found[0],
+                             "tokens_per_param": paper.tokens_per_param(width),
+                             "version": found[1].version, "source": str(found[1])})  # fmt: skip
+    columns = ["claim", "width", "gap_pct", "tokens_per_param", "version", "source"]
+    return pd.DataFrame(rows, columns=columns)
 
 
 def _log_ticks(ax, values: pd.Series, axis: str = "x") -> None:
@@ -32,6 +52,8 @@ def _log_ticks(ax, values: pd.Series, axis: str = "x") -> None:
     lo, hi = float(values.min()), float(values.max())
     # a narrow range (under 3x: a loss curve's) gets the steps between, so that it has several
     steps = (1, 1.2, 1.5, 2, 2.5, 3, 4, 5, 6, 8) if hi < 3 * lo else (1, 2, 3, 5)
+    if hi > 300 * lo:  # several decades (the paper's points beside ours): fewer labels
+        steps = (1, 3)
     ticks = [m * 10**k for k in range(-1, 6) for m in steps if lo / 1.5 <= m * 10**k <= hi * 1.5]
     scale = getattr(ax, f"{axis}axis")
     scale.set_major_locator(FixedLocator(ticks))
@@ -47,13 +69,32 @@ def _band(ax, label: bool) -> None:
     ax.axhline(0.0, color="0.4", lw=0.8)
 
 
-def gap_figure(summary: pd.DataFrame, out: str | Path, stamp: str) -> list[Path]:
-    """Paired gap (mean, 95% interval) vs tokens per parameter (log x), a panel per claim, a line
-    per width."""
+def _paper_marks(ax, points: pd.DataFrame, widths: list[int], label: bool) -> None:
+    """The paper's points of one claim: a star per width, in the width's colour where the study
+    has that width (grey where not), each named by its width."""
+    style = dict(ls="none", marker=PAPER_MARKER, ms=11, mec="black", mew=0.6)
+    if label and not points.empty:  # the legend's entry, in the neutral colour
+        versions = "/".join(sorted(set(points["version"])))
+        sizes = [f"d={w}" for w in (points["width"].min(), points["width"].max())]
+        ax.plot([], [], color=PAPER_COLOR, **style,
+                label=f"paper {versions} (Table 2), {'-'.join(sizes)}")  # fmt: skip
+    for i, r in enumerate(points.itertuples()):
+        color = WIDTH_COLORS[widths.index(r.width) % 4] if r.width in widths else PAPER_COLOR
+        ax.plot([r.tokens_per_param], [r.gap_pct], color=color,
+                gid=f"{PAPER_GID}/{r.claim}/d{r.width}", **style)  # fmt: skip
+        ax.annotate(f"d={r.width}", (r.tokens_per_param, r.gap_pct), textcoords="offset points",
+                    xytext=(0, 7 if i % 2 == 0 else -15), ha="center", fontsize=7, color="0.25")  # fmt: skip
+
+
+def gap_axes(summary: pd.DataFrame):
+    """(figure, axes, claims, paper points) of the gap figure: paired gap (mean, 95% interval)
+    vs tokens per parameter (log x), a panel per claim, a line per width, and the paper's gap at
+    each of its widths (paper_points) as stars."""
     claims = [c for c in GAP_CLAIMS if c in set(summary["claim"])]
     if not claims:
         raise ValueError("the summary has no rows of claims 1, 2 or dyt: nothing to draw")
-    widths = sorted(summary.loc[summary["claim"].isin(claims), "width"].unique())
+    widths = [int(w) for w in sorted(summary.loc[summary["claim"].isin(claims), "width"].unique())]
+    points = paper_points(claims)
     fig, axes = new_figure(1, len(claims), (4.2 * len(claims), 3.6), sharey=True)
     for ax, claim in zip(axes, claims, strict=True):
         _band(ax, label=ax is axes[0])
@@ -66,20 +107,31 @@ def gap_figure(summary: pd.DataFrame, out: str | Path, stamp: str) -> list[Path]
             ax.errorbar(rows["tokens_per_param"], rows["estimate"], yerr=err, capsize=3,
                         color=WIDTH_COLORS[i % 4], marker=WIDTH_MARKERS[i % 4], mfc="white",
                         label=f"d={width}")  # fmt: skip
-        _log_ticks(ax, summary["tokens_per_param"])
+        mine = points[points["claim"] == claim]
+        _paper_marks(ax, mine, widths, label=not mine.empty and claim == points["claim"].iloc[0])
+        _log_ticks(ax, pd.concat([summary["tokens_per_param"], points["tokens_per_param"]]))
         ax.set_title(CLAIM_TITLES[claim], fontsize=10)
         ax.set_xlabel("training tokens per parameter")
     axes[0].set_ylabel("validation-loss gap, paired by seed (%)")
-    handles, labels = axes[0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="outside lower center", ncols=len(labels), frameon=False)
+    legend = {}  # every panel's entries, once (the paper's points may start on another panel)
+    for ax in axes:
+        for handle, text in zip(*ax.get_legend_handles_labels(), strict=True):
+            legend.setdefault(text, handle)
+    fig.legend(legend.values(), legend.keys(), loc="outside lower center", ncols=len(legend),
+               frameon=False)  # fmt: skip
+    return fig, axes, claims, points
+
+
+def gap_figure(summary: pd.DataFrame, out: str | Path, stamp: str) -> list[Path]:
+    """The gap figure (gap_axes) saved with its caption and stamp."""
+    fig, _, claims, points = gap_axes(summary)
     n = sorted(set(summary.loc[summary["claim"].isin(claims), "n_seeds"]))
     caption = caption_text(
         "**Scaling study: the claims' gaps as training grows.** Validation-loss gap of each "
         "variant to its matched baseline, paired by seed: the mean and its 95% t interval "
         f"({'-'.join(map(str, n))} seed pairs per point), against training tokens per parameter "
         "of the baseline (log scale); one line per width. Shaded: the claims' criterion, a gap "
-        f"within ±{GAP_MAX_PCT:g}% (the paper's gaps are +0.7% to +1.8% at 270-4,000 tokens per "
-        "parameter).",
+        f"within ±{GAP_MAX_PCT:g}%. " + _paper_caption(points),
     )
     return save_figure(fig, out, caption, stamp)
 
@@ -145,3 +197,24 @@ def curves_figure(study: StudyRuns, out: str | Path, stamp: str) -> list[Path]:
         f"{GAP_MAX_PCT:g}%.",
     )
     return save_figure(fig, out, caption, stamp)
+
+
+def _paper_caption(points: pd.DataFrame) -> str:
+    """What the stars are, from the points drawn (their version, widths, values, x)."""
+    if points.empty:
+        return "The paper has no gap of these claims (no stars)."
+    versions = ", ".join(sorted(set(points["version"])))
+    sources = "; ".join(sorted(set(points["source"])))
+    each = "; ".join(
+        f"claim {claim}: " + ", ".join(f"d={r.width} {r.gap_pct:+.2f}%" for r in rows.itertuples())
+        for claim, rows in points.groupby("claim", sort=False)
+    )
+    lo, hi = points["tokens_per_param"].min(), points["tokens_per_param"].max()
+    sizes = [paper.size_label(w) for w in sorted(set(points["width"]))]
+    return (
+        f"Stars: the paper's gaps ({sources}; paper {versions}), mean over its seeds, at its own "
+        f"training length ({lo:,.0f}-{hi:,.0f} tokens per parameter: {paper.TABLE5_SOURCE}'s "
+        f"steps x {paper.TABLE5_BATCH} x {paper.TABLE5_BLOCK} over its {sizes[0]}-{sizes[-1]} "
+        "parameters), coloured as our line of the same width (grey: a width we did not train): "
+        f"{each}."
+    )

@@ -13,7 +13,8 @@ from ..runtime.jsonio import read_json, write_json
 from ..runtime.provenance import git_state, host, now, versions
 from ..workflow.scaling import RECORD_FILES
 from .claims_loss import BLOWUP_RULE, GAP_MAX_PCT
-from .scaling import GAP_CLAIMS, trend
+from .epochs import epochs_text, meaning
+from .scaling import GAP_CLAIMS, paper_gap_text, trend
 
 CLAIM_NAMES = {
     "1": "Internal-Taper (+aux) vs Baseline",
@@ -86,26 +87,71 @@ def _last_weights_cell(r) -> str:
     return f"{_number(est, r.unit)} [{_number(lo, r.unit)}, {_number(hi, r.unit)}] ({n})"
 
 
-def summary_markdown(summary: pd.DataFrame, extra_note: str = "") -> str:
+def passes_sentence(summary: pd.DataFrame, corpus: str = "the runs' data") -> str:
+    """What the rows' passes over their training tokens mean beside the paper's (epochs.meaning),
+    over the study's main grid (the ablation's slice apart: its rows say their own)."""
+    main = summary[summary["claim"].isin(list(GAP_CLAIMS))]
+    rows = main if len(main) else summary
+    epochs = pd.to_numeric(rows.get("epochs", pd.Series(dtype=float)), errors="coerce")
+    tokens = pd.to_numeric(rows.get("data_train_tokens", pd.Series(dtype=float)), errors="coerce")
+    return meaning(epochs, tokens, corpus)
+
+
+def _paper_cell(r) -> str:
+    return paper_gap_text(r.claim, int(r.width)) or "—"
+
+
+def split_hosts_lines(per_seed: pd.DataFrame) -> list[str]:
+    """A line per seed whose compared runs were trained on two hosts (per_seed's split_hosts)."""
+    if "split_hosts" not in per_seed:
+        return []
+    split = per_seed[per_seed["split_hosts"].astype(bool)]
+    return [
+        f"- Seed {r.seed} of claim {r.claim}, d={r.width}, {r.steps:,} steps: its compared runs "
+        f"were trained on two hosts ({r.hosts}): two nearby trajectories, not one "
+        "(docs/reproducibility.md)."
+        for r in split.itertuples()
+    ]
+
+
+def summary_markdown(
+    summary: pd.DataFrame,
+    extra_note: str = "",
+    per_seed: pd.DataFrame | None = None,
+    corpus: str = "the runs' data",
+) -> str:
     """The summary as a markdown table, one row per (claim, width, length): the runs that finished
-    clean and the gap with the blown-up runs at their last weights beside each estimate; the
-    blow-up rule, the blow-ups and the seeds left out under it; each gap claim's trend from the
-    shortest to the longest training per width."""
+    clean and the gap with the blown-up runs at their last weights beside each estimate, the
+    passes over the training tokens and the paper's value (with its version) where it has one;
+    what the passes mean beside the paper's; the blow-up rule, the blow-ups and the seeds left out
+    under it; seed pairs trained on two hosts; each gap claim's trend from the shortest to the
+    longest training per width."""
     lines = [
-        "| Claim | Width | Steps | Tokens/param | Estimate | 95% interval | Seeds | Verdict | "
-        "Runs | With blown-up runs at their last weights (seeds) |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| Claim | Width | Steps | Tokens/param | Epochs | Estimate | 95% interval | Seeds | "
+        "Verdict | Runs | With blown-up runs at their last weights (seeds) | Paper |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in summary.itertuples():
         ci = f"[{_number(r.ci_low, r.unit)}, {_number(r.ci_high, r.unit)}]"
+        passes = getattr(r, "epochs", math.nan)
         lines.append(
             f"| {r.claim}: {CLAIM_NAMES[r.claim]} | d={r.width} | {r.steps:,} | "
-            f"{r.tokens_per_param:.1f} | {_number(r.estimate, r.unit)} | {ci} | {r.n_seeds} | "
-            f"{r.verdict} | {_runs_cell(r)} | {_last_weights_cell(r)} |"
+            f"{r.tokens_per_param:.1f} | {epochs_text(float(passes))} | "
+            f"{_number(r.estimate, r.unit)} | {ci} | {r.n_seeds} | {r.verdict} | {_runs_cell(r)} | "
+            f"{_last_weights_cell(r)} | {_paper_cell(r)} |"
         )
-    lines += ["", f"Blow-ups limit a loss verdict (claims 1, 2, dyt): {BLOWUP_RULE}.", ""]
+    lines += [
+        "",
+        "Epochs: steps x batch x block / training tokens of each run. "
+        + passes_sentence(summary, corpus),
+        "",
+        f"Blow-ups limit a loss verdict (claims 1, 2, dyt): {BLOWUP_RULE}.",
+        "",
+    ]
     if extra_note:
         lines += [f"Extra records: {extra_note}.", ""]
+    if per_seed is not None:
+        lines += split_hosts_lines(per_seed)
     for r in summary.itertuples():
         where = f"claim {r.claim}, d={r.width}, {r.steps:,} steps"
         if _text(r, "blew_up"):
@@ -141,16 +187,21 @@ def write_summary(
     out: Path,
     made_by: str = "",
     extra_note: str = "",
+    corpus: str | None = None,
 ) -> list[Path]:
     """summary.csv, per_seed.csv, summary.md and summary.json (the rows, the trends, the blow-up
-    rule, what the extra records gave and what made them) in `out`."""
+    rule, what the passes over the training tokens mean, the seed pairs trained on two hosts,
+    what the extra records gave and what made them) in `out`; `corpus` names the runs' data
+    (default: the one summarize recorded)."""
+    corpus = corpus or summary.attrs.get("corpus") or "the runs' data"
     if summary.empty:
         raise ValueError("the study's records give no claim a row: check the grid's variants")
     out.mkdir(parents=True, exist_ok=True)
     files = {name: out / name for name in ("summary.csv", "per_seed.csv", "summary.md")}
     atomic_write_bytes(files["summary.csv"], summary.to_csv(index=False).encode())
     atomic_write_bytes(files["per_seed.csv"], per_seed.to_csv(index=False).encode())
-    atomic_write_bytes(files["summary.md"], summary_markdown(summary, extra_note).encode())
+    markdown = summary_markdown(summary, extra_note, per_seed, corpus)
+    atomic_write_bytes(files["summary.md"], markdown.encode())
     trends = {
         f"{claim}/d{width}": trend(summary, claim, int(width))
         for claim in GAP_CLAIMS
@@ -164,6 +215,8 @@ def write_summary(
         "trends": trends,
         "blowup_rule": BLOWUP_RULE,
         "extra_records": extra_note,
+        "passes": passes_sentence(summary, corpus),
+        "split_hosts": split_hosts_lines(per_seed),
     }
     write_json(out / "summary.json", record)
     return [*files.values(), out / "summary.json"]

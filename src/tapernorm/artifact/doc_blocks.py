@@ -515,7 +515,7 @@ def gpu_block(source: Path, doc_dir: Path) -> str:
     (DIR/compile/) where measured."""
     from ..analysis.gpu_report import _csvs, gpu_bench
     from ..analysis.inference_tables import disturbed_cells
-    from ..analysis.paper import DECODE_SPEEDUP, TABLE3
+    from ..analysis.paper import DECODE_SOURCE, DECODE_SPEEDUP, TABLE3, TABLE3_SOURCE, tagged
 
     env = read_json(source / "env.json")
     timed, _ = gpu_bench(source)
@@ -529,7 +529,10 @@ def gpu_block(source: Path, doc_dir: Path) -> str:
         cells = df[(df["variant"] == variant) & (df["mode"] == mode)]
         return f"{_span(cells['speedup'])} ({len(cells)} cells)"
 
-    paper = {v: _span([cell[v][1] for cell in TABLE3.values()]) for v in ("explicit", "folded")}
+    paper = {  # each with its version and table ("(paper v1, Table 3)")
+        v: tagged(_span([cell[v][1] for cell in TABLE3.values()]), TABLE3_SOURCE)
+        for v in ("explicit", "folded")
+    }
     hours = pd.read_csv(source / "report" / "gpu_hours.csv", dtype=str).fillna("")
     step = pd.read_csv(_csvs(source / "results", "train_step.csv", source / "rerun")[0])
     ms = step.groupby("n_embd")["ms_per_step"]
@@ -538,7 +541,7 @@ def gpu_block(source: Path, doc_dir: Path) -> str:
          paper["explicit"]],
         ["Forward, folded / baseline", ours(forward, "folded"), paper["folded"]],
         ["KV-cache decode, eager, folded / baseline", ours(decode, "folded"),
-         f"up to {DECODE_SPEEDUP['folded']:.2f}×"],
+         tagged(f"up to {DECODE_SPEEDUP['folded']:.2f}×", DECODE_SOURCE)],
         ["KV-cache decode, compiled (CUDA graphs), folded / baseline",
          ours(decode, "folded", "compiled"), "—"],
         ["Training step (batch 16 × 512, bf16, eager), d=64–512",
