@@ -14,7 +14,7 @@ from tapernorm.analysis.claim_rows import ClaimInputs
 from tapernorm.analysis.epochs import NOT_MEASURED, epochs, epochs_text, meaning
 from tapernorm.analysis.scale_card import scale_card
 from tapernorm.analysis.scaling import read_study, summarize
-from tapernorm.analysis.scaling_io import write_summary
+from tapernorm.analysis.scaling_io import split_hosts_lines, write_summary
 
 HOST_A = {"cpu": "CPU A", "cores": 2, "system": "Linux 1", "machine": "x86_64"}
 HOST_B = {**HOST_A, "system": "Linux 2"}
@@ -140,3 +140,15 @@ def test_a_seed_pair_trained_on_two_hosts_is_marked(tmp_path):
     md = (tmp_path / "out/summary.md").read_text()
     assert "- Seed 1 of claim 1, d=32, 24 steps: its compared runs were trained on two hosts" in md
     assert md.count("trained on two hosts") == 1
+
+
+def test_a_seed_whose_pairs_ran_on_two_hosts_each_on_one_is_said_apart():
+    both = "A: Baseline compiled, Internal-Taper (+aux) compiled; B: Baseline eager, ..."
+    per_seed = pd.DataFrame(
+        {"claim": ["1", "1", "1"], "width": [32] * 3, "steps": [2000] * 3, "seed": [0, 1, 2],
+         "hosts": [both, both, "A"], "split_hosts": [False, False, False]}
+    )  # fmt: skip
+    assert split_hosts_lines(per_seed) == [
+        "- Claim 1, d=32, 2,000 steps: seed(s) 0, 1 average pairs trained on different hosts, "
+        f"each pair on one ({both})."
+    ]

@@ -102,16 +102,25 @@ def _paper_cell(r) -> str:
 
 
 def split_hosts_lines(per_seed: pd.DataFrame) -> list[str]:
-    """A line per seed whose compared runs were trained on two hosts (per_seed's split_hosts)."""
+    """A line per seed whose compared runs were trained on two hosts (per_seed's split_hosts),
+    and one per row whose seeds average pairs of different hosts (each pair on one host)."""
     if "split_hosts" not in per_seed:
         return []
-    split = per_seed[per_seed["split_hosts"].astype(bool)]
-    return [
+    split = per_seed["split_hosts"].astype(bool)
+    lines = [
         f"- Seed {r.seed} of claim {r.claim}, d={r.width}, {r.steps:,} steps: its compared runs "
         f"were trained on two hosts ({r.hosts}): two nearby trajectories, not one "
         "(docs/reproducibility.md)."
-        for r in split.itertuples()
+        for r in per_seed[split].itertuples()
     ]
+    mixed = per_seed[~split & per_seed["hosts"].fillna("").str.contains("; ")]
+    for (claim, width, steps), rows in mixed.groupby(["claim", "width", "steps"], sort=False):
+        seeds = ", ".join(str(s) for s in rows["seed"])
+        lines.append(
+            f"- Claim {claim}, d={width}, {steps:,} steps: seed(s) {seeds} average pairs trained "
+            f"on different hosts, each pair on one ({' | '.join(dict.fromkeys(rows['hosts']))})."
+        )
+    return lines
 
 
 def summary_markdown(
