@@ -455,3 +455,15 @@ def test_the_tiny_runs_fit_and_the_bound_is_below_what_a_step_takes(shards_dir):
     est = check_fits(cfg, torch.device("cpu"), free=64 << 20)  # fits in 64 MiB
     assert 0 < est.total < 64 << 20
     assert est.params <= 32 * 512 + 2 * 12 * 32 * 32  # (the model's own count is larger)
+
+
+def test_the_record_is_never_appended_through_a_link(tmp_path):
+    """(a link put in place of metrics.jsonl after the run directory was checked)"""
+    from tapernorm.training.metrics_log import MetricsLog
+
+    target = tmp_path / "precious.txt"
+    target.write_text("mine\n")
+    (tmp_path / "metrics.jsonl").symlink_to(target)
+    with pytest.raises(LinkRefused, match="metrics.jsonl, the run's metrics.jsonl, is a symbolic"):
+        MetricsLog(tmp_path / "metrics.jsonl", "tiny")
+    assert target.read_text() == "mine\n"

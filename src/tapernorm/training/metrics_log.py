@@ -21,10 +21,12 @@ from pathlib import Path
 
 from ..runtime import jsonio
 from ..runtime.atomic import atomic_write_bytes
+from ..runtime.links import own_opener
 
 log = logging.getLogger(__name__)
 
 METRICS = "metrics.jsonl"
+NO_LINK = own_opener("the run's metrics.jsonl")  # appended to, never through a symbolic link
 
 
 class MetricsLog:
@@ -36,7 +38,7 @@ class MetricsLog:
     def __init__(self, path: Path, name: str):
         self.path, self.name = path, name
         self.data = bytearray(path.read_bytes()) if path.exists() else bytearray()
-        self.file = open(path, "ab")  # noqa: SIM115 (open for the whole run; closed by close)
+        self.file = open(path, "ab", opener=NO_LINK)  # noqa: SIM115 (open for the whole run; closed by close)
 
     def write(self, record: dict) -> None:
         """Append `record` as one line, and flush it."""
@@ -70,7 +72,7 @@ class MetricsLog:
             pass
         atomic_write_bytes(self.path, bytes(self.data))
         self.file.close()
-        self.file = open(self.path, "ab")  # noqa: SIM115
+        self.file = open(self.path, "ab", opener=NO_LINK)  # noqa: SIM115
         log.warning(
             "[%s] %s was deleted or changed while the run was training: put back (%d lines)",
             self.name,
