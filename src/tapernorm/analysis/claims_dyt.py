@@ -29,6 +29,7 @@ from ..variants import PAPER_VARIANTS, VARIANTS, baseline_of
 from . import comparable, inference_tables, speed_rule
 from .claim_numbers import PAIRED_GAP, Criterion, Numbers, Part, with_numbers
 from .claim_rows import NO, NOT_RESOLVED, PARTLY, YES, ClaimInputs, claim_row, not_measured
+from .lr_context import lr_note, study_lrs
 from .runs import corpus_of, describe_scale
 from .stats import gap_pct, paired_gap, stats_by_cell
 
@@ -153,9 +154,19 @@ def claim_dyt(inp: ClaimInputs) -> dict:
     if speed_state is not None:
         places = {inference_tables.where(part) for _, part in inp.bench.groupby("benchmark")}
         scale += " | benchmarks: " + "; ".join(sorted(places))
-    ours = "; ".join(loss.lines + speed_lines)
+    ours = "; ".join(loss.lines + speed_lines + study_lr_lines(inp))
     row = claim_row(CLAIM, PAPER, ours, scale, holds, _dyt_comment(inp, loss.note))
     return {**with_numbers(row, dyt_numbers(runs, gaps, loss.judged, loss.grid)), "grade": grade}
+
+
+def study_lr_lines(inp: ClaimInputs) -> list[str]:
+    """Where the scaling study's DyT runs sit on the LR grid ('scaling study's DyT runs at LR 0.001,
+    32x below DyT's best LR 0.032 on the LR grid (...)'), read from their configs and the grid;
+    none without both or where the study has no DyT records."""
+    if inp.scaling is None or not inp.lr_grid or "source" not in inp.scaling.attrs:
+        return []
+    note = lr_note(study_lrs(inp.scaling.attrs["source"], "dyt"), inp.lr_grid, "dyt")
+    return [f"scaling study's DyT runs {note}"] if note else []
 
 
 @dataclasses.dataclass(frozen=True)

@@ -338,9 +338,14 @@ BRIEF_NAMES = {"dyt": "DyT", "3": "3 (U)", "4": "4 (A)"}  # the claims table's r
 
 def scaling_brief_block(source: Path, doc_dir: Path) -> str:
     """The scaling study in a few lines (the README's): each claim at each width, from the shortest
-    to the longest training: the estimates, the longest's interval, and the verdict then."""
+    to the longest training: the estimates, the longest's interval, and the verdict then; a loss
+    row whose runs are off the arm's best LR on the committed LR grid says so (lr_context)."""
+    from ..analysis.lr_context import committed_grid, lr_note, study_lrs
+    from ..analysis.scaling import GAP_CLAIMS
+
     record = read_json(source / "summary.json")
     summary = pd.read_csv(source / "summary.csv", dtype={"claim": str})
+    grid = committed_grid(source)
     rows = []
     for (claim, width), cell in summary.groupby(["claim", "width"], sort=False):
         cell = cell.sort_values("tokens_per_param")
@@ -355,6 +360,9 @@ def scaling_brief_block(source: Path, doc_dir: Path) -> str:
                         else f"{last.verdict} at both")  # fmt: skip
         trend = record["trends"].get(f"{claim}/d{width}", "").split(" (")[0]
         clean = " → ".join(f"{r.n_clean}/{r.n_runs}" for r in cell.itertuples())
+        variant = GAP_CLAIMS[claim][0] if claim in GAP_CLAIMS else None
+        lr = lr_note(study_lrs(source, variant), grid, variant, short=True) if variant else ""
+        trend = "; ".join(t for t in (trend, lr) if t)
         rows.append([BRIEF_NAMES.get(claim, claim), f"d={width}", tokens,
                      f"{moved}{_estimate(last)} ({last.n_seeds})", clean,
                      verdicts + (f"; {trend}" if trend else "")])  # fmt: skip
