@@ -482,8 +482,7 @@ def train(
                         prune(run.ckpt, cfg.name)
                     return done
                 return {"rank": world.rank, "step": done["weights_step"]}
-            if world.main:
-                replacing(run, force)
+            replacing(run, force)  # (in every process: each stops before the barrier of resume)
             try:
                 outcome = train_steps(run, resume(run), stop_after)
                 if outcome.stopped:
@@ -509,6 +508,8 @@ def replacing(run: Run, force: bool) -> None:
             f"{run.out} holds a finished run of {what}: give a new --out, or add --force to "
             "replace it (its weights, record and eval.json are removed)"
         )
+    if not run.world.main:
+        return
     log.warning("[%s] --force: replacing the finished run in %s (%s)", run.cfg.name, run.out, what)
     run.provenance["replaced"] = f"a finished run of {what} (--force)"
 
