@@ -141,6 +141,7 @@ def test_claim7_is_no_where_the_reruns_are_slower_yes_where_faster():
 def test_claim7_judges_a_gpu_check_apart_by_the_same_rule():
     cpu = _bench({("eager", 1): (1.02, 1.08, 1.12), ("eager", 4): (1.03, 1.09, 1.12)})
     gpu = _bench({("eager", 1): (0.90, 0.92, 0.95), ("eager", 4): (0.91, 0.93, 0.96)})
+    gpu = gpu.assign(device="cuda", device_name="GPU X")  # not the CPU runs' host class
     inp = ClaimInputs(bench=cpu, bench_pool=_reruns(cpu), gpu=gpu, gpu_where="GPU X, bf16; DIR")
     row = claims.claim7(inp)
     assert row["Holds?"].startswith("yes (folded/baseline 1.086×")

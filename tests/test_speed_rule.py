@@ -146,6 +146,20 @@ def test_claim7_by_the_rule_yes_no_within_noisy_and_too_few_runs():
     assert "Pooled with 2 run(s) of this host class: run0, run1." in fast["Comment"]
 
 
+def test_a_gpu_check_is_judged_apart_pooled_with_its_own_class_only():
+    cpu = _runs([1.0, 1.004, 0.997])  # within the margin on the CPU
+    gpus = _runs([1.10, 1.11, 1.09], cpu="GPU X")
+    pool = [(f"cpu{i}", r) for i, r in enumerate(cpu[1:])] + [("gpu1", gpus[1]), ("gpu2", gpus[2])]
+    row = claims.claim7(ClaimInputs(bench=cpu[0], bench_pool=pool, gpu=gpus[0], gpu_where="X"))
+    assert row["grade"] == NO and row["Holds?"].startswith("no (no gain of 3%: folded/baseline")
+    assert "; on a GPU: yes (folded/baseline 1.100× over the grid (95% interval" in row["Holds?"]
+    assert "On a GPU: Pooled with 2 run(s) of this host class: gpu1, gpu2." in row["Comment"]
+    alone = claims.claim7(ClaimInputs(bench=cpu[0], bench_pool=pool[:2], gpu=gpus[0]))
+    assert (
+        "; on a GPU: not resolved (folded/baseline 1.100× over the grid (1 run;" in alone["Holds?"]
+    )
+
+
 def test_disturbed_cells_are_still_not_judged():
     runs = _runs([1.10, 1.11, 1.09])
     busy = runs[0].assign(disturbed=True, disturbed_why="other processes used 1.00 cores")

@@ -253,7 +253,8 @@ def claim7(inp: ClaimInputs) -> dict:
         comment += f" Not timed: {not_timed}."
     scale = " | ".join(v if k == "both" else f"{k}: {v}" for k, v in scales.items())
     if inp.gpu is not None and not inp.gpu.empty:  # a first-GPU check, judged alike, said apart
-        gpu_decision, _ = speed_rule.judge(inp.gpu, (), "folded", "baseline")
+        # pooled with the --bench-pool runs of its own host class (other GPU checks), if any
+        gpu_decision, gpu_used = speed_rule.judge(inp.gpu, inp.bench_pool, "folded", "baseline")
         gpu_holds = (
             DISTURBED_VERDICT
             if inference_tables.disturbed_cells(inp.gpu)
@@ -264,7 +265,8 @@ def claim7(inp: ClaimInputs) -> dict:
         holds += f"; on a GPU: {gpu_holds}"
         comment += (
             f" On a GPU: a first-GPU check ({inp.gpu_where}; "
-            f"{inference_tables.scale_note(inp.gpu)}), judged by the same rule, on its own run."
+            f"{inference_tables.scale_note(inp.gpu)}), judged by the same rule. On a GPU: "
+            f"{speed_rule.pool_note(gpu_used, gpu_decision.left_out)}"
         )
     row = claim_row(claim, paper_value, "; ".join(ours), scale, holds, comment)
     return {**with_numbers(row, speed_numbers(inp.bench, decision)), "grade": grade}
