@@ -1,6 +1,7 @@
 """Shared fixtures: a small tokenized slice of the embedded Shakespeare corpus."""
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -9,6 +10,12 @@ from snakemake.utils import update_config
 
 from tapernorm.data import load_shakespeare, train_sentencepiece, write_shards
 from tapernorm.run_config import RunConfig
+from tapernorm.runtime.provenance import ALLOW_DIRTY_ENV
+
+# The suite runs in checkouts whose code is being changed: its commands (in this process and the
+# ones it starts, Snakemake's jobs among them) may write results from dirty code, as
+# TAPERNORM_ALLOW_DIRTY=1 allows; tests/test_allow_dirty.py clears it to test the refusal.
+os.environ[ALLOW_DIRTY_ENV] = "1"
 
 CONFIG_DIR = Path(__file__).resolve().parents[1] / "config"
 

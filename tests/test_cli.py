@@ -121,7 +121,7 @@ def test_commands_print_library_logs_and_the_logger_can_be_silenced(monkeypatch,
 
 # ---- the parsers: each command's own options ------------------------------------------------------
 
-ROUNDS = {"--warmup", "--repeats", "--device", "--dtype", "--out", "--force"}
+ROUNDS = {"--warmup", "--repeats", "--device", "--dtype", "--out", "--force", "--allow-dirty"}
 MODELS = {"--baseline", "--tapered", "--dyt", "--random", "--no-dyt", "--n-layer", "--n-head"}
 INFERENCE = ROUNDS | MODELS | {"--vocab", "--batch-sizes", "--threads", "--config-json"}
 BENCH_OPTIONS = {

@@ -22,40 +22,50 @@ def repo(tmp_path):
     _git(tmp_path, "init", "-q")
     _git(tmp_path, "config", "user.email", "t@example.invalid")
     _git(tmp_path, "config", "user.name", "t")
-    (tmp_path / "a.txt").write_text("a\n")
-    _git(tmp_path, "add", "a.txt")
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src/a.py").write_text("a\n")
+    _git(tmp_path, "add", "src/a.py")
     _git(tmp_path, "commit", "-q", "-m", "a")
     return tmp_path
 
 
-def test_git_state_names_the_commit_and_a_dirty_tree(repo):
+def test_git_state_names_the_commit_and_a_dirty_tree(repo, monkeypatch):
+    monkeypatch.delenv(provenance.ALLOW_DIRTY_ENV)
     clean = provenance.git_state(repo)
     assert len(clean["commit"]) == 40 and clean["dirty"] is False
-    (repo / "a.txt").write_text("changed\n")
+    (repo / "src/a.py").write_text("changed\n")
     assert provenance.git_state(repo) == {
         "commit": clean["commit"],
         "dirty": True,
-        "changed": [" M a.txt"],
+        "changed": [" M src/a.py"],
         "n_changed": 1,
+        "code_changed": ["src/a.py"],
         "code_dirty": True,
     }
-    (repo / "a.txt").write_text("a\n")
-    (repo / "new.py").write_text("")  # an untracked file changes the code too
+    monkeypatch.setenv(provenance.ALLOW_DIRTY_ENV, "1")  # (--allow-dirty): said where code is dirty
+    assert provenance.git_state(repo)["allow_dirty"] is True
+    (repo / "src/a.py").write_text("a\n")
+    (repo / "src/new.py").write_text("")  # an untracked file changes the code too
     assert provenance.git_state(repo)["dirty"] is True
     assert provenance.git_state(repo)["code_dirty"] is True
 
 
-def test_a_tree_dirty_with_results_only_says_its_code_is_clean(repo):
+def test_a_tree_dirty_with_results_only_says_its_code_is_clean(repo, monkeypatch):
     """A study's new records (untracked under results/) make the tree dirty, not its code."""
+    monkeypatch.delenv(provenance.ALLOW_DIRTY_ENV)
     (repo / "results/cpu/study/runs/r1").mkdir(parents=True)
     (repo / "results/cpu/study/runs/r1/eval.json").write_text("{}")
     state = provenance.git_state(repo)
     assert state["dirty"] is True and state["code_dirty"] is False
     assert state["changed"] == ["?? results/"] and state["n_changed"] == 1
+    assert "allow_dirty" not in state  # (nothing to allow)
     assert provenance.short_commit(state).endswith(" (code clean; uncommitted results)")
-    (repo / "src.py").write_text("")
+    (repo / "src/b.py").write_text("")
     assert provenance.git_state(repo)["code_dirty"] is True
     assert provenance.short_commit(provenance.git_state(repo)).endswith(" (dirty tree)")
+    monkeypatch.setenv(provenance.ALLOW_DIRTY_ENV, "1")
+    allowed = provenance.short_commit(provenance.git_state(repo))
+    assert allowed.endswith(" (dirty code, --allow-dirty)")
 
 
 def test_outside_a_work_tree_the_commit_comes_from_the_environment(tmp_path, monkeypatch):

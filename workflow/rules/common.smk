@@ -57,6 +57,17 @@ CONFIG_FILE_HASHES = provenance.config_file_hashes(workflow.configfiles)
 ENV_WARNING = environment_warning(f"{workflow.basedir}/{CONSTRAINTS}")
 if ENV_WARNING:
     print(f"tapernorm: warning: {ENV_WARNING}", file=sys.stderr)
+
+
+# results from code that differs from its commit: refused in one line before the first job (not on
+# a dry run), unless TAPERNORM_ALLOW_DIRTY=1, which the jobs inherit (docs/reproducibility.md)
+onstart:
+    try:
+        provenance.refuse_dirty_code()
+    except provenance.DirtyCodeError as e:
+        sys.exit(f"tapernorm: error: {e}")
+
+
 # the stamp options of every table, figure, the claims and job times (a params function of the
 # output, stamp_param: not a rerun trigger); a rehearsal says so in each
 STAMP_ARGS = stamp_options(CONFIG_HASH, bool(config["rehearsal"]))

@@ -16,6 +16,7 @@ import sys
 from collections.abc import Iterator
 
 from .. import __version__
+from ..runtime.provenance import writing_results
 from .args import Parser
 from .data import prepare_data_parser, prepare_eval_parser, rehearsal_inputs_parser
 from .errors import one_line
@@ -130,13 +131,23 @@ def _library_logs_to_stderr() -> Iterator[None]:
         logger.propagate = propagate
 
 
+def _results_check(args: argparse.Namespace) -> contextlib.AbstractContextManager:
+    """provenance.writing_results around a command that writes results (args.allow_dirty_arg's
+    writes_results says so), which refuses code that differs from its commit unless allowed."""
+    writes = getattr(args, "writes_results", None)
+    if writes is None or not writes(args):
+        return contextlib.nullcontext()
+    return writing_results(args.allow_dirty)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run one command; errors the user can act on (bad input, missing files, the project's own
     errors, Ctrl-C: cli.errors) end in one line (set TAPERNORM_TRACEBACK=1 to see the traceback),
-    any other keeps its traceback."""
+    any other keeps its traceback. A command that writes results is refused, before it starts,
+    where the code differs from its commit, unless --allow-dirty (_results_check)."""
     args = build_parser().parse_args(argv)
     try:
-        with _library_logs_to_stderr():
+        with _library_logs_to_stderr(), _results_check(args):
             return args.func(args)
     except (Exception, KeyboardInterrupt) as e:
         reported = one_line(e, args.command)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from .args import POSITIVE, device_arg
+from .args import POSITIVE, allow_dirty_arg, device_arg
 from .probe import battery_args
 
 BENCH_TABLES, BENCH_FIGURES = ("3", "decode"), ("fig5",)  # from benchmark CSVs (--bench)
@@ -251,6 +251,7 @@ def _add_table(subparsers: Subparsers) -> None:
     _allow_mixed_option(t)
     _config_hash_option(t)
     _force_option(t, "the stem's .csv, .md, .tex and .html")
+    allow_dirty_arg(t)
     t.set_defaults(func=_cmd_table)
 
 
@@ -276,6 +277,7 @@ def _add_figure(subparsers: Subparsers) -> None:
     _allow_mixed_option(f)
     _config_hash_option(f)
     _force_option(f, "the stem's .pdf, .png and .html")
+    allow_dirty_arg(f)
     f.set_defaults(func=_cmd_figure)
 
 
@@ -313,6 +315,7 @@ def _add_tails(subparsers: Subparsers) -> None:
     device_arg(t)
     _config_hash_option(t)
     _force_option(t, "the stem's .csv, .md, .tex, .html and .json")
+    allow_dirty_arg(t)
     t.set_defaults(func=_cmd_tails)
 
 
@@ -380,6 +383,7 @@ def _add_claims(subparsers: Subparsers) -> None:
     _allow_mixed_option(c)
     _config_hash_option(c)
     _force_option(c, "--out and the .html and .json beside it")
+    allow_dirty_arg(c)
     c.set_defaults(func=_cmd_claims)
 
 
@@ -393,6 +397,7 @@ def _add_report_home(subparsers: Subparsers) -> None:
     r.add_argument("--rerun", default="snakemake --cores all", help="the command that reran it")
     r.add_argument("--out", type=Path, required=True, help="e.g. results/report/home.rst")
     _force_option(r, "--out")
+    allow_dirty_arg(r)
     r.set_defaults(func=_cmd_report_home)
 
 
@@ -413,4 +418,5 @@ def _add_job_times(subparsers: Subparsers) -> None:
     j.add_argument("--out", type=Path, help="output stem (default: the markdown on stdout)")
     _config_hash_option(j)
     _force_option(j, "the stem's .csv, .md, .tex and .html")
+    allow_dirty_arg(j, only_with_out=True)
     j.set_defaults(func=_cmd_job_times)

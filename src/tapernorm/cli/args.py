@@ -1,5 +1,5 @@
 """What every part of the `tapernorm` command line shares: the parser class (one-line usage errors,
-defaults in the help), number types for arguments, and --device."""
+defaults in the help), number types for arguments, --device, and --allow-dirty."""
 
 from __future__ import annotations
 
@@ -79,6 +79,29 @@ DEVICE_HELP = "auto: cuda when available, else cpu"
 
 def device_arg(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", default="auto", choices=DEVICES, help=DEVICE_HELP)
+
+
+def allow_dirty_arg(p: argparse.ArgumentParser, only_with_out: bool = False) -> None:
+    """--allow-dirty, on a command that writes results (a record, a measurement, a summary, a
+    table, a figure): `tapernorm` (cli.main) refuses to run it from a checkout whose code differs
+    from its commit unless this is given (provenance.writing_results); `only_with_out`: it writes
+    only when its --out is given, and is checked only then."""
+    p.add_argument(
+        "--allow-dirty",
+        action="store_true",
+        help="write results from a checkout whose code (src/, workflow/, Snakefile, config/, ...: "
+        "provenance.CODE_PATHS) differs from its commit, recorded as allow_dirty in their "
+        "provenance (or set TAPERNORM_ALLOW_DIRTY=1); without it such a checkout is refused",
+    )
+    p.set_defaults(writes_results=_out_given if only_with_out else _always)
+
+
+def _always(args: argparse.Namespace) -> bool:
+    return True
+
+
+def _out_given(args: argparse.Namespace) -> bool:
+    return args.out is not None
 
 
 def force_arg(p: argparse.ArgumentParser, command: str, files: str) -> None:

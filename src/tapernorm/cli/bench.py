@@ -10,7 +10,15 @@ from ..bench.settings import SECTION, BenchRuns, BenchSettings, bench_settings
 from ..config import section_defaults
 from ..runtime import jsonio
 from ..runtime.out_files import claim_outputs, own_bench_csv, own_bench_json
-from .args import DEVICE_HELP, DEVICES, NON_NEGATIVE, POSITIVE, config_json, device_arg
+from .args import (
+    DEVICE_HELP,
+    DEVICES,
+    NON_NEGATIVE,
+    POSITIVE,
+    allow_dirty_arg,
+    config_json,
+    device_arg,
+)
 
 
 def add_subcommand(sub) -> None:
@@ -136,6 +144,7 @@ def _bench_train_step_parser(benchmarks) -> None:
     )
     t.add_argument("--out", type=Path, help="FILE.csv: rows per width; any other name: the JSON")
     _force_arg(t)
+    allow_dirty_arg(t, only_with_out=True)
     t.set_defaults(func=_cmd_bench_train_step)
 
 
@@ -212,6 +221,7 @@ def _bench_forward_parser(benchmarks) -> None:
         help=f"sequence lengths (default: {_shown(defaults['forward']['seq_lens'])})",
     )
     _bench_rounds_args(f, grid, defaults, "forward")
+    allow_dirty_arg(f, only_with_out=True)
     f.set_defaults(func=_cmd_bench_forward)
 
 
@@ -246,6 +256,7 @@ def _bench_decode_parser(benchmarks) -> None:
         f"(default: {_shown(decode['modes'])})",
     )
     _bench_rounds_args(d, grid, defaults, "decode")
+    allow_dirty_arg(d, only_with_out=True)
     d.set_defaults(func=_cmd_bench_decode)
 
 

@@ -11,6 +11,7 @@ from ..runtime import jsonio
 from .args import (
     DEVICE_HELP,
     DEVICES,
+    allow_dirty_arg,
     device_arg,
 )
 
@@ -192,4 +193,5 @@ def gpu_report_parser(sub) -> None:
         action="store_true",
         help="replace files in DIR/report/ that an earlier gpu-report did not write",
     )
+    allow_dirty_arg(r)
     r.set_defaults(func=_cmd_gpu_report)

@@ -11,6 +11,7 @@ from .args import (
     NON_NEGATIVE_FLOAT,
     POSITIVE,
     POSITIVE_FLOAT,
+    allow_dirty_arg,
     device_arg,
     force_arg,
 )
@@ -63,6 +64,7 @@ def eval_parser(sub) -> None:
     e.add_argument(
         "--force", action="store_true", help="replace an --out that is not an earlier result"
     )
+    allow_dirty_arg(e, only_with_out=True)
     e.set_defaults(func=_cmd_eval)
 
 
@@ -100,6 +102,7 @@ def fold_parser(sub) -> None:
     )
     device_arg(f)
     force_arg(f, "fold", "folded/'s and scaled/'s model files and verify.json")
+    allow_dirty_arg(f)
     f.set_defaults(func=_cmd_fold)
 
 
@@ -129,6 +132,7 @@ def export_hf_parser(sub) -> None:
     force_arg(
         x, "export-hf", "the export's files (config.json, model.safetensors, verify.json, ...)"
     )
+    allow_dirty_arg(x)
     x.set_defaults(func=_cmd_export_hf)
 
 
@@ -168,4 +172,5 @@ def taper_hf_parser(sub) -> None:
     h.add_argument("--lam", type=NON_NEGATIVE_FLOAT, default=0.1, help="scale loss weight")
     device_arg(h)
     force_arg(h, "taper-hf", "run/'s, hf/'s and fold_verify.json")
+    allow_dirty_arg(h)
     h.set_defaults(func=_cmd_taper_hf)

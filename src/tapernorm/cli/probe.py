@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .args import POSITIVE, POSITIVE_FLOAT, device_arg
+from .args import POSITIVE, POSITIVE_FLOAT, allow_dirty_arg, device_arg
 
 if TYPE_CHECKING:
     import torch
@@ -172,4 +172,5 @@ def probe_parser(sub) -> None:
     p.add_argument(
         "--force", action="store_true", help="replace an --out that is not an earlier result"
     )
+    allow_dirty_arg(p, only_with_out=True)
     p.set_defaults(func=_cmd_probe)

@@ -10,6 +10,8 @@ import logging
 import os
 from pathlib import Path
 
+from .args import allow_dirty_arg
+
 log = logging.getLogger(__name__)
 
 REFERENCE_KINDS = ("results", "cost", "job-times", "dyt-rows")  # blocks quoting one reference run
@@ -101,6 +103,7 @@ def add_subcommands(sub) -> None:
     m.add_argument(
         "--force", action="store_true", help="replace an --out that is not an earlier manifest"
     )
+    allow_dirty_arg(m)
     m.set_defaults(func=_cmd_manifest)
 
     c = sub.add_parser(

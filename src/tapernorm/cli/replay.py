@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from .args import POSITIVE, force_arg
+from .args import POSITIVE, allow_dirty_arg, force_arg
 
 
 def _gate(text: str) -> float | None:
@@ -65,4 +65,5 @@ def replay_parser(sub) -> None:
     r.add_argument("--out", type=Path, help="write the report as JSON here")
     r.add_argument("--json", action="store_true", help="also print the report as JSON")
     force_arg(r, "replay", "--out")
+    allow_dirty_arg(r, only_with_out=True)
     r.set_defaults(func=_cmd_replay)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from .args import force_arg
+from .args import allow_dirty_arg, force_arg
 
 SUMMARY_FILES = ("summary.csv", "per_seed.csv", "summary.md", "summary.json")
 FIGURES = ("fig_scaling_gaps", "fig_scaling_curves")
@@ -79,6 +79,7 @@ def scaling_parser(sub) -> None:
     s.add_argument("--out", type=Path, required=True, help="directory of the summary files")
     s.add_argument("--made-by", default="", help="the command that made the study")
     force_arg(s, "scaling summary", ", ".join(SUMMARY_FILES))
+    allow_dirty_arg(s)
     s.set_defaults(func=_cmd_summary)
     f = steps.add_parser("figure", help="one of the study's figures (.pdf, .png, .html)")
     f.add_argument("name", choices=FIGURES)
@@ -88,4 +89,5 @@ def scaling_parser(sub) -> None:
     f.add_argument("--rehearsal", action="store_true", help="a rehearsal's figure: says so")
     f.add_argument("--out", type=Path, required=True, help="output path without extension")
     force_arg(f, "scaling figure", "the figure's .pdf, .png and .html")
+    allow_dirty_arg(f)
     f.set_defaults(func=_cmd_figure)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from .args import force_arg
+from .args import allow_dirty_arg, force_arg
 
 SUMMARY_FILES = ("summary.csv", "summary.md", "summary.json")
 FACTOR_FILES = ("factors.csv", "factors.md")
@@ -54,6 +54,7 @@ def stability_parser(sub) -> None:
     s.add_argument("--out", type=Path, required=True, help="directory of the summary files")
     s.add_argument("--made-by", default="", help="the command that made the study")
     force_arg(s, "stability summary", ", ".join(SUMMARY_FILES))
+    allow_dirty_arg(s)
     s.set_defaults(func=_cmd_summary)
     f = steps.add_parser(
         "factors",
@@ -65,4 +66,5 @@ def stability_parser(sub) -> None:
                    "baselines of the same seed pairs")  # fmt: skip
     f.add_argument("--out", type=Path, required=True, help="directory of the table's files")
     force_arg(f, "stability factors", ", ".join(FACTOR_FILES))
+    allow_dirty_arg(f)
     f.set_defaults(func=_cmd_factors)

@@ -16,6 +16,7 @@ from .args import (
     NON_NEGATIVE,
     POSITIVE,
     POSITIVE_FLOAT,
+    allow_dirty_arg,
     force_arg,
 )
 
@@ -116,6 +117,7 @@ def train_parser(sub) -> None:
         help="torch CPU threads (default: 1 when training on the CPU, where runs are then "
         "bit-reproducible; with more they differ in the last bits from run to run)",
     )
+    allow_dirty_arg(t)
     t.set_defaults(func=_cmd_train)
 
 
@@ -212,4 +214,5 @@ def lr_grid_parser(sub) -> None:
     g.add_argument("--made-by", help="the command that made the runs, named in the summary")
     g.add_argument("--out", type=Path, default=Path("results/lr_grid"), help="summary directory")
     force_arg(g, "lr-grid", "lr_grid.json, .md and .csv")
+    allow_dirty_arg(g)
     g.set_defaults(func=_cmd_lr_grid)

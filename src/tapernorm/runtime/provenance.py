@@ -1,6 +1,8 @@
-"""Where an output came from: the code's commit (and whether the tree was dirty), the config's two
-hashes (of the files given, and of the validated config), the host, the library versions and every
-installed distribution; a stamp of them for tables and figures.
+"""Where an output came from: the code's commit (and whether the tree was dirty, and which of its
+changes are code), the config's two hashes (of the files given, and of the validated config), the
+host, the library versions and every installed distribution; a stamp of them for tables and
+figures; and the check that refuses to write results from code that differs from its commit
+(writing_results, which the command line runs around every command that writes results).
 
 Nothing here imports torch at module level: the Snakefile and the analysis commands use it too.
 The commit is that of the git work tree holding this package's source (an editable install, the
@@ -9,13 +11,14 @@ project's layout); outside one, TAPERNORM_COMMIT names it, or it is unknown.
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import os
 import platform
 import re
 import subprocess
 import sys
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from importlib import metadata
 from pathlib import Path
 
@@ -41,30 +44,122 @@ def code_root() -> Path:
 
 
 KEPT_CHANGES = 20  # changed paths a provenance record lists (all are counted)
-RESULT_PATHS = ("results/",)  # committed outputs: a change there is not a change of the code
+# Code: what makes the numbers, relative to the checkout's root: the package's source, the
+# workflow, the configs the workflow runs (an uncommitted one is in no commit, though its hash is
+# stamped) and what installs the environment. Not code: results/ (committed outputs: a study's new
+# records make a tree dirty without changing the code), documentation (*.md anywhere), tests/ and
+# every other path (untracked outputs among them; data/, logs/ and figures/ are ignored anyway).
+CODE_PATHS = (
+    "src/",
+    "workflow/",
+    "Snakefile",
+    "config/",
+    "benchmarks/",
+    "pyproject.toml",
+    "requirements/",
+    "environment.yml",
+)
+ALLOW_DIRTY_ENV = "TAPERNORM_ALLOW_DIRTY"  # set (not "" or "0"): as --allow-dirty
+
+
+def is_code(path: str) -> bool:
+    """Whether a path of the checkout (relative to its root, as git status names it) is code:
+    one of CODE_PATHS or under one ending in '/', Markdown excepted."""
+    path = path.strip('"')
+    if path.endswith(".md"):
+        return False
+    return any(path.startswith(p) if p.endswith("/") else path == p for p in CODE_PATHS)
+
+
+def _status_paths(line: str) -> list[str]:
+    """The paths of one line of git status --porcelain: a rename's both."""
+    return [p.strip('"') for p in line[3:].split(" -> ")]
+
+
+def dirty_code_allowed() -> bool:
+    """Whether results may be written from dirty code (--allow-dirty, or ALLOW_DIRTY_ENV set)."""
+    return os.environ.get(ALLOW_DIRTY_ENV, "") not in ("", "0")
+
+
+def _tracked(root: Path) -> bool:
+    """Whether `root` is tracked by the work tree around it: the package in an ignored or
+    untracked directory (installed into a virtual environment inside some other checkout) is in
+    no commit of that checkout."""
+    return bool((_git(root, "ls-files", "--", "__init__.py") or "").strip())
 
 
 def git_state(root: str | Path | None = None) -> dict:
     """{"commit": full sha or "unknown", "dirty": whether tracked or untracked (not ignored) files
     differ from the commit, or None when unknown}; a dirty tree also says what differs:
-    "changed" (git status --porcelain's lines, the first KEPT_CHANGES), "n_changed", and
-    "code_dirty" (whether any changed path lies outside the committed results, RESULT_PATHS: a
-    study's new records make a tree dirty without changing the code that trains it)."""
-    root = Path(root) if root is not None else code_root()
-    commit = _git(root, "rev-parse", "HEAD")
+    "changed" (git status --porcelain's lines, the first KEPT_CHANGES), "n_changed",
+    "code_changed" (the first KEPT_CHANGES of those paths that are code: is_code), "code_dirty"
+    (whether there is any), and, where code is dirty and writing was allowed (--allow-dirty or
+    ALLOW_DIRTY_ENV), "allow_dirty": true. Outside a work tree that tracks this package (an
+    installed package, no git), the commit is TAPERNORM_COMMIT's or unknown, and dirty None."""
+    if root is None:
+        root = code_root()
+        commit = _git(root, "rev-parse", "HEAD") if _tracked(root) else None
+    else:
+        root = Path(root)
+        commit = _git(root, "rev-parse", "HEAD")
     if commit is None:
         return {"commit": os.environ.get("TAPERNORM_COMMIT", UNKNOWN), "dirty": None}
     status = _git(root, "status", "--porcelain")
     state = {"commit": commit.strip(), "dirty": None if status is None else bool(status.strip())}
     if state["dirty"]:
         lines = [line for line in status.splitlines() if line.strip()]
-        paths = [line[3:].split(" -> ")[-1].strip('"') for line in lines]
+        code = [p for line in lines for p in _status_paths(line) if is_code(p)]
         state.update(
             changed=lines[:KEPT_CHANGES],
             n_changed=len(lines),
-            code_dirty=any(not p.startswith(RESULT_PATHS) for p in paths),
+            code_changed=code[:KEPT_CHANGES],
+            code_dirty=bool(code),
         )
+        if code and dirty_code_allowed():
+            state["allow_dirty"] = True
     return state
+
+
+class DirtyCodeError(RuntimeError):
+    """Results asked of code that differs from its commit, without --allow-dirty."""
+
+
+def refuse_dirty_code(state: dict | None = None) -> None:
+    """DirtyCodeError, in one line naming the changed code and what to do, where `state`
+    (default: git_state()) has dirty code and writing it was not allowed; nothing where the code
+    is clean, only results differ, or the state is unknown (no git: nothing to compare)."""
+    if dirty_code_allowed():
+        return
+    state = git_state() if state is None else state
+    if not state.get("code_dirty"):
+        return
+    code = state.get("code_changed", [])
+    named = ", ".join(code[:3]) + (", ..." if len(code) > 3 else "")
+    raise DirtyCodeError(
+        f"the code differs from commit {state['commit'][:SHORT]} ({named}): "
+        f"commit it, or pass --allow-dirty (or set {ALLOW_DIRTY_ENV}=1) to write results from it, "
+        "recorded as allow_dirty in their provenance"
+    )
+
+
+@contextlib.contextmanager
+def writing_results(allow_dirty: bool = False) -> Iterator[None]:
+    """Around a command that writes results (a record, a summary, a table, a figure): refuses
+    dirty code before it starts (refuse_dirty_code), unless `allow_dirty`; with `allow_dirty`,
+    ALLOW_DIRTY_ENV is set while it runs, so that what it records says so (git_state's
+    allow_dirty) and the processes it starts are allowed too; put back afterwards."""
+    previous = os.environ.get(ALLOW_DIRTY_ENV)
+    if allow_dirty:
+        os.environ[ALLOW_DIRTY_ENV] = "1"
+    try:
+        refuse_dirty_code()
+        yield
+    finally:
+        if allow_dirty:
+            if previous is None:
+                os.environ.pop(ALLOW_DIRTY_ENV, None)
+            else:
+                os.environ[ALLOW_DIRTY_ENV] = previous
 
 
 def config_hash(config: dict) -> str:
@@ -153,14 +248,16 @@ def now() -> str:
 
 
 def short_commit(state: dict) -> str:
-    """'0123456789ab', with ' (dirty tree)' where code differed from the commit, or ' (code
-    clean; uncommitted results)' where only the committed results did (git_state's code_dirty)."""
+    """'0123456789ab', with ' (dirty tree)' where code differed from the commit (' (dirty code,
+    --allow-dirty)' where writing from it was allowed), or ' (code clean; uncommitted results)'
+    where only results did (git_state's code_dirty)."""
     commit = state["commit"]
     text = commit[:SHORT] if commit != UNKNOWN else "commit unknown"
     if not state.get("dirty"):
         return text
-    return text + (" (code clean; uncommitted results)" if state.get("code_dirty") is False
-                   else " (dirty tree)")  # fmt: skip
+    if state.get("code_dirty") is False:
+        return text + " (code clean; uncommitted results)"
+    return text + (" (dirty code, --allow-dirty)" if state.get("allow_dirty") else " (dirty tree)")
 
 
 REHEARSAL = "REHEARSAL on stand-in data and models, not results"
