@@ -84,7 +84,9 @@ def test_snapshot_keeps_the_summary_with_its_own_manifest_and_never_overwrites(r
     assert ref.parent == run_tree / "results/reference"
     made = manifest.read_manifest(run_tree / "results/manifest.json")["made"]
     expected = reference.host_slug(made["host"]["cpu"], made["host"]["cores"])
-    expected += "-" + made["commit"][:12] + ("-dirty" if made["dirty"] else "")
+    expected += (
+        "-" + made["commit"][:12] + ("-dirty" if made.get("code_dirty", made["dirty"]) else "")
+    )
     assert ref.name == expected  # the host and the commit of the code that made the run
     kept = sorted(str(p.relative_to(ref)) for p in ref.rglob("*") if p.is_file())
     assert "results/runs/pretrain/baseline-d64-s0/model.safetensors" not in kept  # only hashed
@@ -98,6 +100,18 @@ def test_snapshot_keeps_the_summary_with_its_own_manifest_and_never_overwrites(r
     (run_tree / "results/claims.md").write_text("edited\n")
     with pytest.raises(reference.ReferenceError, match="differ from its manifest"):
         reference.snapshot(run_tree / "results/manifest.json", to=run_tree / "other")
+
+
+def test_a_reference_run_is_named_dirty_by_its_code_not_its_results():
+    """Uncommitted results (a study's records, a compile cache) leave the name clean; dirty code,
+    or an old manifest that only says its tree was dirty, adds '-dirty'."""
+    host = {"cpu": "Intel(R) Xeon(R) Processor", "cores": 2}
+    made = {"commit": "0123456789abcdef", "host": host}
+    name = lambda **m: reference.reference_name({"made": {**made, **m}})  # noqa: E731
+    assert name(dirty=True, code_dirty=False) == "intel-xeon-2c-0123456789ab"
+    assert name(dirty=True, code_dirty=True) == "intel-xeon-2c-0123456789ab-dirty"
+    assert name(dirty=True) == "intel-xeon-2c-0123456789ab-dirty"
+    assert name(dirty=False) == "intel-xeon-2c-0123456789ab"
 
 
 def test_generated_blocks_are_rendered_from_their_source_and_checked(run_tree):

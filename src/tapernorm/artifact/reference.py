@@ -53,8 +53,11 @@ def host_slug(cpu: str, cores: int | None) -> str:
 
 
 def reference_name(manifest: dict) -> str:
+    """<host>-<commit>, '-dirty' added where the code was (uncommitted results do not count; a
+    manifest from before provenance told the two apart: where its tree was)."""
     made = manifest["made"]
-    commit = str(made["commit"])[:12] + ("-dirty" if made.get("dirty") else "")
+    code_dirty = made.get("code_dirty", made.get("dirty"))
+    commit = str(made["commit"])[:12] + ("-dirty" if code_dirty else "")
     return f"{host_slug(made['host']['cpu'], made['host'].get('cores'))}-{commit}"
 
 
