@@ -144,5 +144,6 @@ def test_the_cli_writes_both_figures(claims_json, grid_json, tmp_path):
         main(["figure", "lr_grid", "--lr-grid", str(grid_json), "--out", str(out / "b.pdf")]) == 0
     )
     for stem in ("a", "b"):
-        assert {p.suffix for p in out.glob(f"{stem}.*")} == {".pdf", ".png", ".html"}
+        made = {p.name.removeprefix(stem) for p in out.glob(f"{stem}.*")}
+        assert made == {".pdf", ".png", ".html", ".set.json"}  # the figure and its set's marker
     assert main(["figure", "lr_grid", "--out", str(out / "c.pdf")]) != 0  # no --lr-grid

@@ -12,6 +12,7 @@ rule lr_grid:
         json=wp.LR_GRID_SUMMARY,
         csv=wp.LR_GRID_SUMMARY.replace(".json", ".csv"),
         md=wp.LR_GRID_SUMMARY.replace(".json", ".md"),
+        marker=wf.set_marker(wp.LR_GRID_SUMMARY.removesuffix(".json")),
     log:
         "logs/lr_grid.log",
     localrule: True

@@ -67,6 +67,7 @@ rule claims:
     output:
         md="results/claims.md",
         json="results/claims.json",
+        marker=wf.set_marker("results/claims"),  # the three written as one set
         html=report(
             "results/claims.html", caption="../report/claims.rst", category="Claims"
         ),

@@ -41,6 +41,7 @@ rule scaling_summary:
         extra=ancient(SCALING_EXTRA_RECORDS),
     output:
         **{f.replace(".", "_"): f"{wsc.SCALING_DIR}/{f}" for f in SCALING_SUMMARY_FILES},
+        marker=wf.set_marker(f"{wsc.SCALING_DIR}/summary"),
     log:
         "logs/scaling/summary.log",
     localrule: True
@@ -64,6 +65,7 @@ rule scaling_figure:
         pdf=f"{wsc.SCALING_DIR}/{{sfigure}}.pdf",
         png=f"{wsc.SCALING_DIR}/{{sfigure}}.png",
         html=f"{wsc.SCALING_DIR}/{{sfigure}}.html",
+        marker=wf.set_marker(f"{wsc.SCALING_DIR}/{{sfigure}}"),
     log:
         "logs/scaling/{sfigure}.log",
     localrule: True

@@ -49,6 +49,7 @@ rule stability_summary:
             f.replace(".", "_"): f"{wst.STABILITY_DIR}/{f}"
             for f in STABILITY_SUMMARY_FILES
         },
+        marker=wf.set_marker(f"{wst.STABILITY_DIR}/summary"),
     log:
         "logs/stability/summary.log",
     localrule: True
@@ -69,6 +70,7 @@ rule stability_factors:
     output:
         csv=f"{wst.STABILITY_DIR}/factors.csv",
         md=f"{wst.STABILITY_DIR}/factors.md",
+        marker=wf.set_marker(f"{wst.STABILITY_DIR}/factors"),
     log:
         "logs/stability/factors.log",
     localrule: True

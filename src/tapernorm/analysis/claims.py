@@ -80,8 +80,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from ..runtime.atomic import atomic_write_bytes
-from ..runtime.jsonio import read_json, write_json
+from ..runtime.jsonio import read_json
+from ..runtime.output_set import OutputSet, check_member, json_bytes, marker_path
 from ..runtime.provenance import REHEARSAL_NOTE, git_state, host, now, stamp, versions
 from . import comparable, inference_tables, paper, speed_rule
 from . import finetune as ft
@@ -345,7 +345,12 @@ def write_claims(
     `allow_mixed`: let runs of mixed recipes through comparable.check (the inputs say so).
     `bench_pool`: other runs' benchmark directories (results/reference/*/results/bench),
     pooled by the speed rule with `bench_files` where of the same host class (speed_rule).
+    An input that is a member of an output set (the summaries, the LR grid) is read only whole
+    (output_set.check_member: IncompleteSet, one line, otherwise).
     """
+    for member in (lr_grid, scaling, stability):
+        if member:
+            check_member(member)
     mixed: list[str] = []
     bench = inference_tables.load_bench(bench_files) if bench_files else pd.DataFrame()
     if gpu:
@@ -390,7 +395,9 @@ def write_claims(
     for section in extra_sections:
         text += "\n" + section.rstrip() + "\n"
     out = Path(out_path)
-    atomic_write_bytes(out, text.encode())
-    atomic_write_bytes(out.with_suffix(".html"), markdown_page(text, "claims").encode())
-    write_json(out.with_suffix(".json"), record)
+    claims = OutputSet(marker_path(out.with_suffix("")), "tapernorm claims")
+    claims.add(out, text.encode())
+    claims.add(out.with_suffix(".html"), markdown_page(text, "claims").encode())
+    claims.add(out.with_suffix(".json"), json_bytes(record))
+    claims.commit()
     return out

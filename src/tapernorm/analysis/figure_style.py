@@ -16,7 +16,7 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure, SubFigure
 
 from ..runtime import provenance
-from ..runtime.atomic import atomic_write_bytes
+from ..runtime.output_set import OutputSet, marker_path
 from ..variants import PAPER_VARIANTS, VARIANTS
 from .html import figure_page
 from .runs import diverged_text, final_tapered, variant_order
@@ -237,10 +237,15 @@ def stamp_figure(fig: Figure, stamp: str) -> None:
 
 
 def save_figure(
-    fig: Figure, out: str | Path, caption: str = "", stamp: str | None = None
+    fig: Figure,
+    out: str | Path,
+    caption: str = "",
+    stamp: str | None = None,
+    command: str = "tapernorm figure",
 ) -> list[Path]:
     """Write <out stem>.pdf (TrueType fonts), <out stem>.png (dpi 150) and <out stem>.html (the PNG
-    inline, the caption below it as text), each rendered in memory, then written atomically.
+    inline, the caption below it as text), each rendered in memory, then written as one output set
+    (runtime.output_set: the marker <out stem>.set.json).
 
     Each carries the provenance stamp (default: provenance.stamp() of this code, no config hash): a
     line at the bottom of the image, the PDF's and PNG's Subject metadata, the page's last line."""
@@ -259,12 +264,10 @@ def save_figure(
         images[fmt] = buf.getvalue()
     text = (f"{caption}\n\n" if caption else "") + f"**Provenance.** {stamp}"
     images["html"] = figure_page(images["png"], text, out.stem).encode()
-    paths = []
+    figure = OutputSet(marker_path(out.with_suffix("")), command)
     for fmt, data in images.items():
-        path = out.with_suffix(f".{fmt}")
-        atomic_write_bytes(path, data)
-        paths.append(path)
-    return paths
+        figure.add(out.with_suffix(f".{fmt}"), data)
+    return figure.commit()
 
 
 def new_figure(nrows: int, ncols: int, size: tuple[float, float], **kw) -> tuple[Figure, list]:

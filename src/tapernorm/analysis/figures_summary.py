@@ -15,6 +15,7 @@ import seaborn as sns
 from matplotlib.figure import Figure
 
 from ..runtime.jsonio import read_json
+from ..runtime.output_set import check_member
 from ..variants import VARIANTS
 from .claim_numbers import PAIRED_GAP
 from .figure_style import COLOR_NAMES, COLORS, MARKERS, caption_text, new_figure, save_figure
@@ -48,6 +49,7 @@ def gap_rows(record: dict) -> tuple[list[dict], dict | None]:
 def fig_claim_gaps(claims_json: str | Path) -> tuple[Figure, str]:
     """Forest plot: each paired validation-loss gap of claims 1, 2 and the DyT row (mean over seed
     pairs, its 95% t interval), against the ±2% band of claims 1 and 2's criterion."""
+    check_member(claims_json)  # claims.md, .html and .json written together
     record = read_json(claims_json)
     rows, criterion = gap_rows(record)
     if not rows:
@@ -107,6 +109,7 @@ def _seed_losses(cells: pd.DataFrame) -> pd.DataFrame:
 def fig_lr_grid(grid_json: str | Path) -> tuple[Figure, str]:
     """Validation loss at the last step vs peak LR (log x) per variant of the LR grid: each seed a
     point, the line their mean; the shared LR and each arm's best LR marked."""
+    check_member(grid_json)
     grid = read_json(grid_json)
     cells, gaps = pd.DataFrame(grid["cells"]), grid["gaps"]
     if cells.empty:

@@ -185,7 +185,10 @@ def gpu_report(
         "fig5": (decode, lambda: make_fig5(decode, report / "fig5_decode_speedup.pdf")),
         "gpu_hours": (
             train,
-            lambda: write_table(*_at(gpu_hours(train[0], Path(config)), report / "gpu_hours")),
+            lambda: write_table(
+                *_at(gpu_hours(train[0], Path(config)), report / "gpu_hours"),
+                command="tapernorm gpu-report",
+            ),
         ),
     }
     lines = [

@@ -112,4 +112,6 @@ def write_job_times(
     records, missing = load_job_times(root, jobs)
     require_records(records, missing, root)
     table, caption = job_times_table(records, missing)
-    return write_table(table, out_stem, caption, config_sha256, rehearsal)
+    return write_table(
+        table, out_stem, caption, config_sha256, rehearsal, command="tapernorm job-times"
+    )

@@ -209,7 +209,7 @@ def write_summary(
     diverged, which `diverged` counts)."""
     import pandas as pd
 
-    from ..runtime.atomic import atomic_write_bytes
+    from ..runtime.output_set import OutputSet, json_bytes, marker_path
     from ..runtime.provenance import made
 
     cell_df = pd.DataFrame(cells).sort_values(["variant", "lr"])
@@ -221,8 +221,8 @@ def write_summary(
         "cells": cells,
         "gaps": gaps,
     }
-    jsonio.write_json(js, record)
-    atomic_write_bytes(csv, cell_df.to_csv(index=False).encode())
+    files = OutputSet(marker_path(out / "lr_grid"), "tapernorm lr-grid")
+    files.add(csv, cell_df.to_csv(index=False).encode())
     lines = [
         "# Learning-rate grid",
         "",
@@ -249,5 +249,7 @@ def write_summary(
             f"| {g['label']} | {g['against']} | {g['gap_shared_pct']:+.2f}% (LR {g['shared_lr']:g}) "
             f"| {g['best_lr']:g} ({g['baseline_best_lr']:g}) | {g['gap_best_pct']:+.2f}% |"
         )
-    atomic_write_bytes(md, ("\n".join(lines) + "\n").encode())
+    files.add(md, ("\n".join(lines) + "\n").encode())
+    files.add(js, json_bytes(record))
+    files.commit()
     return [csv, md, js]

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from ..runtime.atomic import atomic_write_bytes
 from ..runtime.jsonio import read_json
+from ..runtime.output_set import check_member
 from ..runtime.provenance import REHEARSAL_NOTE
 from .html import render_table
 from .tables import to_markdown
@@ -83,6 +84,7 @@ def _rst(text: str) -> str:
 
 
 def write_home_page(claims_json: str | Path, out: str | Path, rerun: str) -> Path:
+    check_member(claims_json)  # claims.md, .html and .json written together
     record = read_json(claims_json)
     atomic_write_bytes(out, home_page(record, rerun).encode())
     return Path(out)

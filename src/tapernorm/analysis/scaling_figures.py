@@ -133,7 +133,7 @@ def gap_figure(summary: pd.DataFrame, out: str | Path, stamp: str) -> list[Path]
         "of the baseline (log scale); one line per width. Shaded: the claims' criterion, a gap "
         f"within ±{GAP_MAX_PCT:g}%. " + _paper_caption(points),
     )
-    return save_figure(fig, out, caption, stamp)
+    return save_figure(fig, out, caption, stamp, "tapernorm scaling figure")
 
 
 def _mean_band(ax, wide: pd.DataFrame, color: str, style: str, label: str | None) -> None:
@@ -196,7 +196,7 @@ def curves_figure(study: StudyRuns, out: str | Path, stamp: str) -> list[Path]:
         f"Lines: the mean over seeds; {band_name(max(seeds))}. Shaded in the bottom row: ±"
         f"{GAP_MAX_PCT:g}%.",
     )
-    return save_figure(fig, out, caption, stamp)
+    return save_figure(fig, out, caption, stamp, "tapernorm scaling figure")
 
 
 def _paper_caption(points: pd.DataFrame) -> str:

@@ -9,7 +9,8 @@ from pathlib import Path
 import pandas as pd
 
 from ..runtime.atomic import atomic_write_bytes
-from ..runtime.jsonio import read_json, write_json
+from ..runtime.jsonio import read_json
+from ..runtime.output_set import OutputSet, json_bytes, marker_path
 from ..runtime.provenance import git_state, host, now, versions
 from ..workflow.scaling import RECORD_FILES
 from .claims_loss import BLOWUP_RULE, GAP_MAX_PCT
@@ -206,11 +207,11 @@ def write_summary(
     if summary.empty:
         raise ValueError("the study's records give no claim a row: check the grid's variants")
     out.mkdir(parents=True, exist_ok=True)
-    files = {name: out / name for name in ("summary.csv", "per_seed.csv", "summary.md")}
-    atomic_write_bytes(files["summary.csv"], summary.to_csv(index=False).encode())
-    atomic_write_bytes(files["per_seed.csv"], per_seed.to_csv(index=False).encode())
+    files = OutputSet(marker_path(out / "summary"), "tapernorm scaling summary")
+    files.add(out / "summary.csv", summary.to_csv(index=False).encode())
+    files.add(out / "per_seed.csv", per_seed.to_csv(index=False).encode())
     markdown = summary_markdown(summary, extra_note, per_seed, corpus)
-    atomic_write_bytes(files["summary.md"], markdown.encode())
+    files.add(out / "summary.md", markdown.encode())
     trends = {
         f"{claim}/d{width}": trend(summary, claim, int(width))
         for claim in GAP_CLAIMS
@@ -227,5 +228,5 @@ def write_summary(
         "passes": passes_sentence(summary, corpus),
         "split_hosts": split_hosts_lines(per_seed),
     }
-    write_json(out / "summary.json", record)
-    return [*files.values(), out / "summary.json"]
+    files.add(out / "summary.json", json_bytes(record))
+    return files.commit()

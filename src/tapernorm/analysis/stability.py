@@ -33,8 +33,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ..runtime.atomic import atomic_write_bytes
-from ..runtime.jsonio import write_json
+from ..runtime.output_set import OutputSet, json_bytes, marker_path
 from ..runtime.provenance import git_state, host, now, versions
 from ..variants import VARIANTS, baseline_of
 from . import comparable
@@ -512,13 +511,14 @@ def _json_grid(grid: dict) -> dict:
 
 
 def write_summary(summary: Summary, out: Path, made_by: str = "") -> list[Path]:
-    """summary.csv, summary.md and summary.json in `out` (each atomically)."""
+    """summary.csv, summary.md and summary.json in `out`, as one output set (summary.set.json)."""
     if summary.rows.empty:
         raise ValueError("the records give no arm a row")
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    atomic_write_bytes(out / "summary.csv", summary.rows.to_csv(index=False).encode())
-    atomic_write_bytes(out / "summary.md", summary_markdown(summary).encode())
+    files = OutputSet(marker_path(out / "summary"), "tapernorm stability summary")
+    files.add(out / "summary.csv", summary.rows.to_csv(index=False).encode())
+    files.add(out / "summary.md", summary_markdown(summary).encode())
     record = {
         "made_by": made_by,
         "made": {**git_state(), "host": host(), "versions": versions(), "written": now()},
@@ -529,5 +529,5 @@ def write_summary(summary: Summary, out: Path, made_by: str = "") -> list[Path]:
         "shared_triggers": summary.triggers,
         "timing": summary.timing,
     }
-    write_json(out / "summary.json", record)
-    return [out / "summary.csv", out / "summary.md", out / "summary.json"]
+    files.add(out / "summary.json", json_bytes(record))
+    return files.commit()

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from ..runtime.atomic import atomic_write_bytes
+from ..runtime.output_set import OutputSet, marker_path
 from ..variants import VARIANTS
 from ..workflow.names import parse_factor_run
 from ..workflow.stability import FACTORS
@@ -118,11 +118,13 @@ def factor_markdown(rows: pd.DataFrame) -> str:
 
 
 def write_factor_table(record_dirs: list[str | Path], out: Path) -> list[Path]:
-    """factors.csv and factors.md in `out` from the study's and the factor runs' records."""
+    """factors.csv and factors.md in `out` from the study's and the factor runs' records, as one
+    output set (factors.set.json)."""
     rows = factor_rows(load_runs(record_dirs)[0])
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    atomic_write_bytes(out / "factors.csv", rows.to_csv(index=False).encode())
+    files = OutputSet(marker_path(out / "factors"), "tapernorm stability factors")
+    files.add(out / "factors.csv", rows.to_csv(index=False).encode())
     head = (
         "# One change at a time: which removes the blow-up?\n\n"
         "Each column a run of the stability study that blew up, each row one change of it (same "
@@ -131,5 +133,5 @@ def write_factor_table(record_dirs: list[str | Path], out: Path) -> list[Path]:
         "its taper starts (the same weights and batches until then); the others change it from "
         "step 1, so a blow-up gone there is one draw, not a cure.\n\n"
     )
-    atomic_write_bytes(out / "factors.md", (head + factor_markdown(rows)).encode())
-    return [out / "factors.csv", out / "factors.md"]
+    files.add(out / "factors.md", (head + factor_markdown(rows)).encode())
+    return files.commit()

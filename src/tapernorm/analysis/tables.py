@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from ..runtime.atomic import atomic_write_bytes
+from ..runtime.output_set import OutputSet, marker_path
 from ..runtime.provenance import stamp
 from ..variants import PAPER_VARIANTS, VARIANTS, baseline_of
 from . import comparable, paper
@@ -78,12 +78,17 @@ def write_table(
     config_sha256: str | None = None,
     rehearsal: bool = False,
     data: pd.DataFrame | None = None,
+    command: str = "tapernorm table",
+    into: OutputSet | None = None,
 ) -> list[Path]:
     """Write <out_stem>.csv, .md, .tex and .html (the markdown as a page, which the Snakemake report
-    shows inline) atomically; returns the four paths. The md, tex and html end with the stamp of
-    what made them (provenance.stamp: the commit, the config's hash, and REHEARSAL for a rehearsal);
-    the csv is data only (the run's manifest hashes it): `df`, or `data` where the shown table's
-    cells are text made from numbers that the csv keeps as numbers."""
+    shows inline) as one output set (runtime.output_set: staged, moved in together, the marker
+    <out_stem>.set.json naming them, `command` the one to rerun); returns the four paths. With
+    `into`, they are added to that set instead, for its caller to commit. The md, tex and html end
+    with the stamp of what made them (provenance.stamp: the commit, the config's hash, and
+    REHEARSAL for a rehearsal); the csv is data only (the run's manifest hashes it): `df`, or
+    `data` where the shown table's cells are text made from numbers that the csv keeps as
+    numbers."""
     stem = Path(out_stem)
     if stem.suffix in (".csv", ".md", ".tex", ".html"):
         stem = stem.with_suffix("")
@@ -97,11 +102,10 @@ def write_table(
         ".tex": to_latex(df, caption) + f"% {made}\n",
         ".html": markdown_page(md, stem.name),
     }
-    paths = []
-    for suffix, text in texts.items():
-        path = stem.with_name(stem.name + suffix)
-        atomic_write_bytes(path, text.encode())
-        paths.append(path)
+    out = into if into is not None else OutputSet(marker_path(stem), command)
+    paths = [out.add(stem.with_name(stem.name + sfx), text.encode()) for sfx, text in texts.items()]
+    if into is None:
+        out.commit()
     return paths
 
 

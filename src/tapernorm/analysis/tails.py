@@ -32,7 +32,8 @@ from ..norms import taper_norms
 from ..probe import BatterySettings, battery_inputs, run_battery
 from ..probe.battery import BatteryInputs
 from ..probe.verdict import check_vocab
-from ..runtime.jsonio import NON_FINITE, read_json, write_json
+from ..runtime.jsonio import NON_FINITE, read_json
+from ..runtime.output_set import OutputSet, check_member, json_bytes, marker_path
 from ..runtime.provenance import stamp
 from ..training.checkpoint import load_model
 from ..variants import VARIANTS
@@ -401,12 +402,15 @@ def write_tails(
     stem = Path(out_stem)
     if stem.suffix in (".csv", ".md", ".tex", ".html", ".json"):
         stem = stem.with_suffix("")
-    paths = write_table(shown, stem, caption(header, rows), config_sha256, rehearsal, data=data)
+    out = OutputSet(marker_path(stem), "tapernorm tails")
+    paths = write_table(
+        shown, stem, caption(header, rows), config_sha256, rehearsal, data=data, into=out
+    )
     made_by = stamp(config_sha256, rehearsal=rehearsal)
     models = [{**r, "row": row} for r, row in zip(records, rows, strict=True)]
     record = {"tails": "tails battery", "made_by": made_by, **header, "models": models}
-    json_path = stem.with_name(stem.name + ".json")
-    write_json(json_path, record)
+    json_path = out.add(stem.with_name(stem.name + ".json"), json_bytes(record))
+    out.commit()
     return [*paths, json_path]
 
 
@@ -423,6 +427,7 @@ def restored(obj: dict) -> dict:
 
 def read_rows(path: str | Path) -> pd.DataFrame:
     """The rows of a `tapernorm tails` JSON record (one per model, table_row's columns)."""
+    check_member(path)  # the table and the record written together
     record = read_json(path)
     if not isinstance(record, dict) or not all(k in record for k in ("tails", "models")):
         raise ValueError(f"{path} is not the JSON record of `tapernorm tails`")

@@ -40,6 +40,20 @@ def claim_outputs(
             )
 
 
+def claim_marker(stem: Path, command: str) -> None:
+    """PathInUse if <stem>.set.json, the marker of the output set the command writes
+    (output_set), is a directory, a link or a file that is no set's marker (`--force` or not: the
+    set's write would stop there, after the work)."""
+    from .output_set import is_marker, marker_path
+
+    marker = marker_path(stem)
+    if marker.is_symlink() or marker.is_dir() or (marker.exists() and not is_marker(marker)):
+        raise PathInUse(
+            f"{marker} is in the way of the output set's marker that tapernorm {command} writes: "
+            "move it away"
+        )
+
+
 def stamped(path: Path) -> bool:
     """Whether `path` holds provenance.stamp's text (UTF-8, Latin-1, or UTF-16 as a PDF's
     metadata holds it)."""
@@ -68,8 +82,10 @@ def own_table_file(path: Path) -> bool:
 
 
 def claim_table(stem: Path, command: str, force: bool) -> None:
-    """`table`, `job-times`: <stem>.csv, .md, .tex, .html."""
-    claim_outputs(stem_paths(stem, TABLE_SUFFIXES), command, own_table_file, force)
+    """`table`, `job-times`: <stem>.csv, .md, .tex, .html and the set's marker."""
+    paths = stem_paths(stem, TABLE_SUFFIXES)
+    claim_outputs(paths, command, own_table_file, force)
+    claim_marker(paths[0].with_suffix(""), command)
 
 
 TAILS_JSON_KEYS = ("tails", "made_by", "models")  # `tails`'s JSON record
@@ -87,12 +103,14 @@ def claim_tails(stem: Path, force: bool) -> None:
     """`tails`: <stem>.csv, .md, .tex, .html and .json."""
     paths = stem_paths(stem, (*TABLE_SUFFIXES, ".json"))
     claim_outputs(paths, "tails", own_tails_file, force)
+    claim_marker(paths[0].with_suffix(""), "tails")
 
 
 def claim_figure(out: Path, force: bool, command: str = "figure") -> None:
     """`figure`: <stem>.pdf, .png and .html, each with its stamp."""
     paths = [Path(out).with_suffix(suffix) for suffix in FIGURE_SUFFIXES]
     claim_outputs(paths, command, stamped, force)
+    claim_marker(Path(out).with_suffix(""), command)
 
 
 def claim_claims(out: Path, force: bool) -> None:
@@ -106,6 +124,7 @@ def claim_claims(out: Path, force: bool) -> None:
 
     paths = [out, out.with_suffix(".html"), out.with_suffix(".json")]
     claim_outputs(dict.fromkeys(paths), "claims", own, force)
+    claim_marker(out.with_suffix(""), "claims")
 
 
 def own_bench_csv(path: Path) -> bool:
@@ -155,6 +174,7 @@ def own_scaling_file(path: Path) -> bool:
 def claim_scaling_summary(out: Path, names: Iterable[str], force: bool) -> None:
     """`scaling summary`: the summary files `names` in the directory `out`."""
     claim_outputs([Path(out) / name for name in names], "scaling summary", own_scaling_file, force)
+    claim_marker(Path(out) / "summary", "scaling summary")
 
 
 STABILITY_HEADS = {
@@ -183,3 +203,4 @@ def claim_stability_summary(out: Path, names: Iterable[str], force: bool) -> Non
     paths = [Path(out) / name for name in names]
     command = "stability factors" if "factors.md" in names else "stability summary"
     claim_outputs(paths, command, own_stability_file, force)
+    claim_marker(Path(out) / ("factors" if "factors.md" in names else "summary"), command)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Sequence
 
+from ..runtime.output_set import MARKER_SUFFIX
 from .bench import newest_gpu_check
 
 PRETRAIN_DATA = "data/pretrain"  # the pre-training corpus' shards (rule prepare_data)
@@ -70,6 +71,13 @@ def figure_files(name: str) -> dict[str, str]:
     """{extension: path} of the files a figure command writes (figures/<name>.<ext>; the .html is
     what the report shows)."""
     return {ext: f"figures/{name}.{ext}" for ext in ("pdf", "png", "html")}
+
+
+def set_marker(stem: str) -> str:
+    """The marker of the output set whose members are <stem>.<ext> (runtime.output_set), declared
+    as an output of the rule that writes the set: a write that stopped between members leaves no
+    marker, and Snakemake reruns a job whose declared output is missing."""
+    return stem + MARKER_SUFFIX
 
 
 def with_report(
