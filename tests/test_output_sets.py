@@ -373,3 +373,20 @@ def test_each_claim_check_covers_its_sets_marker(tmp_path, kind):
     (tmp_path / f"{stem}.set.json").mkdir()
     with pytest.raises(PathInUse, match=rf"{stem}\.set\.json is in the way"):
         claim()
+
+
+def test_an_lr_grid_killed_on_its_first_write_is_still_lr_grids_to_write_again(
+    tmp_path, monkeypatch, crash_after
+):
+    from tapernorm.runtime.out_dirs import claim_dir, json_with
+
+    crash_after("_move", 1)
+    with pytest.raises(Crash):
+        _grid(tmp_path / "lr_grid", 1)
+    own = lambda out: json_with(out / "lr_grid.json", ("cells",))  # noqa: E731  (as lr-grid's)
+    claim_dir(tmp_path, "lr-grid", own)  # its record moved in first: the directory is its own
+    with pytest.raises(IncompleteSet, match="its write stopped"):
+        check_member(tmp_path / "lr_grid.json")
+    monkeypatch.undo()
+    _grid(tmp_path / "lr_grid", 1)
+    check_member(tmp_path / "lr_grid.json")

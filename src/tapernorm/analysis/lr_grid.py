@@ -222,6 +222,8 @@ def write_summary(
         "gaps": gaps,
     }
     files = OutputSet(marker_path(out / "lr_grid"), "tapernorm lr-grid")
+    # lr_grid.json first: by it lr-grid knows the directory as its own when it writes again
+    files.add(js, json_bytes(record))
     files.add(csv, cell_df.to_csv(index=False).encode())
     lines = [
         "# Learning-rate grid",
@@ -250,6 +252,5 @@ def write_summary(
             f"| {g['best_lr']:g} ({g['baseline_best_lr']:g}) | {g['gap_best_pct']:+.2f}% |"
         )
     files.add(md, ("\n".join(lines) + "\n").encode())
-    files.add(js, json_bytes(record))
     files.commit()
     return [csv, md, js]
