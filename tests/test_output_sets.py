@@ -390,3 +390,21 @@ def test_an_lr_grid_killed_on_its_first_write_is_still_lr_grids_to_write_again(
     monkeypatch.undo()
     _grid(tmp_path / "lr_grid", 1)
     check_member(tmp_path / "lr_grid.json")
+
+
+def test_the_next_write_removes_what_a_killed_one_staged_and_nothing_else(tmp_path):
+    _write(tmp_path, OLD)
+    marker = tmp_path / "t.set.json"
+    left = tmp_path / ".t.set.json.0123abcd.staging"  # killed inside an atomic write while staging
+    left.mkdir()
+    (left / "t.csv").write_text("a\n2\n")
+    (left / ".t.md.89abcdef.tmp").write_text("half")
+    mine = (
+        tmp_path / ".t.set.json.fedcba98.staging"
+    )  # the same name pattern, holding a file of yours
+    mine.mkdir()
+    (mine / "notes.txt").write_text("mine")
+    check_set(marker)  # the old set is whole: its marker is there
+    _write(tmp_path, NEW)
+    assert not left.exists() and (mine / "notes.txt").read_text() == "mine"
+    check_set(marker)

@@ -131,7 +131,7 @@ class OutputSet:
             )
         names = {p.name for p in self.members} | {self.marker.name}
         for stale in _stagings(self.marker):
-            if all(f.is_file() and f.name in names for f in stale.iterdir()):
+            if all(f.is_file() and _staged_name(f.name) in names for f in stale.iterdir()):
                 shutil.rmtree(stale)  # a staging directory of this set that a write left
         staging = directory / f".{self.marker.name}.{secrets.token_hex(4)}.staging"
         staging.mkdir()
@@ -148,6 +148,13 @@ class OutputSet:
         _move(staging / self.marker.name, self.marker)  # step 4
         staging.rmdir()
         return list(self.members)
+
+
+def _staged_name(name: str) -> str:
+    """The member a staged file is: itself, or the one whose atomic write left `.<name>.<8 hex>.tmp`
+    (atomic.py's temporary, when the process was killed inside it)."""
+    m = re.fullmatch(r"\.(.+)\.[0-9a-f]{8}\.tmp", name)
+    return m[1] if m else name
 
 
 def _move(source: Path, target: Path) -> None:
