@@ -218,8 +218,12 @@ def _fig5_caption(
 
 
 def make_fig5(
-    bench_csvs: Sequence[str | Path], out: str | Path, stamp: str | None = None
+    bench_csvs: Sequence[str | Path],
+    out: str | Path,
+    stamp: str | None = None,
+    command: str = "tapernorm figure",
 ) -> list[Path]:
-    """Figure 5 from decode benchmark CSVs, saved as <out stem>.pdf, .png and .html."""
+    """Figure 5 from decode benchmark CSVs, saved as <out stem>.pdf, .png and .html (an output
+    set; `command` the one its marker says to rerun)."""
     fig, caption = fig5(load_bench(bench_csvs))
-    return save_figure(fig, out, caption, stamp)
+    return save_figure(fig, out, caption, stamp, command)
