@@ -408,3 +408,34 @@ def test_the_next_write_removes_what_a_killed_one_staged_and_nothing_else(tmp_pa
     _write(tmp_path, NEW)
     assert not left.exists() and (mine / "notes.txt").read_text() == "mine"
     check_set(marker)
+
+
+@pytest.mark.parametrize("block", ["scaling_block", "stability_block", "lr_grid_block"])
+def test_the_docs_blocks_read_the_committed_studies_only_whole(tmp_path, block):
+    import shutil
+
+    from tapernorm.artifact import doc_blocks
+
+    study, stem = {
+        "scaling_block": ("scaling", "summary"),
+        "stability_block": ("stability", "summary"),
+        "lr_grid_block": ("lr_grid", "lr_grid"),
+    }[block]
+    committed = Path(__file__).resolve().parents[1] / "results" / "cpu" / study
+    source = tmp_path / study
+    source.mkdir()
+    names = [p.name for p in committed.glob(f"{stem}.*") if not p.name.endswith(".set.json")]
+    names += ["per_seed.csv"] if study == "scaling" else []
+    for name in names:
+        shutil.copy(committed / name, source / name)
+    make = getattr(doc_blocks, block)
+    text = make(source, tmp_path)  # a set from before markers: read as it is
+    out = OutputSet(marker_path(source / stem), "tapernorm test")
+    for name in names:
+        out.add(source / name, (source / name).read_bytes())
+    out.commit()
+    assert make(source, tmp_path) == text  # whole: the same block
+    csv = source / f"{stem}.csv"
+    csv.write_text(csv.read_text() + "\n")
+    with pytest.raises(IncompleteSet, match=rf"{stem}\.csv is not the set's"):
+        make(source, tmp_path)

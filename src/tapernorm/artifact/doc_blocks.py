@@ -21,6 +21,7 @@ import pandas as pd
 
 from ..runtime.atomic import atomic_write_bytes
 from ..runtime.jsonio import read_json
+from ..runtime.output_set import check_member
 from ..runtime.provenance import short_commit
 from ..variants import VARIANTS
 from .reference import ReferenceError, load_reference, scope_text, wall_text
@@ -149,7 +150,7 @@ def cost_block(source: Path, doc_dir: Path) -> str:
 def job_times_block(source: Path, doc_dir: Path) -> str:
     """The reference run's wall time and its job time per family (Snakemake's job records)."""
     ref = load_reference(source)
-    table = source / "results" / "tables" / "job_times.csv"
+    table = check_member(source / "results" / "tables" / "job_times.csv")
     df = pd.read_csv(table, dtype=str, keep_default_na=False)  # an empty cell stays empty
     header = [str(c) for c in df.columns]
     rows = df.values.tolist()
@@ -239,7 +240,7 @@ def reference_times_block(source: Path, doc_dir: Path) -> str:
 
 def lr_grid_block(source: Path, doc_dir: Path) -> str:
     """The LR grid's cells (mean ± std over seeds) and each arm's gap at the shared and best LR."""
-    grid = read_json(source / "lr_grid.json")
+    grid = read_json(check_member(source / "lr_grid.json"))
     made, scale = grid["made"], grid["scale"]
     cells = pd.DataFrame(grid["cells"])
     labels = list(dict.fromkeys(cells["label"]))
@@ -295,7 +296,7 @@ def table_rows_block(source: Path, doc_dir: Path) -> str:
     """Table 2's rows of the DyT comparison (DyT, its untied-head baseline, Internal-Taper (+aux)
     and the baseline) from a reference run."""
     ref = load_reference(source)
-    df = pd.read_csv(source / "results" / "tables" / "table2.csv").fillna("—")
+    df = pd.read_csv(check_member(source / "results" / "tables" / "table2.csv")).fillna("—")
     wanted = ("Baseline", "Internal-Taper (+aux)", "Baseline (untied head)", "DyT")
     df = df[df["Variant"].isin(wanted)]
     columns = ["Width", "Variant", "Gap against", "Ours", "Gap paired by seed (95% interval)"]
@@ -310,7 +311,7 @@ def scaling_block(source: Path, doc_dir: Path) -> str:
     width, and whether it moves toward or away from the claim's criterion, or its verdict flips."""
     from ..analysis.scaling_io import CLAIM_NAMES, verdict_path
 
-    record = read_json(source / "summary.json")
+    record = read_json(check_member(source / "summary.json"))
     summary = pd.read_csv(source / "summary.csv", dtype={"claim": str})
     made = record["made"]
     commit = short_commit(made)
@@ -343,7 +344,7 @@ def scaling_brief_block(source: Path, doc_dir: Path) -> str:
     from ..analysis.lr_context import committed_grid, lr_note, study_lrs
     from ..analysis.scaling import GAP_CLAIMS
 
-    record = read_json(source / "summary.json")
+    record = read_json(check_member(source / "summary.json"))
     summary = pd.read_csv(source / "summary.csv", dtype={"claim": str})
     grid = committed_grid(source)
     rows = []
@@ -411,7 +412,7 @@ STABILITY_HEADER = ["Width", "Arm", "Clean runs [95% CP]", "Diverged", "Baseline
 def stability_brief_block(source: Path, doc_dir: Path) -> str:
     """The stability study in a few lines (the README's): per width, each arm's clean runs k/n
     (Fisher p against the baseline's), and whether blow-ups follow the data order or the init."""
-    record = read_json(source / "summary.json")
+    record = read_json(check_member(source / "summary.json"))
     summary = pd.read_csv(source / "summary.csv")
     arms = list(dict.fromkeys(summary["label"]))
     timing = {t["runs"]: t for t in record.get("timing", [])}
@@ -440,7 +441,7 @@ def stability_block(source: Path, doc_dir: Path) -> str:
     """The stability study (results/cpu/stability): every arm's blow-up counts, clean rate and
     test against the baseline, both loss gaps, the crossing of init and data seeds, and the
     batches that set off blow-ups in several runs."""
-    record = read_json(source / "summary.json")
+    record = read_json(check_member(source / "summary.json"))
     summary = pd.read_csv(source / "summary.csv")
     made = record["made"]
     commit = short_commit(made)
@@ -474,7 +475,7 @@ def stability_block(source: Path, doc_dir: Path) -> str:
 
 def stability_factors_block(source: Path, doc_dir: Path) -> str:
     """The mechanism table (factors.md of `tapernorm stability factors`), without its heading."""
-    text = (source / "factors.md").read_text()
+    text = check_member(source / "factors.md").read_text()
     table = text[text.index("| Change |") :].rstrip()
     link = _link(source / "factors.csv", doc_dir)
     return f"From [factors.csv]({link}) (every number, the base runs' too):\n\n{table}"

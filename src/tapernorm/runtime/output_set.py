@@ -248,9 +248,10 @@ def marker_of(member: str | Path) -> Path | None:
     return None
 
 
-def check_member(member: str | Path) -> None:
-    """IncompleteSet unless the set `member` belongs to (if any) is whole: what a reader of one
-    file of a set calls before it reads it."""
+def check_member(member: str | Path) -> Path:
+    """`member`, or IncompleteSet unless the set it belongs to (if any) is whole: what a reader of
+    one file of a set calls before it reads it."""
     marker = marker_of(member)
     if marker is not None:
         check_set(marker)
+    return Path(member)
