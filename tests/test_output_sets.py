@@ -228,7 +228,10 @@ def test_each_writers_member_replaced_by_hand_is_detected(tmp_path, kind):
     paths = write(tmp_path / name, 1)
     paths[0].write_bytes(paths[0].read_bytes() + b"\n")
     with pytest.raises(IncompleteSet, match=f"{paths[0].name} is not the set's"):
-        check_member(paths[-1])
+        check_member(paths[0])
+    with pytest.raises(IncompleteSet, match=f"{paths[0].name} is not the set's"):
+        check_set(tmp_path / f"{name}.set.json")
+    check_member(paths[-1])  # its own content is the set's: a reader of it reads what was made
 
 
 def test_tails_table_and_record_are_one_set(tmp_path, monkeypatch):
@@ -244,22 +247,22 @@ def test_tails_table_and_record_are_one_set(tmp_path, monkeypatch):
     assert sorted(record["members"]) == sorted(p.name for p in paths)
     assert {p.suffix for p in paths} == {".csv", ".md", ".tex", ".html", ".json"}
     assert not (tmp_path / "tt.set.json").with_name("tt.set.json").is_dir()
-    (tmp_path / "tt.csv").write_text("model,x\na,2\n")
-    with pytest.raises(IncompleteSet, match=r"tt\.csv is not the set's.*rerun tapernorm tails"):
+    (tmp_path / "tt.json").write_text((tmp_path / "tt.json").read_text() + "\n")
+    with pytest.raises(IncompleteSet, match=r"tt\.json is not the set's.*rerun tapernorm tails"):
         tails.read_rows(tmp_path / "tt.json")
 
 
 def test_readers_refuse_an_incomplete_set(tmp_path):
     paths = _grid(tmp_path / "lr_grid", 1)
     fig_lr_grid(paths[-1])  # whole: read
-    (tmp_path / "lr_grid.md").write_text("edited\n")
-    with pytest.raises(IncompleteSet, match=r"lr_grid\.md is not the set's"):
-        fig_lr_grid(paths[-1])
+    (tmp_path / "lr_grid.json").write_text((tmp_path / "lr_grid.json").read_text() + "\n")
+    with pytest.raises(IncompleteSet, match=r"lr_grid\.json is not the set's"):
+        fig_lr_grid(tmp_path / "lr_grid.json")
     claims = OutputSet(marker_path(tmp_path / "claims"), "tapernorm claims")
     claims.add(tmp_path / "claims.md", b"md\n")
     claims.add(tmp_path / "claims.json", b"{}\n")
     claims.commit()
-    (tmp_path / "claims.md").write_text("a newer claims.md\n")
+    (tmp_path / "claims.json").write_text('{"claims": []}\n')  # another run's
     with pytest.raises(IncompleteSet, match="rerun tapernorm claims"):
         write_home_page(tmp_path / "claims.json", tmp_path / "index.rst", "snakemake")
     assert not (tmp_path / "index.rst").exists()
@@ -330,8 +333,9 @@ def test_claims_refuse_an_incomplete_summary(tmp_path, monkeypatch):
     from tapernorm.analysis import claims
 
     _stability(tmp_path / "study", 1, monkeypatch)
-    (tmp_path / "study" / "summary.md").write_text("# The stability study, edited\n")
-    with pytest.raises(IncompleteSet, match=r"summary\.md is not the set's.*stability summary"):
+    csv = tmp_path / "study" / "summary.csv"
+    csv.write_text(csv.read_text() + "\n")
+    with pytest.raises(IncompleteSet, match=r"summary\.csv is not the set's.*stability summary"):
         claims.write_claims(tmp_path / "claims.md", stability=tmp_path / "study" / "summary.csv")
     assert not (tmp_path / "claims.md").exists()
 
@@ -435,7 +439,7 @@ def test_the_docs_blocks_read_the_committed_studies_only_whole(tmp_path, block):
         out.add(source / name, (source / name).read_bytes())
     out.commit()
     assert make(source, tmp_path) == text  # whole: the same block
-    csv = source / f"{stem}.csv"
-    csv.write_text(csv.read_text() + "\n")
-    with pytest.raises(IncompleteSet, match=rf"{stem}\.csv is not the set's"):
+    read = source / ("lr_grid.json" if study == "lr_grid" else "summary.csv")  # what it reads
+    read.write_text(read.read_text() + "\n")
+    with pytest.raises(IncompleteSet, match=rf"{read.name} is not the set's"):
         make(source, tmp_path)

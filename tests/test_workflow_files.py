@@ -169,7 +169,11 @@ def test_the_manifest_hashes_every_file_the_run_read_and_wrote():
     folded = [f for f in files if f.endswith("/folded")]
     assert folded and folded == [os.path.dirname(v) + "/folded" for v in plan.finetune_verify()]
     grid = set(plan.manifest_inputs(analysis, lr_grid=True)) - set(files)
-    assert grid == {"figures/fig_lr_grid.pdf", "figures/fig_lr_grid.png"}
+    assert grid == {
+        "figures/fig_lr_grid.pdf",
+        "figures/fig_lr_grid.png",
+        "figures/fig_lr_grid.set.json",
+    }
     bare = Plan(load("ci.yaml", finetune=None))
     assert not [f for f in bare.manifest_inputs(analysis) if "finetune" in f]
 

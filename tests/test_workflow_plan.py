@@ -276,7 +276,13 @@ def test_all_targets_follow_the_configured_families():
         "fig_tails",  # the tails battery side by side, from table_tails.json
     }
     with_grid = Plan(ci).all_targets(lr_grid=True)  # the checkout has the committed LR grid
-    assert set(with_grid) - set(targets) == {"figures/fig_lr_grid.pdf", "figures/fig_lr_grid.png"}
+    grid = {"figures/fig_lr_grid.pdf", "figures/fig_lr_grid.png", "figures/fig_lr_grid.set.json"}
+    assert set(with_grid) - set(targets) == grid
+    # each table's, figure's and the claims' output-set marker: a write that stopped is rerun
+    names = {t.removesuffix(".set.json") for t in targets if t.endswith(".set.json")}
+    tables = {t.rsplit(".", 1)[0] for t in targets if t.endswith(".csv")}
+    figures = {t.rsplit(".", 1)[0] for t in targets if t.endswith(".pdf")}
+    assert names == tables | figures | {"results/claims"}
     bare = validate_pipeline_config(
         _bad(lambda c: c.update(ablation=None, anchor_sweep=None, finetune=None, bench=None)),
         SCHEMA,

@@ -64,6 +64,10 @@ rule claims:
         stability=stability_input,
         gpu=gpu_input,
         data=PRETRAIN_DATA_FILES["meta"],  # the corpus and vocabulary, for the scale card
+        # the committed studies' set markers, which the command checks them against
+        markers=lambda w: wf.set_markers(
+            lr_grid_input(w) + scaling_input(w) + stability_input(w)
+        ),
     output:
         md="results/claims.md",
         json="results/claims.json",
@@ -99,7 +103,8 @@ rule claims:
 # the claims' paired gaps (claims 1, 2, DyT) from the numbers claims.json carries
 rule fig_claim_gaps:
     input:
-        "results/claims.json",
+        json="results/claims.json",
+        marker=wf.set_marker("results/claims"),  # (the command checks claims.json against it)
     output:
         **figure_outputs(wp.CLAIM_GAPS_FIGURE),
     log:
@@ -110,14 +115,15 @@ rule fig_claim_gaps:
     params:
         stamp=stamp_args,
     shell:
-        "tapernorm figure claim_gaps --claims {input} {params.stamp} --out {output.pdf} "
+        "tapernorm figure claim_gaps --claims {input.json} {params.stamp} --out {output.pdf} "
         "> {log} 2>&1"
 
 
 # the committed LR grid as validation loss vs LR (a default target where the checkout has it)
 rule fig_lr_grid:
     input:
-        lr_grid_input,
+        grid=lr_grid_input,
+        marker=lambda w: wf.set_markers(lr_grid_input(w)),
     output:
         **figure_outputs(wp.LR_GRID_FIGURE),
     log:
@@ -128,7 +134,7 @@ rule fig_lr_grid:
     params:
         stamp=stamp_args,
     shell:
-        "tapernorm figure lr_grid --lr-grid {input} {params.stamp} --out {output.pdf} "
+        "tapernorm figure lr_grid --lr-grid {input.grid} {params.stamp} --out {output.pdf} "
         "> {log} 2>&1"
 
 
@@ -156,7 +162,8 @@ rule job_times:
 # uses it as the report's home page once it exists)
 rule report_home:
     input:
-        "results/claims.json",
+        json="results/claims.json",
+        marker=wf.set_marker("results/claims"),
     output:
         wp.REPORT_HOME,
     log:
@@ -167,7 +174,7 @@ rule report_home:
     params:
         rerun=RERUN_COMMAND,
     shell:
-        "tapernorm report-home --claims {input} --rerun {params.rerun:q} --out {output} "
+        "tapernorm report-home --claims {input.json} --rerun {params.rerun:q} --out {output} "
         "> {log} 2>&1"
 
 

@@ -85,11 +85,12 @@ rule scaling_manifest:
         ancient(SCALING_RECORDS),
         ancient(SCALING_EXTRA_RECORDS),
         ancient(expand(f"{wsc.SCALING_DIR}/{{f}}", f=SCALING_SUMMARY_FILES)),
+        ancient(wf.set_marker(f"{wsc.SCALING_DIR}/summary")),
         ancient(
             expand(
                 f"{wsc.SCALING_DIR}/{{fig}}.{{ext}}",
                 fig=SCALING_FIGURES,
-                ext=("pdf", "png"),
+                ext=("pdf", "png", "set.json"),
             )
         ),
     output:

@@ -42,7 +42,8 @@ rule tails:
 
 rule fig_tails:
     input:
-        wp.TAILS_RECORD,
+        record=wp.TAILS_RECORD,
+        marker=wf.set_marker(f"results/tables/{wp.TAILS_TABLE}"),
     output:
         **figure_outputs(wp.TAILS_FIGURE),
     log:
@@ -53,4 +54,5 @@ rule fig_tails:
     params:
         stamp=stamp_args,
     shell:
-        "tapernorm figure tails --tails {input} {params.stamp} --out {output.pdf} > {log} 2>&1"
+        "tapernorm figure tails --tails {input.record} {params.stamp} --out {output.pdf} "
+        "> {log} 2>&1"

@@ -312,7 +312,7 @@ def scaling_block(source: Path, doc_dir: Path) -> str:
     from ..analysis.scaling_io import CLAIM_NAMES, verdict_path
 
     record = read_json(check_member(source / "summary.json"))
-    summary = pd.read_csv(source / "summary.csv", dtype={"claim": str})
+    summary = pd.read_csv(check_member(source / "summary.csv"), dtype={"claim": str})
     made = record["made"]
     commit = short_commit(made)
     rows = []
@@ -345,7 +345,7 @@ def scaling_brief_block(source: Path, doc_dir: Path) -> str:
     from ..analysis.scaling import GAP_CLAIMS
 
     record = read_json(check_member(source / "summary.json"))
-    summary = pd.read_csv(source / "summary.csv", dtype={"claim": str})
+    summary = pd.read_csv(check_member(source / "summary.csv"), dtype={"claim": str})
     grid = committed_grid(source)
     rows = []
     for (claim, width), cell in summary.groupby(["claim", "width"], sort=False):
@@ -413,7 +413,7 @@ def stability_brief_block(source: Path, doc_dir: Path) -> str:
     """The stability study in a few lines (the README's): per width, each arm's clean runs k/n
     (Fisher p against the baseline's), and whether blow-ups follow the data order or the init."""
     record = read_json(check_member(source / "summary.json"))
-    summary = pd.read_csv(source / "summary.csv")
+    summary = pd.read_csv(check_member(source / "summary.csv"))
     arms = list(dict.fromkeys(summary["label"]))
     timing = {t["runs"]: t for t in record.get("timing", [])}
     pooled = {}  # per width: the tapered arms pooled (or the one tapered arm)
@@ -442,7 +442,7 @@ def stability_block(source: Path, doc_dir: Path) -> str:
     test against the baseline, both loss gaps, the crossing of init and data seeds, and the
     batches that set off blow-ups in several runs."""
     record = read_json(check_member(source / "summary.json"))
-    summary = pd.read_csv(source / "summary.csv")
+    summary = pd.read_csv(check_member(source / "summary.csv"))
     made = record["made"]
     commit = short_commit(made)
     rows = []

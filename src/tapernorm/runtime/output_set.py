@@ -219,25 +219,40 @@ def check_set(marker: str | Path) -> None:
         )
 
 
+def _marker_names(member: Path) -> list[str]:
+    """The markers `member` may belong to, longest stem first: a.b.csv -> a.b.set.json, a.set.json."""
+    parts = member.name.split(".")
+    return [".".join(parts[:i]) + MARKER_SUFFIX for i in range(len(parts) - 1, 0, -1)]
+
+
 def marker_of(member: str | Path) -> Path | None:
-    """The marker of the set `member` belongs to: a `*.set.json` beside it naming it, or one
-    whose staging directory holds it; None if there is none."""
+    """The marker of the set `member` belongs to: a `<stem>.set.json` beside it naming it, or one
+    whose staging directory (a write that stopped) holds it; None if there is none. Opens the
+    markers of its own name's stems (a.b.csv: a.b.set.json, a.set.json), the others beside it only
+    where those are absent."""
     member = Path(member)
+    names = _marker_names(member)
     try:
         entries = sorted(member.parent.iterdir())
     except OSError:
         return None
-    for p in entries:
-        if p.name.endswith(MARKER_SUFFIX) and p.is_file():
-            try:
-                record = jsonio.read_json(p)
-            except (OSError, ValueError):
-                continue
-            if isinstance(record, dict) and member.name in record.get("members", {}):
-                return p
+    # its own stems' markers first; the others beside it (a member such as the scaling summary's
+    # per_seed.csv, in summary.set.json) only where none of those is there
+    others = [p.name for p in entries if p.name.endswith(MARKER_SUFFIX) and p.name not in names]
+    own = [n for n in names if member.with_name(n).is_file()]
+    for name in own or others:
+        path = member.with_name(name)
+        if not path.is_file():
+            continue
+        try:
+            record = jsonio.read_json(path)
+        except (OSError, ValueError):
+            continue
+        if isinstance(record, dict) and member.name in record.get("members", {}):
+            return path
     for p in entries:
         m = _STAGING.match(p.name)
-        if m is None:
+        if m is None or (member.parent / m["marker"]).exists():
             continue
         try:  # a write stopped after step 1: the new marker is in its staging directory
             staged = jsonio.read_json(p / m["marker"])
@@ -249,9 +264,27 @@ def marker_of(member: str | Path) -> Path | None:
 
 
 def check_member(member: str | Path) -> Path:
-    """`member`, or IncompleteSet unless the set it belongs to (if any) is whole: what a reader of
-    one file of a set calls before it reads it."""
+    """`member`, or IncompleteSet (one line) where it belongs to a set (marker_of) that a write
+    left without its marker, or whose marker names another content for it: what a reader of a
+    member calls before it reads it. It reads the member and its marker only (check_set reads the
+    whole set); a reader of two members checks each."""
+    member = Path(member)
     marker = marker_of(member)
-    if marker is not None:
-        check_set(marker)
-    return Path(member)
+    if marker is None:
+        return member
+    if not marker.exists():
+        problem = "its write stopped before it ended (no marker, a staging directory left)"
+    else:
+        try:
+            digest = jsonio.read_json(marker)["members"][member.name]
+            data = member.read_bytes()
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            problem = f"{member.name} cannot be checked against the marker ({e})"
+        else:
+            if sha256(data) == digest:
+                return member
+            problem = f"{member.name} is not the set's (its sha256 differs from the marker's)"
+    raise IncompleteSet(
+        f"{marker}: the output set is incomplete: {problem}: rerun {command_of(marker)} to write "
+        "it again"
+    )

@@ -80,6 +80,16 @@ def set_marker(stem: str) -> str:
     return stem + MARKER_SUFFIX
 
 
+def set_markers(paths: Sequence[str]) -> list[str]:
+    """The markers of the output sets that `paths` belong to, where there are (a committed set
+    from before markers has none): inputs of a job whose command checks what it reads against
+    them (output_set.check_member)."""
+    from ..runtime.output_set import marker_of
+
+    markers = (marker_of(p) for p in paths)
+    return list(dict.fromkeys(str(m) for m in markers if m is not None and m.is_file()))
+
+
 def with_report(
     files: dict[str, str], name: str, category: str, report: Callable[..., str]
 ) -> dict[str, str]:

@@ -11,7 +11,13 @@ from ..variants import variants_with
 from .bench import BENCH_KINDS, Bench
 from .devices import job_gpus, rules_env
 from .family import Family, family_dirs
-from .files import FINETUNE_DATA_FILES, eval_set_files, pretrain_data_files, run_files
+from .files import (
+    FINETUNE_DATA_FILES,
+    eval_set_files,
+    pretrain_data_files,
+    run_files,
+    set_marker,
+)
 from .finetune import FinetuneBaseFamily, FinetuneFamily
 from .names import JOB_RECORDS, job_record, parse_run_name, run_name
 from .scaling import ScalingAblationFamily, ScalingFamily
@@ -43,6 +49,16 @@ TAILS_SETTINGS = {"windows": 128, "search_budget": 1024}  # where the config has
 def table_files(name: str) -> dict[str, str]:
     """{extension: path} of the files a table command writes (results/tables/<name>.<ext>)."""
     return {ext: f"results/tables/{name}.{ext}" for ext in TABLE_FILES}
+
+
+def table_marker(name: str) -> str:
+    """The set marker of table `name` (runtime.output_set)."""
+    return set_marker(f"results/tables/{name}")
+
+
+def figure_targets(name: str) -> list[str]:
+    """The files of figure `name` that the default target asks for."""
+    return [f"figures/{name}.{ext}" for ext in FIGURE_FILES]
 
 
 class Plan:
@@ -172,10 +188,16 @@ class Plan:
         """Every file the workflow's default target (rule all) builds for this config; `lr_grid`:
         the checkout has the committed LR grid (its figure is drawn)."""
 
+        # each table's, figure's and the claims' set marker too (runtime.output_set): a job whose
+        # write stopped between files is rerun for its missing marker (Snakemake looks only at
+        # the outputs that targets or other jobs ask for)
         def tables(*names: str) -> list[str]:
-            return [path for name in names for path in table_files(name).values()]
+            return [p for n in names for p in (*table_files(n).values(), table_marker(n))]
 
-        targets = [f"figures/{name}.{ext}" for name in self.figures() for ext in FIGURE_FILES]
+        def figures(*names: str) -> list[str]:
+            return [p for n in names for p in (*figure_targets(n), set_marker(f"figures/{n}"))]
+
+        targets = figures(*self.figures())
         targets += tables(*(f"table{n}" for n in PRETRAIN_TABLES))
         targets += tables(TAILS_TABLE) + [TAILS_RECORD]
         targets += tables("table_anchor") if self.sweep else []
@@ -185,10 +207,11 @@ class Plan:
             targets += [f"results/export/{run}/verify.json" for run in exported]
         if self.bench:
             targets += tables("table3", "table_decode")
-            targets += [f"figures/fig5_decode_speedup.{ext}" for ext in FIGURE_FILES]
+            targets += figures("fig5_decode_speedup")
         summaries = [TAILS_FIGURE, CLAIM_GAPS_FIGURE] + ([LR_GRID_FIGURE] if lr_grid else [])
-        targets += [f"figures/{name}.{ext}" for name in summaries for ext in FIGURE_FILES]
-        claims = ["results/claims.md", "results/claims.json", "results/claims.html", REPORT_HOME]
+        targets += figures(*summaries)
+        claims = ["results/claims.md", "results/claims.json", "results/claims.html"]
+        claims += [set_marker("results/claims"), REPORT_HOME]
         return targets + claims + tables("job_times") + [MANIFEST]
 
     def timed_jobs(self, root: str | None = JOB_RECORDS) -> list[str]:
