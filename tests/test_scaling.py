@@ -350,6 +350,20 @@ def test_a_figure_is_rebuilt_from_the_committed_records_alone(tmp_path):
     assert jobs == {"scaling_figure": "1", "total": "1"}
 
 
+@pytest.mark.parametrize(
+    ("marker", "job"),
+    [("summary.set.json", "scaling_summary"), ("fig_scaling_gaps.set.json", "scaling_figure")],
+)
+def test_a_set_whose_write_stopped_is_written_again(tmp_path, marker, job):
+    """A summary or figure whose write was killed between its files (output_set: its marker not
+    yet back) is planned again, alone with what reads it; its files, each whole, do not hide it."""
+    _committed_study(tmp_path)
+    assert _dry_run(tmp_path, "scaling") == {}
+    (tmp_path / SCALING_DIR / marker).unlink()
+    jobs = _dry_run(tmp_path, "scaling")
+    assert jobs[job] == "1" and "train" not in jobs and "scaling_record" not in jobs
+
+
 def test_a_tree_where_the_default_ran_replans_nothing_of_the_study(tmp_path):
     """The default's data, newer than every record, and a fresh clone's file times plan nothing
     (before, Snakemake retrained every run of the study); a record with a file missing is made

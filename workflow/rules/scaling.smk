@@ -111,5 +111,9 @@ rule scaling_manifest:
 rule scaling:
     input:
         f"{wsc.SCALING_DIR}/manifest.json",
+        # the output sets' markers, asked for here: Snakemake reruns a job for a missing output
+        # only where a target asks for it (a set whose write stopped has none)
+        wf.set_marker(f"{wsc.SCALING_DIR}/summary"),
+        expand(f"{wsc.SCALING_DIR}/{{fig}}.set.json", fig=SCALING_FIGURES),
     conda:
         "../envs/tapernorm.yaml"

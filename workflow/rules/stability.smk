@@ -106,5 +106,9 @@ rule stability_manifest:
 rule stability:
     input:
         f"{wst.STABILITY_DIR}/manifest.json",
+        # the output sets' markers, asked for here: Snakemake reruns a job for a missing output
+        # only where a target asks for it (a set whose write stopped has none)
+        rules.stability_summary.output.marker,
+        rules.stability_factors.output.marker if PLAN.stability_factors else [],
     conda:
         "../envs/tapernorm.yaml"
