@@ -152,3 +152,20 @@ def test_a_seed_whose_pairs_ran_on_two_hosts_each_on_one_is_said_apart():
         "- Claim 1, d=32, 2,000 steps: seed(s) 0, 1 average pairs trained on different hosts, "
         f"each pair on one ({both})."
     ]
+
+
+def test_a_seeds_hosts_read_the_same_whatever_order_its_records_come_in():
+    """The workflow gives the records in its rule order, a test in sorted order: the same text."""
+    from tapernorm.analysis.scaling import seed_hosts
+
+    runs = pd.DataFrame(
+        {"variant": ["all_aux", "baseline", "all_aux", "baseline"], "seed": [2] * 4,
+         "data_seed": [2] * 4, "compiled": [True, True, False, False],
+         "host": ["A", "A", "B", "B"]}
+    )  # fmt: skip
+    forward, backward = seed_hosts(runs), seed_hosts(runs.iloc[::-1])
+    assert forward == backward
+    assert forward["hosts"] == (
+        "A: All-Taper (+aux) compiled, Baseline compiled; B: All-Taper (+aux) eager, Baseline eager"
+    )
+    assert forward["split_hosts"] is False

@@ -227,9 +227,11 @@ def seed_hosts(runs: pd.DataFrame, keys: tuple[str, ...] = ("data_seed", "compil
     modes = known["compiled"].nunique() > 1
     by_host = {
         h: ", ".join(
-            VARIANT_LABELS.get(r.variant, r.variant)
-            + ((" compiled" if r.compiled else " eager") if modes else "")
-            for r in known[known["host"] == h].itertuples()
+            sorted(  # in a fixed order, whatever order the records were given in
+                VARIANT_LABELS.get(r.variant, r.variant)
+                + ((" compiled" if r.compiled else " eager") if modes else "")
+                for r in known[known["host"] == h].itertuples()
+            )
         )
         for h in hosts
     }
