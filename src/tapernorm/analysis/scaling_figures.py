@@ -117,8 +117,8 @@ def gap_axes(summary: pd.DataFrame):
     for ax in axes:
         for handle, text in zip(*ax.get_legend_handles_labels(), strict=True):
             legend.setdefault(text, handle)
-    fig.legend(legend.values(), legend.keys(), loc="outside lower center", ncols=len(legend),
-               frameon=False)  # fmt: skip
+    fig.legend(legend.values(), legend.keys(), loc="outside upper center", ncols=len(legend),
+               frameon=False)  # fmt: skip  (above: the stamp takes the bottom line)
     return fig, axes, claims, points
 
 
