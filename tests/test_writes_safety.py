@@ -430,7 +430,7 @@ def test_a_lone_surrogate_is_refused_too(capsys):
         ({"train": {"steps": 4, "batch_size": 100_000_000}}, "train.batch_size 100000000"),
         ({"model": {"n_embd": 4_000_000, "n_head": 2}}, "model.n_embd 4000000"),
         ({"model": {"block_size": 2_000_000_000}}, "model.block_size 2000000000"),
-        ({"log": {"eval_windows": 10**12}}, "GiB"),
+        ({"log": {"eval_windows": 10**12}}, "log.eval_windows 1000000000000 validation windows"),
     ],
 )
 def test_a_run_that_cannot_fit_is_one_line_before_anything(shards_dir, tmp_path, sections, named):

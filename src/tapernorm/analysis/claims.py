@@ -374,20 +374,8 @@ def write_claims(
         gpu=gpu_rows,
         gpu_where=gpu_where,
     )
-    inputs = {
-        "pre-training runs": f"{len(runs)} ({describe_scale(inp.runs) if runs else 'none'})",
-        "ablation runs": f"{len(ablation_runs)} "
-        f"({describe_scale(inp.ablation) if ablation_runs else 'none'})",
-        "scale-loss sweep runs": str(len(sweep_runs)),
-        "fold verify files": str(len(verify_files)),
-        "fine-tuning evaluations": str(len(finetune_evals)),
-        "benchmark CSVs": str(len(bench_files)),
-        "benchmark pool (speed rule)": f"{len(bench_pool)} run(s)",
-        "LR grid": grid_source(inp.lr_grid) if inp.lr_grid else "none",
-        "scaling study": str(scaling) if scaling else "none",
-        "stability study": str(stability) if stability else "none",
-        "first-GPU check": str(gpu) if gpu else "none",
-    }
+    inputs = _inputs_listed(inp, runs, ablation_runs, sweep_runs, verify_files, finetune_evals,
+                            bench_files, bench_pool, scaling, stability, gpu)  # fmt: skip
     if mixed:
         inputs["mixed inputs allowed"] = comparable.mixed_note(mixed)
     record = claims_record(inp, config_sha256, inputs, rehearsal)
@@ -401,3 +389,26 @@ def write_claims(
     claims.add(out.with_suffix(".json"), json_bytes(record))
     claims.commit()
     return out
+
+
+def _inputs_listed(
+    inp: ClaimInputs, runs: Sequence, ablation_runs: Sequence, sweep_runs: Sequence,
+    verify_files: Sequence, finetune_evals: Sequence, bench_files: Sequence,
+    bench_pool: Sequence, scaling: str | Path | None, stability: str | Path | None,
+    gpu: str | Path | None,
+) -> dict[str, str]:  # fmt: skip
+    """claims.md's list of what it was computed from."""
+    return {
+        "pre-training runs": f"{len(runs)} ({describe_scale(inp.runs) if runs else 'none'})",
+        "ablation runs": f"{len(ablation_runs)} "
+        f"({describe_scale(inp.ablation) if ablation_runs else 'none'})",
+        "scale-loss sweep runs": str(len(sweep_runs)),
+        "fold verify files": str(len(verify_files)),
+        "fine-tuning evaluations": str(len(finetune_evals)),
+        "benchmark CSVs": str(len(bench_files)),
+        "benchmark pool (speed rule)": f"{len(bench_pool)} run(s)",
+        "LR grid": grid_source(inp.lr_grid) if inp.lr_grid else "none",
+        "scaling study": str(scaling) if scaling else "none",
+        "stability study": str(stability) if stability else "none",
+        "first-GPU check": str(gpu) if gpu else "none",
+    }

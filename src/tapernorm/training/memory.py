@@ -39,11 +39,21 @@ class TooLarge(ValueError):
 class Estimate:
     params: int  # of a fresh model (0 for an init.from model: its size is read later)
     optimizer_bytes: int  # weights, gradients, AdamW moments
-    activation_bytes: int  # one micro-batch, and the validation windows
+    activation_bytes: int  # one micro-batch
+    window_bytes: int = 0  # the validation windows
 
     @property
     def total(self) -> int:
-        return self.optimizer_bytes + self.activation_bytes
+        return self.optimizer_bytes + self.activation_bytes + self.window_bytes
+
+    def largest(self) -> str:
+        """The config key of the largest term: what to lower first."""
+        terms = {
+            "model.n_embd": self.optimizer_bytes,
+            "train.batch_size": self.activation_bytes,
+            "log.eval_windows": self.window_bytes,
+        }
+        return max(terms, key=terms.__getitem__)
 
 
 def _vocab(cfg: RunConfig) -> int:
@@ -72,7 +82,7 @@ def estimate(cfg: RunConfig, device_type: str = "cpu") -> Estimate:
     tokens = int(cfg.train.batch_size) * int(m.block_size)
     per_token = value * (2 * vocab + 4 * d * layers) + IDS
     windows = int(cfg.log.eval_windows) * int(m.block_size) * IDS
-    return Estimate(params, 4 * FLOAT * params, tokens * per_token + windows)
+    return Estimate(params, 4 * FLOAT * params, tokens * per_token, windows)
 
 
 def available_bytes(device: torch.device) -> int | None:
@@ -111,7 +121,9 @@ def check_fits(cfg: RunConfig, device: torch.device, free: int | None = None) ->
         f"({est.params:,} parameters with gradients and AdamW moments: "
         f"{est.optimizer_bytes / GiB:.1f} GiB; one micro-batch of train.batch_size {t.batch_size} "
         f"x model.block_size {m.block_size} tokens at model.n_embd {m.n_embd}, model.n_layer "
-        f"{m.n_layer}: {est.activation_bytes / GiB:.1f} GiB), but {device.type} has "
-        f"{free / GiB:.1f} GiB free: lower those sizes (train.grad_accum keeps the tokens of a "
-        "step with a smaller batch), or use a larger machine"
+        f"{m.n_layer}: {est.activation_bytes / GiB:.1f} GiB; log.eval_windows "
+        f"{cfg.log.eval_windows} validation windows: {est.window_bytes / GiB:.1f} GiB), but "
+        f"{device.type} has {free / GiB:.1f} GiB free: lower those sizes, the largest first "
+        f"({est.largest()}; train.grad_accum keeps the tokens of a step with a smaller batch), "
+        "or use a larger machine"
     )
