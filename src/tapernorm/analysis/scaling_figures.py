@@ -117,8 +117,9 @@ def gap_axes(summary: pd.DataFrame):
     for ax in axes:
         for handle, text in zip(*ax.get_legend_handles_labels(), strict=True):
             legend.setdefault(text, handle)
+    # the legend above the panels: the stamp takes the bottom line
     fig.legend(legend.values(), legend.keys(), loc="outside upper center", ncols=len(legend),
-               frameon=False)  # fmt: skip  (above: the stamp takes the bottom line)
+               frameon=False)  # fmt: skip
     return fig, axes, claims, points
 
 
