@@ -222,7 +222,9 @@ def _committed(bench_dir: Path) -> pd.DataFrame:
 @pytest.mark.skipif(len(REFERENCE_BENCH) < 2, reason="the checkout has no reference runs")
 def test_claim7_and_dyts_speed_half_give_one_verdict_on_every_committed_reference_run():
     """Each committed run judged from its own benchmark CSVs, pooled with the committed runs of its
-    host class as `tapernorm claims --bench-pool` does: one rerun must not reverse the verdict."""
+    host class as `tapernorm claims --bench-pool` does: one rerun must not reverse the verdict.
+    A speed is a property of a host class, so the verdict is one per class (and every run of a
+    class gets it)."""
     pool = speed_rule.load_pool(REFERENCE_BENCH)
     claim7, dyt, disturbed = {}, {}, []
     for bench_dir in REFERENCE_BENCH:
@@ -234,9 +236,15 @@ def test_claim7_and_dyts_speed_half_give_one_verdict_on_every_committed_referenc
             assert row["grade"] == NOT_JUDGED and state is None, name
             disturbed.append(name)
             continue
-        claim7[name], dyt[name] = row["grade"], state
-    assert len(claim7) >= 2
-    assert len(set(claim7.values())) == 1, claim7
-    assert len(set(dyt.values())) == 1, dyt
-    # what the committed runs say today: not resolved on both, everywhere they are judged
-    assert set(claim7.values()) == set(dyt.values()) == {NOT_RESOLVED}
+        host = speed_rule.host_class(own)
+        claim7.setdefault(host, {})[name] = row["grade"]
+        dyt.setdefault(host, {})[name] = state
+    assert sum(len(runs) for runs in claim7.values()) >= 2
+    for host in claim7:
+        assert len(set(claim7[host].values())) == 1, (host, claim7[host])
+        assert len(set(dyt[host].values())) == 1, (host, dyt[host])
+    # what the committed runs say today: the AMD EPYC class (9 runs judged) is not resolved on
+    # both; the Intel Xeon class has three runs since intel-xeon-2c-e8928647fa89
+    verdicts = {h: (set(claim7[h].values()).pop(), set(dyt[h].values()).pop()) for h in claim7}
+    amd = [v for h, v in verdicts.items() if any(n.startswith("amd-") for n in claim7[h])]
+    assert amd and all(v == (NOT_RESOLVED, NOT_RESOLVED) for v in amd), verdicts
