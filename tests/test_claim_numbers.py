@@ -6,6 +6,7 @@ import math
 
 import pandas as pd
 import pytest
+from conftest import speed_reruns
 from test_analysis import _paired
 
 from tapernorm.analysis import claims
@@ -89,17 +90,6 @@ def test_the_dyt_row_carries_both_arms_and_their_difference():
     assert estimates == pytest.approx([1.0, 5.0]) and row["verdict"].startswith("partly")
 
 
-def _reruns(bench: pd.DataFrame, n: int = 2) -> list[tuple[str, pd.DataFrame]]:
-    """`n` reruns of `bench` for the speed rule's pool, each 0.1% faster than the last."""
-    out = []
-    for i in range(1, n + 1):
-        rerun = bench.copy()
-        folded = rerun["variant"] == "folded"
-        rerun.loc[folded, "speedup"] = rerun.loc[folded, "speedup"] * (1 + 0.001 * i)
-        out.append((f"rerun{i}", rerun))
-    return out
-
-
 def test_claim7_names_a_slower_cell_and_judges_by_the_speed_rule():
     bench = _bench(
         {
@@ -118,7 +108,7 @@ def test_claim7_names_a_slower_cell_and_judges_by_the_speed_rule():
         f"not resolved (folded/baseline {ratio:.3f}× over the grid (1 run; the rule needs 3 runs "
         "of one host class))"
     )
-    fields = _record_row(ClaimInputs(bench=bench, bench_pool=_reruns(bench)), "7.")
+    fields = _record_row(ClaimInputs(bench=bench, bench_pool=speed_reruns(bench)), "7.")
     assert fields["estimate"] == pytest.approx(ratio, rel=2e-3) and fields["verdict"].startswith(
         "not resolved (folded/baseline"  # 2.9% faster: the 3% edge inside its interval
     )
@@ -129,12 +119,12 @@ def test_claim7_names_a_slower_cell_and_judges_by_the_speed_rule():
 
 def test_claim7_is_no_where_the_reruns_are_slower_yes_where_faster():
     slow = _bench({("eager", 1): (0.97, 0.99, 1.02), ("eager", 4): (0.90, 0.92, 0.95)})
-    row = claims.claim7(ClaimInputs(bench=slow, bench_pool=_reruns(slow)))
+    row = claims.claim7(ClaimInputs(bench=slow, bench_pool=speed_reruns(slow)))
     assert row["Holds?"].startswith("no (folded/baseline 0.955× over the grid (95% interval")
     calm = _bench({("eager", 1): (1.02, 1.08, 1.12), ("eager", 4): (1.03, 1.09, 1.12)})
-    assert claims.claim7(ClaimInputs(bench=calm, bench_pool=_reruns(calm)))["grade"] == "yes"
+    assert claims.claim7(ClaimInputs(bench=calm, bench_pool=speed_reruns(calm)))["grade"] == "yes"
     span = _bench({("eager", 1): (0.98, 1.0, 1.02), ("eager", 4): (0.99, 1.01, 1.03)})
-    same = claims.claim7(ClaimInputs(bench=span, bench_pool=_reruns(span)))
+    same = claims.claim7(ClaimInputs(bench=span, bench_pool=speed_reruns(span)))
     assert same["Holds?"].startswith("no (no gain of 3%: folded/baseline 1.006×")
 
 
@@ -142,13 +132,15 @@ def test_claim7_judges_a_gpu_check_apart_by_the_same_rule():
     cpu = _bench({("eager", 1): (1.02, 1.08, 1.12), ("eager", 4): (1.03, 1.09, 1.12)})
     gpu = _bench({("eager", 1): (0.90, 0.92, 0.95), ("eager", 4): (0.91, 0.93, 0.96)})
     gpu = gpu.assign(device="cuda", device_name="GPU X")  # not the CPU runs' host class
-    inp = ClaimInputs(bench=cpu, bench_pool=_reruns(cpu), gpu=gpu, gpu_where="GPU X, bf16; DIR")
+    inp = ClaimInputs(
+        bench=cpu, bench_pool=speed_reruns(cpu), gpu=gpu, gpu_where="GPU X, bf16; DIR"
+    )
     row = claims.claim7(inp)
     assert row["Holds?"].startswith("yes; on a GPU: not resolved")
     assert "; on a GPU: not resolved (folded/baseline 0.925× over the grid (1 run;" in row["Holds?"]
     assert "; on a GPU (GPU X, bf16; DIR): decode eager: folded best 0.93×" in row["Ours"]
     assert "On a GPU: a first-GPU check (GPU X, bf16; DIR" in row["Comment"]
-    plain = claims.claim7(ClaimInputs(bench=cpu, bench_pool=_reruns(cpu)))
+    plain = claims.claim7(ClaimInputs(bench=cpu, bench_pool=speed_reruns(cpu)))
     assert plain["grade"] == "yes" and "GPU" not in plain["Ours"]
 
 

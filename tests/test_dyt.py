@@ -7,7 +7,7 @@ import math
 import pandas as pd
 import pytest
 import torch
-from conftest import tiny_run
+from conftest import speed_reruns, tiny_run
 
 from tapernorm import GPT, DyT, GPTConfig, fold_model
 from tapernorm.analysis import claims, claims_dyt, figure_speedups, inference_tables
@@ -255,20 +255,9 @@ def _with_quartiles(rows: pd.DataFrame, folded: tuple, dyt: tuple) -> pd.DataFra
     return out
 
 
-def _reruns(bench: pd.DataFrame, n: int = 2) -> list[tuple[str, pd.DataFrame]]:
-    """`n` reruns of `bench` for the speed rule's pool (claims_dyt judges speed over reruns)."""
-    out = []
-    for i in range(1, n + 1):
-        rerun = bench.copy()
-        folded = rerun["variant"] == "folded"
-        rerun.loc[folded, "speedup"] = rerun.loc[folded, "speedup"] * (1 + 0.001 * i)
-        out.append((f"rerun{i}", rerun))
-    return out
-
-
 def test_claims_row_tapernorm_vs_dyt(bench_rows):
     apart = _with_quartiles(bench_rows, folded=(1.2, 1.3, 1.4), dyt=(0.9, 1.0, 1.1))
-    pool = _reruns(apart)  # folded 1.3x DyT in three runs: faster by the speed rule
+    pool = speed_reruns(apart)  # folded 1.3x DyT in three runs: faster by the speed rule
     row = claims_dyt.claim_dyt(ClaimInputs(runs=_runs(0.10), bench=apart, bench_pool=pool))
     assert row["Holds?"] == "yes"  # closer at the shared LR (no grid), folded faster
     alone = claims_dyt.claim_dyt(ClaimInputs(runs=_runs(0.10), bench=apart))  # one run
@@ -309,7 +298,7 @@ def test_the_dyt_row_judges_the_loss_at_each_arms_best_lr_from_a_grid_at_its_sca
     (tmp_path / "no-such-corpus").mkdir()
     (tmp_path / "no-such-corpus/meta.json").write_text('{"corpus": "no-such-corpus"}')
     apart = _with_quartiles(bench_rows, folded=(1.2, 1.3, 1.4), dyt=(0.9, 1.0, 1.1))
-    pool = _reruns(apart)  # folded faster than DyT by the speed rule
+    pool = speed_reruns(apart)  # folded faster than DyT by the speed rule
     # at the shared LR TaperNorm is closer (+1% vs +5%); at each arm's best LR DyT is (-2.9%)
     grid = _grid(1.2, -2.9)
     row = claims_dyt.claim_dyt(
