@@ -387,6 +387,20 @@ def test_the_docs_blocks_quote_the_committed_summary(tmp_path):
     assert "[summary.md](results/cpu/stability/summary.md)" in full
 
 
+def test_the_brief_gives_a_permutation_p_at_its_floor_as_a_bound():
+    """The permutation test's p cannot go below 1/(draws + 1): the README says 'p ≤' there."""
+    from tapernorm.artifact.doc_blocks import stability_brief_block
+
+    study = ROOT / "results/cpu/stability"
+    timing = json.loads((study / "summary.json").read_text())["timing"]
+    floored = [t for t in timing if t["runs"].startswith("d=") and "p<=" in t["statement"]]
+    assert floored  # the committed study: every width at the floor
+    block = stability_brief_block(study, ROOT)
+    for t in floored:
+        row = next(line for line in block.splitlines() if line.startswith(f"| {t['runs']} |"))
+        assert row.endswith("across (p ≤ 0.0001) |"), row
+
+
 def test_the_factor_table_says_which_change_removed_the_blowup_and_its_cost(tmp_path, capsys):
     study = {**STUDY, "factors": {"runs": ["internal_aux-d32-s1-o2-n40"],
                                   "changes": ["no_aux", "plateau", "gelu"]}}  # fmt: skip

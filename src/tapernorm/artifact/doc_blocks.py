@@ -430,9 +430,10 @@ def stability_brief_block(source: Path, doc_dir: Path) -> str:
         ]  # fmt: skip
         follows = re.split(r" \(|:", pooled[width]["statement"])[0] if width in pooled else "—"
         if (t := timing.get(f"d={width}")) is not None:  # when they start: the batches?
+            at_floor = "p<=" in t["statement"]  # the smallest p the permutation's draws give
             follows += (f"; a common start: {t['same_order_shared']}/{t['same_order_pairs']} pairs "
                         f"on one data order, {t['other_order_shared']}/{t['other_order_pairs']} "
-                        f"across (p {_p(t['p'])})")  # fmt: skip
+                        f"across (p {'≤ ' if at_floor else ''}{_p(t['p'])})")  # fmt: skip
         rows.append([f"d={width}", *counts, follows])
     return _table(["Width", *arms, "Which runs blow up; when"], rows)
 
