@@ -2,10 +2,11 @@
 GPU slot file, checkpoint state, run record, run result, manifest, Snakemake job record), damaged
 every way (cut short, empty, a key of each wrong JSON type, a key missing, not an object): one
 error of one line naming the file, through the kind's own reader too, and the file left as it was.
-Then the readers that read these kinds, the data's meta.json and the environment lock through their
-own code (run_summary, model_config, diverged, tails, replay, copy_record, the study's records,
-TokenShards, EvalSet, check-env's reference): a few damaged files each, one BookkeepingError of one
-line, nothing deleted or rewritten.
+Then the readers that read these kinds, the data's meta.json and the environment lock through
+their own code (run_summary, model_config, diverged, tails, replay, copy_record, the study's
+records, lr-grid, TokenShards, EvalSet, check-env's reference): a few damaged files each, one
+BookkeepingError of one line, nothing deleted or rewritten; the analysis's readers of meta.json
+read a damaged one as not measured.
 """
 
 import fcntl
@@ -316,6 +317,12 @@ def _study_record(root: Path) -> object:
     return record_or_run(root / "record", family, family.runs()[0])
 
 
+def _lr_grid(root: Path) -> object:
+    from tapernorm.analysis.lr_grid import read_runs
+
+    return read_runs([root / "run"])
+
+
 def _shards(root: Path) -> object:
     from tapernorm.data import TokenShards
 
@@ -370,6 +377,7 @@ READERS = {
         {"record/eval.json": RUN_EVAL, "record/metrics.jsonl": METRICS_LINE},
         _study_record,
     ),
+    "lr grid": ("run/config.json", RUN_CONFIG, {"run/eval.json": RUN_EVAL}, _lr_grid),
     "token shards": ("data/meta.json", SHARDS, {}, _shards),
     "shards meta": ("data/meta.json", SHARDS, {}, _shards_meta),
     "evaluation set": ("evalset/meta.json", EVAL_SET, {}, _eval_set),
@@ -469,3 +477,22 @@ def test_the_cli_says_one_line_for_a_damaged_environment_record(tmp_path, capsys
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and str(path) in err and "Traceback" not in err
     assert path.read_text() == '{"made": [1]}'
+
+
+@pytest.mark.parametrize("case,text", _damaged(SHARDS), ids=lambda x: str(x)[:30])
+def test_the_analysis_reads_a_damaged_meta_json_as_not_measured(tmp_path, case, text):
+    """The analysis reads the data's meta.json as its kind too, but a run's data directory may be
+    elsewhere: a damaged one is not measured (the directory's name, no passes, no scale entry),
+    never a traceback, and left as it is."""
+    import pandas as pd
+
+    from tapernorm.analysis.comparable import unread_data
+    from tapernorm.analysis.epochs import data_train_tokens
+    from tapernorm.analysis.runs import corpus_of
+    from tapernorm.analysis.scale_card import data_meta
+
+    path = _write(tmp_path, "data/meta.json", text)
+    runs = pd.DataFrame({"corpus": [str(path.parent)]})
+    assert data_train_tokens(path.parent) is None and data_meta(runs) == {}
+    assert corpus_of(runs) == str(path.parent) and unread_data(runs) == [str(path.parent)]
+    assert path.read_bytes() == text.encode()
