@@ -683,7 +683,8 @@ def test_claim6_grades_exactness_against_the_papers_tolerance():
 def test_table2_names_the_corpus(tmp_path):
     data = tmp_path / "data"
     data.mkdir()
-    (data / "meta.json").write_text(json.dumps({"corpus": "shakespeare"}))
+    meta = {"vocab_size": 64, "eot_id": 0, "train_tokens": 10, "val_tokens": 5}
+    (data / "meta.json").write_text(json.dumps({**meta, "corpus": "shakespeare"}))
     runs = pd.DataFrame({"corpus": [str(data), str(data)]})
     assert tables.corpus_of(runs) == "shakespeare"
     assert tables.corpus_of(pd.DataFrame({"corpus": ["missing/dir"]})) == "missing/dir"

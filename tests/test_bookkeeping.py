@@ -2,12 +2,18 @@
 GPU slot file, checkpoint state, run record, run result, manifest, Snakemake job record), damaged
 every way (cut short, empty, a key of each wrong JSON type, a key missing, not an object): one
 error of one line naming the file, through the kind's own reader too, and the file left as it was.
+Then the readers that read these kinds, the data's meta.json and the environment lock through
+their own code (run_summary, model_config, diverged, tails, replay, copy_record, the study's
+records, lr-grid, TokenShards, EvalSet, check-env's reference): a few damaged files each, one
+BookkeepingError of one line, nothing deleted or rewritten; the analysis's readers of meta.json
+read a damaged one as not measured.
 """
 
 import fcntl
 import json
 import logging
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -240,3 +246,253 @@ def test_a_refused_hf_checkpoint_shows_no_load_report(tmp_path):
     assert "\n" not in str(e.value)
     assert not [r for r in seen if "LOAD REPORT" in r.getMessage()]
     assert hf_logging.get_verbosity() == before
+
+
+# The readers that read these kinds (and the data's meta.json, the environment lock) through their
+# own code: each, given a damaged file, raises BookkeepingError (one line naming the file; the CLI
+# prints it as one) and leaves every file where it was, as it was.
+RUN_CONFIG = {
+    "model": {"n_embd": 8, "block_size": 8},
+    "name": "r",
+    "seed": 0,
+    "train": {"steps": 2, "batch_size": 1},
+}
+RUN_EVAL = {"val_loss": 4.0, "diverged": True, "steps": 2, "weights_step": 0, "diverged_step": 1}
+SHARDS = {"vocab_size": 64, "eot_id": 0, "train_tokens": 10, "val_tokens": 5, "tokenizer": {}}
+EVAL_SET = {"n_rows": 2, "row_len": 9, "vocab_size": 64, "dtype": "uint16"}
+STUDY_RECORD = {**RUN_CONFIG, "data": {"dir": "data/x"}}
+ENV = {"made": {"distributions": {"torch": "2.0"}}}
+
+
+def _summary(root: Path) -> object:
+    from tapernorm.training.checkpoint import run_summary
+
+    return run_summary(root / "run")
+
+
+def _model_config(root: Path) -> object:
+    from tapernorm.training.checkpoint import model_config
+
+    return model_config(root / "run")
+
+
+def _diverged(root: Path) -> object:
+    from tapernorm.training.divergence import diverged
+
+    return diverged(root / "run")
+
+
+def _run_info(root: Path) -> object:
+    from tapernorm.analysis.tails import run_info
+
+    return run_info(root / "run")
+
+
+def _folded(root: Path) -> object:
+    from tapernorm.analysis.tails import folded_subject
+
+    return folded_subject(root / "fold")
+
+
+def _replay(root: Path) -> object:
+    from tapernorm.training.replay import run_batch
+
+    return run_batch(root / "run", 1)
+
+
+def _copy_record(root: Path) -> object:
+    from tapernorm.analysis.scaling_io import copy_record
+
+    return copy_record(root / "run", root / "record-out")
+
+
+def _study_record(root: Path) -> object:
+    from conftest import config_files
+
+    from tapernorm.workflow import Plan, validate_pipeline_config
+    from tapernorm.workflow.scaling import record_or_run
+
+    schema = Path(__file__).resolve().parents[1] / "workflow/schemas/config.schema.yaml"
+    family = Plan(validate_pipeline_config(config_files("config.yaml"), str(schema))).pretrain
+    return record_or_run(root / "record", family, family.runs()[0])
+
+
+def _lr_grid(root: Path) -> object:
+    from tapernorm.analysis.lr_grid import read_runs
+
+    return read_runs([root / "run"])
+
+
+def _shards(root: Path) -> object:
+    from tapernorm.data import TokenShards
+
+    return TokenShards(str(root / "data"))
+
+
+def _shards_meta(root: Path) -> object:  # (export_run's tokenizer reads it so)
+    from tapernorm.data.shards import read_meta
+
+    return read_meta(root / "data")
+
+
+def _eval_set(root: Path) -> object:
+    from tapernorm.data.evalsets import EvalSet
+
+    return EvalSet(root / "evalset")
+
+
+def _env(name: str) -> Callable[[Path], object]:
+    from tapernorm.machine.env_lock import reference_of
+
+    return lambda root: reference_of(root / name)
+
+
+METRICS_LINE = '{"step": 1}\n'
+# reader: (the damaged file, a valid one, the other files it reads beside, its reader)
+READERS = {
+    "run_summary config": ("run/config.json", RUN_CONFIG, {}, _summary),
+    "run_summary eval": ("run/eval.json", RUN_EVAL, {"run/config.json": RUN_CONFIG}, _summary),
+    "model_config": ("run/config.json", RUN_CONFIG, {}, _model_config),
+    "diverged eval": ("run/eval.json", RUN_EVAL, {}, _diverged),
+    "diverged config": ("run/config.json", RUN_CONFIG, {"run/eval.json": RUN_EVAL}, _diverged),
+    "tails run config": ("run/config.json", RUN_CONFIG, {}, _run_info),
+    "tails run eval": ("run/eval.json", RUN_EVAL, {"run/config.json": RUN_CONFIG}, _run_info),
+    "tails folded": ("fold/folded/config.json", RUN_CONFIG, {}, _folded),
+    "replay": ("run/config.json", {**RUN_CONFIG, "data": {"dir": "d"}}, {}, _replay),
+    "copy_record eval": (
+        "run/eval.json",
+        RUN_EVAL,
+        {"run/config.json": RUN_CONFIG, "run/metrics.jsonl": METRICS_LINE},
+        _copy_record,
+    ),
+    "copy_record config": (
+        "run/config.json",
+        RUN_CONFIG,
+        {"run/eval.json": RUN_EVAL, "run/metrics.jsonl": METRICS_LINE},
+        _copy_record,
+    ),
+    "study record": (
+        "record/config.json",
+        STUDY_RECORD,
+        {"record/eval.json": RUN_EVAL, "record/metrics.jsonl": METRICS_LINE},
+        _study_record,
+    ),
+    "lr grid": ("run/config.json", RUN_CONFIG, {"run/eval.json": RUN_EVAL}, _lr_grid),
+    "token shards": ("data/meta.json", SHARDS, {}, _shards),
+    "shards meta": ("data/meta.json", SHARDS, {}, _shards_meta),
+    "evaluation set": ("evalset/meta.json", EVAL_SET, {}, _eval_set),
+    "env record": ("ref.json", ENV, {}, _env("ref.json")),
+}
+
+
+def _damaged(valid: dict) -> list[tuple[str, str]]:
+    """A few damaged versions of the JSON object `valid`: cut short, empty, not an object, a NaN,
+    each key of it a list and missing."""
+    text = json.dumps(valid)
+    cases = [("cut", text[: len(text) // 2]), ("cut at the end", text[:-1]), ("empty", "")]
+    cases += [("a list", "[1]"), ("NaN", text.replace("{", '{"x": NaN, ', 1))]
+    for key in valid:
+        cases.append((f"{key}=[1]", json.dumps({**valid, key: [1]})))
+    return cases
+
+
+def _reader_cases() -> list:
+    cases = []
+    for name, (_, valid, _, _) in READERS.items():
+        cases += [(name, case, text) for case, text in _damaged(valid)]
+    lock = [("empty", ""), ("cut", "tor"), ("no pins", "# a comment\n"), ("bytes", b"\xff==1\n")]
+    cases += [("env lock", case, text) for case, text in lock]
+    cases += [("env record", "names none", '{"made": {}}')]
+    return cases
+
+
+def _tree(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in root.rglob("*") if p.is_file()}
+
+
+def _setup(root: Path, name: str, text: str | bytes) -> tuple[Path, Callable[[Path], object]]:
+    if name == "env lock":
+        return _write(root, "constraints.txt", text), _env("constraints.txt")
+    rel, _, others, reader = READERS[name]
+    for other, content in others.items():
+        _write(root, other, content if isinstance(content, str) else json.dumps(content))
+    return _write(root, rel, text), reader
+
+
+@pytest.mark.parametrize("name,case,text", _reader_cases(), ids=lambda x: str(x)[:30])
+def test_every_reader_of_a_damaged_file_is_one_line_and_deletes_nothing(tmp_path, name, case, text):
+    path, reader = _setup(tmp_path, name, text)
+    before = _tree(tmp_path)
+    with pytest.raises(BookkeepingError) as raised:
+        reader(tmp_path)
+    _one_line_naming(raised.value, path)
+    assert _tree(tmp_path) == before
+
+
+@pytest.mark.parametrize("name", READERS)
+def test_each_readers_valid_file_is_of_its_kind(tmp_path, name):
+    """(So the damage above, not the valid file, is what each reader refuses.)"""
+    path, reader = _setup(tmp_path, name, json.dumps(READERS[name][1]))
+    try:
+        reader(tmp_path)
+    except BookkeepingError as e:
+        raise AssertionError(f"{name}: the valid file refused: {e}") from None
+    except (OSError, ValueError, RuntimeError):
+        pass  # (a later file or check of the reader; not the bookkeeping file's)
+
+
+def test_the_readers_take_valid_files(tmp_path):
+    from tapernorm.training.checkpoint import run_summary
+
+    _write(tmp_path, "run/config.json", json.dumps(RUN_CONFIG))
+    _write(tmp_path, "run/eval.json", json.dumps(RUN_EVAL))
+    assert run_summary(tmp_path / "run")["diverged_step"] == 1
+    assert _diverged(tmp_path).step == 1
+    assert _shards_meta(_write(tmp_path, "data/meta.json", json.dumps(SHARDS)).parent.parent)
+    assert _env("ref.json")(_write(tmp_path, "ref.json", json.dumps(ENV)).parent) == {
+        "torch": "2.0"
+    }
+    assert _env("c.txt")(_write(tmp_path, "c.txt", "torch==2.0\n").parent) == {"torch": "2.0"}
+
+
+def test_a_damaged_model_config_is_fingerprinted_by_its_bytes(tmp_path):
+    """The identity of a run's init model reads its config.json as its kind; a damaged one is
+    identified by its bytes (loading it then says what is wrong), and left as it is."""
+    from tapernorm.training.checkpoint import model_config
+    from tapernorm.training.identity import fingerprint
+
+    path = _write(tmp_path, "m/config.json", '{"model": [1]}')
+    assert set(fingerprint("model", path)) == {"sha256"}
+    path.write_text(json.dumps(RUN_CONFIG))
+    assert fingerprint("model", path) == {"model": RUN_CONFIG["model"]}
+    path.write_text('{"model": [1]}')
+    with pytest.raises(BookkeepingError):
+        model_config(tmp_path / "m")
+    assert path.read_text() == '{"model": [1]}'
+
+
+def test_the_cli_says_one_line_for_a_damaged_environment_record(tmp_path, capsys):
+    path = _write(tmp_path, "ref.json", '{"made": [1]}')
+    assert main(["check-env", "--against", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and str(path) in err and "Traceback" not in err
+    assert path.read_text() == '{"made": [1]}'
+
+
+@pytest.mark.parametrize("case,text", _damaged(SHARDS), ids=lambda x: str(x)[:30])
+def test_the_analysis_reads_a_damaged_meta_json_as_not_measured(tmp_path, case, text):
+    """The analysis reads the data's meta.json as its kind too, but a run's data directory may be
+    elsewhere: a damaged one is not measured (the directory's name, no passes, no scale entry),
+    never a traceback, and left as it is."""
+    import pandas as pd
+
+    from tapernorm.analysis.comparable import unread_data
+    from tapernorm.analysis.epochs import data_train_tokens
+    from tapernorm.analysis.runs import corpus_of
+    from tapernorm.analysis.scale_card import data_meta
+
+    path = _write(tmp_path, "data/meta.json", text)
+    runs = pd.DataFrame({"corpus": [str(path.parent)]})
+    assert data_train_tokens(path.parent) is None and data_meta(runs) == {}
+    assert corpus_of(runs) == str(path.parent) and unread_data(runs) == [str(path.parent)]
+    assert path.read_bytes() == text.encode()

@@ -296,7 +296,8 @@ def test_the_dyt_row_judges_the_loss_at_each_arms_best_lr_from_a_grid_at_its_sca
 ):
     monkeypatch.chdir(tmp_path)  # the runs' data.dir resolves: the grid's corpus can be compared
     (tmp_path / "no-such-corpus").mkdir()
-    (tmp_path / "no-such-corpus/meta.json").write_text('{"corpus": "no-such-corpus"}')
+    counts = '"vocab_size": 64, "eot_id": 0, "train_tokens": 10, "val_tokens": 5'
+    (tmp_path / "no-such-corpus/meta.json").write_text(f'{{"corpus": "no-such-corpus", {counts}}}')
     apart = _with_quartiles(bench_rows, folded=(1.2, 1.3, 1.4), dyt=(0.9, 1.0, 1.1))
     pool = speed_reruns(apart)  # folded faster than DyT by the speed rule
     # at the shared LR TaperNorm is closer (+1% vs +5%); at each arm's best LR DyT is (-2.9%)

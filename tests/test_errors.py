@@ -339,7 +339,10 @@ def test_broken_or_mismatched_shards_are_one_line(shards_dir, tmp_path, capsys):
     assert "recreate the shards with" in one_line(err)
     (data / "meta.json").write_text(json.dumps({k: v for k, v in meta.items() if k != "eot_id"}))
     status, err = run_cli(train, capsys)
-    assert status == 2 and f"{data / 'meta.json'}: no 'eot_id' entry" in one_line(err)
+    assert (
+        status == 2
+        and f"{data / 'meta.json'} has no valid eot_id: eot_id: it is missing" in one_line(err)
+    )
     (data / "meta.json").write_text(json.dumps({**meta, "vocab_size": 100}))  # ids up to 511
     status, err = run_cli(train, capsys)  # (an IndexError in the embedding before)
     assert status == 2 and "beyond the vocab_size 100 of their meta.json" in one_line(err)

@@ -22,7 +22,8 @@ HOST_B = {**HOST_A, "system": "Linux 2"}
 
 def _data(root: Path, train_tokens) -> Path:
     root.mkdir(parents=True)
-    meta = {"vocab_size": 512, "train_tokens": train_tokens, "corpus": "made-up"}
+    meta = {"vocab_size": 512, "eot_id": 0, "train_tokens": train_tokens, "val_tokens": 5}
+    meta["corpus"] = "made-up"
     (root / "meta.json").write_text(json.dumps(meta))
     return root
 

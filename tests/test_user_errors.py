@@ -590,7 +590,7 @@ def test_job_times_of_no_record_is_an_error(tmp_path, capsys):
     "edit,named",
     [
         (lambda c: c["model"].update(n_embd=64), "has shape [32, 32], the model wants [64, 64]"),
-        (lambda c: c.pop("model"), "has no 'model' entry: not a model directory tapernorm wrote"),
+        (lambda c: c.pop("model"), "has no valid model: model: it is missing"),
     ],
 )
 def test_a_models_config_and_weights_that_disagree(g0_model_dir, shards_dir, capsys, edit, named):

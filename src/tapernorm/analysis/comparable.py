@@ -43,7 +43,6 @@ import pandas as pd
 
 from ..runtime import bookkeeping
 from ..runtime.digests import json_sha256
-from ..runtime.jsonio import read_json
 from ..training.metrics_log import METRICS, read_records
 from ..variants import VARIANTS
 
@@ -291,7 +290,8 @@ def unread_data(runs: pd.DataFrame) -> list[str]:
     out = []
     for data_dir in sorted(set(runs["corpus"])) if "corpus" in runs else []:
         try:
-            read_json(Path(data_dir) / "meta.json")  # (as runs.corpus_of reads it)
+            meta = Path(data_dir) / "meta.json"
+            bookkeeping.read(bookkeeping.SHARDS_META, meta)  # (as runs.corpus_of reads it)
         except (OSError, ValueError):
             out.append(str(data_dir))
     return out

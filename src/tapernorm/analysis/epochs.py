@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from ..runtime.jsonio import read_json
+from ..runtime import bookkeeping
 from . import paper
 
 NOT_MEASURED = "not measured"
@@ -26,10 +26,10 @@ def data_train_tokens(data_dir: str | Path) -> int | None:
     """`train_tokens` of `data_dir`/meta.json, or None where it is unreadable, absent or not a
     positive count."""
     try:
-        meta = read_json(Path(data_dir) / "meta.json")
+        meta = bookkeeping.read(bookkeeping.SHARDS_META, Path(data_dir) / "meta.json")
     except (OSError, ValueError):
         return None
-    tokens = meta.get("train_tokens") if isinstance(meta, dict) else None
+    tokens = meta["train_tokens"]
     if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens <= 0:
         return None
     return tokens

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..config import ConfigError
-from ..runtime import jsonio
+from ..runtime import bookkeeping
 from ..variants import VARIANTS, baseline_of
 from .stats import gap_pct
 
@@ -56,7 +56,7 @@ def read_runs(run_dirs: list[Path]) -> dict[GridRun, Path]:
         if not (run_dir / "eval.json").is_file():
             raise ConfigError(f"lr-grid: run {run_dir} has no eval.json (not finished)")
         path = run_dir / "config.json"
-        cfg = jsonio.read_json(path)
+        cfg = bookkeeping.read(bookkeeping.RUN_RECORD, path)
         key = (_setting(cfg, path, k) for k in ("variant", "model.n_embd", "seed", "train.lr"))
         variant, width, seed, lr = key
         run = GridRun(variant, int(width), int(seed), float(lr))
@@ -103,7 +103,7 @@ def summarize(runs: dict[GridRun, Path], shared_lr: float) -> tuple[list[dict], 
     both at their best LR."""
     losses: dict[tuple[str, float], list[float]] = {}
     for run, run_dir in runs.items():
-        result = jsonio.read_json(Path(run_dir) / "eval.json")
+        result = bookkeeping.read(bookkeeping.RUN_RESULT, Path(run_dir) / "eval.json")
         loss = math.inf if result["diverged"] else float(result["val_loss"])
         losses.setdefault((run.variant, run.lr), []).append(loss)
     cells = [
@@ -169,7 +169,7 @@ BATCH = "the batch (train.batch_size × train.grad_accum)"
 def _shared(run_dir: Path) -> dict:
     """The settings of `run_dir`'s config.json that every run of one grid shares."""
     path = Path(run_dir) / "config.json"
-    cfg = jsonio.read_json(path)
+    cfg = bookkeeping.read(bookkeeping.RUN_RECORD, path)
     batch = _setting(cfg, path, "train.batch_size") * _setting(cfg, path, "train.grad_accum")
     return {**{key: _setting(cfg, path, key) for key in SHARED}, BATCH: batch}
 
@@ -188,8 +188,9 @@ def grid_scale(runs: dict[GridRun, Path], data_dir: str) -> dict:
                 f"{other[key]}): a grid compares LRs at one scale; give --runs of one grid"
             )
     try:
-        corpus = jsonio.read_json(Path(data_dir) / "meta.json").get("corpus")
-    except (OSError, ValueError, AttributeError):
+        meta = bookkeeping.read(bookkeeping.SHARDS_META, Path(data_dir) / "meta.json")
+        corpus = meta.get("corpus")
+    except (OSError, ValueError):
         corpus = None
     return {
         "corpus": corpus,

@@ -25,7 +25,6 @@ import pandas as pd
 
 from ..runtime import bookkeeping
 from ..runtime.bookkeeping import RERUN_TRAIN
-from ..runtime.jsonio import read_json
 from ..schedules import gate_at
 from ..training import blowups
 from ..training.metrics_log import METRICS, read_records
@@ -293,9 +292,10 @@ def corpus_of(runs: pd.DataFrame) -> str:
     names = []
     for data_dir in sorted(set(runs["corpus"])):
         try:
-            names.append(read_json(Path(data_dir) / "meta.json")["corpus"])
-        except (OSError, ValueError, KeyError, TypeError):
-            names.append(str(data_dir))
+            meta = bookkeeping.read(bookkeeping.SHARDS_META, Path(data_dir) / "meta.json")
+        except (OSError, ValueError):
+            meta = {}
+        names.append(meta.get("corpus") or str(data_dir))
     return ", ".join(dict.fromkeys(names))
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from ..runtime.jsonio import read_json
+from ..runtime import bookkeeping
 from ..variants import PAPER_VARIANTS
 from . import comparable, paper
 from .claim_rows import ClaimInputs, variant_label
@@ -28,7 +28,7 @@ def data_meta(runs: pd.DataFrame) -> dict:
     """meta.json of the runs' token shards ({} where it cannot be read)."""
     for data_dir in sorted(set(runs["corpus"])):
         try:
-            return read_json(Path(data_dir) / "meta.json")
+            return bookkeeping.read(bookkeeping.SHARDS_META, Path(data_dir) / "meta.json")
         except (OSError, ValueError):
             continue
     return {}

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from ..runtime import bookkeeping
 from ..runtime.atomic import atomic_write_bytes
-from ..runtime.jsonio import read_json
 from ..runtime.output_set import OutputSet, json_bytes, marker_path
 from ..runtime.provenance import git_state, host, now, versions
 from ..workflow.scaling import RECORD_FILES
@@ -38,7 +38,8 @@ def copy_record(run: Path, out: Path) -> list[Path]:
         raise RecordError(
             f"run {run} has no {', '.join(missing)}: it has not finished; train it first"
         )
-    read_json(run / "eval.json")  # a finished run's eval.json reads
+    bookkeeping.read(bookkeeping.RUN_RESULT, run / "eval.json")  # a finished run's records read
+    bookkeeping.read(bookkeeping.RUN_RECORD, run / "config.json")
     if out.is_dir():
         foreign = sorted(p.name for p in out.iterdir() if p.name not in RECORD_FILES)
         if foreign:

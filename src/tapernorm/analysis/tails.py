@@ -32,6 +32,7 @@ from ..norms import taper_norms
 from ..probe import BatterySettings, battery_inputs, run_battery
 from ..probe.battery import BatteryInputs
 from ..probe.verdict import check_vocab
+from ..runtime import bookkeeping
 from ..runtime.jsonio import NON_FINITE, read_json
 from ..runtime.output_set import OutputSet, check_member, json_bytes, marker_path
 from ..runtime.provenance import stamp
@@ -109,12 +110,11 @@ def run_info(run_dir: Path) -> dict:
     """What a run directory is (INFO_KEYS) from its config.json and eval.json (a directory with no
     run config in its config.json: model_info)."""
     run_dir = Path(run_dir)
-    config = read_json(run_dir / "config.json")
-    if not isinstance(config, dict) or "model" not in config:
-        raise ValueError(f"{run_dir / 'config.json'} has no 'model' entry: not a model directory")
+    config = bookkeeping.read(bookkeeping.MODEL_CONFIG, run_dir / "config.json")
     if "train" not in config:
         return model_info(run_dir, config)
-    result = read_json(run_dir / "eval.json") if (run_dir / "eval.json").is_file() else {}
+    outcome = run_dir / "eval.json"
+    result = bookkeeping.read(bookkeeping.RUN_RESULT, outcome) if outcome.is_file() else {}
     m, t, variant = config["model"], config["train"], config.get("variant")
     name = run_dir.resolve().name  # (the config's name may carry its family: pretrain/<name>)
     info = {
@@ -148,7 +148,8 @@ def folded_subject(path: Path) -> Subject:
     a Subject with nothing to load."""
     fold_dir, folded = _fold_paths(path)
     verify = read_json(fold_dir / "verify.json") if (fold_dir / "verify.json").is_file() else {}
-    config = read_json(folded / "config.json") if (folded / "config.json").is_file() else None
+    record = folded / "config.json"
+    config = bookkeeping.read(bookkeeping.MODEL_CONFIG, record) if record.is_file() else None
     if config is None and not verify.get("skipped"):
         raise FileNotFoundError(
             f"{path}: no folded model (no {folded / 'config.json'}): give a directory "

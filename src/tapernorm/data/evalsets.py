@@ -10,8 +10,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from ..runtime import bookkeeping
 from ..runtime.atomic import atomic_write_bytes
-from ..runtime.jsonio import read_json, write_json
+from ..runtime.jsonio import write_json
 from .hf_datasets import load_hf_dataset, text_column
 from .shards import TokenShards
 from .tokenizers import GPT2_EOT_ID, gpt2_tokenizer
@@ -150,14 +151,8 @@ class EvalSet:
                 f"no evaluation set in {data_dir}: {meta_path} is missing (written last, so the "
                 f"set is absent or incomplete). Create it with {PREPARE_EVAL_HINT}."
             )
-        self.meta = read_json(meta_path)
-        try:
-            n_rows, row_len = (int(self.meta[key]) for key in ("n_rows", "row_len"))
-        except (KeyError, TypeError, ValueError) as e:
-            raise ValueError(
-                f"{meta_path}: no valid n_rows and row_len ({type(e).__name__}: {e}); recreate "
-                f"the set with {PREPARE_EVAL_HINT}."
-            ) from None
+        self.meta = bookkeeping.read(bookkeeping.EVAL_SET_META, meta_path)
+        n_rows, row_len = self.meta["n_rows"], self.meta["row_len"]
         path = Path(data_dir) / "rows.bin"
         expected = 2 * n_rows * row_len
         if not path.is_file() or path.stat().st_size != expected:

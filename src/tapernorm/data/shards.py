@@ -18,8 +18,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from ..runtime import bookkeeping
 from ..runtime.atomic import atomic_open
-from ..runtime.jsonio import FileError, read_json, write_json
+from ..runtime.jsonio import write_json
 from .encoding import Encoded, encode_to_file
 from .tokenizers import Tokenizer
 
@@ -197,6 +198,12 @@ def _beside(spec: dict, out: Path) -> dict:
     return spec
 
 
+def read_meta(data_dir: str | Path) -> dict:
+    """The meta.json of the token shards in `data_dir`, checked as its kind
+    (bookkeeping.SHARDS_META: BookkeepingError naming it if it is damaged)."""
+    return bookkeeping.read(bookkeeping.SHARDS_META, Path(data_dir) / "meta.json")
+
+
 class TokenShards:
     """Memory-mapped train/val token shards written by `write_shards`."""
 
@@ -212,17 +219,7 @@ class TokenShards:
                 f"no token shards in {data_dir}: {meta_path} is missing (written last, so the "
                 f"shards are absent or incomplete). Create them with {PREPARE_HINT}."
             )
-        try:
-            self._meta = read_json(meta_path)
-            for key in ("vocab_size", "eot_id", "train_tokens", "val_tokens"):
-                int(self._meta[key])
-        except FileError as e:  # not UTF-8 or not JSON (it names the file)
-            raise ValueError(f"{e}; recreate the shards with {PREPARE_HINT}.") from None
-        except (ValueError, KeyError, TypeError) as e:
-            problem = f"no {e} entry" if isinstance(e, KeyError) else f"not valid ({e})"
-            raise ValueError(
-                f"{meta_path}: {problem}; recreate the shards with {PREPARE_HINT}."
-            ) from None
+        self._meta = read_meta(data_dir)
         if self._meta.get("dtype", "uint16") != "uint16":
             raise ValueError(f"{meta_path}: unsupported dtype {self._meta['dtype']!r}")
         self._tokens: dict[str, np.ndarray] = {}

@@ -21,8 +21,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..runtime import bookkeeping
 from ..runtime.atomic import atomic_write_bytes
-from ..runtime.jsonio import read_json
 from ..runtime.provenance import canonical_name, distributions
 
 log = logging.getLogger(__name__)
@@ -81,10 +81,12 @@ def write_lock(path: str | Path, dists: dict[str, str] | None = None) -> int:
 def read_constraints(path: str | Path) -> dict[str, str]:
     """{canonical name: version} of a constraints file's `name==version` lines."""
     pins = {}
-    for line in Path(path).read_text().splitlines():
+    for line in bookkeeping.read_lines(bookkeeping.ENV_LOCK, path):
         match = _PIN.match(line.strip())
         if match:
             pins[canonical_name(match[1])] = match[2]
+    if not pins:
+        raise bookkeeping.fail(bookkeeping.ENV_LOCK, path, "has no name==version line")
     return pins
 
 
@@ -93,20 +95,23 @@ def recorded_distributions(record: dict) -> dict[str, str]:
     study) or meta.provenance (a run's config.json); every distribution, or for an older record
     its headline versions."""
     made = record.get("made") or record.get("meta", {}).get("provenance") or {}
-    found = made.get("distributions")
+    found = made.get("distributions") if isinstance(made, dict) else None
     if not isinstance(found, dict):
-        found = {
-            k: v for k, v in (made.get("versions") or {}).items() if k not in NOT_DISTRIBUTIONS
-        }
+        versions = made.get("versions") if isinstance(made, dict) else None
+        versions = versions if isinstance(versions, dict) else {}
+        found = {k: v for k, v in versions.items() if k not in NOT_DISTRIBUTIONS}
     return {canonical_name(k): str(v) for k, v in found.items()}
 
 
 def reference_of(path: str | Path) -> dict[str, str]:
     """The distributions of a reference: a JSON record, else a constraints file."""
     path = Path(path)
-    if path.suffix == ".json":
-        return recorded_distributions(read_json(path))
-    return read_constraints(path)
+    if path.suffix != ".json":
+        return read_constraints(path)
+    found = recorded_distributions(bookkeeping.read(bookkeeping.ENV_RECORD, path))
+    if not found:
+        raise bookkeeping.fail(bookkeeping.ENV_RECORD, path, "names no installed distributions")
+    return found
 
 
 def _matches(reference: str, installed: str) -> bool:

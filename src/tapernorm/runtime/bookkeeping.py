@@ -4,6 +4,11 @@ declaration: which keys it must hold and of which JSON types (a bool is never an
 A file that is missing, empty, cut short, not JSON, not an object or not of its kind is a
 BookkeepingError with one line: the file, what is wrong with it and what to do. Reading never
 deletes or rewrites the file: what to do with it is the user's call.
+
+The kinds (KINDS): run locks, GPU slot files, checkpoint state, run and model config.json, eval.json,
+manifests, Snakemake job records, the scaling study's run records, token shards' and evaluation
+sets' meta.json, and the environment references of check-env (a JSON record or the lock, a pip
+constraints file, read by lines: read_lines).
 """
 
 from __future__ import annotations
@@ -101,7 +106,47 @@ JOB_RECORD = Kind(
     {"s": NUMBER},
     "rerun the job, or delete the record to count the job as without one",
 )
-KINDS = (RUN_LOCK, GPU_SLOT, CHECKPOINT_STATE, RUN_RECORD, RUN_RESULT, MANIFEST, JOB_RECORD)
+MODEL_CONFIG = Kind(
+    "a model directory's config.json",
+    {"model": OBJECT},
+    "not a model directory tapernorm wrote? give a run's directory, or fold's folded/ or scaled/; "
+    "if it is one, it is damaged: rerun what wrote it",
+    RUN_RECORD.optional,
+)
+STUDY_RECORD = Kind(
+    "a study's run record config.json",
+    {"model": OBJECT, "data": OBJECT},
+    "restore it from git, or delete the record's directory to make it again from its run",
+    RUN_RECORD.optional,
+)
+PREPARE = "recreate the shards with `tapernorm prepare-data` (the Snakemake `prepare_data` rule)"
+SHARDS_META = Kind(
+    "token shards' meta.json",
+    dict.fromkeys(("vocab_size", "eot_id", "train_tokens", "val_tokens"), NATURAL),
+    PREPARE,
+    {"tokenizer": OBJECT, "dtype": STR, "corpus": STR, "train_docs": NATURAL, "val_docs": NATURAL},
+)
+EVAL_SET_META = Kind(
+    "an evaluation set's meta.json",
+    dict.fromkeys(("n_rows", "row_len", "vocab_size"), NATURAL),
+    "recreate it with `tapernorm prepare-eval` (the Snakemake `prepare_eval` rule)",
+    {"dtype": STR},
+)
+ENV_RECORD = Kind(
+    "a JSON record naming an environment (manifest, study, run config.json)",
+    {},
+    "give another --against, or the lock requirements/constraints-cpu.txt",
+    {"made": OBJECT, "meta": OBJECT},
+)
+ENV_LOCK = Kind(
+    "an environment lock (pip constraints file of name==version lines)",
+    {},
+    "restore it from git, or make it again with tapernorm lock-env",
+)
+KINDS = (
+    *(RUN_LOCK, GPU_SLOT, CHECKPOINT_STATE, RUN_RECORD, RUN_RESULT, MANIFEST, JOB_RECORD),
+    *(MODEL_CONFIG, STUDY_RECORD, SHARDS_META, EVAL_SET_META, ENV_RECORD, ENV_LOCK),
+)
 
 
 def _json_type(value: object) -> str:
@@ -158,6 +203,15 @@ def parse(kind: Kind, path: str | Path, text: str | bytes, need: Iterable[str] =
 
 def _not_a_number(token: str):
     raise ValueError(f"{token} is not a JSON number")
+
+
+def read_lines(kind: Kind, path: str | Path) -> list[str]:
+    """The lines of the text file `path` of `kind`; BookkeepingError naming it if it is missing,
+    not a file, not UTF-8 or empty."""
+    text = _text(kind, Path(path))
+    if not text.strip():
+        raise fail(kind, path, "is empty")
+    return text.splitlines()
 
 
 def _text(kind: Kind, path: Path) -> str:

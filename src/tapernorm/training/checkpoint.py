@@ -16,7 +16,7 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file, save_file
 
 from ..model import GPT, GPTConfig
-from ..runtime import jsonio
+from ..runtime import bookkeeping, jsonio
 from ..runtime.atomic import atomic_path
 from ..runtime.digests import safetensors_header, tensors_sha256
 
@@ -33,27 +33,16 @@ def write_json(path: str | Path, obj) -> None:
     jsonio.write_json(path, obj)
 
 
-def read_json(path: str | Path) -> dict:
-    """The JSON object in `path`; CheckpointError naming the file if it is missing, not UTF-8,
-    not JSON or not an object."""
-    try:
-        obj = jsonio.read_json(path)
-    except jsonio.FileError as e:
-        raise CheckpointError(str(e)) from None
-    if not isinstance(obj, dict):
-        raise CheckpointError(f"{path} holds a JSON {type(obj).__name__}, not an object")
-    return obj
-
-
 def run_summary(model_dir: str | Path) -> dict:
     """Name, labels and outcome of the run a model directory holds (from config.json, eval.json);
-    the labels without the run's provenance (its host and times)."""
+    the labels without the run's provenance (its host and times). A damaged file of either is a
+    BookkeepingError naming it (bookkeeping.MODEL_CONFIG, RUN_RESULT)."""
     model_dir = Path(model_dir)
-    record = read_json(model_dir / "config.json")
+    record = bookkeeping.read(bookkeeping.MODEL_CONFIG, model_dir / "config.json")
     labels = {k: v for k, v in record.get("meta", {}).items() if k != "provenance"}
-    summary = {"name": record.get("name"), "meta": labels, "taper": record["model"]["taper"]}
+    summary = {"name": record.get("name"), "meta": labels, "taper": record["model"].get("taper")}
     if (model_dir / "eval.json").is_file():
-        outcome = read_json(model_dir / "eval.json")
+        outcome = bookkeeping.read(bookkeeping.RUN_RESULT, model_dir / "eval.json")
         keys = ("steps", "weights_step", "diverged", "diverged_step")
         summary.update({k: outcome.get(k) for k in keys})
     return summary
@@ -156,14 +145,10 @@ def save_model(model: GPT, out_dir: str | Path, config_extra: dict | None = None
 
 
 def model_config(model_dir: str | Path) -> GPTConfig:
-    """The GPTConfig of the 'model' entry of model_dir/config.json (CheckpointError naming it)."""
+    """The GPTConfig of the 'model' entry of model_dir/config.json: BookkeepingError naming it if
+    the file is damaged or has no 'model' object, CheckpointError if that is not a GPTConfig."""
     path = Path(model_dir) / "config.json"
-    config = read_json(path)
-    if "model" not in config:
-        raise CheckpointError(
-            f"{path} has no 'model' entry: not a model directory tapernorm wrote (give a run's "
-            "directory, or fold's folded/ or scaled/)"
-        )
+    config = bookkeeping.read(bookkeeping.MODEL_CONFIG, path)
     try:
         return GPTConfig.from_dict(config["model"])
     except (TypeError, ValueError, KeyError, AttributeError) as e:

@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..runtime.jsonio import read_json
+from ..runtime import bookkeeping
 from ..variants import PROTOCOLS, VARIANTS
 
 
@@ -61,14 +61,16 @@ def run_label(cfg: dict) -> str:
 
 def diverged(run_dir: str | Path) -> Diverged | None:
     """The divergence of the run in `run_dir` as its eval.json records it; None if it finished
-    without diverging, or the directory holds a model but no run record (no eval.json)."""
+    without diverging, or the directory holds a model but no run record (no eval.json). A damaged
+    eval.json or config.json is a BookkeepingError naming it (bookkeeping.RUN_RESULT, RUN_RECORD)."""
     run_dir = Path(run_dir)
     if not (run_dir / "eval.json").is_file():
         return None
-    result = read_json(run_dir / "eval.json")
+    result = bookkeeping.read(bookkeeping.RUN_RESULT, run_dir / "eval.json")
     if not result.get("diverged"):
         return None
-    cfg = read_json(run_dir / "config.json") if (run_dir / "config.json").is_file() else {}
+    config = run_dir / "config.json"
+    cfg = bookkeeping.read(bookkeeping.RUN_RECORD, config) if config.is_file() else {}
     name = result.get("name") or cfg.get("name") or run_dir.name
     return Diverged(
         name=name,

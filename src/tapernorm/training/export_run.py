@@ -11,6 +11,7 @@ from pathlib import Path
 
 from ..config import resolve_run_config
 from ..data import TokenShards
+from ..data.shards import read_meta
 from ..fold import FOLD_RTOL, fold_model, verify_fold
 from ..interop.hf_export import (
     claim_export_dir,
@@ -25,7 +26,7 @@ from ..run_config import RunConfig
 from ..runtime import bookkeeping, jsonio
 from ..runtime.out_dirs import claim_dir, install_dir, make_aside, refuse_inside
 from ..variants import PROTOCOLS, VARIANTS
-from .checkpoint import load_model, read_json, write_json
+from .checkpoint import load_model, write_json
 from .divergence import diverged
 from .evaluation import check_vocab
 from .lock import export_lock
@@ -38,14 +39,14 @@ def _tokenizer(data_dir: Path) -> tuple[object | None, Path | None, str]:
     """(HF tokenizer or None, SentencePiece model file or None, description) of a shards dir."""
     from ..data.tokenizers import _gpt2_files, load_tokenizer
 
-    meta = read_json(data_dir / "meta.json")
+    meta = read_meta(data_dir)
     kind = meta.get("tokenizer", {}).get("kind")
     if kind == "gpt2" and _gpt2_files() is not None:
         import transformers
 
         vocab_bpe, encoder_json = _gpt2_files()
         merges = [tuple(line.split()) for line in vocab_bpe.read_text("utf-8").splitlines()[1:]]
-        vocab = read_json(encoder_json)
+        vocab = jsonio.read_json(encoder_json)
         tok = transformers.GPT2Tokenizer(vocab=vocab, merges=[m for m in merges if m])
         return tok, None, "GPT-2 BPE (saved here; AutoTokenizer.from_pretrained loads it)"
     if kind == "sentencepiece":
@@ -91,7 +92,7 @@ def _export(model_dir, out, data, windows, rtol, device, route, fold, card_from)
     if bad is not None:
         return skip_export(out, model_dir, bad.reason())
     model = load_model(model_dir, device).eval()
-    cfg = read_json(model_dir / "config.json")
+    cfg = bookkeeping.read(bookkeeping.MODEL_CONFIG, model_dir / "config.json")
     outcome = run_outcome(model_dir)
     data = Path(data or cfg.get("data", {}).get("dir") or model_dir / "no-data")
     tokens = targets = tokenizer = sp_model = None

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..run_config import RunConfig, optional_keys
+from ..runtime import bookkeeping
 from ..runtime.digests import file_sha256, file_state, tensors_sha256
 from ..runtime.jsonio import read_json
 
@@ -65,10 +66,12 @@ def config_identity(cfg: dict) -> dict:
     return cfg
 
 
-def _json(path: Path) -> dict | None:
-    """The JSON object in `path`; None if it is missing, unreadable, not JSON or not an object."""
+def _json(path: Path, kind: bookkeeping.Kind | None = None) -> dict | None:
+    """The JSON object in `path`, checked as `kind` (a bookkeeping file) where given; None if it is
+    missing, unreadable, not JSON, not an object or not of its kind: the identity is then of its
+    bytes, and the file's own reader (TokenShards, model_config) says what is wrong in one line."""
     try:
-        obj = read_json(path)
+        obj = read_json(path) if kind is None else bookkeeping.read(kind, path)
     except (OSError, ValueError):
         return None
     return obj if isinstance(obj, dict) else None
@@ -87,7 +90,7 @@ def fingerprint(kind: str, path: Path) -> dict | None:
             return {"tensors_sha256": tensors_sha256(path)}
         except ValueError:
             return {"sha256": file_sha256(path)}  # not safetensors: loading it will say so
-    config = _json(path)
+    config = _json(path, bookkeeping.MODEL_CONFIG if kind == "model" else None)
     if config is None:
         return {"sha256": file_sha256(path)}  # not a JSON object: loading it will say so
     if kind == "model":
@@ -114,7 +117,7 @@ class Pin:
 
 def _data_pins(data_dir: Path) -> list[Pin]:
     pins = [Pin("data", name, data_dir / name, "bytes") for name in SHARD_FILES]
-    tokenizer = (_json(data_dir / "meta.json") or {}).get("tokenizer")
+    tokenizer = (_json(data_dir / "meta.json", bookkeeping.SHARDS_META) or {}).get("tokenizer")
     model = tokenizer.get("model") if isinstance(tokenizer, dict) else None
     if isinstance(model, str):  # a relative model path is relative to the shards (load_tokenizer)
         pins.append(Pin("data", "tokenizer", data_dir / model, "bytes"))
@@ -191,7 +194,7 @@ class Inputs:
         (by its sha256: hashed with the data, so this reads nothing more)."""
         from ..data.tokenizers import check_tokenizer_file
 
-        spec = (_json(data_dir / "meta.json") or {}).get("tokenizer")
+        spec = (_json(data_dir / "meta.json", bookkeeping.SHARDS_META) or {}).get("tokenizer")
         for pin in self.pins:
             if pin.name == "tokenizer" and isinstance(pin.value, dict) and isinstance(spec, dict):
                 check_tokenizer_file(pin.path, spec.get("sha256"), pin.value.get("sha256"))

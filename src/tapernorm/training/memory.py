@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import torch
 
 from ..run_config import RunConfig
-from ..runtime.jsonio import read_json
+from ..runtime import bookkeeping
 
 FLOAT = 4  # bytes of a float32
 IDS = 16  # bytes of a token's id and target (int64)
@@ -62,11 +62,10 @@ def _vocab(cfg: RunConfig) -> int:
     if cfg.model.vocab_size:
         return int(cfg.model.vocab_size)
     try:
-        meta = read_json(os.path.join(cfg.data.dir, "meta.json"))
+        meta = bookkeeping.read(bookkeeping.SHARDS_META, os.path.join(cfg.data.dir, "meta.json"))
     except (OSError, ValueError):
         return 0
-    vocab = meta.get("vocab_size") if isinstance(meta, dict) else None
-    return vocab if isinstance(vocab, int) and not isinstance(vocab, bool) and vocab > 0 else 0
+    return meta["vocab_size"]
 
 
 def estimate(cfg: RunConfig, device_type: str = "cpu") -> Estimate:

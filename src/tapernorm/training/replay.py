@@ -25,7 +25,7 @@ from ..data import TokenShards
 from ..model import GPT
 from ..norms import set_gate, taper_norms
 from ..probe.measure import block_outputs
-from ..runtime.jsonio import read_json
+from ..runtime import bookkeeping
 from ..runtime.provenance import git_state, now
 from .blowups import events_of
 from .checkpoint import load_model
@@ -52,7 +52,7 @@ def run_batch(run_dir: str | Path, step: int, data_dir: str | Path | None = None
     """The batch run `run_dir` trained on at optimizer step `step` (its config.json's data seed,
     batch size, micro-batches and block size; its data directory unless `data_dir`)."""
     run_dir = Path(run_dir)
-    cfg = read_json(run_dir / "config.json")
+    cfg = bookkeeping.read(bookkeeping.RUN_RECORD, run_dir / "config.json", need=("train", "data"))
     steps = int(cfg["train"]["steps"])
     if not 1 <= step <= steps:
         raise ValueError(f"step {step} is not a step of run {run_dir} (1..{steps})")
@@ -149,7 +149,9 @@ def replay_report(
         "starts": batch.starts,
         "recorded_event": batch.recorded,
         "model": str(model_dir or run_dir),
-        "model_step": (read_json(Path(model_dir or run_dir) / "config.json")).get("weights_step"),
+        "model_step": bookkeeping.read(
+            bookkeeping.MODEL_CONFIG, Path(model_dir or run_dir) / "config.json"
+        ).get("weights_step"),
         "rows": rows,
         "made": {**git_state(), "written": now()},
     }

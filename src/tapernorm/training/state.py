@@ -35,7 +35,6 @@ from .checkpoint import (
     load_model_tensors,
     load_tensors,
     model_tensors,
-    read_json,
     replace_dir,
     save_tensors,
     verify_tensor_file,
@@ -219,12 +218,12 @@ def finished_result(out: Path, ckpt: Path, identity: dict) -> dict | None:
     if checkpoint_mismatch(ckpt, identity) != []:
         return None
     try:
-        result = read_json(out / "eval.json")
+        result = bookkeeping.read(bookkeeping.RUN_RESULT, out / "eval.json")
         if result.get("weights_step") != read_state(ckpt).get("step"):
             return None
         if result.get("steps") != identity["config"]["train"]["steps"]:
             return None
-        read_json(out / "config.json")
+        bookkeeping.read(bookkeeping.RUN_RECORD, out / "config.json")
         record_lines(out / METRICS)
         verify_tensor_file(out / "model.safetensors")
     except (CheckpointError, ValueError, OSError):
@@ -288,8 +287,8 @@ def finished_differences(out: Path, ckpt: Path, identity: dict) -> list[str]:
         except CheckpointError:
             return []
     try:
-        record = read_json(out / "config.json")
-    except CheckpointError:
+        record = bookkeeping.read(bookkeeping.RUN_RECORD, out / "config.json")
+    except bookkeeping.BookkeepingError:
         return []
     current = identity["config"]
     recorded = {k: record.get(k) for k in current if k != "model"}

@@ -13,11 +13,11 @@ Every run's records (config.json, eval.json, metrics.jsonl) are copied to result
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from ..config import resolve_run_config
 from ..run_config import RunConfig
+from ..runtime import bookkeeping
 from ..training.identity import config_identity
 from .family import Family
 from .names import (
@@ -56,15 +56,17 @@ def record_inputs(
 def record_or_run(record: Path, family: Family, run: str) -> list[str]:
     """The files of run `run` of `family` that a record job copies into `record`, or nothing when
     `record` is complete and its config.json is the run config the workflow builds now (see
-    record_inputs)."""
+    record_inputs). A damaged config.json of a complete record is a BookkeepingError naming it
+    (bookkeeping.STUDY_RECORD), never copied over: the record is the study's data."""
     files = [f"{run_dir(family.name, run)}/{name}" for name in RECORD_FILES]
     if not all((record / name).is_file() for name in RECORD_FILES):
         return files
-    try:
-        recorded = json.loads((record / "config.json").read_text())
-        built = family.run_config(run, recorded["data"]["dir"])
-    except (OSError, ValueError, KeyError, TypeError):
-        return files
+    path = record / "config.json"
+    recorded = bookkeeping.read(bookkeeping.STUDY_RECORD, path)
+    data_dir = recorded["data"].get("dir")
+    if not bookkeeping.STR.test(data_dir):
+        raise bookkeeping.fail(bookkeeping.STUDY_RECORD, path, "has no valid data.dir")
+    built = family.run_config(run, data_dir)
     return [] if same_run_config(recorded, built) else files
 
 
