@@ -40,7 +40,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 import pandas as pd
@@ -184,10 +184,16 @@ def _cells(runs: pd.DataFrame, by: Sequence[str]) -> pd.DataFrame:
 
 
 def check_recipes(
-    runs: pd.DataFrame, by: Sequence[str] = CELL, allow_mixed: bool = False
+    runs: pd.DataFrame,
+    by: Sequence[str] = CELL,
+    allow_mixed: bool = False,
+    pair: str = "variant",
+    pair_field: Callable[[str], bool] = _variant_field,
 ) -> list[str]:
     """Part 1 of the module docstring. Returns the notes of the mixes allowed (none when the
-    recipes agree); ValueError on the first mix unless `allow_mixed`."""
+    recipes agree); ValueError on the first mix unless `allow_mixed`. `pair`: the column of `by`
+    whose values are compared side by side (variants; a fine-tuning table's protocols), the runs
+    of the other columns' cells sharing their recipe but the fields `pair_field` names."""
     if runs.empty:
         return []
     runs = _cells(runs, by)
@@ -198,14 +204,14 @@ def check_recipes(
         if diffs:
             where = f"runs of one cell ({_cell_name(dict(zip(by, key, strict=True)), by)})"
             notes.append(_describe(where, diffs))
-    across = [c for c in by if c != "variant"]
-    if "variant" in by:
+    across = [c for c in by if c != pair]
+    if pair in by:
         for key, group in runs.groupby(across or (lambda _: 0), sort=True, dropna=False):
-            diffs = _differences({r: recipes[r] for r in group["run"]}, _variant_field)
+            diffs = _differences({r: recipes[r] for r in group["run"]}, pair_field)
             if diffs:
                 key = key if isinstance(key, tuple) else (key,)
                 name = _cell_name(dict(zip(across, key, strict=True)), across) if across else "all"
-                notes.append(_describe(f"runs paired across variants ({name})", diffs))
+                notes.append(_describe(f"runs paired across {pair}s ({name})", diffs))
                 verb = verb if len(notes) > 1 else "compare"
     if notes and not allow_mixed:
         raise ValueError(f"{notes[0]}; {ALLOW.format(verb)}")

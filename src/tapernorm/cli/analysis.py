@@ -42,7 +42,9 @@ def _cmd_table(args: argparse.Namespace) -> int:
     elif args.which in ("4", "6"):  # the GPT-2 fine-tuning family
         from ..analysis.finetune import make_finetune_table
 
-        paths = make_finetune_table(args.which, args.runs, args.evals, args.out, *stamp)
+        paths = make_finetune_table(
+            args.which, args.runs, args.evals, args.out, *stamp, allow_mixed=args.allow_mixed
+        )
     else:
         paths = make_table(args.which, args.runs, args.out, *stamp, allow_mixed=args.allow_mixed)
     for path in paths:
