@@ -3,6 +3,7 @@ arithmetic (paired gaps per length, the ablation's per-seed ratios), and its fig
 
 import json
 import math
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -266,6 +267,85 @@ def test_record_copies_a_finished_run_and_refuses_what_is_not_one(tmp_path):
     with pytest.raises(RecordError, match="notes.txt, not a run record"):
         copy_record(run2, out)
     assert (out / "notes.txt").read_text() == "mine"
+
+
+def _recorded(tmp_path: Path, val: float) -> Path:
+    plan = Plan(_ci(CI_GRID))
+    return _record(tmp_path / f"src{val}", plan, "scaling", "baseline-d32-s0-n24", val)
+
+
+def _files(out: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in out.iterdir()}
+
+
+def _beside(out: Path) -> list[str]:
+    return sorted(p.name for p in out.parent.iterdir() if p.name != out.name)
+
+
+@pytest.mark.parametrize("earlier", ["none", "empty", "record"])
+def test_record_arrives_whole_and_is_read_as_a_run_directory(tmp_path, earlier):
+    """The three files are renamed in as one directory (nothing else in it, nothing left beside
+    it), over nothing, an empty directory (the workflow makes it) or an earlier record."""
+    out = tmp_path / "rec" / "baseline-d32-s0-n24"
+    if earlier != "none":
+        out.mkdir(parents=True)
+    if earlier == "record":
+        copy_record(_recorded(tmp_path, 2.0), out)
+    run = _recorded(tmp_path, 3.0)
+    copy_record(run, out)
+    assert _files(out) == _files(run) and _beside(out) == []
+    assert read_study([out]).runs["val_loss"].tolist() == [3.0]  # a run directory to the readers
+
+
+@pytest.mark.parametrize("fails", [0, 1, 2, "rename"])
+def test_a_record_stopped_midway_leaves_the_earlier_one_whole(tmp_path, monkeypatch, fails):
+    """A write that fails at any file, or at the rename, leaves the earlier record as it was and
+    nothing beside it; a record killed between its renames leaves directories the next removes."""
+    from tapernorm.analysis import scaling_io
+
+    out = tmp_path / "rec" / "r"
+    copy_record(_recorded(tmp_path, 2.0), out)
+    before = _files(out)
+    calls = {"write": 0, "replace": 0}
+    write, replace = scaling_io.atomic_write_bytes, scaling_io.os.replace
+
+    def failing_write(path, data):
+        calls["write"] += 1
+        if calls["write"] == int(fails) + 1:
+            raise OSError(28, "No space left on device", str(path))
+        write(path, data)
+
+    def failing_replace(src, dst):
+        if Path(dst) == out and not calls["replace"]:  # the new record's rename (the earlier one
+            calls["replace"] += 1  # moved aside); not the files' atomic writes, nor the way back
+            raise OSError(28, "No space left on device", str(dst))
+        replace(src, dst)
+
+    if fails == "rename":
+        monkeypatch.setattr(scaling_io.os, "replace", failing_replace)
+    else:
+        monkeypatch.setattr(scaling_io, "atomic_write_bytes", failing_write)
+    with pytest.raises(OSError, match="No space left"):
+        copy_record(_recorded(tmp_path, 3.0), out)
+    monkeypatch.undo()
+    assert calls["replace" if fails == "rename" else "write"]  # (it failed where it was meant to)
+    assert _files(out) == before and _beside(out) == []
+    # killed between the renames: the earlier record aside, the new one staged, no `out`
+    aside, staged = tmp_path / "rec" / ".r.0123abcd.tmp", tmp_path / "rec" / ".r.4567cdef.tmp"
+    out.rename(aside)
+    shutil.copytree(aside, staged)
+    copy_record(_recorded(tmp_path, 4.0), out)
+    assert json.loads((out / "eval.json").read_text())["val_loss"] == 4.0
+    assert _beside(out) == []
+
+
+def test_record_refuses_an_out_that_is_a_link(tmp_path):
+    target = tmp_path / "elsewhere"
+    target.mkdir()
+    (tmp_path / "link").symlink_to(target)
+    with pytest.raises(RecordError, match="is a link"):
+        copy_record(_recorded(tmp_path, 3.0), tmp_path / "link")
+    assert list(target.iterdir()) == []
 
 
 def test_study_records_list_every_run_of_both_families():
