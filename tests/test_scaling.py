@@ -602,3 +602,27 @@ def test_extra_records_are_the_stability_runs_of_a_cells_recipe(tmp_path):
     taken = sorted({p.rsplit("/", 2)[1] for p in extra_records(scaling, tmp_path)})
     assert taken == ["baseline-d32-s0-o0-n24", "internal_aux-d32-s1-o1-n48"]
     assert extra_records(scaling, tmp_path / "nowhere") == []
+
+
+def _with_data_hash(run: Path, train_bin: str) -> None:
+    config = json.loads((run / "config.json").read_text())
+    files = {"meta.json": "m" * 64, "train.bin": train_bin, "val.bin": "v" * 64}
+    config["meta"] = {"provenance": {"data_sha256": files}}
+    (run / "config.json").write_text(json.dumps(config))
+
+
+@pytest.mark.parametrize("other", [0, 3, -1])  # a run, another width's, the ablation's
+def test_the_study_refuses_records_on_other_data_bytes(tmp_path, other, caplog):
+    _, dirs = _study(tmp_path, {})
+    for d in dirs:
+        _with_data_hash(d, "a" * 64)
+    read_study(dirs)
+    _with_data_hash(dirs[other], "b" * 64)
+    with pytest.raises(ValueError, match="the study's records differ in data sha256") as e:
+        read_study(dirs)
+    assert dirs[other].name in str(e.value) and "other data bytes" in str(e.value)
+    assert "data hash not recorded" not in caplog.text
+    _, older = _study(tmp_path / "older", {})  # records from before the hash: not compared
+    with caplog.at_level("WARNING", logger="tapernorm"):
+        read_study(older)
+    assert caplog.text.count("data hash not recorded") == 1

@@ -8,7 +8,8 @@ claim is built from (runs.load_runs' table), before any number is averaged or pa
    field but those that make the variant (VARIANT_FIELDS). The data's bytes are part of the recipe:
    config.json's meta.provenance.data_sha256 (the sha256 of meta.json, train.bin, val.bin and the
    tokenizer, written at training time since it was added) is compared among the runs that record
-   it; a record without it (older) is not refused, and "data hash not recorded" is logged once. A
+   it; a record without it (older) is not refused, and "data hash not recorded" is logged once
+   (`check_data`: the hash alone, for the scaling and stability summaries, one corpus each). A
    difference is an error naming the field and the runs; `allow_mixed` (the commands'
    --allow-mixed) lets a deliberate mix through, and the notes it returns say so in the output.
 2. No run twice (`check_records`): two run directories with the same metrics.jsonl and eval.json
@@ -216,6 +217,20 @@ def check_recipes(
     if notes and not allow_mixed:
         raise ValueError(f"{notes[0]}; {ALLOW.format(verb)}")
     return notes
+
+
+def check_data(runs: pd.DataFrame, where: str) -> None:
+    """The data's hash alone (part 1), over all of `runs` (a study whose summary checks its
+    recipes by its own columns: the scaling and stability summaries, one corpus each): ValueError
+    naming two runs on other data bytes; records without it are not compared (logged once)."""
+    if runs.empty:
+        return
+    diffs = _differences(_with_data(list(runs["run"])), lambda field: field != DATA_FIELD)
+    if diffs:
+        raise ValueError(
+            f"{_describe(where, diffs)}: runs trained on other data bytes cannot be compared; "
+            "give the records of one corpus"
+        )
 
 
 def _content_hash(run: str, config: dict) -> str:
