@@ -643,3 +643,15 @@ def test_table6_refuses_a_run_given_twice_and_table4_a_row_of_two_runs(finetuned
     paths = ft.make_finetune_table("4", [], evals, tmp_path / "t4", allow_mixed=True)
     md = next(p for p in paths if p.suffix == ".md").read_text()
     assert "Mixed inputs allowed (--allow-mixed): eval files of one row" in md
+
+
+def test_claims_refuse_a_fine_tuning_row_of_two_runs(finetuned, tmp_path):
+    again = tmp_path / "again.json"  # the vanilla run scored on a second set after a retraining
+    result = json.loads(Path(finetuned["evals"][0]).read_text())
+    result["run"]["steps"], result["set"] = 16, "pile"
+    again.write_text(json.dumps(result))
+    evals = [*finetuned["evals"], again]
+    with pytest.raises(ValueError, match=r"eval files of one row \(model=tiny, protocol=vanilla"):
+        claims.write_claims(tmp_path / "claims.md", finetune_evals=evals)
+    out = claims.write_claims(tmp_path / "claims.md", finetune_evals=evals, allow_mixed=True)
+    assert "eval files of one row" in out.read_text()
