@@ -14,6 +14,7 @@ from tapernorm.analysis.claim_rows import ClaimInputs
 from tapernorm.analysis.runs import load_runs
 from tapernorm.analysis.scale_card import scale_card
 from tapernorm.cli import main
+from tapernorm.training.identity import data_fingerprint
 
 EVERY = 10
 
@@ -32,6 +33,8 @@ def _run(root, data, variant="baseline", seed=0, steps=40, lr=1e-3, **sections):
     ).to_dict()
     out = root / name
     out.mkdir(parents=True)
+    data = {k: v["sha256"] for k, v in data_fingerprint(data).items()}  # as training records it
+    cfg["meta"] = {"provenance": {"data_sha256": data}}
     (out / "config.json").write_text(json.dumps({**cfg, "n_params": 1000}, indent=2))
     loss = 4.0 + seed / 100 + (variant != "baseline") / 50
     lines = [
@@ -251,3 +254,33 @@ def test_the_figures_and_the_claims_refuse_a_mix_too(cell, tmp_path):
     with pytest.raises(ValueError, match="differ in train.steps.*--allow-mixed to average"):
         claims.write_claims(tmp_path / "claims.md", runs=cell)
     assert not (tmp_path / "claims.md").exists()
+
+
+def _data_hash(run, train_bin: str = "a" * 64) -> None:
+    files = {"meta.json": "m" * 64, "train.bin": train_bin, "val.bin": "v" * 64}
+    _edit(run / "config.json", meta={"provenance": {"data_sha256": files}})
+
+
+@pytest.mark.parametrize(
+    ("others", "where"),
+    [([1], "runs of one cell"), ([4], "runs of one cell"), ([3, 4, 5], "paired across variants")],
+)
+def test_runs_that_trained_on_other_data_bytes_are_refused(cell, others, where, caplog):
+    for i in others:
+        _data_hash(cell[i], train_bin="b" * 64)
+    with pytest.raises(ValueError, match=f"{where} .* differ in data sha256") as e:
+        _check(cell)
+    assert cell[others[0]].name in str(e.value) and "\n" not in str(e.value)
+    notes = _check(cell, allow_mixed=True)
+    assert any("data sha256" in n for n in notes)
+    assert "data hash not recorded" not in caplog.text
+
+
+@pytest.mark.parametrize("recorded", [0, 2, 5])
+def test_older_records_without_the_data_hash_are_said_once_not_refused(cell, recorded, caplog):
+    for d in cell[recorded:]:
+        _edit(d / "config.json", meta={"provenance": {"host": "older"}})
+    with caplog.at_level("WARNING", logger="tapernorm"):
+        assert _check(cell) == []
+    said = [r for r in caplog.records if "data hash not recorded" in r.getMessage()]
+    assert len(said) == 1 and f"in {len(cell) - recorded} run(s)" in said[0].getMessage()

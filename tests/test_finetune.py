@@ -5,6 +5,7 @@ import copy
 import json
 import math
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -581,3 +582,76 @@ def test_row_evaluation_is_at_g0_whatever_the_gate_and_with_a_progress_label(fin
     set_gate(model, 0.5)
     assert evaluate_rows(model, eval_set, 4)["loss"] == at_zero
     assert evaluate_rows(model, eval_set, 4, label="eval heldout")["loss"] == at_zero
+
+
+def _copied(finetuned, tmp_path) -> dict[str, Path]:
+    runs = {}
+    for name, run in finetuned["runs"].items():
+        runs[name] = tmp_path / "runs" / name
+        shutil.copytree(run, runs[name])
+    return runs
+
+
+def _set(path: Path, section: str, key: str, value) -> None:
+    obj = json.loads(path.read_text())
+    obj[section][key] = value
+    path.write_text(json.dumps(obj))
+
+
+@pytest.mark.parametrize(
+    ("section", "key", "value"),
+    [
+        ("train", "lr", 9e-3),
+        ("train", "warmup_steps", 2),
+        ("taper", "end", 7),
+        ("anchor", "lam", 0.5),
+    ],
+)
+def test_tables_4_and_6_refuse_protocols_of_one_model_on_other_schedules(
+    finetuned, tmp_path, capsys, section, key, value
+):
+    """A model's runs (one per protocol) share their config but what makes the protocol: another
+    schedule is refused in one line (tables 4 and 6), or said in the caption (--allow-mixed)."""
+    runs = _copied(finetuned, tmp_path)
+    _set(runs["vanilla-tiny"] / "config.json", section, key, value)
+    evals = [str(p) for p in finetuned["evals"]]
+    for which in ("4", "6"):
+        argv = ["table", which, "--runs", *map(str, runs.values()), "--evals", *evals]
+        argv += ["--out", str(tmp_path / f"table{which}")]
+        status = cli_main(argv)
+        err = capsys.readouterr().err.strip()
+        assert status == 2 and "\n" not in err, err
+        assert f"runs paired across protocols (model=tiny) differ in {section}.{key}" in err
+        assert cli_main([*argv, "--allow-mixed"]) == 0
+        text = (tmp_path / f"table{which}.md").read_text()
+        assert "Mixed inputs allowed (--allow-mixed): runs paired across protocols" in text
+
+
+def test_table6_refuses_a_run_given_twice_and_table4_a_row_of_two_runs(finetuned, tmp_path):
+    runs = _copied(finetuned, tmp_path)
+    copy = tmp_path / "runs" / "vanilla-tiny.bak"
+    shutil.copytree(runs["vanilla-tiny"], copy)
+    with pytest.raises(ValueError, match="are one run"):
+        ft.make_finetune_table("6", [*runs.values(), copy], [], tmp_path / "t6")
+    again = tmp_path / "again.json"  # the vanilla run scored on a second set after a retraining
+    result = json.loads(Path(finetuned["evals"][0]).read_text())
+    result["run"]["steps"], result["set"] = 16, "pile"
+    again.write_text(json.dumps(result))
+    evals = [finetuned["evals"][0], again]
+    with pytest.raises(ValueError, match=r"eval files of one row \(model=tiny, protocol=vanilla"):
+        ft.make_finetune_table("4", [], evals, tmp_path / "t4")
+    paths = ft.make_finetune_table("4", [], evals, tmp_path / "t4", allow_mixed=True)
+    md = next(p for p in paths if p.suffix == ".md").read_text()
+    assert "Mixed inputs allowed (--allow-mixed): eval files of one row" in md
+
+
+def test_claims_refuse_a_fine_tuning_row_of_two_runs(finetuned, tmp_path):
+    again = tmp_path / "again.json"  # the vanilla run scored on a second set after a retraining
+    result = json.loads(Path(finetuned["evals"][0]).read_text())
+    result["run"]["steps"], result["set"] = 16, "pile"
+    again.write_text(json.dumps(result))
+    evals = [*finetuned["evals"], again]
+    with pytest.raises(ValueError, match=r"eval files of one row \(model=tiny, protocol=vanilla"):
+        claims.write_claims(tmp_path / "claims.md", finetune_evals=evals)
+    out = claims.write_claims(tmp_path / "claims.md", finetune_evals=evals, allow_mixed=True)
+    assert "eval files of one row" in out.read_text()

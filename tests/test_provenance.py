@@ -106,6 +106,10 @@ def test_a_run_records_what_made_it(shards_dir, tmp_path):
     assert made["distributions"] == provenance.distributions()  # every installed one
     assert made["threads"] >= 1 and made["processes"] == 1
     assert made["started"] <= made["finished"] and made["resumed_from_step"] == 0
+    # the data's bytes (what an aggregate compares across a cell's runs: analysis/comparable.py)
+    data = made["data_sha256"]
+    assert set(data) >= {"meta.json", "train.bin", "val.bin"}
+    assert data["train.bin"] == hashlib.sha256((shards_dir / "train.bin").read_bytes()).hexdigest()
     # the run's identity is its config, not this record: a rerun resumes (nothing to train)
     again = train(cfg, tmp_path / "run")
     assert again["val_loss"] == json.loads((tmp_path / "run" / "eval.json").read_text())["val_loss"]

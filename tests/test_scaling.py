@@ -3,6 +3,7 @@ arithmetic (paired gaps per length, the ablation's per-seed ratios), and its fig
 
 import json
 import math
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -268,6 +269,85 @@ def test_record_copies_a_finished_run_and_refuses_what_is_not_one(tmp_path):
     assert (out / "notes.txt").read_text() == "mine"
 
 
+def _recorded(tmp_path: Path, val: float) -> Path:
+    plan = Plan(_ci(CI_GRID))
+    return _record(tmp_path / f"src{val}", plan, "scaling", "baseline-d32-s0-n24", val)
+
+
+def _files(out: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in out.iterdir()}
+
+
+def _beside(out: Path) -> list[str]:
+    return sorted(p.name for p in out.parent.iterdir() if p.name != out.name)
+
+
+@pytest.mark.parametrize("earlier", ["none", "empty", "record"])
+def test_record_arrives_whole_and_is_read_as_a_run_directory(tmp_path, earlier):
+    """The three files are renamed in as one directory (nothing else in it, nothing left beside
+    it), over nothing, an empty directory (the workflow makes it) or an earlier record."""
+    out = tmp_path / "rec" / "baseline-d32-s0-n24"
+    if earlier != "none":
+        out.mkdir(parents=True)
+    if earlier == "record":
+        copy_record(_recorded(tmp_path, 2.0), out)
+    run = _recorded(tmp_path, 3.0)
+    copy_record(run, out)
+    assert _files(out) == _files(run) and _beside(out) == []
+    assert read_study([out]).runs["val_loss"].tolist() == [3.0]  # a run directory to the readers
+
+
+@pytest.mark.parametrize("fails", [0, 1, 2, "rename"])
+def test_a_record_stopped_midway_leaves_the_earlier_one_whole(tmp_path, monkeypatch, fails):
+    """A write that fails at any file, or at the rename, leaves the earlier record as it was and
+    nothing beside it; a record killed between its renames leaves directories the next removes."""
+    from tapernorm.analysis import scaling_io
+
+    out = tmp_path / "rec" / "r"
+    copy_record(_recorded(tmp_path, 2.0), out)
+    before = _files(out)
+    calls = {"write": 0, "replace": 0}
+    write, replace = scaling_io.atomic_write_bytes, scaling_io.os.replace
+
+    def failing_write(path, data):
+        calls["write"] += 1
+        if calls["write"] == int(fails) + 1:
+            raise OSError(28, "No space left on device", str(path))
+        write(path, data)
+
+    def failing_replace(src, dst):
+        if Path(dst) == out and not calls["replace"]:  # the new record's rename (the earlier one
+            calls["replace"] += 1  # moved aside); not the files' atomic writes, nor the way back
+            raise OSError(28, "No space left on device", str(dst))
+        replace(src, dst)
+
+    if fails == "rename":
+        monkeypatch.setattr(scaling_io.os, "replace", failing_replace)
+    else:
+        monkeypatch.setattr(scaling_io, "atomic_write_bytes", failing_write)
+    with pytest.raises(OSError, match="No space left"):
+        copy_record(_recorded(tmp_path, 3.0), out)
+    monkeypatch.undo()
+    assert calls["replace" if fails == "rename" else "write"]  # (it failed where it was meant to)
+    assert _files(out) == before and _beside(out) == []
+    # killed between the renames: the earlier record aside, the new one staged, no `out`
+    aside, staged = tmp_path / "rec" / ".r.0123abcd.tmp", tmp_path / "rec" / ".r.4567cdef.tmp"
+    out.rename(aside)
+    shutil.copytree(aside, staged)
+    copy_record(_recorded(tmp_path, 4.0), out)
+    assert json.loads((out / "eval.json").read_text())["val_loss"] == 4.0
+    assert _beside(out) == []
+
+
+def test_record_refuses_an_out_that_is_a_link(tmp_path):
+    target = tmp_path / "elsewhere"
+    target.mkdir()
+    (tmp_path / "link").symlink_to(target)
+    with pytest.raises(RecordError, match="is a link"):
+        copy_record(_recorded(tmp_path, 3.0), tmp_path / "link")
+    assert list(target.iterdir()) == []
+
+
 def test_study_records_list_every_run_of_both_families():
     plan = Plan(_ci(CI_GRID))
     records = study_records(plan.scaling, plan.scaling_ablation)
@@ -522,3 +602,27 @@ def test_extra_records_are_the_stability_runs_of_a_cells_recipe(tmp_path):
     taken = sorted({p.rsplit("/", 2)[1] for p in extra_records(scaling, tmp_path)})
     assert taken == ["baseline-d32-s0-o0-n24", "internal_aux-d32-s1-o1-n48"]
     assert extra_records(scaling, tmp_path / "nowhere") == []
+
+
+def _with_data_hash(run: Path, train_bin: str) -> None:
+    config = json.loads((run / "config.json").read_text())
+    files = {"meta.json": "m" * 64, "train.bin": train_bin, "val.bin": "v" * 64}
+    config["meta"] = {"provenance": {"data_sha256": files}}
+    (run / "config.json").write_text(json.dumps(config))
+
+
+@pytest.mark.parametrize("other", [0, 3, -1])  # a run, another width's, the ablation's
+def test_the_study_refuses_records_on_other_data_bytes(tmp_path, other, caplog):
+    _, dirs = _study(tmp_path, {})
+    for d in dirs:
+        _with_data_hash(d, "a" * 64)
+    read_study(dirs)
+    _with_data_hash(dirs[other], "b" * 64)
+    with pytest.raises(ValueError, match="the study's records differ in data sha256") as e:
+        read_study(dirs)
+    assert dirs[other].name in str(e.value) and "other data bytes" in str(e.value)
+    assert "data hash not recorded" not in caplog.text
+    _, older = _study(tmp_path / "older", {})  # records from before the hash: not compared
+    with caplog.at_level("WARNING", logger="tapernorm"):
+        read_study(older)
+    assert caplog.text.count("data hash not recorded") == 1

@@ -734,3 +734,15 @@ def test_the_committed_stability_summary_is_what_the_records_give():
     ours = pd.read_csv(pd.io.common.StringIO(summary.rows.to_csv(index=False)))
     pd.testing.assert_frame_equal(ours, pd.read_csv(study / "summary.csv"))
     assert set(ours["width"]) == {32, 64} and (ours["n_runs"] >= 10).all()
+
+
+def test_the_stability_records_of_other_data_bytes_are_refused(tmp_path):
+    dirs = _stability_records(tmp_path)
+    for i, d in enumerate(dirs):
+        config = json.loads((d / "config.json").read_text())
+        train_bin = "b" * 64 if i == len(dirs) - 1 else "a" * 64
+        config["meta"] = {"provenance": {"data_sha256": {"train.bin": train_bin}}}
+        (d / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ValueError, match="the study's records differ in data sha256") as e:
+        read_records(dirs)
+    assert dirs[-1].name in str(e.value)

@@ -34,8 +34,9 @@ COLUMNS = [
 @pytest.fixture(scope="module")
 def models(shards_dir, tmp_path_factory):
     """Tiny trained runs (baselines seeds 0 and 1, a shorter baseline, All-Taper (+aux)), the fold
-    of the tapered one, a copy of it whose final TaperNorm's g = 0 scale blew up, and a fold that
-    was skipped (its run diverged)."""
+    of the tapered one, a copy of it whose final TaperNorm's g = 0 scale blew up (its record made
+    seed 1's: a copy of a run's record given beside it is one run twice, analysis/comparable.py),
+    and a fold that was skipped (its run diverged)."""
     root, threads = tmp_path_factory.mktemp("tails_models"), torch.get_num_threads()
     torch.set_num_threads(1)
     try:
@@ -59,6 +60,8 @@ def models(shards_dir, tmp_path_factory):
     with torch.no_grad():  # g = 0 scales the final norm's input by c * weight_tilde
         model.ln_f.weight_tilde.mul_(1e4)
     save_tensors(blown / "model.safetensors", model_tensors(model))
+    config = json.loads((blown / "config.json").read_text())
+    (blown / "config.json").write_text(json.dumps({**config, "seed": 1}))
     skipped = root / "fold_skipped"
     (skipped / "folded").mkdir(parents=True)
     (skipped / "verify.json").write_text(
@@ -198,3 +201,35 @@ def test_cells_give_bf16_where_it_reads_differently():
     assert number(3.4e16, "loss") == "3.40e+16"
     back = restored({"a": None, "b": 1.0, "non_finite": {"a": "inf"}})
     assert back == {"a": math.inf, "b": 1.0}
+
+
+@pytest.mark.parametrize("how", ["lr", "copy", "steps"])
+def test_the_runs_side_by_side_are_checked(how, models, shards_dir, tmp_path, capsys):
+    """A cell is a width, variant and length (tails.CELL): two LRs in it are refused in one line,
+    or said in the caption with --allow-mixed; a copy of a run is refused; another length is not a
+    mix (the table shows lengths side by side)."""
+    other = tmp_path / "other"
+    shutil.copytree(
+        models / "baseline-d32-s1" if how == "lr" else models / "baseline-d32-s0", other
+    )
+    if how == "lr":
+        config = json.loads((other / "config.json").read_text())
+        config["train"]["lr"] = 2 * config["train"]["lr"]
+        (other / "config.json").write_text(json.dumps(config))
+    runs = [str(models / "baseline-d32-s0"), str(other if how != "steps" else models / "short")]
+    argv = ["--runs", *runs, "--data", str(shards_dir), "--out", str(tmp_path / "t")]
+    status, _, err = tails(argv, capsys)
+    if how == "steps":
+        assert status == 0, err
+        return
+    assert status == 2 and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "t.csv").exists()
+    if how == "copy":
+        assert "are one run" in err
+        assert tails([*argv, "--allow-mixed"], capsys)[0] == 2  # never allowed
+        return
+    assert "runs of one cell (d=32, variant=baseline, steps=30) differ in train.lr" in err
+    status, _, err = tails([*argv, "--allow-mixed"], capsys)
+    assert status == 0, err
+    md = (tmp_path / "t.md").read_text()
+    assert "Mixed inputs allowed (--allow-mixed): runs of one cell" in md and "train.lr" in md

@@ -176,7 +176,8 @@ for n in wp.FINETUNE_TABLES:
             f"table{n}"
         input:
             evals=FINETUNE.eval_paths(),
-            runs=run_files(FINETUNE.run_dirs(), ("config.json", "eval.json")),
+            # (metrics.jsonl: the check of the runs, analysis/comparable.py)
+            runs=run_files(FINETUNE.run_dirs(), ("config.json", "eval.json", "metrics.jsonl")),
         output:
             **table_outputs(f"table{n}"),
         log:

@@ -352,6 +352,7 @@ def write_claims(
         if member:
             check_member(member)
     mixed: list[str] = []
+    mixed += ft.check_evals(finetune_evals, allow_mixed)  # claim 8: a row's sets of one run
     bench = inference_tables.load_bench(bench_files) if bench_files else pd.DataFrame()
     if gpu:
         from .gpu_report import gpu_bench  # (imports torch)

@@ -5,9 +5,13 @@ claim is built from (runs.load_runs' table), before any number is averaged or pa
    groups on: width and variant for Tables 1, 2 and 5, the figures and the claims; the scale-loss
    weight and form too for the sweep) share their config.json in every field but the seeds; and the
    cells of one width, whose seeds are paired (variant vs baseline at seed s), share it in every
-   field but those that make the variant (VARIANT_FIELDS). A difference is an error naming the
-   field and the runs; `allow_mixed` (the commands' --allow-mixed) lets a deliberate mix through,
-   and the notes it returns say so in the output.
+   field but those that make the variant (VARIANT_FIELDS). The data's bytes are part of the recipe:
+   config.json's meta.provenance.data_sha256 (the sha256 of meta.json, train.bin, val.bin and the
+   tokenizer, written at training time since it was added) is compared among the runs that record
+   it; a record without it (older) is not refused, and "data hash not recorded" is logged once
+   (`check_data`: the hash alone, for the scaling and stability summaries, one corpus each). A
+   difference is an error naming the field and the runs; `allow_mixed` (the commands'
+   --allow-mixed) lets a deliberate mix through, and the notes it returns say so in the output.
 2. No run twice (`check_records`): two run directories with the same metrics.jsonl and eval.json
    bytes and config.json (but its name and provenance) are one run (a backup copy, renamed or
    not), and two runs of one cell and seed pair are one seed counted twice; a run's variant must
@@ -35,8 +39,9 @@ Fields not compared (they do not change a run's numbers, or change them by no mo
 from __future__ import annotations
 
 import hashlib
+import logging
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 import pandas as pd
@@ -45,6 +50,8 @@ from ..runtime import bookkeeping
 from ..runtime.digests import json_sha256
 from ..training.metrics_log import METRICS, read_records
 from ..variants import VARIANTS
+
+log = logging.getLogger(__name__)
 
 SEED_FIELDS = ("seed", "data_seed")
 IGNORED = (
@@ -67,6 +74,7 @@ VARIANT_PREFIXES = ("anchor.", "model.dyt_")
 CELL = ("width", "variant")  # what Tables 1, 2 and 5, the figures and the claims group on
 # a cell of the scale-loss sweep (its table, figure 7, the claims' sweep): one arm at one weight
 SWEEP_CELL = ("width", "variant", "anchor_lam", "anchor_form")
+DATA_FIELD = "data sha256"  # the recipe's pseudo-field of meta.provenance.data_sha256 (short)
 ALLOW = "pass --allow-mixed to {} them anyway"
 SHOWN = 4  # runs named in a message
 
@@ -102,12 +110,44 @@ def _config(run: str) -> dict:
     return bookkeeping.read(bookkeeping.RUN_RECORD, Path(run) / "config.json")
 
 
+def _data_digest(config: dict) -> str | None:
+    """The short sha256 of a run's meta.provenance.data_sha256 (None: not recorded)."""
+    hashes = ((config.get("meta") or {}).get("provenance") or {}).get("data_sha256")
+    return json_sha256(hashes)[:12] if isinstance(hashes, dict) else None
+
+
+def _with_data(runs: Sequence[str]) -> dict[str, dict]:
+    """Each run's recipe, with DATA_FIELD where its record has the data's hash; logs once when some
+    record has none (an older one: its data bytes are not compared)."""
+    recipes, unrecorded = {}, []
+    for run in runs:
+        config = _config(run)
+        recipes[run] = recipe(config)
+        digest = _data_digest(config)
+        if digest is None:
+            unrecorded.append(_short(run))
+        else:
+            recipes[run][DATA_FIELD] = digest
+    if unrecorded:
+        shown = ", ".join(unrecorded[:SHOWN]) + (" ..." if len(unrecorded) > SHOWN else "")
+        log.warning(
+            "data hash not recorded in %d run(s) (%s: older records): their data bytes are not "
+            "compared",
+            len(unrecorded),
+            shown,
+        )
+    return recipes
+
+
 def _differences(recipes: dict[str, dict], skip=lambda field: False) -> list[tuple[str, dict]]:
-    """(field, {run: value}) for every field on which the runs' recipes differ."""
+    """(field, {run: value}) for every field on which the runs' recipes differ (DATA_FIELD: among
+    the runs that record it)."""
     fields = sorted({f for r in recipes.values() for f in r if not skip(f)})
     out = []
     for field in fields:
         values = {run: r.get(field, "(absent)") for run, r in recipes.items()}
+        if field == DATA_FIELD:
+            values = {run: r[field] for run, r in recipes.items() if field in r}
         if len({json_sha256(v) for v in values.values()}) > 1:
             out.append((field, values))
     return out
@@ -144,32 +184,52 @@ def _cells(runs: pd.DataFrame, by: Sequence[str]) -> pd.DataFrame:
 
 
 def check_recipes(
-    runs: pd.DataFrame, by: Sequence[str] = CELL, allow_mixed: bool = False
+    runs: pd.DataFrame,
+    by: Sequence[str] = CELL,
+    allow_mixed: bool = False,
+    pair: str = "variant",
+    pair_field: Callable[[str], bool] = _variant_field,
 ) -> list[str]:
     """Part 1 of the module docstring. Returns the notes of the mixes allowed (none when the
-    recipes agree); ValueError on the first mix unless `allow_mixed`."""
+    recipes agree); ValueError on the first mix unless `allow_mixed`. `pair`: the column of `by`
+    whose values are compared side by side (variants; a fine-tuning table's protocols), the runs
+    of the other columns' cells sharing their recipe but the fields `pair_field` names."""
     if runs.empty:
         return []
     runs = _cells(runs, by)
-    recipes = {run: recipe(_config(run)) for run in runs["run"]}
+    recipes = _with_data(list(runs["run"]))
     notes, verb = [], "average"
     for key, cell in runs.groupby(list(by), sort=True, dropna=False):
         diffs = _differences({r: recipes[r] for r in cell["run"]})
         if diffs:
             where = f"runs of one cell ({_cell_name(dict(zip(by, key, strict=True)), by)})"
             notes.append(_describe(where, diffs))
-    across = [c for c in by if c != "variant"]
-    if "variant" in by:
+    across = [c for c in by if c != pair]
+    if pair in by:
         for key, group in runs.groupby(across or (lambda _: 0), sort=True, dropna=False):
-            diffs = _differences({r: recipes[r] for r in group["run"]}, _variant_field)
+            diffs = _differences({r: recipes[r] for r in group["run"]}, pair_field)
             if diffs:
                 key = key if isinstance(key, tuple) else (key,)
                 name = _cell_name(dict(zip(across, key, strict=True)), across) if across else "all"
-                notes.append(_describe(f"runs paired across variants ({name})", diffs))
+                notes.append(_describe(f"runs paired across {pair}s ({name})", diffs))
                 verb = verb if len(notes) > 1 else "compare"
     if notes and not allow_mixed:
         raise ValueError(f"{notes[0]}; {ALLOW.format(verb)}")
     return notes
+
+
+def check_data(runs: pd.DataFrame, where: str) -> None:
+    """The data's hash alone (part 1), over all of `runs` (a study whose summary checks its
+    recipes by its own columns: the scaling and stability summaries, one corpus each): ValueError
+    naming two runs on other data bytes; records without it are not compared (logged once)."""
+    if runs.empty:
+        return
+    diffs = _differences(_with_data(list(runs["run"])), lambda field: field != DATA_FIELD)
+    if diffs:
+        raise ValueError(
+            f"{_describe(where, diffs)}: runs trained on other data bytes cannot be compared; "
+            "give the records of one corpus"
+        )
 
 
 def _content_hash(run: str, config: dict) -> str:

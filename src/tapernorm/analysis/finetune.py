@@ -7,6 +7,16 @@ fine-tuning run directories (their config.json gives the schedules of Table 6).
 Table 4: mean CE per model, protocol and set, ours beside the paper's; the FakeLN row (Baroni et al.
 2025) holds our rerun (the `fakeln` protocol, fakeln.py) where it ran, beside the published numbers
 the paper quotes. Table 6: the schedules, ours (from the run configs) beside the paper's.
+
+What the tables combine is checked first (analysis/comparable.py; check_runs, check_evals). A cell
+is one model (meta.model): its runs, one per protocol, sit side by side in Table 4 and are given one
+schedule in Table 6, so they share their config.json in every field but the seeds, those that do
+not change numbers (comparable.IGNORED: meta among them) and those that make a protocol
+(PROTOCOL_FIELDS: the taper, the norm, whether the scale loss is on, FakeLN's window); the data's
+hash too, where recorded. Each run is given once (by content, and one run per model and protocol)
+and its record complete. A row of Table 4 (a model and protocol) holds one eval file per set: all of
+one run, by the run each names (its name, labels and outcome). `allow_mixed` lets a mix of
+recipes, or of a row's runs, through and the caption says so.
 """
 
 from __future__ import annotations
@@ -17,12 +27,17 @@ from pathlib import Path
 
 import pandas as pd
 
+from ..runtime.digests import json_sha256
 from ..runtime.jsonio import FileError, read_json
 from ..training.divergence import diverged
 from ..variants import PROTOCOLS
-from . import paper
+from . import comparable, paper
+from .runs import load_runs
 from .tables import write_table
 
+CELL = ("model", "protocol")  # a run of the family: its model's runs are compared by protocol
+PROTOCOL_FIELDS = ("model.taper", "model.norm", "anchor.enabled")  # what makes a protocol (and
+PROTOCOL_PREFIXES = ("fakeln.",)  # FakeLN's window): PROTOCOLS, workflow/finetune.run_config
 NOT_OFFLINE = "not available offline"
 NOT_RERUN = "published, not rerun"
 NOT_RUN = "not run"
@@ -331,6 +346,43 @@ def _paper_schedule(ref: paper.FinetuneSchedule | None) -> dict:
     }
 
 
+def _protocol_field(field: str) -> bool:
+    return field in PROTOCOL_FIELDS or field.startswith(PROTOCOL_PREFIXES)
+
+
+def check_runs(run_dirs: Sequence[str | Path], allow_mixed: bool = False) -> list[str]:
+    """The fine-tuning runs checked as the module docstring says (a cell: one model, its runs
+    paired by protocol); the notes of the mixes `allow_mixed` let through."""
+    runs = load_runs(run_dirs)[0]
+    metas = [_run_config(Path(r))["meta"] for r in runs["run"]]
+    runs["model"] = [m.get("model") for m in metas]
+    runs["protocol"] = [m.get("protocol") for m in metas]
+    comparable.check_records(runs, CELL)
+    return comparable.check_recipes(runs, CELL, allow_mixed, "protocol", _protocol_field)
+
+
+def check_evals(eval_files: Sequence[str | Path], allow_mixed: bool = False) -> list[str]:
+    """A row of Table 4 (a model and protocol) scored on one run: its eval files (one per set) name
+    the same run (its name, labels and outcome, `tapernorm eval`'s run summary); the notes of the
+    mixes `allow_mixed` let through."""
+    rows: dict[tuple, dict[str, str]] = {}
+    for p in eval_files:
+        run = _read(Path(p))["run"]
+        meta = run.get("meta") or {}
+        rows.setdefault((meta.get("model"), meta.get("protocol")), {})[str(p)] = json_sha256(run)
+    notes = []
+    for (model, protocol), files in rows.items():
+        if len(set(files.values())) > 1:
+            named = ", ".join(Path(f).name for f in list(files)[: comparable.SHOWN])
+            notes.append(
+                f"eval files of one row (model={model}, protocol={protocol}) name different runs "
+                f"(their run summaries differ: a run retrained after some sets were scored): {named}"
+            )
+    if notes and not allow_mixed:
+        raise ValueError(f"{notes[0]}; {comparable.ALLOW.format('put')} in one row")
+    return notes
+
+
 def make_finetune_table(
     which: str,
     run_dirs: Sequence[str | Path],
@@ -338,16 +390,23 @@ def make_finetune_table(
     out_stem: str | Path,
     config_sha256: str | None = None,
     rehearsal: bool = False,
+    allow_mixed: bool = False,
 ) -> list[Path]:
-    """Table 4 (from eval files) or 6 (from run directories) as csv/md/tex/html."""
-    if which == "4":
-        if not eval_files:
-            raise ValueError("table 4 needs --evals (eval JSON files of the fine-tuning runs)")
-        df, caption = table4(load_finetune_evals(eval_files))
-    elif which == "6":
-        if not run_dirs:
-            raise ValueError("table 6 needs --runs (fine-tuning run directories)")
-        df, caption = table6(run_dirs)
-    else:
+    """Table 4 (from eval files) or 6 (from run directories) as csv/md/tex/html; the runs given
+    (both tables) and Table 4's eval files checked first (check_runs, check_evals), a mix
+    `allow_mixed` lets through said in the caption."""
+    if which not in ("4", "6"):
         raise ValueError(f"not a fine-tuning table: {which!r}")
+    if which == "4" and not eval_files:
+        raise ValueError("table 4 needs --evals (eval JSON files of the fine-tuning runs)")
+    if which == "6" and not run_dirs:
+        raise ValueError("table 6 needs --runs (fine-tuning run directories)")
+    notes = check_runs(run_dirs, allow_mixed) if run_dirs else []
+    if which == "4":
+        notes += check_evals(eval_files, allow_mixed)
+        df, caption = table4(load_finetune_evals(eval_files))
+    else:
+        df, caption = table6(run_dirs)
+    mixed = comparable.mixed_note(notes)
+    caption = f"{caption} {mixed}" if mixed else caption
     return write_table(df, out_stem, caption, config_sha256, rehearsal)

@@ -116,6 +116,7 @@ def read_study(
     and `extra_dirs`: records of other studies that cells may take (module docstring)."""
     runs, _ = load_runs(record_dirs)
     comparable.check_records(runs, by=None)  # complete, each once; a cell's recipe: RECIPE
+    comparable.check_data(runs, "the study's records")  # one corpus, by its bytes
     runs = _tokens(runs)
     ablation = runs["family"] == "scaling_ablation"
     curves = val_records(runs).merge(runs[["run", "family"]], on="run")
@@ -134,6 +135,7 @@ def read_study(
                "seed, or no such cell)" if unused else "")
         )  # fmt: skip
         main = pd.concat([main, taken.assign(extra=True)], ignore_index=True)
+        comparable.check_data(main, "the study's records and the extra records it takes")
     return StudyRuns(main, runs[ablation].copy(), curves, note, corpus_of(main))
 
 

@@ -4,12 +4,16 @@ written as CSV, markdown and JSON."""
 from __future__ import annotations
 
 import math
+import os
+import re
+import shutil
 from pathlib import Path
 
 import pandas as pd
 
 from ..runtime import bookkeeping
 from ..runtime.atomic import atomic_write_bytes
+from ..runtime.out_dirs import is_temporary, make_aside, only_names
 from ..runtime.output_set import OutputSet, json_bytes, marker_path
 from ..runtime.provenance import git_state, host, now, versions
 from ..workflow.scaling import RECORD_FILES
@@ -30,9 +34,30 @@ class RecordError(ValueError):
     """A run that cannot be recorded (unfinished), or a record directory holding other files."""
 
 
+def _stale_asides(out: Path) -> list[Path]:
+    """The directories `.<name>.<8 hex>.tmp` beside `out` that a record stopped between its renames
+    left (make_aside's), holding record files only."""
+    pattern = re.compile(rf"\.{re.escape(out.name)}\.[0-9a-f]{{8}}\.tmp")
+    try:
+        entries = list(out.parent.iterdir())
+    except OSError:
+        return []
+    return [
+        p
+        for p in entries
+        if pattern.fullmatch(p.name)
+        and p.is_dir()
+        and not p.is_symlink()
+        and only_names(p, lambda n: n in RECORD_FILES or is_temporary(n))
+    ]
+
+
 def copy_record(run: Path, out: Path) -> list[Path]:
-    """Copy `run`'s config.json, eval.json and metrics.jsonl to `out` (each atomically). Refuses
-    an unfinished run and a record directory holding anything else (it is not a record)."""
+    """Copy `run`'s config.json, eval.json and metrics.jsonl to `out` as one set: written into a
+    directory beside it (make_aside) and renamed in whole, an earlier record moved aside first and
+    removed after (a reader sees the old record, none, or the new one; never files of two). `out`
+    holds the three files only, as any run directory's record. Refuses an unfinished run, a record
+    directory holding anything else (it is not a record) and an `out` that is a link."""
     missing = [name for name in RECORD_FILES if not (run / name).is_file()]
     if missing:
         raise RecordError(
@@ -40,6 +65,8 @@ def copy_record(run: Path, out: Path) -> list[Path]:
         )
     bookkeeping.read(bookkeeping.RUN_RESULT, run / "eval.json")  # a finished run's records read
     bookkeeping.read(bookkeeping.RUN_RECORD, run / "config.json")
+    if out.is_symlink():
+        raise RecordError(f"{out} is a link: give the record directory itself as --out")
     if out.is_dir():
         foreign = sorted(p.name for p in out.iterdir() if p.name not in RECORD_FILES)
         if foreign:
@@ -47,11 +74,26 @@ def copy_record(run: Path, out: Path) -> list[Path]:
                 f"{out} holds {', '.join(foreign[:3])}, not a run record: give another --out "
                 "or move those files"
             )
-    written = []
-    for name in RECORD_FILES:
-        atomic_write_bytes(out / name, (run / name).read_bytes())
-        written.append(out / name)
-    return written
+    for stale in _stale_asides(out):  # (a record that stopped between its renames)
+        shutil.rmtree(stale)
+    tmp, old = make_aside(out), None
+    try:
+        for name in RECORD_FILES:
+            atomic_write_bytes(tmp / name, (run / name).read_bytes())
+        if out.exists():
+            old = make_aside(out)
+            os.replace(out, old)  # (onto make_aside's empty directory)
+        os.replace(tmp, out)  # (onto nothing, or an empty directory: the workflow makes it)
+    except BaseException:
+        if old is not None and not out.exists():
+            os.replace(old, out)  # the earlier record back
+        for path in (tmp, old):
+            if path is not None:
+                shutil.rmtree(path, ignore_errors=True)
+        raise
+    if old is not None:
+        shutil.rmtree(old)
+    return [out / name for name in RECORD_FILES]
 
 
 def _number(x: float, unit: str) -> str:

@@ -92,6 +92,7 @@ def read_records(record_dirs: list[str | Path]) -> pd.DataFrame:
             f"data {twice['data_seed'].iloc[0]}): give each run once"
         )
     check_recipe(runs)
+    comparable.check_data(runs, "the study's records")  # one corpus, by its bytes
     return runs
 
 

@@ -38,10 +38,13 @@ from ..runtime.output_set import OutputSet, check_member, json_bytes, marker_pat
 from ..runtime.provenance import stamp
 from ..training.checkpoint import load_model
 from ..variants import VARIANTS
+from . import comparable
+from .runs import load_runs
 from .tables import write_table
 
 DTYPE_KEYS = ("fp32", "bf16")  # run_battery's keys of float32 and bfloat16 autocast
 NOISE, HEAVY_NOISE, OUTLIERS = "noise_5pct", "noise_20pct", ("rare_5pct", "unseen_5pct")
+CELL = ("width", "variant", "steps")  # the runs of one row group (check_runs)
 KINDS = ("run", "folded", "model")  # a run directory, fold's folded/, any other model directory
 INFO_KEYS = ("run", "kind", "variant", "label", "width", "seed", "steps", "weights_step")
 INFO_KEYS += ("batch_size", "block_size", "n_params", "tokens", "tokens_per_param", "diverged")
@@ -174,6 +177,20 @@ def subjects(runs: Sequence[Path], folded: Sequence[Path] = ()) -> list[Subject]
     if not found:
         raise ValueError("tails: no model given (--runs, --folded)")
     return found
+
+
+def check_runs(found: Sequence[Subject], allow_mixed: bool = False) -> str:
+    """The training runs among `found` (kind run: a run config with `train`) checked as any
+    aggregate checks what it puts side by side (comparable.check): a cell is a width, variant and
+    length (CELL: the table shows training lengths side by side on purpose, and fig_tails draws a
+    variant's seeds at its longest length as one group), its runs one recipe but the seed; the
+    variants of one width and length paired at one recipe but what makes them; each run once and
+    complete. Folded and other model directories have no training record and are not checked.
+    Returns the note of a mix `allow_mixed` let through ('' when none)."""
+    dirs = [s.model_dir for s in found if s.info["kind"] == "run" and s.model_dir is not None]
+    if not dirs:
+        return ""
+    return comparable.mixed_note(comparable.check(load_runs(dirs)[0], CELL, allow_mixed))
 
 
 # ---- the batteries ---------------------------------------------------------------------------
@@ -374,7 +391,8 @@ def caption(header: dict, rows: Sequence[dict]) -> str:
         for r in rows
         if r["note"]
     ]
-    return text + (" " + "; ".join(notes) + "." if notes else "")
+    mixed = [header["mixed inputs allowed"]] if header.get("mixed inputs allowed") else []
+    return text + (" " + "; ".join(notes) + "." if notes else "") + "".join(f" {m}" for m in mixed)
 
 
 def header_of(shards: TokenShards, settings: BatterySettings, inputs: dict) -> dict:
@@ -448,13 +466,17 @@ def make_tails(
     config_sha256: str | None = None,
     rehearsal: bool = False,
     log: Callable[[str], None] = print,
+    allow_mixed: bool = False,
 ) -> list[Path]:
-    """The batteries of `runs` and `folded` on token shards `data`, written (write_tails)."""
+    """The batteries of `runs` and `folded` on token shards `data`, written (write_tails); the runs
+    checked first (check_runs: a mix `allow_mixed` lets through is said in the caption)."""
     found = subjects(runs, folded)
+    mixed = check_runs(found, allow_mixed)
     shards = TokenShards(data)
     records, inputs = measure(found, shards, settings, device, log)
     if not inputs:
         raise ValueError("tails: none of the models given could be measured")
-    return write_tails(
-        records, out_stem, header_of(shards, settings, inputs), config_sha256, rehearsal
-    )
+    header = header_of(shards, settings, inputs)
+    if mixed:
+        header["mixed inputs allowed"] = mixed
+    return write_tails(records, out_stem, header, config_sha256, rehearsal)

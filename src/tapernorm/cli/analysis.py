@@ -42,7 +42,9 @@ def _cmd_table(args: argparse.Namespace) -> int:
     elif args.which in ("4", "6"):  # the GPT-2 fine-tuning family
         from ..analysis.finetune import make_finetune_table
 
-        paths = make_finetune_table(args.which, args.runs, args.evals, args.out, *stamp)
+        paths = make_finetune_table(
+            args.which, args.runs, args.evals, args.out, *stamp, allow_mixed=args.allow_mixed
+        )
     else:
         paths = make_table(args.which, args.runs, args.out, *stamp, allow_mixed=args.allow_mixed)
     for path in paths:
@@ -116,6 +118,7 @@ def _cmd_tails(args: argparse.Namespace) -> int:
         paths = make_tails(
             args.runs, args.folded, args.data, args.out, settings, device, args.config_hash,
             args.rehearsal, log=lambda line: print(line, flush=True),
+            allow_mixed=args.allow_mixed,
         )  # fmt: skip
     finally:
         torch.set_num_threads(previous)
@@ -315,6 +318,7 @@ def _add_tails(subparsers: Subparsers) -> None:
     device_arg(t)
     _config_hash_option(t)
     _force_option(t, "the stem's .csv, .md, .tex, .html and .json")
+    _allow_mixed_option(t)
     allow_dirty_arg(t)
     t.set_defaults(func=_cmd_tails)
 

@@ -240,6 +240,14 @@ def _changed(pin: Pin, now: dict | None) -> str:
     )
 
 
+def data_sha256(inputs: Inputs) -> dict[str, str | None]:
+    """{file: sha256} of the data part (meta.json, train.bin, val.bin, tokenizer; None: missing):
+    written into config.json's meta.provenance, so that an aggregate can compare the data bytes
+    of the runs it averages (analysis/comparable.py)."""
+    part = inputs.part("data") or {}
+    return {name: (value or {}).get("sha256") for name, value in part.items()}
+
+
 def run_identity(cfg: RunConfig, inputs: Inputs | None = None) -> dict:
     """{"config": the run config's dict, "data": ..., "init": ...} (of `inputs`, pinned before,
     or fingerprinted now)."""

@@ -38,7 +38,7 @@ from .distributed import (
     rank_micro_batches,
 )
 from .evaluation import validation_windows
-from .identity import Inputs, run_identity
+from .identity import Inputs, data_sha256, run_identity
 from .metrics_log import METRICS, MetricsLog, restore_metrics
 from .state import (
     checkpoint_mismatch,
@@ -203,6 +203,7 @@ def set_up(cfg: RunConfig, out: Path, world: World, device: torch.device) -> Run
         "device": str(device),
         "processes": world.size,
         "started": now(),
+        "data_sha256": data_sha256(inputs),  # the bytes trained on (comparable.py compares them)
     }
     return Run(
         cfg,

@@ -42,7 +42,8 @@ LR_GRID_FIGURE = "fig_lr_grid"  # rule fig_lr_grid: the committed LR grid (resul
 # of the folded models, side by side: its table, and the JSON record that rule fig_tails draws
 TAILS_TABLE, TAILS_FIGURE = "table_tails", "fig_tails"
 TAILS_RECORD = f"results/tables/{TAILS_TABLE}.json"
-TAILS_RUN_FILES = (*MODEL_FILES, "eval.json")  # what `tapernorm tails` reads of a run
+# what `tapernorm tails` reads of a run (metrics.jsonl: the check of its runs, comparable.py)
+TAILS_RUN_FILES = (*MODEL_FILES, "eval.json", "metrics.jsonl")
 TAILS_SETTINGS = {"windows": 128, "search_budget": 1024}  # where the config has no `tails`
 
 
