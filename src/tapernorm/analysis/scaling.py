@@ -52,7 +52,7 @@ from .claims_chasing import CHASE_PARTLY, CHASE_YES, suppression_verdict
 from .claims_loss import GAP_MAX_PCT, blown_runs_text, limit_by_blowups, within_verdict
 from .epochs import corpus_tokens, epochs
 from .runs import blown_up, corpus_of, load_runs, val_records
-from .stats import VARIANT_LABELS, last_weights_gap, paired_gap, t975
+from .stats import VARIANT_LABELS, last_weights_gap, log_t_interval, paired_gap
 
 # claim -> (variant, its baseline): claims 1, 2 and dyt (variants.VARIANTS' gap_claim role)
 GAP_CLAIMS = {VARIANTS[v]["gap_claim"]: (v, baseline_of(v)) for v in variants_with("gap_claim")}
@@ -353,12 +353,8 @@ def chasing_per_seed(ablation: pd.DataFrame) -> pd.DataFrame:
 
 def log_interval(values: np.ndarray) -> tuple[float, float, float]:
     """Geometric mean of positive ratios and its 95% t interval on log scale (NaN with < 2)."""
-    logs = np.log(values)
-    mean = float(np.exp(logs.mean()))
-    if len(logs) < 2:
-        return mean, math.nan, math.nan
-    half = t975(len(logs) - 1) * float(logs.std(ddof=1)) / math.sqrt(len(logs))
-    return mean, float(np.exp(logs.mean() - half)), float(np.exp(logs.mean() + half))
+    mean, lo, hi = log_t_interval(np.log(values))
+    return math.exp(mean), math.exp(lo), math.exp(hi)
 
 
 def chasing_rows(study: StudyRuns) -> tuple[list[dict], list[dict]]:

@@ -46,7 +46,7 @@ from pathlib import Path
 import pandas as pd
 
 from .inference_tables import SETTING, timed
-from .stats import t975
+from .stats import log_t_interval
 
 MARGIN = 0.03  # the smallest speed difference judged: 3% either way
 CONFIDENCE = 0.95  # the t interval's coverage (stats.t975)
@@ -95,16 +95,9 @@ class Decision:
 
 def decide(log_ratios: Sequence[float]) -> Decision:
     """The rule on the runs' log grid ratios (one per run)."""
-    x = [float(v) for v in log_ratios]
-    n = len(x)
-    if not n:
-        return Decision(NOT_RESOLVED, 0, math.nan, math.nan, math.nan)
-    mean = sum(x) / n
-    if n < 2:
-        return Decision(NOT_RESOLVED, n, math.exp(mean), math.nan, math.nan)
-    sd = math.sqrt(sum((v - mean) ** 2 for v in x) / (n - 1))
-    half = t975(n - 1) * sd / math.sqrt(n)
-    lo, hi, edge = mean - half, mean + half, math.log1p(MARGIN)
+    n = len(log_ratios)
+    mean, lo, hi = log_t_interval(log_ratios)
+    edge = math.log1p(MARGIN)
     if n < MIN_RUNS:
         state = NOT_RESOLVED
     elif lo >= edge:

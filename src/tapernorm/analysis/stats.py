@@ -12,6 +12,7 @@ standard deviation (ddof=1) of the runs kept; it is undefined (NaN) for a single
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -149,6 +150,17 @@ def t975(df: int) -> float:
         return _T975[df - 1]
     z = _Z975
     return z + (z**3 + z) / (4 * df) + (5 * z**5 + 16 * z**3 + 3 * z) / (96 * df**2)
+
+
+def log_t_interval(logs: Sequence[float]) -> tuple[float, float, float]:
+    """Mean of log values and its 95% t interval (mean, low, high), all on the log scale; NaN
+    bounds with fewer than 2 values."""
+    x = np.asarray(logs, dtype=float)
+    mean = float(x.mean()) if len(x) else math.nan
+    if len(x) < 2:
+        return mean, math.nan, math.nan
+    half = t975(len(x) - 1) * float(x.std(ddof=1)) / math.sqrt(len(x))
+    return mean, mean - half, mean + half
 
 
 @dataclass(frozen=True)

@@ -258,20 +258,17 @@ def check_run_dir(out: Path) -> None:
             files.update({d / n: "a file of the run's checkpoint" for n in CHECKPOINT_FILES})
     for path, what in {**dirs, **files}.items():
         refuse_link(path, what)
-    for path, what in dirs.items():
-        if path.exists() and not path.is_dir():
-            raise RunDirError(
-                f"{path}, {what}, is a file, not a directory: tapernorm train removes nothing "
-                "that is not a run's own; move it away, or remove it if it is not yours, and run "
-                "the command again"
-            )
-    for path, what in files.items():
-        if path.exists() and not path.is_file():
-            raise RunDirError(
-                f"{path}, {what}, is a directory, not a file: tapernorm train removes nothing "
-                "that is not a run's own; move it away, or remove it if it is not yours, and run "
-                "the command again"
-            )
+    for names, found, expected, test in (
+        (dirs, "a file", "a directory", Path.is_dir),
+        (files, "a directory", "a file", Path.is_file),
+    ):
+        for path, what in names.items():
+            if path.exists() and not test(path):
+                raise RunDirError(
+                    f"{path}, {what}, is {found}, not {expected}: tapernorm train removes nothing "
+                    "that is not a run's own; move it away, or remove it if it is not yours, and "
+                    "run the command again"
+                )
 
 
 def finished_differences(out: Path, ckpt: Path, identity: dict) -> list[str]:
