@@ -20,6 +20,7 @@ import torch
 
 from tapernorm.bench.generate import GenerateMismatchError, bench_generate, markdown
 from tapernorm.bench.variants import paper_config
+from tapernorm.runtime.output_set import OutputSet, marker_path
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -49,10 +50,11 @@ def main(argv: list[str] | None = None) -> int:
     except GenerateMismatchError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
-    args.out.mkdir(parents=True, exist_ok=True)
-    pd.DataFrame(rows).to_csv(args.out / "generate_speed.csv", index=False)
     report = markdown(rows)
-    (args.out / "generate_speed.md").write_text(report)
+    out = OutputSet(marker_path(args.out / "generate_speed"), "python benchmarks/generate_speed.py")
+    out.add(args.out / "generate_speed.csv", pd.DataFrame(rows).to_csv(index=False).encode())
+    out.add(args.out / "generate_speed.md", report.encode())
+    out.commit()  # the CSV and markdown as one set (tapernorm.runtime.output_set)
     print(report)
     return 0
 

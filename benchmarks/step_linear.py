@@ -17,6 +17,7 @@ import pandas as pd
 import torch
 
 from tapernorm.bench.step_linear import bench_step_linear
+from tapernorm.runtime.output_set import OutputSet, marker_path
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -29,10 +30,8 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     torch.set_num_threads(args.threads)
     rows = bench_step_linear(tuple(args.widths), batch=args.batch, repeats=args.repeats)
-    args.out.mkdir(parents=True, exist_ok=True)
     name = f"step_linear_b{args.batch}"
     table = pd.DataFrame(rows)
-    table.to_csv(args.out / f"{name}.csv", index=False)
     lines = [
         f"Eager decode step, batch {args.batch}, {args.threads} threads, {args.repeats} interleaved "
         "rounds: every linear layer on its own kernel vs decode.step_linear.",
@@ -46,7 +45,10 @@ def main(argv: list[str] | None = None) -> int:
             f"{r['speedup']:.2f} [{r['speedup_q1']:.2f}, {r['speedup_q3']:.2f}] |"
         )
     report = "\n".join(lines) + "\n"
-    (args.out / f"{name}.md").write_text(report)
+    out = OutputSet(marker_path(args.out / name), "python benchmarks/step_linear.py")
+    out.add(args.out / f"{name}.csv", table.to_csv(index=False).encode())
+    out.add(args.out / f"{name}.md", report.encode())
+    out.commit()  # the CSV and markdown as one set (tapernorm.runtime.output_set)
     print(report)
     return 0
 

@@ -31,6 +31,7 @@ from tapernorm.config import ConfigError
 from tapernorm.decode import compile_kwargs, eager_decoder, static_decoder
 from tapernorm.fold import FoldVerificationError
 from tapernorm.model import GPT
+from tapernorm.runtime.output_set import check_set
 from tapernorm.training.checkpoint import save_model
 from tapernorm.workflow import Plan, validate_pipeline_config
 
@@ -208,6 +209,7 @@ def test_generate_speed_script_writes_its_table(tmp_path):
     assert df["speedup_vs_transformers"].iloc[0] == 1.0 and df["n_embd"].iloc[0] == 32
     md = (tmp_path / "generate_speed.md").read_text()
     assert "| GPT.generate |" in md and "load average" in md and "GB/s" in md
+    check_set(tmp_path / "generate_speed.set.json")  # the CSV and markdown written as one set
 
 
 def test_step_linear_script_writes_its_table(tmp_path):
@@ -221,6 +223,12 @@ def test_step_linear_script_writes_its_table(tmp_path):
     assert (df["layer_ms"] > 0).all() and (df["step_linear_ms"] > 0).all()
     assert df["speedup_q1"].iloc[0] <= df["speedup"].iloc[0] <= df["speedup_q3"].iloc[0]
     assert "| 32 |" in (tmp_path / "step_linear_b2.md").read_text()
+    marker = tmp_path / "step_linear_b2.set.json"
+    check_set(marker)  # the CSV and markdown written as one set
+    assert set(json.loads(marker.read_text())["members"]) == {
+        "step_linear_b2.csv",
+        "step_linear_b2.md",
+    }
 
 
 def test_with_block_size_keeps_the_function():
