@@ -347,6 +347,49 @@ def _env(name: str) -> Callable[[Path], object]:
     return lambda root: reference_of(root / name)
 
 
+GRID = {"command": "tapernorm lr-grid", "made": {}, "scale": None, "cells": [], "gaps": []}
+REFERENCE = Path(__file__).resolve().parents[1] / "results/reference"
+# a claims record as `tapernorm claims` writes it: a committed reference run's
+CLAIMS = json.loads(sorted(REFERENCE.glob("*/results/claims.json"))[-1].read_text())
+
+
+def _claims_grid(root: Path) -> object:
+    from tapernorm.analysis.claims import load_lr_grid
+
+    return load_lr_grid(root / "lr_grid/lr_grid.json")
+
+
+def _beside_grid(root: Path) -> object:  # the committed grid beside a committed study
+    from tapernorm.analysis.lr_context import committed_grid
+
+    (root / "scaling").mkdir(exist_ok=True)
+    return committed_grid(root / "scaling")
+
+
+def _grid_figure(root: Path) -> object:
+    from tapernorm.analysis.figures_summary import fig_lr_grid
+
+    return fig_lr_grid(root / "lr_grid/lr_grid.json")
+
+
+def _study_lrs(root: Path) -> object:
+    from tapernorm.analysis.lr_context import study_lrs
+
+    return study_lrs(root / "scaling", "dyt")
+
+
+def _claims_figure(root: Path) -> object:
+    from tapernorm.analysis.figures_summary import fig_claim_gaps
+
+    return fig_claim_gaps(root / "results/claims.json")
+
+
+def _home_page(root: Path) -> object:
+    from tapernorm.analysis.report_home import write_home_page
+
+    return write_home_page(root / "results/claims.json", root / "results/index.html", "rerun")
+
+
 METRICS_LINE = '{"step": 1}\n'
 # reader: (the damaged file, a valid one, the other files it reads beside, its reader)
 READERS = {
@@ -382,6 +425,17 @@ READERS = {
     "shards meta": ("data/meta.json", SHARDS, {}, _shards_meta),
     "evaluation set": ("evalset/meta.json", EVAL_SET, {}, _eval_set),
     "env record": ("ref.json", ENV, {}, _env("ref.json")),
+    "lr grid record (claims)": ("lr_grid/lr_grid.json", GRID, {}, _claims_grid),
+    "lr grid record (beside a study)": ("lr_grid/lr_grid.json", GRID, {}, _beside_grid),
+    "lr grid record (figure)": ("lr_grid/lr_grid.json", GRID, {}, _grid_figure),
+    "study record's lr": (
+        "scaling/runs/scaling/dyt-d64-s0-n600/config.json",
+        {**STUDY_RECORD, "train": {"lr": 0.001}},
+        {},
+        _study_lrs,
+    ),
+    "claims record (figure)": ("results/claims.json", CLAIMS, {}, _claims_figure),
+    "claims record (home page)": ("results/claims.json", CLAIMS, {}, _home_page),
 }
 
 
@@ -403,6 +457,12 @@ def _reader_cases() -> list:
     lock = [("empty", ""), ("cut", "tor"), ("no pins", "# a comment\n"), ("bytes", b"\xff==1\n")]
     cases += [("env lock", case, text) for case, text in lock]
     cases += [("env record", "names none", '{"made": {}}')]
+    nested = {  # a key missing below the top level: the readers that read it say so in one line
+        "claims record (home page)": {**CLAIMS, "made": {}},
+        "claims record (figure)": {**CLAIMS, "claims": [{"grade": "yes"}]},
+        "lr grid record (figure)": {**GRID, "cells": [{"lr": 0.1}]},
+    }
+    cases += [(name, "nested key missing", json.dumps(obj)) for name, obj in nested.items()]
     return cases
 
 
@@ -496,3 +556,30 @@ def test_the_analysis_reads_a_damaged_meta_json_as_not_measured(tmp_path, case, 
     assert data_train_tokens(path.parent) is None and data_meta(runs) == {}
     assert corpus_of(runs) == str(path.parent) and unread_data(runs) == [str(path.parent)]
     assert path.read_bytes() == text.encode()
+
+
+MARKER = {"output_set": "t", "command": "tapernorm table 1", "stamp": "0" * 16, "members": {}}
+
+
+def _marker_cases() -> list:
+    cases = _damaged(MARKER)
+    cases += [("members a list", json.dumps({**MARKER, "members": ["t.csv"]}))]
+    cases += [("members of numbers", json.dumps({**MARKER, "members": {"t.csv": 1}}))]
+    cases += [("members a string", json.dumps({**MARKER, "members": "t.csv"}))]
+    return cases
+
+
+@pytest.mark.parametrize("case,text", _marker_cases(), ids=[c for c, _ in _marker_cases()])
+def test_a_damaged_set_marker_is_an_incomplete_set_in_one_line(tmp_path, case, text):
+    """An output set's marker is bookkeeping too (bookkeeping.SET_MARKER): damaged, the set and
+    each member read through it are incomplete, in one line naming the marker; nothing removed."""
+    from tapernorm.runtime.output_set import IncompleteSet, check_member, check_set
+
+    member = _write(tmp_path, "t.csv", "a\n1\n")
+    marker = _write(tmp_path, "t.set.json", text)
+    before = _tree(tmp_path)
+    for check in (lambda: check_set(marker), lambda: check_member(member)):
+        with pytest.raises(IncompleteSet) as raised:
+            check()
+        assert "\n" not in str(raised.value) and str(marker) in str(raised.value)
+    assert _tree(tmp_path) == before

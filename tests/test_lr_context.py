@@ -25,7 +25,8 @@ GRID = {
 def _record(study: Path, name: str, lr) -> None:
     run = study / "runs/scaling" / name
     run.mkdir(parents=True)
-    (run / "config.json").write_text(json.dumps({"train": {"lr": lr}}))
+    record = {"model": {}, "data": {"dir": "data/x"}, "train": {"lr": lr}}
+    (run / "config.json").write_text(json.dumps(record))
 
 
 def test_study_lrs_reads_the_records_configs(tmp_path):
@@ -36,7 +37,7 @@ def test_study_lrs_reads_the_records_configs(tmp_path):
     assert study_lrs(tmp_path, "baseline_untied") == [0.003]
     assert study_lrs(tmp_path, "all_aux") == []
     _record(tmp_path, "all_aux-d64-s0-n600", "fast")
-    with pytest.raises(ValueError, match="all_aux-d64-s0-n600/config.json: no train.lr"):
+    with pytest.raises(ValueError, match="all_aux-d64-s0-n600/config.json has no valid train.lr"):
         study_lrs(tmp_path, "all_aux")
 
 

@@ -71,7 +71,7 @@ def test_a_whole_set_passes_and_its_marker_names_every_member(tmp_path):
     check_set(tmp_path / "t.set.json")
     for p in paths:
         check_member(p)
-    record = output_set.jsonio.read_json(tmp_path / "t.set.json")
+    record = output_set.read_marker(tmp_path / "t.set.json")
     assert set(record["members"]) == set(OLD)
     assert record["command"] == "tapernorm test"
     # the stamp is the content's: the same set written again gives the same marker
@@ -79,7 +79,7 @@ def test_a_whole_set_passes_and_its_marker_names_every_member(tmp_path):
     _write(tmp_path, OLD)
     assert (tmp_path / "t.set.json").read_bytes() == before
     _write(tmp_path, NEW)
-    assert output_set.jsonio.read_json(tmp_path / "t.set.json")["stamp"] != record["stamp"]
+    assert output_set.read_marker(tmp_path / "t.set.json")["stamp"] != record["stamp"]
     assert sorted(os.listdir(tmp_path)) == sorted([*OLD, "t.set.json"])  # no staging left
 
 
@@ -202,7 +202,7 @@ def test_each_writer_writes_a_whole_set(tmp_path, kind):
     write, name, command = WRITERS[kind]
     paths = write(tmp_path / name, 1)
     marker = tmp_path / f"{name}.set.json"
-    record = output_set.jsonio.read_json(marker)
+    record = output_set.read_marker(marker)
     assert set(record["members"]) == {p.name for p in paths} and record["command"] == command
     check_set(marker)
 
@@ -243,7 +243,7 @@ def test_tails_table_and_record_are_one_set(tmp_path, monkeypatch):
     monkeypatch.setattr(tails, "arm_order", lambda r: r["name"])
     monkeypatch.setattr(tails, "restored", lambda row: (row, None))
     paths = tails.write_tails([{"name": "a", "x": 1}], tmp_path / "tt", {})
-    record = output_set.jsonio.read_json(tmp_path / "tt.set.json")
+    record = output_set.read_marker(tmp_path / "tt.set.json")
     assert sorted(record["members"]) == sorted(p.name for p in paths)
     assert {p.suffix for p in paths} == {".csv", ".md", ".tex", ".html", ".json"}
     assert not (tmp_path / "tt.set.json").with_name("tt.set.json").is_dir()
@@ -317,7 +317,7 @@ def test_summaries_and_claims_are_sets(tmp_path, monkeypatch, crash_after, kind)
     write, name, command = DIRECTORY_WRITERS[kind]
     paths = write(tmp_path, 1, monkeypatch)
     marker = tmp_path / f"{name}.set.json"
-    assert set(output_set.jsonio.read_json(marker)["members"]) == {p.name for p in paths}
+    assert set(output_set.read_marker(marker)["members"]) == {p.name for p in paths}
     check_set(marker)
     old = {p: p.read_bytes() for p in paths}
     crash_after("_move", 1)  # killed after the first file moved in

@@ -80,7 +80,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from ..runtime.jsonio import read_json
+from ..runtime import bookkeeping
 from ..runtime.output_set import OutputSet, check_member, json_bytes, marker_path
 from ..runtime.provenance import REHEARSAL_NOTE, git_state, host, now, stamp, versions
 from . import comparable, inference_tables, paper, speed_rule
@@ -218,10 +218,7 @@ def claims_table(inp: ClaimInputs) -> pd.DataFrame:
 def load_lr_grid(path: str | Path) -> dict:
     """lr_grid.json of `tapernorm lr-grid` (its path recorded in it, to name the source)."""
     path = Path(path)
-    grid = read_json(path)  # names the file when it is missing, not UTF-8 or not JSON
-    if not isinstance(grid, dict) or "gaps" not in grid or "scale" not in grid:
-        raise ValueError(f"LR grid file {path}: not an lr_grid.json (no 'gaps' and 'scale')")
-    return {**grid, "path": str(path.parent)}
+    return {**bookkeeping.read(bookkeeping.LR_GRID, path), "path": str(path.parent)}
 
 
 INTRO = (

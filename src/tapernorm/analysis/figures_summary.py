@@ -14,7 +14,7 @@ import pandas as pd
 import seaborn as sns
 from matplotlib.figure import Figure
 
-from ..runtime.jsonio import read_json
+from ..runtime import bookkeeping
 from ..runtime.output_set import check_member
 from ..variants import VARIANTS
 from .claim_numbers import PAIRED_GAP
@@ -39,19 +39,21 @@ def gap_rows(record: dict) -> tuple[list[dict], dict | None]:
         numbered = claim["Claim"][0].isdigit()
         name = f"Claim {claim['Claim'].split('.')[0]}" if numbered else "TaperNorm vs DyT"
         if numbered and claim.get("criterion"):
-            criterion = claim["criterion"]
+            criterion = {"low": claim["criterion"]["low"], "high": claim["criterion"]["high"]}
         for part in claim.get("parts") or []:
             if part.get("kind") == PAIRED_GAP and part["estimate"] is not None:
-                rows.append({**part, "claim": name, "verdict": claim["grade"]})
+                drawn = {k: part[k] for k in ("variant", "estimate", "ci_low", "ci_high")}
+                rows.append({**part, **drawn, "claim": name, "verdict": claim["grade"]})
     return rows, criterion
 
 
 def fig_claim_gaps(claims_json: str | Path) -> tuple[Figure, str]:
     """Forest plot: each paired validation-loss gap of claims 1, 2 and the DyT row (mean over seed
     pairs, its 95% t interval), against the ±2% band of claims 1 and 2's criterion."""
-    check_member(claims_json)  # claims.md, .html and .json written together
-    record = read_json(claims_json)
-    rows, criterion = gap_rows(record)
+    # claims.md, .html and .json written together
+    record = bookkeeping.read(bookkeeping.CLAIMS_RECORD, check_member(claims_json))
+    with bookkeeping.consuming(bookkeeping.CLAIMS_RECORD, claims_json):
+        rows, criterion = gap_rows(record)
     if not rows:
         raise ValueError(f"{claims_json}: no paired gaps in claims 1, 2 or the DyT row")
     fig, (ax,) = new_figure(1, 1, (8.5, 1.2 + 0.55 * len(rows)))
@@ -109,18 +111,18 @@ def _seed_losses(cells: pd.DataFrame) -> pd.DataFrame:
 def fig_lr_grid(grid_json: str | Path) -> tuple[Figure, str]:
     """Validation loss at the last step vs peak LR (log x) per variant of the LR grid: each seed a
     point, the line their mean; the shared LR and each arm's best LR marked."""
-    check_member(grid_json)
-    grid = read_json(grid_json)
+    grid = bookkeeping.read(bookkeeping.LR_GRID, check_member(grid_json))
     cells, gaps = pd.DataFrame(grid["cells"]), grid["gaps"]
     if cells.empty:
         raise ValueError(f"{grid_json}: no cells")
-    seeds = _seed_losses(cells)
+    with bookkeeping.consuming(bookkeeping.LR_GRID, grid_json):
+        seeds = _seed_losses(cells)
+        best = {g["variant"]: g["best_lr"] for g in gaps}
+        for g in gaps:  # the matched baseline's best LR
+            base = next(v for v, s in VARIANTS.items() if s["label"] == g["against"])
+            best[base] = g["baseline_best_lr"]
+        shared = sorted({g["shared_lr"] for g in gaps})
     finite = seeds[seeds["loss"].map(math.isfinite)]
-    best = {g["variant"]: g["best_lr"] for g in gaps}
-    for g in gaps:  # the matched baseline's best LR
-        base = next(v for v, s in VARIANTS.items() if s["label"] == g["against"])
-        best[base] = g["baseline_best_lr"]
-    shared = sorted({g["shared_lr"] for g in gaps})
     fig, (ax,) = new_figure(1, 1, (7.5, 4.8))
     for lr in shared:
         ax.axvline(lr, color="0.4", ls=":", lw=1.2, label=f"shared LR {lr:g}")

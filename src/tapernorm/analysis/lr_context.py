@@ -10,7 +10,7 @@ import math
 import os
 from pathlib import Path
 
-from ..runtime.jsonio import read_json
+from ..runtime import bookkeeping
 
 GRID_BESIDE = Path("..") / "lr_grid" / "lr_grid.json"  # the committed studies side by side
 
@@ -20,9 +20,9 @@ def study_lrs(study_dir: str | Path, variant: str) -> list[float]:
     (study_dir/runs/<family>/<variant>-d<width>-.../config.json), sorted."""
     lrs = set()
     for config in sorted(Path(study_dir).glob(f"runs/*/{variant}-d*/config.json")):
-        train = read_json(config).get("train")
-        if not isinstance(train, dict) or not isinstance(train.get("lr"), (int, float)):
-            raise ValueError(f"run config {config}: no train.lr")
+        train = bookkeeping.read(bookkeeping.STUDY_RECORD, config, need=("train",))["train"]
+        if not bookkeeping.NUMBER.test(train.get("lr")):
+            raise bookkeeping.fail(bookkeeping.STUDY_RECORD, config, "has no valid train.lr")
         lrs.add(float(train["lr"]))
     return sorted(lrs)
 
@@ -30,10 +30,10 @@ def study_lrs(study_dir: str | Path, variant: str) -> list[float]:
 def committed_grid(study_dir: str | Path) -> dict | None:
     """The committed LR grid beside a committed study (results/cpu/lr_grid beside
     results/cpu/scaling), with its directory under `path`; None where there is none."""
-    path = Path(study_dir) / GRID_BESIDE
+    path = Path(os.path.normpath(Path(study_dir) / GRID_BESIDE))
     if not path.is_file():
         return None
-    return {**read_json(path), "path": os.path.normpath(path.parent)}
+    return {**bookkeeping.read(bookkeeping.LR_GRID, path), "path": str(path.parent)}
 
 
 def lr_note(lrs: list[float], grid: dict | None, variant: str, short: bool = False) -> str:

@@ -12,8 +12,8 @@ from __future__ import annotations
 import html
 from pathlib import Path
 
+from ..runtime import bookkeeping
 from ..runtime.atomic import atomic_write_bytes
-from ..runtime.jsonio import read_json
 from ..runtime.output_set import check_member
 from ..runtime.provenance import REHEARSAL_NOTE
 from .html import render_table
@@ -84,7 +84,9 @@ def _rst(text: str) -> str:
 
 
 def write_home_page(claims_json: str | Path, out: str | Path, rerun: str) -> Path:
-    check_member(claims_json)  # claims.md, .html and .json written together
-    record = read_json(claims_json)
-    atomic_write_bytes(out, home_page(record, rerun).encode())
+    # claims.md, .html and .json written together
+    record = bookkeeping.read(bookkeeping.CLAIMS_RECORD, check_member(claims_json))
+    with bookkeeping.consuming(bookkeeping.CLAIMS_RECORD, claims_json):
+        page = home_page(record, rerun)
+    atomic_write_bytes(out, page.encode())
     return Path(out)

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from ..runtime import bookkeeping
 from ..runtime.atomic import atomic_write_bytes
 from ..runtime.jsonio import read_json
 from ..runtime.output_set import check_member
@@ -240,7 +241,7 @@ def reference_times_block(source: Path, doc_dir: Path) -> str:
 
 def lr_grid_block(source: Path, doc_dir: Path) -> str:
     """The LR grid's cells (mean ± std over seeds) and each arm's gap at the shared and best LR."""
-    grid = read_json(check_member(source / "lr_grid.json"))
+    grid = bookkeeping.read(bookkeeping.LR_GRID, check_member(source / "lr_grid.json"))
     made, scale = grid["made"], grid["scale"]
     cells = pd.DataFrame(grid["cells"])
     labels = list(dict.fromkeys(cells["label"]))

@@ -18,7 +18,8 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from ..runtime.jsonio import read_json, write_json
+from ..runtime import bookkeeping
+from ..runtime.jsonio import write_json
 from ..runtime.provenance import now
 from .manifest import FORMAT, check_manifest, file_entry, manifest_root, read_manifest
 
@@ -228,7 +229,7 @@ def load_reference(ref: str | Path) -> dict:
             f"{ref}: its files differ from its manifest.json ({problems[0]}; {len(problems)} in "
             f"all): restore them (git checkout -- {ref}) or point the block at another reference"
         )
-    claims = read_json(ref / "results" / "claims.json")
+    claims = bookkeeping.read(bookkeeping.CLAIMS_RECORD, ref / "results" / "claims.json")
     return {"dir": ref, "manifest": manifest, "claims": claims, "scope": run_scope(ref, manifest)}
 
 

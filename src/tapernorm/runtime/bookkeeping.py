@@ -7,8 +7,9 @@ deletes or rewrites the file: what to do with it is the user's call.
 
 The kinds (KINDS): run locks, GPU slot files, checkpoint state, run and model config.json, eval.json,
 manifests, Snakemake job records, the scaling study's run records, token shards' and evaluation
-sets' meta.json, and the environment references of check-env (a JSON record or the lock, a pip
-constraints file, read by lines: read_lines).
+sets' meta.json, the environment references of check-env (a JSON record or the lock, a pip
+constraints file, read by lines: read_lines), output sets' markers, the LR grid's record and
+the claims record.
 """
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ from __future__ import annotations
 import csv
 import io
 import json
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -45,6 +47,9 @@ def nullable(t: Type) -> Type:
 INT, STR, BOOL = of("an integer", int), of("a string", str), of("true or false", bool)
 OBJECT, LIST, NUMBER = of("an object", dict), of("a list", list), of("a number", int, float)
 NATURAL = Type("an integer >= 0", lambda v: INT.test(v) and v >= 0)
+OBJECTS = Type(
+    "a list of objects", lambda v: isinstance(v, list) and all(isinstance(x, dict) for x in v)
+)
 
 
 @dataclass(frozen=True)
@@ -143,9 +148,35 @@ ENV_LOCK = Kind(
     {},
     "restore it from git, or make it again with tapernorm lock-env",
 )
+SET_MARKER = Kind(
+    "an output set's marker (<name>.set.json)",
+    {
+        **dict.fromkeys(("output_set", "command", "stamp"), STR),
+        "members": Type(
+            "an object of file names to sha256 hashes",
+            lambda v: isinstance(v, dict) and all(isinstance(h, str) for h in v.values()),
+        ),
+    },
+    "rerun the command that wrote the set: it writes the set and its marker again",
+)
+LR_GRID = Kind(
+    "an LR grid's record (lr_grid.json)",
+    {"command": STR, "made": OBJECT, "cells": OBJECTS, "gaps": OBJECTS, "scale": nullable(OBJECT)},
+    "make it again with tapernorm lr-grid (the Snakemake `lr_grid` rule), or restore it from git",
+)
+CLAIMS_RECORD = Kind(
+    "a claims record (claims.json)",
+    {"claims": OBJECTS},
+    "make it again with tapernorm claims (the Snakemake `claims` rule), or restore it from git",
+    {
+        **{"made": OBJECT, "stamp": STR, "inputs": OBJECT, "scale_card": OBJECTS},
+        **{"config_sha256": nullable(STR), "rehearsal": BOOL},
+    },
+)
 KINDS = (
     *(RUN_LOCK, GPU_SLOT, CHECKPOINT_STATE, RUN_RECORD, RUN_RESULT, MANIFEST, JOB_RECORD),
     *(MODEL_CONFIG, STUDY_RECORD, SHARDS_META, EVAL_SET_META, ENV_RECORD, ENV_LOCK),
+    *(SET_MARKER, LR_GRID, CLAIMS_RECORD),
 )
 
 
@@ -226,6 +257,16 @@ def _text(kind: Kind, path: Path) -> str:
 def read(kind: Kind, path: str | Path, need: Iterable[str] = ()) -> dict:
     """The object of `kind` in the file `path`; BookkeepingError naming it if it is not one."""
     return parse(kind, Path(path), _text(kind, Path(path)), need)
+
+
+@contextmanager
+def consuming(kind: Kind, path: str | Path) -> Iterator[None]:
+    """Around code that reads the nested fields of a file of `kind` (checked at its top level
+    only): a key missing there or a value of another type is the file's one-line error."""
+    try:
+        yield
+    except (KeyError, IndexError, TypeError, AttributeError) as e:
+        raise fail(kind, path, f"has no valid nested field ({type(e).__name__}: {e})") from None
 
 
 def _number(kind: Kind, path: Path, row: int, key: str, value: str) -> float:

@@ -62,9 +62,14 @@ def dumps(obj, indent: int | None = None) -> str:
     return json.dumps(finite(obj), indent=indent, allow_nan=False)
 
 
+def json_bytes(obj) -> bytes:
+    """`obj` as indented standard JSON with a final newline: the bytes write_json writes."""
+    return (dumps(obj, indent=2) + "\n").encode()
+
+
 def write_json(path: str | Path, obj) -> None:
     """Replace `path` by `obj` as indented standard JSON, atomically."""
-    atomic_write_bytes(path, (dumps(obj, indent=2) + "\n").encode())
+    atomic_write_bytes(path, json_bytes(obj))
 
 
 def _reject(token: str):

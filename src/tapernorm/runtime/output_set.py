@@ -28,11 +28,11 @@ import secrets
 import shutil
 from pathlib import Path
 
-from . import jsonio
+from . import bookkeeping
 from .atomic import atomic_write_bytes
+from .jsonio import json_bytes
 
 MARKER_SUFFIX = ".set.json"
-MARKER_KEYS = ("output_set", "command", "stamp", "members")
 _STAGING = re.compile(r"^\.(?P<marker>.+\.set\.json)\.[0-9a-f]{8}\.staging$")
 
 
@@ -58,13 +58,18 @@ def set_stamp(members: dict[str, str]) -> str:
     return sha256(text.encode())[:16]
 
 
-def is_marker(path: Path) -> bool:
-    """Whether `path` is an output set's marker (a JSON object with MARKER_KEYS)."""
+def read_marker(path: Path) -> dict | None:
+    """The record of the marker `path` (bookkeeping.SET_MARKER), or None where it cannot be read
+    as one (missing, damaged, or another file)."""
     try:
-        data = jsonio.read_json(path)
-    except (OSError, ValueError):
-        return False
-    return isinstance(data, dict) and all(k in data for k in MARKER_KEYS)
+        return bookkeeping.read(bookkeeping.SET_MARKER, path)
+    except (OSError, bookkeeping.BookkeepingError):
+        return None
+
+
+def is_marker(path: Path) -> bool:
+    """Whether `path` is an output set's marker."""
+    return read_marker(path) is not None
 
 
 def _stagings(marker: Path) -> list[Path]:
@@ -161,11 +166,6 @@ def _move(source: Path, target: Path) -> None:
     os.replace(source, target)
 
 
-def json_bytes(obj) -> bytes:
-    """`obj` as write_json writes it (jsonio's strict JSON, indented, a final newline)."""
-    return (jsonio.dumps(obj, indent=2) + "\n").encode()
-
-
 def set_problems(marker: str | Path) -> list[str]:
     """What makes `marker`'s set incomplete: each member missing or not the one the marker names,
     or the write that stopped (no marker, its staging directory left); [] for a whole set, or
@@ -175,12 +175,9 @@ def set_problems(marker: str | Path) -> list[str]:
         if _stagings(marker):
             return ["its write stopped before it ended (no marker, a staging directory left)"]
         return []
-    try:
-        record = jsonio.read_json(marker)
-    except (OSError, ValueError) as e:
-        return [f"its marker cannot be read ({e})"]
-    if not isinstance(record, dict) or not all(k in record for k in MARKER_KEYS):
-        return ["its marker is not an output set's marker"]
+    record = read_marker(marker)
+    if record is None:
+        return ["its marker is not an output set's marker (damaged, or another file)"]
     problems = []
     for name, digest in record["members"].items():
         path = marker.parent / name
@@ -200,10 +197,8 @@ def set_problems(marker: str | Path) -> list[str]:
 def command_of(marker: Path) -> str:
     """The command that wrote `marker`'s set (from the marker, or a staged one)."""
     for candidate in [marker, *(s / marker.name for s in _stagings(marker))]:
-        try:
-            return str(jsonio.read_json(candidate)["command"])
-        except (OSError, ValueError, KeyError, TypeError):
-            continue
+        if (record := read_marker(candidate)) is not None:
+            return record["command"]
     return "the command that wrote it"
 
 
@@ -227,9 +222,9 @@ def _marker_names(member: Path) -> list[str]:
 
 def marker_of(member: str | Path) -> Path | None:
     """The marker of the set `member` belongs to: a `<stem>.set.json` beside it naming it, or one
-    whose staging directory (a write that stopped) holds it; None if there is none. Opens the
-    markers of its own name's stems (a.b.csv: a.b.set.json, a.set.json), the others beside it only
-    where those are absent."""
+    whose staging directory (a write that stopped) holds it, or its own stem's marker that cannot
+    be read as one (damaged); None if there is none. Opens the markers of its own name's stems
+    (a.b.csv: a.b.set.json, a.set.json), the others beside it only where those are absent."""
     member = Path(member)
     names = _marker_names(member)
     try:
@@ -242,23 +237,17 @@ def marker_of(member: str | Path) -> Path | None:
     own = [n for n in names if member.with_name(n).is_file()]
     for name in own or others:
         path = member.with_name(name)
-        if not path.is_file():
-            continue
-        try:
-            record = jsonio.read_json(path)
-        except (OSError, ValueError):
-            continue
-        if isinstance(record, dict) and member.name in record.get("members", {}):
+        record = read_marker(path) if path.exists() else None
+        if record is None and name in own:
+            return path  # its own stem's marker, damaged: check_member says so
+        if record is not None and member.name in record["members"]:
             return path
     for p in entries:
         m = _STAGING.match(p.name)
         if m is None or (member.parent / m["marker"]).exists():
             continue
-        try:  # a write stopped after step 1: the new marker is in its staging directory
-            staged = jsonio.read_json(p / m["marker"])
-        except (OSError, ValueError):
-            continue
-        if isinstance(staged, dict) and member.name in staged.get("members", {}):
+        staged = read_marker(p / m["marker"])  # a write stopped after step 1: the new marker
+        if staged is not None and member.name in staged["members"]:  # is in its staging directory
             return p.parent / m["marker"]
     return None
 
@@ -275,15 +264,19 @@ def check_member(member: str | Path) -> Path:
     if not marker.exists():
         problem = "its write stopped before it ended (no marker, a staging directory left)"
     else:
+        record = read_marker(marker)
         try:
-            digest = jsonio.read_json(marker)["members"][member.name]
+            digest = None if record is None else record["members"].get(member.name)
             data = member.read_bytes()
-        except (OSError, ValueError, KeyError, TypeError) as e:
-            problem = f"{member.name} cannot be checked against the marker ({e})"
+        except OSError as e:
+            problem = f"{member.name} cannot be read ({e.strerror})"
         else:
-            if sha256(data) == digest:
+            if digest is None:
+                problem = f"{member.name} cannot be checked against the marker (damaged)"
+            elif sha256(data) == digest:
                 return member
-            problem = f"{member.name} is not the set's (its sha256 differs from the marker's)"
+            else:
+                problem = f"{member.name} is not the set's (its sha256 differs from the marker's)"
     raise IncompleteSet(
         f"{marker}: the output set is incomplete: {problem}: rerun {command_of(marker)} to write "
         "it again"
