@@ -8,8 +8,8 @@ import pytest
 import yaml
 from snakemake.utils import update_config
 
+from tapernorm.config.run import RunConfig
 from tapernorm.data import load_shakespeare, train_sentencepiece, write_shards
-from tapernorm.run_config import RunConfig
 from tapernorm.runtime.provenance import ALLOW_DIRTY_ENV
 
 # The suite runs in checkouts whose code is being changed: its commands (in this process and the

@@ -15,7 +15,7 @@ import pytest
 import torch
 from conftest import tiny_run
 
-from tapernorm.run_config import RunConfig
+from tapernorm.config.run import RunConfig
 from tapernorm.training.checkpoint import load_model
 from tapernorm.training.distributed import World, data_parallel
 from tapernorm.training.run import set_up

@@ -25,11 +25,11 @@ from tapernorm.cli import build_parser
 from tapernorm.cli import main as cli_main
 from tapernorm.cli.data import data_settings, eval_settings
 from tapernorm.config import ConfigError, resolve_run_config
+from tapernorm.config.run import RunConfig
 from tapernorm.fold import fold_model, verify_fold
 from tapernorm.interop import hub
 from tapernorm.model import LayerNorm
 from tapernorm.norms import TaperNorm, set_gate, update_calibration
-from tapernorm.run_config import RunConfig
 from tapernorm.schedules import gate_at
 from tapernorm.training.checkpoint import load_model
 from tapernorm.training.distributed import rank_micro_batches

@@ -8,7 +8,7 @@ import pytest
 from conftest import config_files
 
 from tapernorm.config import load_schema, resolve_run_config
-from tapernorm.run_config import OPTIONAL, SECTIONS, RunConfig, optional_keys
+from tapernorm.config.run import OPTIONAL, SECTIONS, RunConfig, optional_keys
 from tapernorm.training.identity import config_identity
 from tapernorm.workflow import Plan, validate_pipeline_config
 from tapernorm.workflow.scaling import RECORD_ONLY

@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import torch
 
-from .norms import HostState, Reduce, fold_ema_, token_scale
+from .norms import Reduce, fold_ema_, token_scale
+from .runtime.host_state import HostState
 
 ANCHOR_FORMS = ("eq5", "relative")
 

@@ -28,7 +28,6 @@ from .norms import FakeNorm, Reduce
 
 if TYPE_CHECKING:
     from .model import GPT
-    from .run_config import FakeLNSection
 
 
 def removal_order(n_layer: int) -> list[str]:
@@ -71,12 +70,3 @@ class FakeLNSchedule:
     def after_step(self, reduce: Reduce | None = None) -> None:
         for norm in self.norms.values():
             norm.update(self.mu, reduce)
-
-
-def schedule_for(window: FakeLNSection | None, model: GPT) -> FakeLNSchedule | None:
-    """The FakeLN schedule of a run config's `fakeln` section, or None for other models."""
-    if model.config.norm != "fakeln":
-        return None
-    if window is None:
-        raise ValueError("a FakeLN model trains with a run config's fakeln section")
-    return FakeLNSchedule(model, window.start, window.end, window.ema_mu)

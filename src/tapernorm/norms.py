@@ -26,124 +26,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .runtime.host_state import HostState
+
 NORM_KINDS = ("rms", "layer")
 Reduce = Callable[[torch.Tensor], torch.Tensor]  # sums a tensor over data-parallel processes
-
-
-def centred(h: torch.Tensor, kind: str) -> torch.Tensor:
-    """h - mean(h) over the features for the layer kind (what LayerNorm normalizes), else h."""
-    return h - h.mean(-1, keepdim=True) if kind == "layer" else h
-
-
-def token_scale(h: torch.Tensor, kind: str, eps: float = 1e-5) -> torch.Tensor:
-    """The per-token scale a norm divides by: r(h) = sqrt(mean(h^2) + eps) (rms), or
-    sigma(h) = r(h - mean(h)) (layer). The one place r(h) is computed: TaperNorm's calibration,
-    FakeNorm's average scale, the scale anchor and the diagnostics all call it."""
-    return torch.sqrt(centred(h, kind).pow(2).mean(-1) + eps)
-
-
-class HostState(nn.Module):
-    """Host copies of a module's small state buffers (a gate, a flag, a count), so that a training
-    step branches on Python values and never reads the device. The buffers stay what checkpoints
-    hold. A buffer written other than through `set_host` (fill_, load_state_dict) is re-read once:
-    in-place writes bump a tensor's version counter, which lives on the host."""
-
-    HOST_BUFFERS: dict[str, type] = {}  # buffer name -> the Python type of its host copy
-    FROZEN_BUFFER = "frozen"  # the bool buffer that says `freeze` ran (its state-dict name)
-
-    def _init_host(self, **values) -> None:
-        """At construction: the buffers' initial values (never read: they may be on `meta`)."""
-        self._host = dict(values)
-        self._versions = self._buffer_versions()
-
-    def _reload_host(self) -> None:
-        self._host = {name: kind(self._buffers[name]) for name, kind in self.HOST_BUFFERS.items()}
-        self._versions = self._buffer_versions()
-
-    def _buffer_versions(self) -> tuple[int, ...] | None:
-        try:
-            return tuple(self._buffers[name]._version for name in self.HOST_BUFFERS)
-        except RuntimeError:  # inference tensors keep no version counter
-            return None
-
-    def host(self, name: str):
-        """The buffer `name` as a Python value, read from the device only if written elsewhere."""
-        if not torch.compiler.is_compiling():
-            versions = self._buffer_versions()
-            if versions is not None and versions != self._versions:
-                self._reload_host()  # written directly or loaded: read it once
-        return self._host[name]
-
-    @property
-    def is_frozen(self) -> bool:
-        """Whether the learned statistic is frozen (`freeze` ran: TaperNorm's c, FakeNorm's s, the
-        anchor's s_tgt), without a device read."""
-        return self.host(self.FROZEN_BUFFER)
-
-    def set_host(self, name: str, value) -> None:
-        """Write buffer `name` (on its device) and its host copy, rounded as the buffer holds it."""
-        buffer = self._buffers[name]
-        self.host(name)  # take in any write made elsewhere first
-        buffer.fill_(value)
-        self._host[name] = self.HOST_BUFFERS[name](torch.tensor(value, dtype=buffer.dtype))
-        self._versions = self._buffer_versions()
-
-    def _apply(self, fn, recurse=True):
-        self.host(next(iter(self.HOST_BUFFERS)))  # take in writes made before the move
-        out = super()._apply(fn, recurse)  # .to(), .cuda(): new tensors, same values
-        self._versions = self._buffer_versions()
-        return out
-
-
-class RMSNorm(nn.Module):
-    """h / sqrt(mean(h^2) + eps) * gamma (Eq. 2), torch's fused kernel."""
-
-    def __init__(self, dim: int, eps: float = 1e-5):
-        super().__init__()
-        self.eps = eps
-        self.weight = nn.Parameter(torch.ones(dim))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return F.rms_norm(x, self.weight.shape, self.weight, self.eps)
-
-
-class LayerNorm(nn.Module):
-    """(h - mu) / sigma * gamma + beta (Eq. 1), torch's fused kernel."""
-
-    def __init__(self, dim: int, eps: float = 1e-5, bias: bool = True):
-        super().__init__()
-        self.eps = eps
-        self.weight = nn.Parameter(torch.ones(dim))
-        self.bias = nn.Parameter(torch.zeros(dim)) if bias else None
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return F.layer_norm(x, self.weight.shape, self.weight, self.bias, self.eps)
-
-
-class DyT(nn.Module):
-    """Dynamic Tanh, weight * tanh(alpha * x) + bias: an elementwise stand-in for a norm, with a
-    learnable scalar alpha (init alpha0) and per-feature weight (ones) and bias (zeros; none with
-    bias=False, as in DyT's LLaMA recipe).
-
-    From "Transformers without Normalization" (Zhu, Chen, He, LeCun, Liu 2025). alpha0 = 0.5 is that
-    paper's default for non-LLM models; model.dyt_alpha0 gives its LLaMA values, which a GPT uses.
-    No per-token statistic, but tanh is not linear, so DyT does not fold into a projection.
-    """
-
-    def __init__(self, dim: int, alpha0: float = 0.5, bias: bool = True):
-        super().__init__()
-        self.dim, self.alpha0 = dim, alpha0
-        self.alpha = nn.Parameter(torch.tensor(float(alpha0)))
-        self.weight = nn.Parameter(torch.ones(dim))
-        self.bias = nn.Parameter(torch.zeros(dim)) if bias else None
-
-    def extra_repr(self) -> str:
-        return f"{self.dim}, alpha0={self.alpha0}, bias={self.bias is not None}"
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.bias is None:
-            return torch.tanh(self.alpha * x) * self.weight
-        return torch.addcmul(self.bias, torch.tanh(self.alpha * x), self.weight)
 
 
 class TaperNorm(HostState):
@@ -257,6 +143,92 @@ class FixedScale(nn.Module):
         return torch.addcmul(self.shift, h - h.mean(-1, keepdim=True), self.scale)
 
 
+def taper_norms(model: nn.Module) -> Iterator[tuple[str, TaperNorm]]:
+    """(name, module) for every TaperNorm in a module tree."""
+    for name, m in model.named_modules():
+        if isinstance(m, TaperNorm):
+            yield name, m
+
+
+def set_gate(model: nn.Module, g: float) -> None:
+    """Set the global gate g in [0, 1] of every TaperNorm in `model`."""
+    if not 0.0 <= g <= 1.0:
+        raise ValueError(f"gate must be in [0, 1], got {g}")
+    for _, m in taper_norms(model):
+        m.set_gate(g)
+
+
+def update_calibration(model: nn.Module, mu: float, reduce: Reduce | None = None) -> None:
+    """Once per optimizer step while g = 1: fold recorded statistics into every TaperNorm's EMA
+    (`reduce`: a sum over data-parallel processes, see TaperNorm.update_calibration)."""
+    for _, m in taper_norms(model):
+        m.update_calibration(mu, reduce)
+
+
+def freeze(model: nn.Module) -> dict[str, torch.Tensor]:
+    """At taper start: freeze every TaperNorm's c and set gamma_tilde := gamma; returns the
+    calibrated c per layer (0-dim tensors on the model's device)."""
+    out = {}
+    for name, m in taper_norms(model):
+        m.freeze()
+        out[name] = m.c.detach().clone()  # a device tensor: read when the step's record is logged
+    return out
+
+
+start_taper = freeze  # the former name of `freeze` (exported by tapernorm before)
+
+
+class RMSNorm(nn.Module):
+    """h / sqrt(mean(h^2) + eps) * gamma (Eq. 2), torch's fused kernel."""
+
+    def __init__(self, dim: int, eps: float = 1e-5):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.rms_norm(x, self.weight.shape, self.weight, self.eps)
+
+
+class LayerNorm(nn.Module):
+    """(h - mu) / sigma * gamma + beta (Eq. 1), torch's fused kernel."""
+
+    def __init__(self, dim: int, eps: float = 1e-5, bias: bool = True):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+        self.bias = nn.Parameter(torch.zeros(dim)) if bias else None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.layer_norm(x, self.weight.shape, self.weight, self.bias, self.eps)
+
+
+class DyT(nn.Module):
+    """Dynamic Tanh, weight * tanh(alpha * x) + bias: an elementwise stand-in for a norm, with a
+    learnable scalar alpha (init alpha0) and per-feature weight (ones) and bias (zeros; none with
+    bias=False, as in DyT's LLaMA recipe).
+
+    From "Transformers without Normalization" (Zhu, Chen, He, LeCun, Liu 2025). alpha0 = 0.5 is that
+    paper's default for non-LLM models; model.dyt_alpha0 gives its LLaMA values, which a GPT uses.
+    No per-token statistic, but tanh is not linear, so DyT does not fold into a projection.
+    """
+
+    def __init__(self, dim: int, alpha0: float = 0.5, bias: bool = True):
+        super().__init__()
+        self.dim, self.alpha0 = dim, alpha0
+        self.alpha = nn.Parameter(torch.tensor(float(alpha0)))
+        self.weight = nn.Parameter(torch.ones(dim))
+        self.bias = nn.Parameter(torch.zeros(dim)) if bias else None
+
+    def extra_repr(self) -> str:
+        return f"{self.dim}, alpha0={self.alpha0}, bias={self.bias is not None}"
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.bias is None:
+            return torch.tanh(self.alpha * x) * self.weight
+        return torch.addcmul(self.bias, torch.tanh(self.alpha * x), self.weight)
+
+
 class FakeNorm(HostState):
     """LayerNorm (kind "layer") or RMSNorm ("rms") whose per-token scale becomes a fixed scalar s
     once frozen (FakeLN's removal of the norm, Baroni et al. 2025; schedule in fakeln.py):
@@ -330,6 +302,18 @@ class FakeNorm(HostState):
 # ---- the bias-corrected EMA of TaperNorm's c, FakeNorm's scale and the anchor's target ---------
 
 
+def centred(h: torch.Tensor, kind: str) -> torch.Tensor:
+    """h - mean(h) over the features for the layer kind (what LayerNorm normalizes), else h."""
+    return h - h.mean(-1, keepdim=True) if kind == "layer" else h
+
+
+def token_scale(h: torch.Tensor, kind: str, eps: float = 1e-5) -> torch.Tensor:
+    """The per-token scale a norm divides by: r(h) = sqrt(mean(h^2) + eps) (rms), or
+    sigma(h) = r(h - mean(h)) (layer). The one place r(h) is computed: TaperNorm's calibration,
+    FakeNorm's average scale, the scale anchor and the diagnostics all call it."""
+    return torch.sqrt(centred(h, kind).pow(2).mean(-1) + eps)
+
+
 def ema_update_(ema: torch.Tensor, x: torch.Tensor, mu: float) -> None:
     """ema <- (1 - mu) ema + mu x, in place on ema's device; x a float64 0-dim tensor (mu x is
     rounded to ema's dtype before the add, as a Python scalar would be)."""
@@ -366,38 +350,3 @@ def fold_ema_(
     count = owner.host("ema_count") + 1
     owner.set_host("ema_count", count)
     return bias_correction(mu, count)
-
-
-def taper_norms(model: nn.Module) -> Iterator[tuple[str, TaperNorm]]:
-    """(name, module) for every TaperNorm in a module tree."""
-    for name, m in model.named_modules():
-        if isinstance(m, TaperNorm):
-            yield name, m
-
-
-def set_gate(model: nn.Module, g: float) -> None:
-    """Set the global gate g in [0, 1] of every TaperNorm in `model`."""
-    if not 0.0 <= g <= 1.0:
-        raise ValueError(f"gate must be in [0, 1], got {g}")
-    for _, m in taper_norms(model):
-        m.set_gate(g)
-
-
-def update_calibration(model: nn.Module, mu: float, reduce: Reduce | None = None) -> None:
-    """Once per optimizer step while g = 1: fold recorded statistics into every TaperNorm's EMA
-    (`reduce`: a sum over data-parallel processes, see TaperNorm.update_calibration)."""
-    for _, m in taper_norms(model):
-        m.update_calibration(mu, reduce)
-
-
-def freeze(model: nn.Module) -> dict[str, torch.Tensor]:
-    """At taper start: freeze every TaperNorm's c and set gamma_tilde := gamma; returns the
-    calibrated c per layer (0-dim tensors on the model's device)."""
-    out = {}
-    for name, m in taper_norms(model):
-        m.freeze()
-        out[name] = m.c.detach().clone()  # a device tensor: read when the step's record is logged
-    return out
-
-
-start_taper = freeze  # the former name of `freeze` (exported by tapernorm before)

@@ -8,7 +8,7 @@ import json
 import os
 from pathlib import Path
 
-from ..run_config import RunConfig
+from ..config.run import RunConfig
 from ..runtime import jsonio
 from ..training.lock import WAIT_ENV
 from .args import (

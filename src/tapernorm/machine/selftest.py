@@ -33,8 +33,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from ..config.run import RunConfig
 from ..model import DYT_RECIPE
-from ..run_config import RunConfig
 from ..runtime import jsonio
 
 VOCAB, STEPS, TAPER_START, TAPER_END = 96, 6, 2, 5  # g = 1 for steps 1-2, 0 from step 5

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from ..config import resolve_run_config
+from ..config.run import RunConfig
 from ..data import TokenShards
 from ..data.shards import read_meta
 from ..fold import FOLD_RTOL, fold_model, verify_fold
@@ -22,7 +23,6 @@ from ..interop.hf_export import (
 )
 from ..interop.hf_import import load_hf
 from ..probe import BatterySettings, card_entries, probe_models
-from ..run_config import RunConfig
 from ..runtime import bookkeeping, jsonio
 from ..runtime.out_dirs import claim_dir, install_dir, make_aside, refuse_inside
 from ..variants import PROTOCOLS, VARIANTS

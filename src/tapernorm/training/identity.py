@@ -29,7 +29,7 @@ import copy
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..run_config import RunConfig, optional_keys
+from ..config.run import RunConfig, optional_keys
 from ..runtime import bookkeeping
 from ..runtime.digests import file_sha256, file_state, tensors_sha256
 from ..runtime.jsonio import read_json

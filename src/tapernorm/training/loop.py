@@ -32,9 +32,9 @@ import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
+from ..config.run import RunConfig
 from ..model import GPT
 from ..norms import freeze, set_gate, update_calibration
-from ..run_config import RunConfig
 from ..runtime.device import resolve_device
 from ..runtime.progress import clock
 from ..runtime.provenance import now

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..run_config import RunConfig
+from ..config.run import RunConfig
 from ..runtime import bookkeeping
 
 FLOAT = 4  # bytes of a float32

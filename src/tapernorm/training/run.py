@@ -21,11 +21,11 @@ import torch
 from torch.nn.parallel import DistributedDataParallel
 
 from ..anchor import ScaleAnchor
+from ..config.run import FakeLNSection, RunConfig, TrainSection
 from ..data import TokenShards
-from ..fakeln import FakeLNSchedule, schedule_for
+from ..fakeln import FakeLNSchedule
 from ..model import GPT, GPTConfig, convert_norms
 from ..norms import Reduce, taper_norms
-from ..run_config import RunConfig, TrainSection
 from ..runtime.device import autocast_for
 from ..runtime.provenance import distributions, git_state, host, now, versions
 from .checkpoint import load_model, write_json
@@ -85,6 +85,15 @@ def build_model(cfg: RunConfig, vocab_size: int) -> GPT:
             "with the model's tokenizer (prepare-data --tokenizer gpt2 for GPT-2 models)"
         )
     return model
+
+
+def fakeln_schedule(window: FakeLNSection | None, model: GPT) -> FakeLNSchedule | None:
+    """The FakeLN schedule of a run config's `fakeln` section, or None for other models."""
+    if model.config.norm != "fakeln":
+        return None
+    if window is None:
+        raise ValueError("a FakeLN model trains with a run config's fakeln section")
+    return FakeLNSchedule(model, window.start, window.end, window.ema_mu)
 
 
 def make_optimizer(model: GPT, train: TrainSection) -> torch.optim.AdamW:
@@ -185,7 +194,7 @@ def set_up(cfg: RunConfig, out: Path, world: World, device: torch.device) -> Run
         anchor = ScaleAnchor(mcfg.norm_kind, cfg.anchor.lam, mcfg.norm_eps, cfg.anchor.form)
         anchor = anchor.to(device)
     opt = make_optimizer(model, cfg.train)
-    fakeln = schedule_for(cfg.fakeln, model)
+    fakeln = fakeln_schedule(cfg.fakeln, model)
     identity = run_identity(cfg, inputs)
     val_windows = validation_windows(shards, cfg.log.eval_windows, mcfg.block_size, EVAL_KEYS[0])
     ddp = data_parallel(model, world, device)  # None for one process: the bare model trains

@@ -24,8 +24,8 @@ import torch
 from safetensors import safe_open
 
 from ..anchor import ScaleAnchor
+from ..config.run import RunConfig
 from ..model import GPT
-from ..run_config import RunConfig
 from ..runtime import bookkeeping
 from ..runtime.atomic import atomic_write_bytes
 from ..runtime.links import refuse_link

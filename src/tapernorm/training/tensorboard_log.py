@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from ..config import ConfigError
-from ..run_config import RunConfig
+from ..config.run import RunConfig
 
 TENSORBOARD_DIR = "tensorboard"  # in the run directory
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..run_config import RunConfig
+from ..config.run import RunConfig
 from ..variants import VARIANTS
 from .identity import config_identity
 

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 from .names import JOB_RECORDS, job_record, run_dir
 
 if TYPE_CHECKING:
-    from ..run_config import RunConfig
+    from ..config.run import RunConfig
 
 
 class Family:

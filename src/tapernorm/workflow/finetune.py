@@ -5,7 +5,7 @@ results/runs/finetune_base/<model>/."""
 from __future__ import annotations
 
 from ..config import ConfigError, resolve_run_config
-from ..run_config import RunConfig
+from ..config.run import RunConfig
 from ..variants import PROTOCOLS
 from .devices import job_gpus
 from .family import Family

@@ -9,7 +9,7 @@ import os
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ..run_config import RunConfig
+from ..config.run import RunConfig
 from . import priorities
 from .devices import gpu_prefix
 from .family import Family

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import math
 
-from ..run_config import RunConfig
+from ..config.run import RunConfig
 
 RECORD = 4000
 PREPARE = 3000

@@ -16,7 +16,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..config import resolve_run_config
-from ..run_config import RunConfig
+from ..config.run import RunConfig
 from ..runtime import bookkeeping
 from ..training.identity import config_identity
 from .family import Family

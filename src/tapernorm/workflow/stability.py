@@ -20,7 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from ..config import resolve_run_config
-from ..run_config import RunConfig
+from ..config.run import RunConfig
 from .family import Family
 from .names import factor_run_name, parse_factor_run, parse_stability_run, stability_run_name
 from .scaling import RECORD_FILES, record_or_run

@@ -9,7 +9,7 @@ import copy
 import math
 
 from ..config import ConfigError, resolve_run_config
-from ..run_config import RunConfig
+from ..config.run import RunConfig
 from .devices import job_gpus
 from .family import Family
 from .names import SWEEP_RUN_NAME, lr_grid_run_name, parse_run_name, run_name, sweep_run_name

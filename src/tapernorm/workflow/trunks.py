@@ -10,7 +10,7 @@ import dataclasses
 import hashlib
 from functools import cached_property
 
-from ..run_config import RunConfig
+from ..config.run import RunConfig
 from ..runtime.jsonio import dumps
 from ..training.identity import config_identity
 from ..training.trunk import RECORD as TRUNK_RECORD

@@ -3,7 +3,7 @@
 A run config names its variant (tapernorm.variants: Table 1's variants and Sec. 6.4's fine-tuning
 protocols); resolve_run_config turns it into `model.taper`, the scale-loss switch `anchor.enabled`
 (and `model.norm` for the norm-free ones: DyT, FakeLN), fills in the taper start and FakeLN's
-window, and builds the typed RunConfig (run_config.py) that everything else reads.
+window, and builds the typed RunConfig (config/run.py) that everything else reads.
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from .run_config import RunConfig
-from .variants import VARIANTS
+from ..variants import VARIANTS
+from .run import RunConfig
 
 if TYPE_CHECKING:
     import jsonschema
@@ -84,7 +84,7 @@ def _yaml_problem(e: yaml.YAMLError) -> str:
 
 def config_text(path: str | Path) -> str:
     """The text of a config file; ConfigError naming it (and the line) if it is not UTF-8."""
-    from .runtime.jsonio import FileError, read_text
+    from ..runtime.jsonio import FileError, read_text
 
     try:
         return read_text(path)
@@ -159,7 +159,7 @@ def _schema(name: str) -> dict:
     """schemas/NAME.schema.yaml of the package; schemas/config.schema.yaml is a link to the
     workflow's schema, read from the checkout where a copy of the package lost the link."""
     packaged = resources.files("tapernorm").joinpath("schemas", f"{name}.schema.yaml")
-    checkout = Path(__file__).resolve().parents[2] / "workflow" / "schemas" / f"{name}.schema.yaml"
+    checkout = Path(__file__).resolve().parents[3] / "workflow" / "schemas" / f"{name}.schema.yaml"
     source = packaged if packaged.is_file() or not checkout.is_file() else checkout
     return yaml.safe_load(source.read_text())
 

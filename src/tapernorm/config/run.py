@@ -1,6 +1,6 @@
 """RunConfig: one training run's settings, typed and frozen, one dataclass per section.
 
-Built once, by config.resolve_run_config (the run schema's validation, defaults and checks), and
+Built once, by config.load.resolve_run_config (the run schema's validation, defaults and checks), and
 read everywhere a run's settings are read: the workflow's families, `tapernorm train`, the loop,
 the run's identity. `to_dict` is what the run's config.json, its checkpoint identity and the
 workflow's `--config-json` hold: every key the schema defaults, in this module's field order (the
@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-from .runtime.jsonio import dumps
+from ..runtime.jsonio import dumps
 
 OPTIONAL = "optional"  # field metadata: absent from the dict when None (no default in the schema)
 KEY = "key"  # field metadata: the dict's key, where it is not the field's name
