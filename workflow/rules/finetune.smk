@@ -177,7 +177,9 @@ for n in wp.FINETUNE_TABLES:
         input:
             evals=FINETUNE.eval_paths(),
             # (metrics.jsonl: the check of the runs, analysis/comparable.py)
-            runs=run_files(FINETUNE.run_dirs(), ("config.json", "eval.json", "metrics.jsonl")),
+            runs=run_files(
+                FINETUNE.run_dirs(), ("config.json", "eval.json", "metrics.jsonl")
+            ),
         output:
             **table_outputs(f"table{n}"),
         log:
