@@ -13,9 +13,10 @@ from conftest import blow_up_at, tiny_run
 from tapernorm.data import TokenShards
 from tapernorm.model import GPT, GPTConfig
 from tapernorm.schedules import gate_at, lr_at
+from tapernorm.training.cadence import Cadence
 from tapernorm.training.checkpoint import CheckpointError, load_model, load_tensors
 from tapernorm.training.evaluation import evaluate
-from tapernorm.training.loop import train
+from tapernorm.training.loop import recorded_event, train
 
 
 def read_metrics(run_dir):
@@ -55,6 +56,20 @@ def test_training_lowers_validation_loss_and_follows_schedules(shards_dir, tmp_p
     assert all(
         float(m.c) == start[0]["c"][n] for n, m in saved.named_modules() if n in start[0]["c"]
     )
+
+
+def test_the_cadence_says_what_acts_at_each_step():
+    cadence = Cadence(steps=12, log_every=4, eval_every=6, ckpt_every=5, stop_after=7)
+    acts = {k: cadence.at(k, events=k == 3) for k in range(1, 13)}
+    assert [k for k, a in acts.items() if a.logged] == [1, 3, 4, 8, 12]  # 3: an event
+    assert [k for k, a in acts.items() if a.evaluated] == [6]  # (12's is the final one)
+    assert [k for k, a in acts.items() if a.checkpointed] == [5, 10, 12]
+    assert [k for k, a in acts.items() if a.stopped] == list(range(7, 13))
+    assert [k for k, a in acts.items() if not a.boundary] == [2]
+    assert not Cadence(12, 4, 0, 5).at(6, events=False).evaluated  # eval_every 0: none
+    assert not recorded_event({"step": 3, "lr": 1e-3, "gate": 0.5})
+    assert recorded_event({"step": 3, "lr": 1e-3, "gate": 0.5, "c": {}})
+    assert recorded_event({"step": 3, "lr": 1e-3, "gate": 1.0, "fakeln_removed": {}})
 
 
 def _strip_timing(rows):

@@ -40,6 +40,7 @@ from ..runtime.progress import clock
 from ..runtime.provenance import now
 from ..schedules import gate_at, lr_at
 from .blowups import SpikeDetector, events_of, summary
+from .cadence import Cadence
 from .checkpoint import CheckpointError, save_model, write_json
 from .diagnostics import clipped, grad_norms, output_stats, prelogit_geometry
 from .distributed import World, barrier, process_group
@@ -147,6 +148,15 @@ class Step:
     losses: torch.Tensor  # (CE, scale loss), float64, the mean over the step's micro-batches
     grad_norm: torch.Tensor  # the total gradient norm before clipping
     norms: dict  # gradient norms per weight type (only on logged steps)
+
+
+STEP_KEYS = frozenset({"step", "lr", "gate"})  # what start_step records at every step
+
+
+def recorded_event(record: dict) -> bool:
+    """Whether start_step's `record` holds an event: anything but STEP_KEYS (the anchor's s_tgt
+    or every c frozen, FakeLN's norms removed)."""
+    return not record.keys() <= STEP_KEYS
 
 
 def start_step(run: Run, step: int) -> dict:
@@ -290,72 +300,76 @@ def write_record(run: Run, record: dict) -> None:
 
 def train_steps(run: Run, first_step: int, stop_after: int | None) -> Outcome:
     """Optimizer steps first_step + 1 ... train.steps, logged, evaluated and checkpointed as the
-    config's `log` says. Stops at a non-finite loss or gradient norm (noticed at the next boundary:
-    a logged, evaluated or checkpointed step, which is where anything is read from the device; the
-    weights are rolled back in `finish`), or after step `stop_after`."""
-    cfg, log_cfg = run.cfg, run.cfg.log
-    steps, accum = cfg.train.steps, cfg.train.grad_accum
-    tokens = cfg.train.batch_size * run.model.config.block_size * accum
+    config's `log` says (cadence.py). Stops at a non-finite loss or gradient norm (noticed at the
+    next boundary: a logged, evaluated or checkpointed step, which is where anything is read from
+    the device; the weights are rolled back in `finish`), or after step `stop_after`."""
+    cfg = run.cfg
+    steps, cadence = cfg.train.steps, Cadence.of(cfg, stop_after)
+    tokens = cfg.train.batch_size * run.model.config.block_size * cfg.train.grad_accum
     progress = Progress(cfg.name, first_step, steps, run.world.main)
     outcome = Outcome(step=first_step, checkpoint_step=first_step, first_step=first_step)
     checks = StepChecks(run, run.metrics.records() if run.metrics else [])
     run.model.train()
-    metrics = run.metrics  # None on ranks other than 0
     for step in range(first_step + 1, steps + 1):
         record = start_step(run, step)
-        logged = step == 1 or step % log_cfg.every == 0 or step == steps or len(record) > 3
-        result = train_step(run, record, logged)
+        acts = cadence.at(step, events=recorded_event(record))
+        result = train_step(run, record, acts.logged)
         checks.add(result)
         progress.step_done(tokens)
-        eval_due = log_cfg.eval_every and step % log_cfg.eval_every == 0 and step < steps
-        ckpt_due = step % log_cfg.ckpt_every == 0 or step == steps
-        stop = stop_after is not None and step >= stop_after
-        if not (logged or eval_due or ckpt_due or stop):
+        if not acts.boundary:
             continue
 
         # a boundary: read what the steps since the last one left on the device
-        checks.check(logged)
+        checks.check(acts.logged)
         bad = checks.diverged
         if bad is not None:
             outcome.diverged_step, outcome.step = bad[0], bad[0] - 1
             log.warning("[%s] non-finite %s at step %d: stopping", cfg.name, bad[1], bad[0])
             break
         outcome.step = step
-        if logged:
-            loss, aux_loss = result.losses.tolist()
-            grad_norm = result.grad_norm.item()
-            record = host_values(result.record)
-            record.update(result.norms, **clipped(result.norms, grad_norm, cfg.train.clip))
-            tokens_per_s = progress.tokens_per_s()
-            record.update(
-                loss=loss, aux_loss=aux_loss, grad_norm=grad_norm, tokens_per_s=tokens_per_s
-            )
-            if metrics is not None:
-                write_record(run, record)
-            progress.report(step, loss, record["gate"], record["lr"], tokens_per_s)
-        if eval_due and metrics is not None:  # the model as trained at this step: its gate
-            gate = result.record["gate"]
+        if acts.logged:
+            log_step(run, result, progress)
+        if acts.evaluated and run.metrics is not None:  # the model as trained: its gate
             val = validation_loss(run, run.model, gate=None)
-            write_record(run, {"step": step, "val_loss": val, "val_gate": gate})
-        if ckpt_due and metrics is not None:
-            run.inputs.check()  # the steps since the last checkpoint read the pinned data
-            metrics.keep(whole=True)
-            save_training_state(
-                run.ckpt,
-                run.model,
-                run.opt,
-                run.anchor,
-                step,
-                run.identity,
-                metrics.content(),
-                run.inputs.record(),
-            )
+            write_record(run, {"step": step, "val_loss": val, "val_gate": result.record["gate"]})
+        if acts.checkpointed and run.metrics is not None:
+            write_checkpoint(run, step)
             outcome.checkpoint_step = step
-        if stop:
+        if acts.stopped:
             outcome.stopped = True
             break
     progress.close()
     return outcome
+
+
+def log_step(run: Run, result: Step, progress: Progress) -> None:
+    """A logged step's record, read back from the device, to metrics.jsonl (rank 0) and the
+    progress bar or line."""
+    loss, aux_loss = result.losses.tolist()
+    grad_norm = result.grad_norm.item()
+    record = host_values(result.record)
+    record.update(result.norms, **clipped(result.norms, grad_norm, run.cfg.train.clip))
+    tokens_per_s = progress.tokens_per_s()
+    record.update(loss=loss, aux_loss=aux_loss, grad_norm=grad_norm, tokens_per_s=tokens_per_s)
+    if run.metrics is not None:
+        write_record(run, record)
+    progress.report(record["step"], loss, record["gate"], record["lr"], tokens_per_s)
+
+
+def write_checkpoint(run: Run, step: int) -> None:
+    """The training state after `step` to run.ckpt, with a copy of the record up to it (rank 0)."""
+    run.inputs.check()  # the steps since the last checkpoint read the pinned data
+    run.metrics.keep(whole=True)
+    save_training_state(
+        run.ckpt,
+        model=run.model,
+        opt=run.opt,
+        anchor=run.anchor,
+        step=step,
+        identity=run.identity,
+        metrics=run.metrics.content(),
+        inputs=run.inputs.record(),
+    )
 
 
 # ---- the end: weights, final evaluation, eval.json ------------------------------------------------

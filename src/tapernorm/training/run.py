@@ -112,7 +112,7 @@ def make_optimizer(model: GPT, train: TrainSection) -> torch.optim.AdamW:
 # ---- set-up and resume ----------------------------------------------------------------------------
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Run:
     """One training run, set up: its config, data, model, optimizer and where it writes."""
 
@@ -215,22 +215,22 @@ def set_up(cfg: RunConfig, out: Path, world: World, device: torch.device) -> Run
         "data_sha256": data_sha256(inputs),  # the bytes trained on (comparable.py compares them)
     }
     return Run(
-        cfg,
-        out,
-        world,
-        device,
-        shards,
-        model,
-        opt,
-        anchor,
-        fakeln,
-        micro_batches,
-        reduce,
-        identity,
-        forward,
-        provenance,
-        inputs,
-        val_windows,
+        cfg=cfg,
+        out=out,
+        world=world,
+        device=device,
+        shards=shards,
+        model=model,
+        opt=opt,
+        anchor=anchor,
+        fakeln=fakeln,
+        micro_batches=micro_batches,
+        reduce=reduce,
+        identity=identity,
+        forward=forward,
+        provenance=provenance,
+        inputs=inputs,
+        val_windows=val_windows,
         ddp=ddp,
         ddp_hidden=ModelHidden(model) if ddp is not None else None,
     )

@@ -61,6 +61,7 @@ def checkpoint_dirs(ckpt: Path) -> tuple[Path, Path]:
 
 def save_training_state(
     ckpt: Path,
+    *,
     model: GPT,
     opt: torch.optim.Optimizer,
     anchor: ScaleAnchor | None,
@@ -69,9 +70,10 @@ def save_training_state(
     metrics: bytes | None = None,
     inputs: dict | None = None,
 ) -> None:
-    """Write the state after `step` to `ckpt` (via ckpt.tmp, so a kill never leaves half of one),
-    with the run's identity, its inputs' file states (Inputs.record) and a copy of the record
-    (`metrics`: metrics.jsonl's bytes up to `step`)."""
+    """Write the state after `step` to `ckpt` (via ckpt.tmp, so a kill never leaves half of one):
+    the run's parts (`model`, `opt`, `anchor`; by keyword, as is the rest), with the run's
+    identity, its inputs' file states (Inputs.record) and a copy of the record (`metrics`:
+    metrics.jsonl's bytes up to `step`)."""
     tmp = ckpt.with_name(ckpt.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)  # what a kill mid-save left
     tensors = {f"model.{k}": v for k, v in model_tensors(model).items()}
