@@ -10,7 +10,8 @@
 # --wheels DIR: pip-install DIR/*.whl offline (--no-index --no-deps) into a temporary directory on
 # PYTHONPATH first (how to prepare them: benchmarks/README.md). PYTHON (default python3) runs the steps.
 #
-# Steps, in order of value, each under its own time limit (timeout; SIGKILL GRACE = 3 s after it).
+# Steps, in order of value, each under its own time limit (timeout; SIGKILL GRACE = 3 s after it;
+# the machinery, shared with the other device check, is benchmarks/device_steps.sh).
 # A step that fails or runs out of time is recorded and the next one runs; benchmark steps append
 # their CSV rows cell by cell (flushed), so a step stopped at its limit keeps the cells it finished.
 #
@@ -66,17 +67,13 @@ WORK=$TMP/results # packed as results/ in results.tar.gz
 mkdir -p "$WORK/logs"
 SITE=$TMP/site
 export PYTHONPATH="$REPO/src:$SITE${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
-START=$SECONDS
-STEPS=() FAILED=()
 
 # each step's limit (s), as in the table above; the BANKED steps run to their deadline
 declare -A LIMIT=([env]=45 [wheels]=20 [selftest]=60 [train_step]=45 [forward]=40 [decode_eager]=120
   [decode_compiled_p128]=100 [decode_compiled_p512]=100 [pack]=5)
 BANKED=" decode_eager decode_compiled_p128 decode_compiled_p512 "
-GRACE=3
-BUDGET=0 # the last step's deadline: every limit and grace
-for name in "${!LIMIT[@]}"; do BUDGET=$((BUDGET + LIMIT[$name] + GRACE)); done
-SCHEDULE=0 # the deadline of the step now running, in seconds from START
+# shellcheck source=benchmarks/device_steps.sh
+. "$REPO/benchmarks/device_steps.sh" # step, skip, the summary and the packing after each step
 
 if [ "$SMOKE" = 1 ]; then
   DEV=(--device cpu)
@@ -98,84 +95,16 @@ else
   P_SHORT=128 P_LONG=512
 fi
 
-rows() { # data rows of a CSV, or - if there is none
-  if [ -s "$1" ]; then echo $(($(wc -l <"$1") - 1)); else echo -; fi
+summary_head() {
+  echo "# First-GPU check"
+  echo
+  echo "$(date -u '+%Y-%m-%d %H:%M:%S UTC'); SMOKE=$SMOKE; GPU_CHECK_FAIL=${FAIL:-none};" \
+    "wheels: ${WHEELS:-none}; python: $PY"
 }
-
-write_summary() {
-  {
-    echo "# First-GPU check"
-    echo
-    echo "$(date -u '+%Y-%m-%d %H:%M:%S UTC'); SMOKE=$SMOKE; GPU_CHECK_FAIL=${FAIL:-none};" \
-      "wheels: ${WHEELS:-none}; python: $PY"
-    if [ -s "$WORK/env.json" ]; then
-      grep -E '"(device|device_name|torch|cuda|python)":' "$WORK/env.json" | head -5 | tr -s ' ' |
-        sed 's/^/    /'
-    fi
-    echo
-    echo "| step | status | exit | seconds | limit (s) | CSV rows |"
-    echo "|---|---|---|---|---|---|"
-    printf '%s\n' "${STEPS[@]}"
-    echo
-    echo "Total: $((SECONDS - START)) s (deadline $BUDGET s: the limits and a ${GRACE} s kill grace" \
-      "each; the decode steps get the time the earlier steps left unused)."
-    for name in "${FAILED[@]}"; do
-      echo
-      echo "## $name failed: the end of its log"
-      echo '```'
-      tail -n 25 "$WORK/logs/$name.log"
-      echo '```'
-    done
-    if [ -s "$OUT/results.tar.gz" ]; then
-      echo
-      echo "## results.tar.gz"
-      echo '```'
-      tar -tzf "$OUT/results.tar.gz" | sort
-      echo '```'
-    fi
-    echo
-    echo "Tables, figure 5 and the GPU-hours from these files: tapernorm gpu-report DIR"
-  } >"$OUT/summary.md.tmp" && mv "$OUT/summary.md.tmp" "$OUT/summary.md"
-}
-
-# step NAME CSV COMMAND...: run COMMAND under the step's limit, its output in logs/NAME.log
-step() {
-  local name=$1 csv=$2 rc status t0=$SECONDS limit=${LIMIT[$1]}
-  shift 2
-  local log=$WORK/logs/$name.log
-  SCHEDULE=$((SCHEDULE + limit + GRACE))
-  if [[ $BANKED == *" $name "* ]]; then # up to its deadline: its limit and what is left unused
-    limit=$((SCHEDULE - GRACE - (SECONDS - START)))
-    [ "$limit" -ge 1 ] || limit=1
-  fi
-  echo "== $name (limit ${limit} s) =="
-  if [[ ",$FAIL," == *",$name,"* ]]; then
-    echo "GPU_CHECK_FAIL=$FAIL: $name fails on purpose" >"$log"
-    rc=97
-  else
-    timeout -k "$GRACE" "$limit" "$@" >"$log" 2>&1
-    rc=$?
-  fi
-  case $rc in
-    0) status=ok ;;
-    97) status="failed on purpose (GPU_CHECK_FAIL)" ;;
-    124 | 137) status="ran out of time" ;;
-    *) status=failed ;;
-  esac
-  [ "$rc" = 0 ] || FAILED+=("$name")
-  tail -n 15 "$log"
-  echo "-- $name: $status (exit $rc, $((SECONDS - t0)) s)"
-  STEPS+=("| $name | $status | $rc | $((SECONDS - t0)) | $limit | $(rows "$csv") |")
-  write_summary
-  # what the steps so far left, packed now: a command cut off later still brings these back
-  [ "$name" = pack ] || { tar -czf "$OUT/results.tar.gz.tmp" -C "$TMP" results &&
-    mv "$OUT/results.tar.gz.tmp" "$OUT/results.tar.gz"; } 2>/dev/null
-}
-
-skip() { # skip NAME WHY: its limit and grace go to the banked steps
-  SCHEDULE=$((SCHEDULE + LIMIT[$1] + GRACE))
-  STEPS+=("| $1 | skipped: $2 | - | 0 | ${LIMIT[$1]} | - |")
-  write_summary
+summary_body() { :; }
+summary_foot() {
+  echo
+  echo "Tables, figure 5 and the GPU-hours from these files: tapernorm gpu-report DIR"
 }
 
 TN=("$PY" -m tapernorm.cli)

@@ -23,7 +23,8 @@
 # L=2, 2 heads, d=32, T=32, batch 4, 40 steps, float32, on the CPU. The run configs are written by
 # this script (write_config below) into results/configs/.
 #
-# Steps, in order of value, each under its own time limit (timeout; SIGKILL GRACE = 3 s after it).
+# Steps, in order of value, each under its own time limit (timeout; SIGKILL GRACE = 3 s after it;
+# the machinery, shared with the other device check, is benchmarks/device_steps.sh).
 # A step that fails or runs out of time is recorded and the next one runs (a step whose inputs a
 # failed step should have made fails in turn, saying so in its log).
 #
@@ -107,18 +108,14 @@ FOLDS=$TMP/folds  # tapernorm fold's outputs (folded/, scaled/): only verify.jso
 mkdir -p "$WORK/logs" "$WORK/configs" "$WORK/eval" "$WORK/tails" "$RUNS" "$FOLDS"
 SITE=$TMP/site
 export PYTHONPATH="$REPO/src:$SITE${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
-START=$SECONDS
-STEPS=() FAILED=()
 
 # each step's limit (s), as in the table above; the BANKED step runs to its deadline
 declare -A LIMIT=([env]=35 [wheels]=15 [train_baseline]=80 [train_internal_aux]=80
   [train_all_aux]=80 [fold_internal_aux]=25 [fold_all_aux]=25 [eval]=40 [tails]=40
   [bench_forward]=25 [bench_decode]=25 [train_compiled]=40 [pack]=5)
 BANKED=" train_compiled "
-GRACE=3
-BUDGET=0 # the last step's deadline: every limit and grace
-for name in "${!LIMIT[@]}"; do BUDGET=$((BUDGET + LIMIT[$name] + GRACE)); done
-SCHEDULE=0 # the deadline of the step now running, in seconds from START
+# shellcheck source=benchmarks/device_steps.sh
+. "$REPO/benchmarks/device_steps.sh" # step, skip, the summary and the packing after each step
 
 TAPERED=(internal_aux all_aux)
 if [ "$SMOKE" = 1 ]; then
@@ -157,90 +154,25 @@ EOF
 for v in baseline "${TAPERED[@]}"; do write_config "$v" "$WORK/configs/$v.yaml"; done
 write_config internal_aux "$WORK/configs/internal_aux_compiled.yaml" true
 
-write_summary() {
-  {
-    echo "# GPU training check"
-    echo
-    echo "$(date -u '+%Y-%m-%d %H:%M:%S UTC'); SMOKE=$SMOKE; GPU_CHECK_FAIL=${FAIL:-none};" \
-      "wheels: ${WHEELS:-none}; python: $PY; data: $DATA; steps: $STEPS_N" \
-      "(warmup $WARMUP_N, taper $TAPER_START -> $TAPER_END); device $DEVICE, $DTYPE"
-    if [ -s "$WORK/env.json" ]; then
-      grep -E '"(device|device_name|torch|cuda|python)":' "$WORK/env.json" | head -5 | tr -s ' ' |
-        sed 's/^/    /'
-    fi
-    echo
-    echo "| step | status | exit | seconds | limit (s) |"
-    echo "|---|---|---|---|---|"
-    printf '%s\n' "${STEPS[@]}"
-    echo
-    echo "Total: $((SECONDS - START)) s (deadline $BUDGET s: the limits and a ${GRACE} s kill grace" \
-      "each; train_compiled gets the time the earlier steps left unused)."
-    for v in baseline "${TAPERED[@]}" internal_aux_compiled; do
-      [ -s "$WORK/runs/$v/eval.json" ] || continue
-      echo
-      echo "eval.json of $v:"
-      tr -d '\n' <"$WORK/runs/$v/eval.json" | head -c 400
-      echo
-    done
-    for name in "${FAILED[@]}"; do
-      echo
-      echo "## $name failed: the end of its log"
-      echo '```'
-      tail -n 25 "$WORK/logs/$name.log"
-      echo '```'
-    done
-    if [ -s "$OUT/results.tar.gz" ]; then
-      echo
-      echo "## results.tar.gz"
-      echo '```'
-      tar -tzf "$OUT/results.tar.gz" | sort
-      echo '```'
-    fi
-  } >"$OUT/summary.md.tmp" && mv "$OUT/summary.md.tmp" "$OUT/summary.md"
+summary_head() {
+  echo "# GPU training check"
+  echo
+  echo "$(date -u '+%Y-%m-%d %H:%M:%S UTC'); SMOKE=$SMOKE; GPU_CHECK_FAIL=${FAIL:-none};" \
+    "wheels: ${WHEELS:-none}; python: $PY; data: $DATA; steps: $STEPS_N" \
+    "(warmup $WARMUP_N, taper $TAPER_START -> $TAPER_END); device $DEVICE, $DTYPE"
 }
-
-# step NAME COMMAND...: run COMMAND under the step's limit, its output in logs/NAME.log
-step() {
-  local name=$1 rc status t0=$SECONDS limit=${LIMIT[$1]}
-  shift
-  local log=$WORK/logs/$name.log
-  SCHEDULE=$((SCHEDULE + limit + GRACE))
-  if [[ $BANKED == *" $name "* ]]; then # up to its deadline: its limit and what is left unused
-    limit=$((SCHEDULE - GRACE - (SECONDS - START)))
-    [ "$limit" -ge 1 ] || limit=1
-  fi
-  echo "== $name (limit ${limit} s) =="
-  if [[ ",$FAIL," == *",$name,"* ]]; then
-    echo "GPU_CHECK_FAIL=$FAIL: $name fails on purpose" >"$log"
-    rc=97
-  else
-    timeout -k "$GRACE" "$limit" "$@" >"$log" 2>&1
-    rc=$?
-  fi
-  case $rc in
-    0) status=ok ;;
-    97) status="failed on purpose (GPU_CHECK_FAIL)" ;;
-    124 | 137) status="ran out of time" ;;
-    *) status=failed ;;
-  esac
-  [ "$rc" = 0 ] || FAILED+=("$name")
-  keep_results
-  tail -n 15 "$log"
-  echo "-- $name: $status (exit $rc, $((SECONDS - t0)) s)"
-  STEPS+=("| $name | $status | $rc | $((SECONDS - t0)) | $limit |")
-  write_summary
-  # what the steps so far left, packed now: a command cut off later still brings these back
-  [ "$name" = pack ] || { tar -czf "$OUT/results.tar.gz.tmp" -C "$TMP" results &&
-    mv "$OUT/results.tar.gz.tmp" "$OUT/results.tar.gz"; } 2>/dev/null
+summary_body() {
+  for v in baseline "${TAPERED[@]}" internal_aux_compiled; do
+    [ -s "$WORK/runs/$v/eval.json" ] || continue
+    echo
+    echo "eval.json of $v:"
+    tr -d '\n' <"$WORK/runs/$v/eval.json" | head -c 400
+    echo
+  done
 }
+summary_foot() { :; }
 
-skip() { # skip NAME WHY: its limit and grace go to the banked step
-  SCHEDULE=$((SCHEDULE + LIMIT[$1] + GRACE))
-  STEPS+=("| $1 | skipped: $2 | - | 0 | ${LIMIT[$1]} |")
-  write_summary
-}
-
-keep_results() { # the small files of the runs and folds, copied into results/ (no weights)
+after_step() { # the small files of the runs and folds, copied into results/ (no weights)
   local d v
   for d in "$RUNS"/*/; do
     [ -d "$d" ] || continue
@@ -262,7 +194,7 @@ TN=("$PY" -m tapernorm.cli)
 DEV=(--device "$DEVICE")
 
 train() { # train NAME CONFIG RUN
-  step "$1" "${TN[@]}" train --config "$WORK/configs/$2.yaml" --out "$RUNS/$3"
+  step "$1" - "${TN[@]}" train --config "$WORK/configs/$2.yaml" --out "$RUNS/$3"
 }
 
 # eval: each tapered run and its folded model on the same validation windows (float32)
@@ -276,9 +208,9 @@ for v in "$@"; do
 done
 exit $rc'
 
-step env "${TN[@]}" env "${DEV[@]}" --out "$WORK/env.json"
+step env - "${TN[@]}" env "${DEV[@]}" --out "$WORK/env.json"
 if [ -n "$WHEELS" ]; then
-  step wheels "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir \
+  step wheels - "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir \
     --target "$SITE" "$WHEELS"/*.whl
 else
   skip wheels "no --wheels"
@@ -287,17 +219,17 @@ train train_baseline baseline baseline
 train train_internal_aux internal_aux internal_aux
 train train_all_aux all_aux all_aux
 for v in "${TAPERED[@]}"; do
-  step "fold_$v" "${TN[@]}" fold --model "$RUNS/$v" --data "$DATA" --out "$FOLDS/$v" "${DEV[@]}"
+  step "fold_$v" - "${TN[@]}" fold --model "$RUNS/$v" --data "$DATA" --out "$FOLDS/$v" "${DEV[@]}"
 done
-step eval bash -c "$EVAL" eval "$PY" "$DATA" "$WINDOWS" "$DEVICE" "$RUNS" "$FOLDS" \
+step eval - bash -c "$EVAL" eval "$PY" "$DATA" "$WINDOWS" "$DEVICE" "$RUNS" "$FOLDS" \
   "$WORK/eval" "${TAPERED[@]}"
-step tails "${TN[@]}" tails --runs "$RUNS/baseline" "$RUNS/internal_aux" "$RUNS/all_aux" \
+step tails - "${TN[@]}" tails --runs "$RUNS/baseline" "$RUNS/internal_aux" "$RUNS/all_aux" \
   --folded "$FOLDS/internal_aux" "$FOLDS/all_aux" --data "$DATA" --out "$WORK/tails/table_tails" \
   "${TAILS[@]}" "${DEV[@]}"
-step bench_forward "${TN[@]}" bench forward --baseline "$RUNS/baseline" \
+step bench_forward "$WORK/bench_forward.csv" "${TN[@]}" bench forward --baseline "$RUNS/baseline" \
   --tapered "$RUNS/internal_aux" "${DEV[@]}" --dtype "$DTYPE" "${FORWARD[@]}" \
   --out "$WORK/bench_forward.csv"
-step bench_decode "${TN[@]}" bench decode --baseline "$RUNS/baseline" \
+step bench_decode "$WORK/bench_decode.csv" "${TN[@]}" bench decode --baseline "$RUNS/baseline" \
   --tapered "$RUNS/internal_aux" "${DEV[@]}" --dtype "$DTYPE" "${DECODE[@]}" --modes eager \
   --out "$WORK/bench_decode.csv"
 if [ "$SMOKE" = 1 ]; then
@@ -308,7 +240,7 @@ fi
 
 [ -s "$WORK/env.json" ] && cp "$WORK/env.json" "$OUT/env.json"
 cp "$OUT/summary.md" "$WORK/summary.md"
-step pack tar -czf "$OUT/results.tar.gz" -C "$TMP" results
+step pack - tar -czf "$OUT/results.tar.gz" -C "$TMP" results
 rm -rf "$TMP"
 echo "wrote $(ls "$OUT" | tr '\n' ' ')to $OUT"
 [ ${#FAILED[@]} = 0 ] # the exit status: 1 if any step failed

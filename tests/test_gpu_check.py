@@ -114,6 +114,7 @@ CHECK_MODULES = (
     "tapernorm.schedules",
     "tapernorm.training",
     "tapernorm.training.blowups",
+    "tapernorm.training.cadence",
     "tapernorm.training.checkpoint",
     "tapernorm.training.diagnostics",
     "tapernorm.training.distributed",

@@ -121,7 +121,7 @@ def _summary_steps(summary: str) -> dict[str, dict]:
         cells = [c.strip() for c in line.strip("|").split("|")]
         if line.startswith("| ") and cells[0] in STEPS:
             rows[cells[0]] = dict(
-                zip(["status", "exit", "seconds", "limit"], cells[1:], strict=True)
+                zip(["status", "exit", "seconds", "limit", "rows"], cells[1:], strict=True)
             )
     return rows
 
