@@ -57,23 +57,15 @@ while [ $# -gt 0 ]; do
 done
 
 REPO=$(cd "$(dirname "$0")/.." && pwd)
-PY=${PYTHON:-python3}
-SMOKE=${SMOKE:-0}
-FAIL=${GPU_CHECK_FAIL:-}
-mkdir -p "$OUT"
-OUT=$(cd "$OUT" && pwd)
-TMP=$(mktemp -d)
-WORK=$TMP/results # packed as results/ in results.tar.gz
-mkdir -p "$WORK/logs"
-SITE=$TMP/site
-export PYTHONPATH="$REPO/src:$SITE${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
+# shellcheck source=benchmarks/device_steps.sh
+. "$REPO/benchmarks/device_steps.sh" # step, skip, the summary and the packing after each step
+device_setup
 
 # each step's limit (s), as in the table above; the BANKED steps run to their deadline
 declare -A LIMIT=([env]=45 [wheels]=20 [selftest]=60 [train_step]=45 [forward]=40 [decode_eager]=120
   [decode_compiled_p128]=100 [decode_compiled_p512]=100 [pack]=5)
 BANKED=" decode_eager decode_compiled_p128 decode_compiled_p512 "
-# shellcheck source=benchmarks/device_steps.sh
-. "$REPO/benchmarks/device_steps.sh" # step, skip, the summary and the packing after each step
+steps_start
 
 if [ "$SMOKE" = 1 ]; then
   DEV=(--device cpu)

@@ -96,26 +96,19 @@ done
 DATA=$(cd "$DATA" && pwd)
 
 REPO=$(cd "$(dirname "$0")/.." && pwd)
-PY=${PYTHON:-python3}
-SMOKE=${SMOKE:-0}
-FAIL=${GPU_CHECK_FAIL:-}
-mkdir -p "$OUT"
-OUT=$(cd "$OUT" && pwd)
-TMP=$(mktemp -d)
-WORK=$TMP/results # packed as results/ in results.tar.gz
-RUNS=$TMP/runs    # the run directories (weights, checkpoints): not packed
-FOLDS=$TMP/folds  # tapernorm fold's outputs (folded/, scaled/): only verify.json is packed
-mkdir -p "$WORK/logs" "$WORK/configs" "$WORK/eval" "$WORK/tails" "$RUNS" "$FOLDS"
-SITE=$TMP/site
-export PYTHONPATH="$REPO/src:$SITE${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
+# shellcheck source=benchmarks/device_steps.sh
+. "$REPO/benchmarks/device_steps.sh" # step, skip, the summary and the packing after each step
+device_setup
+RUNS=$TMP/runs   # the run directories (weights, checkpoints): not packed
+FOLDS=$TMP/folds # tapernorm fold's outputs (folded/, scaled/): only verify.json is packed
+mkdir -p "$WORK/configs" "$WORK/eval" "$WORK/tails" "$RUNS" "$FOLDS"
 
 # each step's limit (s), as in the table above; the BANKED step runs to its deadline
 declare -A LIMIT=([env]=35 [wheels]=15 [train_baseline]=80 [train_internal_aux]=80
   [train_all_aux]=80 [fold_internal_aux]=25 [fold_all_aux]=25 [eval]=40 [tails]=40
   [bench_forward]=25 [bench_decode]=25 [train_compiled]=40 [pack]=5)
 BANKED=" train_compiled "
-# shellcheck source=benchmarks/device_steps.sh
-. "$REPO/benchmarks/device_steps.sh" # step, skip, the summary and the packing after each step
+steps_start
 
 TAPERED=(internal_aux all_aux)
 if [ "$SMOKE" = 1 ]; then
