@@ -15,6 +15,9 @@
 # sum of (limit + GRACE) up to it; a BANKED step runs until its deadline less the grace, so it gets
 # what the earlier steps left unused. CSV: the file whose data rows the summary counts (- none).
 # skip NAME WHY: the step does not run; its limit and grace go to the banked steps.
+# env_and_wheels: the first steps of a check (the device's record; with WHEELS, the offline
+# install into $TMP/site); pack_and_finish: the last (results.tar.gz, the scratch directory
+# removed), its status the check's exit status (1 if any step failed).
 
 device_setup() {
   PY=${PYTHON:-python3}
@@ -117,3 +120,22 @@ skip() {
 }
 
 after_step() { :; } # a check redefines it to keep what a step left (gpu_train_check.sh)
+
+env_and_wheels() {
+  step env - "$PY" -m tapernorm.cli env "${DEV[@]}" --out "$WORK/env.json"
+  if [ -n "$WHEELS" ]; then
+    step wheels - "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir \
+      --target "$SITE" "$WHEELS"/*.whl
+  else
+    skip wheels "no --wheels"
+  fi
+}
+
+pack_and_finish() {
+  [ -s "$WORK/env.json" ] && cp "$WORK/env.json" "$OUT/env.json"
+  cp "$OUT/summary.md" "$WORK/summary.md"
+  step pack - tar -czf "$OUT/results.tar.gz" -C "$TMP" results
+  rm -rf "$TMP"
+  echo "wrote $(ls "$OUT" | tr '\n' ' ')to $OUT"
+  [ ${#FAILED[@]} = 0 ]
+}

@@ -101,13 +101,7 @@ summary_foot() {
 
 TN=("$PY" -m tapernorm.cli)
 
-step env - "${TN[@]}" env "${DEV[@]}" --out "$WORK/env.json"
-if [ -n "$WHEELS" ]; then
-  step wheels - "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir \
-    --target "$SITE" "$WHEELS"/*.whl
-else
-  skip wheels "no --wheels"
-fi
+env_and_wheels
 step selftest - "${TN[@]}" selftest "${DEV[@]}" --no-compile  # compiled: decode steps
 step train_step "$WORK/train_step.csv" "${TN[@]}" bench train-step "${DEV[@]}" "${TRAIN[@]}" \
   --no-hf --with-dyt --out "$WORK/train_step.csv"
@@ -122,9 +116,4 @@ compiled() { # compiled NAME PROMPT
 compiled decode_compiled_p128 "$P_SHORT"
 compiled decode_compiled_p512 "$P_LONG"
 
-[ -s "$WORK/env.json" ] && cp "$WORK/env.json" "$OUT/env.json"
-cp "$OUT/summary.md" "$WORK/summary.md"
-step pack - tar -czf "$OUT/results.tar.gz" -C "$TMP" results
-rm -rf "$TMP"
-echo "wrote $(ls "$OUT" | tr '\n' ' ')to $OUT"
-[ ${#FAILED[@]} = 0 ] # the exit status: 1 if any step failed
+pack_and_finish # the exit status: 1 if any step failed

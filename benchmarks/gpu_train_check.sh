@@ -201,13 +201,7 @@ for v in "$@"; do
 done
 exit $rc'
 
-step env - "${TN[@]}" env "${DEV[@]}" --out "$WORK/env.json"
-if [ -n "$WHEELS" ]; then
-  step wheels - "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir \
-    --target "$SITE" "$WHEELS"/*.whl
-else
-  skip wheels "no --wheels"
-fi
+env_and_wheels
 train train_baseline baseline baseline
 train train_internal_aux internal_aux internal_aux
 train train_all_aux all_aux all_aux
@@ -231,9 +225,4 @@ else
   train train_compiled internal_aux_compiled internal_aux_compiled
 fi
 
-[ -s "$WORK/env.json" ] && cp "$WORK/env.json" "$OUT/env.json"
-cp "$OUT/summary.md" "$WORK/summary.md"
-step pack - tar -czf "$OUT/results.tar.gz" -C "$TMP" results
-rm -rf "$TMP"
-echo "wrote $(ls "$OUT" | tr '\n' ' ')to $OUT"
-[ ${#FAILED[@]} = 0 ] # the exit status: 1 if any step failed
+pack_and_finish # the exit status: 1 if any step failed
