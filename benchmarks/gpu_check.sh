@@ -57,23 +57,15 @@ while [ $# -gt 0 ]; do
 done
 
 REPO=$(cd "$(dirname "$0")/.." && pwd)
-PY=${PYTHON:-python3}
-SMOKE=${SMOKE:-0}
-FAIL=${GPU_CHECK_FAIL:-}
-mkdir -p "$OUT"
-OUT=$(cd "$OUT" && pwd)
-TMP=$(mktemp -d)
-WORK=$TMP/results # packed as results/ in results.tar.gz
-mkdir -p "$WORK/logs"
-SITE=$TMP/site
-export PYTHONPATH="$REPO/src:$SITE${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
+# shellcheck source=benchmarks/device_steps.sh
+. "$REPO/benchmarks/device_steps.sh" # step, skip, the summary and the packing after each step
+device_setup
 
 # each step's limit (s), as in the table above; the BANKED steps run to their deadline
 declare -A LIMIT=([env]=45 [wheels]=20 [selftest]=60 [train_step]=45 [forward]=40 [decode_eager]=120
   [decode_compiled_p128]=100 [decode_compiled_p512]=100 [pack]=5)
 BANKED=" decode_eager decode_compiled_p128 decode_compiled_p512 "
-# shellcheck source=benchmarks/device_steps.sh
-. "$REPO/benchmarks/device_steps.sh" # step, skip, the summary and the packing after each step
+steps_start
 
 if [ "$SMOKE" = 1 ]; then
   DEV=(--device cpu)
@@ -109,13 +101,7 @@ summary_foot() {
 
 TN=("$PY" -m tapernorm.cli)
 
-step env - "${TN[@]}" env "${DEV[@]}" --out "$WORK/env.json"
-if [ -n "$WHEELS" ]; then
-  step wheels - "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir \
-    --target "$SITE" "$WHEELS"/*.whl
-else
-  skip wheels "no --wheels"
-fi
+env_and_wheels
 step selftest - "${TN[@]}" selftest "${DEV[@]}" --no-compile  # compiled: decode steps
 step train_step "$WORK/train_step.csv" "${TN[@]}" bench train-step "${DEV[@]}" "${TRAIN[@]}" \
   --no-hf --with-dyt --out "$WORK/train_step.csv"
@@ -130,9 +116,4 @@ compiled() { # compiled NAME PROMPT
 compiled decode_compiled_p128 "$P_SHORT"
 compiled decode_compiled_p512 "$P_LONG"
 
-[ -s "$WORK/env.json" ] && cp "$WORK/env.json" "$OUT/env.json"
-cp "$OUT/summary.md" "$WORK/summary.md"
-step pack - tar -czf "$OUT/results.tar.gz" -C "$TMP" results
-rm -rf "$TMP"
-echo "wrote $(ls "$OUT" | tr '\n' ' ')to $OUT"
-[ ${#FAILED[@]} = 0 ] # the exit status: 1 if any step failed
+pack_and_finish # the exit status: 1 if any step failed

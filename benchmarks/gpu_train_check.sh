@@ -96,26 +96,19 @@ done
 DATA=$(cd "$DATA" && pwd)
 
 REPO=$(cd "$(dirname "$0")/.." && pwd)
-PY=${PYTHON:-python3}
-SMOKE=${SMOKE:-0}
-FAIL=${GPU_CHECK_FAIL:-}
-mkdir -p "$OUT"
-OUT=$(cd "$OUT" && pwd)
-TMP=$(mktemp -d)
-WORK=$TMP/results # packed as results/ in results.tar.gz
-RUNS=$TMP/runs    # the run directories (weights, checkpoints): not packed
-FOLDS=$TMP/folds  # tapernorm fold's outputs (folded/, scaled/): only verify.json is packed
-mkdir -p "$WORK/logs" "$WORK/configs" "$WORK/eval" "$WORK/tails" "$RUNS" "$FOLDS"
-SITE=$TMP/site
-export PYTHONPATH="$REPO/src:$SITE${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
+# shellcheck source=benchmarks/device_steps.sh
+. "$REPO/benchmarks/device_steps.sh" # step, skip, the summary and the packing after each step
+device_setup
+RUNS=$TMP/runs   # the run directories (weights, checkpoints): not packed
+FOLDS=$TMP/folds # tapernorm fold's outputs (folded/, scaled/): only verify.json is packed
+mkdir -p "$WORK/configs" "$WORK/eval" "$WORK/tails" "$RUNS" "$FOLDS"
 
 # each step's limit (s), as in the table above; the BANKED step runs to its deadline
 declare -A LIMIT=([env]=35 [wheels]=15 [train_baseline]=80 [train_internal_aux]=80
   [train_all_aux]=80 [fold_internal_aux]=25 [fold_all_aux]=25 [eval]=40 [tails]=40
   [bench_forward]=25 [bench_decode]=25 [train_compiled]=40 [pack]=5)
 BANKED=" train_compiled "
-# shellcheck source=benchmarks/device_steps.sh
-. "$REPO/benchmarks/device_steps.sh" # step, skip, the summary and the packing after each step
+steps_start
 
 TAPERED=(internal_aux all_aux)
 if [ "$SMOKE" = 1 ]; then
@@ -208,13 +201,7 @@ for v in "$@"; do
 done
 exit $rc'
 
-step env - "${TN[@]}" env "${DEV[@]}" --out "$WORK/env.json"
-if [ -n "$WHEELS" ]; then
-  step wheels - "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir \
-    --target "$SITE" "$WHEELS"/*.whl
-else
-  skip wheels "no --wheels"
-fi
+env_and_wheels
 train train_baseline baseline baseline
 train train_internal_aux internal_aux internal_aux
 train train_all_aux all_aux all_aux
@@ -238,9 +225,4 @@ else
   train train_compiled internal_aux_compiled internal_aux_compiled
 fi
 
-[ -s "$WORK/env.json" ] && cp "$WORK/env.json" "$OUT/env.json"
-cp "$OUT/summary.md" "$WORK/summary.md"
-step pack - tar -czf "$OUT/results.tar.gz" -C "$TMP" results
-rm -rf "$TMP"
-echo "wrote $(ls "$OUT" | tr '\n' ' ')to $OUT"
-[ ${#FAILED[@]} = 0 ] # the exit status: 1 if any step failed
+pack_and_finish # the exit status: 1 if any step failed

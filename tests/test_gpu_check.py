@@ -321,11 +321,13 @@ class _Stub:
         return 0
 
 
-def _summary_steps(summary: str) -> dict[str, dict]:
+def summary_steps(summary: str, names=STEPS) -> dict[str, dict]:
+    """The step table of a device check's summary.md (benchmarks/device_steps.sh writes it): the
+    row of each of `names`, by column."""
     rows = {}
     for line in summary.splitlines():
         cells = [c.strip() for c in line.strip("|").split("|")]
-        if line.startswith("| ") and cells[0] in STEPS:
+        if line.startswith("| ") and cells[0] in names:
             rows[cells[0]] = dict(
                 zip(["status", "exit", "seconds", "limit", "rows"], cells[1:], strict=True)
             )
@@ -371,7 +373,7 @@ def test_budget_and_returned_files_with_every_step_failed_on_purpose(tmp_path):
     assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-2000:]
     assert _returned(out) == ["results.tar.gz", "summary.md"]  # no env.json: env did not run
     summary = (out / "summary.md").read_text()
-    steps = _summary_steps(summary)
+    steps = summary_steps(summary)
     _check_limits(steps)
     assert steps["wheels"]["status"] == "skipped: no --wheels"
     assert f"(deadline {BUDGET} s:" in summary and BUDGET == 562
@@ -400,7 +402,7 @@ def test_gpu_check_smoke_keeps_every_other_step_when_one_fails(tmp_path):
     assert proc.returncode == 1, log  # a step failed
     assert _returned(out) == ["env.json", "results.tar.gz", "summary.md"]
     summary = (out / "summary.md").read_text()
-    steps = _summary_steps(summary)
+    steps = summary_steps(summary)
     _check_limits(steps)
     assert steps["forward"]["status"] == "failed on purpose (GPU_CHECK_FAIL)", summary
     assert steps["wheels"]["status"].startswith("skipped")

@@ -14,7 +14,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from test_gpu_check import ABSENT, PYTHON, ROOT, _returned
+from test_gpu_check import ABSENT, PYTHON, ROOT, _returned, summary_steps
 
 SCRIPT = ROOT / "benchmarks/gpu_train_check.sh"
 # jsonschema and what it needs: wheels the --wheels step installs (the GPU machine may lack all)
@@ -115,17 +115,6 @@ def data_dir(tmp_path_factory):
     return out / "data"
 
 
-def _summary_steps(summary: str) -> dict[str, dict]:
-    rows = {}
-    for line in summary.splitlines():
-        cells = [c.strip() for c in line.strip("|").split("|")]
-        if line.startswith("| ") and cells[0] in STEPS:
-            rows[cells[0]] = dict(
-                zip(["status", "exit", "seconds", "limit", "rows"], cells[1:], strict=True)
-            )
-    return rows
-
-
 def _check_limits(steps: dict[str, dict]) -> None:
     assert list(steps) == list(STEPS)
     elapsed, schedule = 0, 0
@@ -179,7 +168,7 @@ def test_budget_and_returned_files_with_every_step_failed_on_purpose(tmp_path):
     assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-2000:]
     assert _returned(out) == ["results.tar.gz", "summary.md"]
     summary = (out / "summary.md").read_text()
-    steps = _summary_steps(summary)
+    steps = summary_steps(summary, STEPS)
     _check_limits(steps)
     assert all(s["status"] == "failed on purpose (GPU_CHECK_FAIL)" for s in steps.values())
     assert f"(deadline {BUDGET} s:" in summary and BUDGET == 554
@@ -225,7 +214,7 @@ def test_smoke_trains_folds_and_probes_without_the_absent_packages(tmp_path, dat
     both benchmarks' CSVs were written, and at most 8 files came back."""
     results, summary, proc, names = _run(tmp_path, data_dir)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
-    steps = _summary_steps(summary)
+    steps = summary_steps(summary, STEPS)
     _check_limits(steps)
     for name, step in steps.items():
         if name == "train_compiled":
@@ -257,7 +246,7 @@ def test_a_failed_training_step_leaves_the_others_results(tmp_path, data_dir):
     evaluations and benchmarks are kept, and the summary names the failure and its log's end."""
     results, summary, proc, names = _run(tmp_path, data_dir, GPU_CHECK_FAIL="train_all_aux")
     assert proc.returncode == 1, proc.stdout[-4000:] + proc.stderr[-2000:]
-    steps = _summary_steps(summary)
+    steps = summary_steps(summary, STEPS)
     _check_limits(steps)
     assert steps["train_all_aux"]["status"] == "failed on purpose (GPU_CHECK_FAIL)"
     assert "## train_all_aux failed: the end of its log" in summary
