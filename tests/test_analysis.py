@@ -328,9 +328,11 @@ def test_claims(runs, shards_dir, tmp_path):
     rows = [ln for ln in text.splitlines() if ln.startswith("| ") and ln[2].isdigit()]
     assert [r[2] for r in rows] == list("12345678")
     assert all("not measured" in r for r in rows[6:])  # benchmarks, fine-tuning: not given here
-    for row in rows[:6]:
+    grades = json.loads((tmp_path / "claims.json").read_text())["claims"]
+    for row, graded in zip(rows[:6], grades[:6], strict=True):
         cells = [c.strip() for c in re.split(r"(?<!\\)\|", row.strip("|"))]
-        assert claims.grade_of(cells[4]) not in ("not measured", "not judged"), row
+        assert graded["grade"] not in ("not measured", "not judged"), row
+        assert cells[4].startswith(graded["grade"])
         assert any(ch.isdigit() for ch in cells[2]) and any(ch.isdigit() for ch in cells[5])
     assert "ablation" in rows[2] and "main" in rows[2] and "d=64" in rows[0]
 
@@ -496,26 +498,27 @@ def test_claims_3_to_5_are_judged_where_margins_are_positive(runs):
 def test_grade_vocabulary():
     from tapernorm.analysis import claim_rows as cr
 
-    built = {
-        cr.weaker_than_paper("2.75x", "20-40x"): cr.WEAKER,
-        cr.unlike_paper("d=64: -2.36%", "+0.78% to +1.82%"): cr.UNLIKE,
-        cr.at_deviation("Eq. 5 λ=10", "Eq. 5 λ=0.1", "no, 2.59x the baseline"): cr.AT_DEVIATION,
-        cr.not_judged("disturbed timing"): cr.NOT_JUDGED,
-        cr.not_reproduced("logits 2.75x (needs >= 10x)", cr.NO): cr.NOT_REPRODUCED,
-        "not resolved (d=64: 95% interval [-3.1%, -1.6%] straddles ±2%)": cr.NOT_RESOLVED,
-        "partly (loss: 1/1; speed: 2/3)": cr.PARTLY,
-        **{g: g for g in (cr.YES, cr.PARTLY, cr.NO, cr.NOT_MEASURED, cr.NOT_RESOLVED)},
-    }
-    assert {claims.grade_of(v): g for v, g in built.items()} == {v: v for v in built.values()}
-    assert set(built.values()) == set(claims.GRADES)
-    assert (
-        cr.grade_size("yes", 2.75, 20, "2.75x", "20-40x")
-        == "yes, weaker than the paper (2.75x vs the paper's 20-40x)"
+    built = [
+        cr.weaker_than_paper("2.75x", "20-40x"),
+        cr.unlike_paper("d=64: -2.36%", "+0.78% to +1.82%"),
+        cr.at_deviation("Eq. 5 λ=10", "Eq. 5 λ=0.1", "no, 2.59x the baseline"),
+        cr.not_judged("disturbed timing"),
+        cr.not_reproduced("logits 2.75x (needs >= 10x)", cr.NO),
+        cr.because(cr.NOT_RESOLVED, "d=64: 95% interval [-3.1%, -1.6%] straddles ±2%"),
+        *(cr.plain(g) for g in (cr.YES, cr.PARTLY, cr.NO, cr.NOT_MEASURED)),
+    ]
+    assert {v.grade for v in built} == set(claims.GRADES)
+    for v in built:  # the cell opens with its grade, evidence (if any) after it
+        assert v.text == v.grade or v.text.startswith((f"{v.grade} (", f"{v.grade}: ")), v
+    assert cr.grade_size("yes", 2.75, 20, "2.75x", "20-40x") == cr.Verdict(
+        cr.WEAKER, "yes, weaker than the paper (2.75x vs the paper's 20-40x)"
     )
-    assert cr.grade_size("yes", 12.0, 20, "12x", "20-40x") == "yes"  # within SIZE_FACTOR of 20
-    assert cr.grade_size("partly", 1.3, 20, "1.3x", "20-40x") == "partly"
-    with pytest.raises(ValueError, match="not a graded verdict"):
-        claims.grade_of("probably")
+    assert cr.grade_size("yes", 12.0, 20, "12x", "20-40x") == cr.plain(cr.YES)  # within 2x of 20
+    assert cr.grade_size("partly", 1.3, 20, "1.3x", "20-40x") == cr.plain(cr.PARTLY)
+    with pytest.raises(ValueError, match="not a grade"):
+        cr.plain("probably")
+    noted = cr.because(cr.PARTLY, "1/2").noted("at 29 tokens/param: yes, the verdict flips")
+    assert noted.grade == cr.PARTLY  # a note never changes the grade
 
 
 def _with_losses(runs, losses):
@@ -573,7 +576,7 @@ def test_claims_1_and_2_verdict_follows_the_paired_interval(gaps, holds):
     base = (4.0, 4.1, 4.2)[: len(gaps)]
     for claim, variant in ((claims.claim1, "internal_aux"), (claims.claim2, "all_aux")):
         row = claim(claims.ClaimInputs(runs=_paired({variant: gaps}, base)))
-        assert claims.grade_of(row["Holds?"]) == holds, row["Holds?"]
+        assert row["grade"] == holds, row["Holds?"]
         assert row["Ours"].startswith(f"d=64: {np.mean(gaps):+.2f}%")
         assert f"({len(gaps)} seed pair" in row["Ours"]
 
@@ -610,7 +613,7 @@ def test_claim2_names_an_offset_shared_by_the_variants_without_a_final_norm():
     row = claims.claim2(
         claims.ClaimInputs(runs=_paired({"final": low, "all": low, "all_aux": low}))
     )
-    assert claims.grade_of(row["Holds?"]) == "no"  # wholly below -2%
+    assert row["grade"] == "no"  # wholly below -2%
     assert "All 9 seed pairs lie below the baseline" in row["Comment"]
     assert "an offset these variants share" in row["Comment"]
     mixed = _paired({"final": [1.0, -1.0, 0.5], "all": low, "all_aux": [0.1, -0.2, 0.3]})

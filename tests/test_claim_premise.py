@@ -6,7 +6,7 @@ import pandas as pd
 import pytest
 
 from tapernorm.analysis import claims
-from tapernorm.analysis.claim_rows import NO, NOT_REPRODUCED, PARTLY, YES, grade_of
+from tapernorm.analysis.claim_rows import NO, NOT_REPRODUCED, PARTLY, YES, plain
 from tapernorm.analysis.claims_chasing import PREMISE_CHASE, claim5_premise
 
 
@@ -29,9 +29,9 @@ def test_the_premise_threshold_is_the_papers_chasing_over_the_size_factor():
 
 @pytest.mark.parametrize("verdict", [NO, PARTLY])
 def test_a_claim_5_without_its_premise_is_not_reproduced_at_this_scale(verdict):
-    grade, holds, note = claim5_premise(_runs(2.75), verdict)
-    assert grade == NOT_REPRODUCED == grade_of(holds)
-    assert holds == (
+    holds, note = claim5_premise(_runs(2.75), verdict)
+    assert holds.grade == NOT_REPRODUCED
+    assert holds.text == (
         "not reproduced at this scale (premise absent: unanchored no-final-norm end logit norm "
         "2.75x the final-norm runs' (the paper's ~20-40x; a softmax saturated as the paper's "
         f"needs >= 10x); by the criterion: {verdict})"
@@ -40,11 +40,14 @@ def test_a_claim_5_without_its_premise_is_not_reproduced_at_this_scale(verdict):
 
 
 def test_with_its_premise_present_or_a_yes_the_verdict_stands():
-    assert claim5_premise(_runs(25.0), NO)[:2] == (NO, NO)  # premise present: a real no
-    assert claim5_premise(_runs(25.0), NO)[2].endswith("; present.")
-    assert claim5_premise(_runs(2.0), YES)[:2] == (YES, YES)  # clusters anyway: it holds
+    assert claim5_premise(_runs(25.0), NO)[0] == plain(NO)  # premise present: a real no
+    assert claim5_premise(_runs(25.0), NO)[1].endswith("; present.")
+    assert claim5_premise(_runs(2.0), YES)[0] == plain(YES)  # clusters anyway: it holds
     unlogged = _runs(2.0).assign(logit_norm_end=float("nan"))
-    assert claim5_premise(unlogged, NO) == (NO, NO, " Premise not measured (no end logit norms).")
+    assert claim5_premise(unlogged, NO) == (
+        plain(NO),
+        " Premise not measured (no end logit norms).",
+    )
 
 
 def test_the_criterion_states_the_premise():

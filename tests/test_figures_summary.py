@@ -9,7 +9,7 @@ import pytest
 
 from tapernorm.analysis import claims, figure_style
 from tapernorm.analysis.claim_numbers import record_fields
-from tapernorm.analysis.claim_rows import ClaimInputs, grade_of
+from tapernorm.analysis.claim_rows import ClaimInputs
 from tapernorm.analysis.claims_dyt import claim_dyt
 from tapernorm.analysis.figures_summary import fig_claim_gaps, fig_lr_grid
 from tapernorm.analysis.lr_grid import write_summary
@@ -44,7 +44,7 @@ def claims_json(tmp_path):
     for claim in (claims.claim1, claims.claim2, claim_dyt):
         row = claim(inp)
         fields = record_fields(row, claims.CRITERIA[claim])
-        rows.append({**row, "grade": grade_of(row["Holds?"]), **fields})
+        rows.append({**row, **fields})
     rows = [{k: v for k, v in r.items() if k != "numbers"} for r in rows]
     path = tmp_path / "claims.json"
     write_json(path, {"claims": rows})

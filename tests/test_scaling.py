@@ -500,15 +500,15 @@ def _every_grade() -> dict[str, str]:
     from tapernorm.analysis import claim_rows as cr
 
     return {
-        cr.YES: cr.YES,
+        cr.YES: cr.plain(cr.YES),
         cr.WEAKER: cr.weaker_than_paper("+0.1%", "+1%"),
         cr.UNLIKE: cr.unlike_paper("-1%", "+1%"),
         cr.AT_DEVIATION: cr.at_deviation("λ=10", "λ=0.1", cr.NO),
-        cr.PARTLY: cr.PARTLY,
-        cr.NO: cr.NO,
+        cr.PARTLY: cr.plain(cr.PARTLY),
+        cr.NO: cr.plain(cr.NO),
         cr.NOT_REPRODUCED: cr.not_reproduced("logits 2.75x (needs >= 10x)", cr.NO),
-        cr.NOT_RESOLVED: f"{cr.NOT_RESOLVED} (d=64: straddles)",
-        cr.NOT_MEASURED: cr.NOT_MEASURED,
+        cr.NOT_RESOLVED: cr.because(cr.NOT_RESOLVED, "d=64: straddles"),
+        cr.NOT_MEASURED: cr.plain(cr.NOT_MEASURED),
         cr.NOT_JUDGED: cr.not_judged("disturbed"),
     }
 

@@ -478,7 +478,7 @@ def test_the_stability_claim_is_graded_by_the_rates(arms, grade):
         _rows(32, (12, 12), arms) + _rows(64, (12, 12), {"internal_aux": (12, 12)})
     )
     row = claim_stability(ClaimInputs(stability=study))
-    assert claims.grade_of(row["Holds?"]) == grade, row["Holds?"]
+    assert row["grade"] == grade, row["Holds?"]
     assert "Internal-Taper (+aux) 12/12 [0.74, 1.00]" in row["Ours"]
     assert row["numbers"].unit == "clean rate" and row["numbers"].n_seeds == 12
     if grade == "no":
@@ -491,7 +491,7 @@ def test_the_stability_claim_judges_the_pretrain_runs_without_the_study(tmp_path
     runs = load_runs(dirs)[0]
     row = claim_stability(ClaimInputs(runs=runs))
     assert row["Ours"].startswith("pretrain runs: ")
-    assert claims.grade_of(row["Holds?"]) == "not resolved"  # 8/12 [0.35, 0.90]: too wide
+    assert row["grade"] == "not resolved"  # 8/12 [0.35, 0.90]: too wide
     assert "Internal-Taper (+aux) 8/12" in row["Ours"]
     assert claim_stability(ClaimInputs())["Holds?"] == "not measured"
 

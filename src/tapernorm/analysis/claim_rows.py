@@ -23,7 +23,8 @@ built from the data by the claim (never typed in):
 - "not judged: why": the inputs were given but cannot support a verdict (e.g. disturbed timing).
 
 A claim first reaches a plain verdict (yes / partly / no) by its criterion, then grades a "yes" by
-setting and size with the functions below; grade_of(verdict) recovers the grade of any verdict."""
+setting and size with the functions below. Each returns a Verdict: the grade and the cell showing it
+are made together, so no grade is ever read back from text."""
 
 from __future__ import annotations
 
@@ -50,6 +51,33 @@ SIZE_FACTOR = 2.0  # "weaker": the effect is below the low end of the paper's ra
 COLUMNS = ("Claim", "Paper", "Ours", "Scale", "Holds?", "Comment")
 
 
+@dataclass(frozen=True)
+class Verdict:
+    """A claim's verdict: its grade (one of GRADES) and the "Holds?" cell showing it with its
+    evidence."""
+
+    grade: str
+    text: str
+
+    def __post_init__(self) -> None:
+        if self.grade not in GRADES:
+            raise ValueError(f"not a grade: {self.grade!r} (one of {', '.join(GRADES)})")
+
+    def noted(self, note: str) -> Verdict:
+        """The same grade, its cell followed by `note` (e.g. a second host's verdict)."""
+        return Verdict(self.grade, f"{self.text}; {note}")
+
+
+def plain(grade: str) -> Verdict:
+    """A verdict shown as its grade alone."""
+    return Verdict(grade, grade)
+
+
+def because(grade: str, why: str) -> Verdict:
+    """e.g. "not resolved (95% interval [-0.1%, +2.4%] straddles ±2%)"."""
+    return Verdict(grade, f"{grade} ({why})")
+
+
 @dataclass
 class ClaimInputs:
     """Everything claims are computed from; empty frames / lists mean 'not given'."""
@@ -71,17 +99,19 @@ class ClaimInputs:
 
 
 def claim_row(
-    claim: str, paper_value: str, ours: str, scale: str, holds: str, comment: str
+    claim: str, paper_value: str, ours: str, scale: str, holds: Verdict, comment: str
 ) -> dict:
-    return dict(zip(COLUMNS, (claim, paper_value, ours, scale, holds, comment), strict=True))
+    """A row of COLUMNS, its "Holds?" the verdict's cell, and the verdict's grade under "grade"."""
+    cells = (claim, paper_value, ours, scale, holds.text, comment)
+    return {**dict(zip(COLUMNS, cells, strict=True)), "grade": holds.grade}
 
 
 def not_measured(claim: str, paper_value: str, why: str) -> dict:
-    return claim_row(claim, paper_value, NOT_MEASURED, "—", NOT_MEASURED, why)
+    return claim_row(claim, paper_value, NOT_MEASURED, "—", plain(NOT_MEASURED), why)
 
 
-def not_judged(why: str) -> str:
-    return f"{NOT_JUDGED}: {why}"
+def not_judged(why: str) -> Verdict:
+    return Verdict(NOT_JUDGED, f"{NOT_JUDGED}: {why}")
 
 
 def combine_verdicts(verdicts: list[str]) -> str:
@@ -93,38 +123,30 @@ def combine_verdicts(verdicts: list[str]) -> str:
     return PARTLY
 
 
-def grade_of(verdict: str) -> str:
-    """The grade (one of GRADES) a verdict of the "Holds?" column starts with."""
-    for grade in sorted(GRADES, key=len, reverse=True):  # "yes, weaker..." before "yes"
-        if verdict == grade or verdict.startswith((f"{grade} (", f"{grade}: ")):
-            return grade
-    raise ValueError(f"not a graded verdict: {verdict!r}")
+def weaker_than_paper(ours: str, paper_value: str) -> Verdict:
+    return because(WEAKER, f"{ours} vs the paper's {paper_value}")
 
 
-def weaker_than_paper(ours: str, paper_value: str) -> str:
-    return f"{WEAKER} ({ours} vs the paper's {paper_value})"
+def unlike_paper(ours: str, paper_value: str) -> Verdict:
+    return because(UNLIKE, f"{ours} vs the paper's {paper_value}")
 
 
-def unlike_paper(ours: str, paper_value: str) -> str:
-    return f"{UNLIKE} ({ours} vs the paper's {paper_value})"
-
-
-def not_reproduced(premise: str, verdict: str) -> str:
+def not_reproduced(premise: str, verdict: str) -> Verdict:
     """e.g. "not reproduced at this scale (premise absent: ...; by the criterion: no)"."""
-    return f"{NOT_REPRODUCED} (premise absent: {premise}; by the criterion: {verdict})"
+    return because(NOT_REPRODUCED, f"premise absent: {premise}; by the criterion: {verdict}")
 
 
-def at_deviation(deviation: str, paper_setting: str, verdict_there: str) -> str:
+def at_deviation(deviation: str, paper_setting: str, verdict_there: str) -> Verdict:
     """e.g. "only at a deviation (Eq. 5 λ=10; at the paper's λ=0.1: no, 2.59x)"."""
-    return f"{AT_DEVIATION} ({deviation}; at the paper's {paper_setting}: {verdict_there})"
+    return because(AT_DEVIATION, f"{deviation}; at the paper's {paper_setting}: {verdict_there}")
 
 
-def grade_size(verdict: str, size: float, paper_low: float, ours: str, paper_value: str) -> str:
+def grade_size(verdict: str, size: float, paper_low: float, ours: str, paper_value: str) -> Verdict:
     """A plain "yes" whose effect `size` (a ratio > 1, as the paper's) is more than SIZE_FACTOR below
     the paper's low end `paper_low` becomes "yes, weaker than the paper"; other verdicts pass."""
     if verdict == YES and size < paper_low / SIZE_FACTOR:
         return weaker_than_paper(ours, paper_value)
-    return verdict
+    return plain(verdict)
 
 
 def usable_runs(runs: pd.DataFrame) -> pd.DataFrame:

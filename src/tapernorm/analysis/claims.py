@@ -86,7 +86,7 @@ from ..runtime.provenance import REHEARSAL_NOTE, git_state, host, now, stamp, ve
 from . import comparable, inference_tables, paper, speed_rule
 from . import finetune as ft
 from .claim_numbers import Criterion, record_fields
-from .claim_rows import COLUMNS, GRADES, NOT_MEASURED, SIZE_FACTOR, ClaimInputs, grade_of
+from .claim_rows import COLUMNS, GRADES, NOT_MEASURED, SIZE_FACTOR, ClaimInputs, Verdict
 from .claims_chasing import (
     CHASE_CRITERION,
     CHASE_PARTLY,
@@ -135,6 +135,7 @@ __all__ = [
     "SIZE_FACTOR",
     "SUPPRESS_MIN",
     "ClaimInputs",
+    "Verdict",
     "claim1",
     "claim2",
     "claim3",
@@ -144,7 +145,6 @@ __all__ = [
     "claim7",
     "claim8",
     "claims_table",
-    "grade_of",
     "read_verify",
     "write_claims",
 ]
@@ -254,7 +254,7 @@ def claims_record(
     rows = [
         {
             **{c: row[c] for c in COLUMNS},
-            "grade": row.get("grade") or grade_of(row["Holds?"]),
+            "grade": row["grade"],
             SOURCES_KEY: [s.to_dict() for s in row.get(SOURCES_KEY, ())],
             **record_fields(row, criterion),
         }

@@ -15,19 +15,19 @@ from .claim_numbers import Criterion, Numbers, Part, with_numbers
 from .claim_rows import (
     NO,
     NOT_MEASURED,
-    NOT_REPRODUCED,
     PARTLY,
     SIZE_FACTOR,
     YES,
     ClaimInputs,
+    Verdict,
     at_deviation,
     claim_row,
     combine_verdicts,
-    grade_of,
     grade_size,
     not_judged,
     not_measured,
     not_reproduced,
+    plain,
     usable_runs,
     variant_label,
 )
@@ -284,18 +284,18 @@ def claim4(inp: ClaimInputs) -> dict:
 
 def _graded_at_paper(
     holds: str, deviations: list[str], at_paper: list[tuple[str, float, str]]
-) -> str:
+) -> Verdict:
     """Claim 4's verdict: a yes reached only at scale losses other than the paper's (`deviations`)
     is graded 'only at a deviation', beside the verdict at the paper's setting (`at_paper`: its
     (verdict, A, where) per judged source)."""
     if holds != YES or not deviations:
-        return holds
+        return plain(holds)
     paper_setting = _setting(*PAPER_ANCHOR)
     if not at_paper:
         return at_deviation(", ".join(deviations), paper_setting, NOT_MEASURED)
     paper_verdict = combine_verdicts([v for v, *_ in at_paper])
     if paper_verdict == YES:
-        return holds
+        return plain(holds)
     worst = max(a for _, a, _ in at_paper)
     return at_deviation(
         ", ".join(deviations), paper_setting, f"{paper_verdict}, {worst:.2f}x the baseline"
@@ -401,8 +401,8 @@ def _grad_source(inp: ClaimInputs) -> tuple[str, pd.DataFrame] | None:
     return name, runs
 
 
-def claim5_premise(runs: pd.DataFrame, verdict: str) -> tuple[str, str, str]:
-    """(grade, verdict, the comment's sentence) of claim 5 after its premise check: a verdict other
+def claim5_premise(runs: pd.DataFrame, verdict: str) -> tuple[Verdict, str]:
+    """(verdict, the comment's sentence) of claim 5 after its premise check: a verdict other
     than yes where the unanchored no-final-norm runs' end logit norm is below PREMISE_CHASE times
     the final-norm runs' (the softmax is not saturated as the paper's) is "not reproduced at this
     scale", with the criterion's verdict beside it; otherwise the verdict stands."""
@@ -410,7 +410,7 @@ def claim5_premise(runs: pd.DataFrame, verdict: str) -> tuple[str, str, str]:
     chase = free["logit_norm_end"].mean() / kept["logit_norm_end"].mean()
     lo, hi = paper.FIG3_CHASING_RATIO
     if not math.isfinite(chase):
-        return grade_of(verdict), verdict, " Premise not measured (no end logit norms)."
+        return plain(verdict), " Premise not measured (no end logit norms)."
     measured = (
         f"unanchored no-final-norm end logit norm {chase:.2f}x the final-norm runs' (the paper's "
         f"~{lo}-{hi}x; a softmax saturated as the paper's needs >= {PREMISE_CHASE:g}x)"
@@ -421,8 +421,8 @@ def claim5_premise(runs: pd.DataFrame, verdict: str) -> tuple[str, str, str]:
     )
     if verdict != YES and chase < PREMISE_CHASE:
         note += "; absent, so a verdict other than yes is 'not reproduced at this scale'."
-        return NOT_REPRODUCED, not_reproduced(measured, verdict), note
-    return grade_of(verdict), verdict, note + "; present."
+        return not_reproduced(measured, verdict), note
+    return plain(verdict), note + "; present."
 
 
 def claim5(inp: ClaimInputs) -> dict:
@@ -472,7 +472,7 @@ def claim5(inp: ClaimInputs) -> dict:
         "conventions." + saturation + _diverged_note(inp)
     )
     ours = f"{name}, " + "; ".join(shorts)
-    grade, holds, premise = claim5_premise(runs, combine_verdicts(verdicts))
+    holds, premise = claim5_premise(runs, combine_verdicts(verdicts))
     row = claim_row(claim, paper_value, ours, describe_scale(runs), holds, comment + premise)
     numbers = Numbers(
         headline=ours,
@@ -482,4 +482,4 @@ def claim5(inp: ClaimInputs) -> dict:
         "no single headline number",
         parts=tuple(parts),
     )
-    return {**with_numbers(row, numbers), "grade": grade}
+    return with_numbers(row, numbers)

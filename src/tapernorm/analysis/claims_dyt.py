@@ -28,7 +28,18 @@ import pandas as pd
 from ..variants import PAPER_VARIANTS, VARIANTS, baseline_of
 from . import comparable, inference_tables, speed_rule
 from .claim_numbers import PAIRED_GAP, Criterion, Numbers, Part, with_numbers
-from .claim_rows import NO, NOT_RESOLVED, PARTLY, YES, ClaimInputs, claim_row, not_measured
+from .claim_rows import (
+    NO,
+    NOT_RESOLVED,
+    PARTLY,
+    YES,
+    ClaimInputs,
+    Verdict,
+    because,
+    claim_row,
+    not_measured,
+    plain,
+)
 from .lr_context import lr_note, study_lrs
 from .runs import corpus_of, describe_scale
 from .stats import gap_pct, paired_gap, stats_by_cell
@@ -149,14 +160,14 @@ def claim_dyt(inp: ClaimInputs) -> dict:
         )
     loss = _loss_half(inp, shown, gaps)
     speed_state, speed, speed_lines = speed_half(inp)
-    grade, holds = _dyt_holds(loss.ok, loss.where, speed_state, speed)
+    holds = _dyt_holds(loss.ok, loss.where, speed_state, speed)
     scale = describe_scale(shown)
     if speed_state is not None:
         places = {inference_tables.where(part) for _, part in inp.bench.groupby("benchmark")}
         scale += " | benchmarks: " + "; ".join(sorted(places))
     ours = "; ".join(loss.lines + speed_lines + study_lr_lines(inp))
     row = claim_row(CLAIM, PAPER, ours, scale, holds, _dyt_comment(inp, loss.note))
-    return {**with_numbers(row, dyt_numbers(runs, gaps, loss.judged, loss.grid)), "grade": grade}
+    return with_numbers(row, dyt_numbers(runs, gaps, loss.judged, loss.grid))
 
 
 def study_lr_lines(inp: ClaimInputs) -> list[str]:
@@ -281,8 +292,8 @@ SPEED_STATES = {
 
 def _dyt_holds(
     loss_ok: list[bool], loss_where: str, speed_state: str | None, speed: str
-) -> tuple[str, str]:
-    """(grade, verdict): yes if TaperNorm is closer in loss everywhere and folded faster by the
+) -> Verdict:
+    """Yes if TaperNorm is closer in loss everywhere and folded faster by the
     speed rule; no if DyT is closer and folded is not shown faster; else partly (both halves
     said)."""
     loss_state = YES if all(loss_ok) else NO if not any(loss_ok) else PARTLY
@@ -294,10 +305,11 @@ def _dyt_holds(
         else f"TaperNorm closer at {sum(loss_ok)}/{len(loss_ok)} widths {loss_where}"
     )
     if loss_state == YES and speed_state == YES:
-        return YES, YES
+        return plain(YES)
+    both = f"loss: {loss}; speed: {speed}"
     if loss_state == NO and speed_state in (NO, NOT_RESOLVED, None):
-        return NO, f"{NO} (loss: {loss}; speed: {speed})"
-    return PARTLY, f"{PARTLY} (loss: {loss}; speed: {speed})"
+        return because(NO, both)
+    return because(PARTLY, both)
 
 
 def _dyt_comment(inp: ClaimInputs, grid_note: str) -> str:

@@ -11,7 +11,7 @@ import pandas as pd
 from . import finetune as ft
 from . import paper
 from .claim_numbers import Criterion, Numbers, Part, with_numbers
-from .claim_rows import NO, PARTLY, YES, ClaimInputs, claim_row, not_judged, not_measured
+from .claim_rows import NO, PARTLY, YES, ClaimInputs, claim_row, not_judged, not_measured, plain
 
 CLOSE_PCT = 2.0  # a TaperLN cell is "close to Vanilla" if at most this much above it
 TAPERLN = ("internal_taperln", "all_taperln")  # the protocols claim 8 judges
@@ -181,7 +181,7 @@ def claim8(inp: ClaimInputs) -> dict:
         ours += f" ({n_near} within {LINE_MARGIN_PP:g} points of the line)"
     fake_share, fake_ok, fake_note = _fakeln_share(cells)
     ours += fake_share
-    holds = _verdict(close_ok, fake_ok)
+    holds = plain(_verdict(close_ok, fake_ok))
     comparable = inp.finetune.apply(ft.paper_comparable, axis=1)
     if not comparable.any():  # no paper model on a paper set: the protocol, not the claim
         holds = not_judged(stand_in_note(inp.finetune))
@@ -195,7 +195,7 @@ def claim8(inp: ClaimInputs) -> dict:
         "than half at or below FakeLN: both yes, neither no, else partly. "
         + fake_note
         + _fakeln_gaps(inp.finetune)
-        + _line_note(gaps, details, fake_ok, holds)
+        + _line_note(gaps, details, fake_ok, holds.text)
     )
     if diverged := ft.diverged_runs(inp.finetune):
         comment += (

@@ -14,15 +14,16 @@ from . import inference_tables, paper, speed_rule
 from .claim_numbers import Criterion, Numbers, Part, with_numbers
 from .claim_rows import (
     NO,
-    NOT_JUDGED,
     NOT_RESOLVED,
-    WEAKER,
     YES,
     ClaimInputs,
+    Verdict,
     at_deviation,
+    because,
     claim_row,
     not_judged,
     not_measured,
+    plain,
     weaker_than_paper,
 )
 
@@ -79,9 +80,9 @@ def claim6(inp: ClaimInputs) -> dict:
     worst = max(rel.values())
     rtols = sorted({c["rtol"] for *_, c in checks})
     if failed:
-        holds = "no"
+        holds = plain(NO)
     elif worst <= paper.FOLD_RTOL:
-        holds = "yes"
+        holds = plain(YES)
     else:  # exact only to the looser tolerance the checks were run at
         holds = at_deviation(
             f"rtol {max(rtols):g}", f"rtol {paper.FOLD_RTOL:g}", f"no, {worst:.1e}"
@@ -150,21 +151,21 @@ def slower_cells(bench: pd.DataFrame) -> list[str]:
     ]
 
 
-def speed_verdict(decision: speed_rule.Decision) -> tuple[str, str]:
-    """(grade, verdict) of claim 7 from the speed rule's decision on folded against the baseline:
+def speed_verdict(decision: speed_rule.Decision) -> Verdict:
+    """Claim 7's verdict from the speed rule's decision on folded against the baseline:
     faster is yes (weaker than the paper below FOLD_SPEEDUP_YES), slower or within the margin no,
     else not resolved."""
     text = decision.text("folded", "baseline")
     if decision.state == speed_rule.FASTER:
         if decision.ratio < FOLD_SPEEDUP_YES:
             best = paper.table3_best()["folded"]
-            return WEAKER, weaker_than_paper(text, f"up to {best:.2f}× (v1 Table 3)")
-        return YES, YES  # plain, as every claim's yes (the numbers are in Ours)
+            return weaker_than_paper(text, f"up to {best:.2f}× (v1 Table 3)")
+        return plain(YES)  # plain, as every claim's yes (the numbers are in Ours)
     if decision.state == speed_rule.SLOWER:
-        return NO, f"{NO} ({text})"
+        return because(NO, text)
     if decision.state == speed_rule.WITHIN:
-        return NO, f"{NO} (no gain of {speed_rule.MARGIN:.0%}: {text})"
-    return NOT_RESOLVED, f"{NOT_RESOLVED} ({text})"
+        return because(NO, f"no gain of {speed_rule.MARGIN:.0%}: {text}")
+    return because(NOT_RESOLVED, text)
 
 
 def _benchmark_texts(bench: pd.DataFrame) -> list[str]:
@@ -227,7 +228,7 @@ def claim7(inp: ClaimInputs) -> dict:
     ours = _benchmark_texts(inp.bench)
     disturbed = inference_tables.disturbed_cells(inp.bench)
     decision, used = speed_rule.judge(inp.bench, inp.bench_pool, "folded", "baseline")
-    grade, holds = (NOT_JUDGED, DISTURBED_VERDICT) if disturbed else speed_verdict(decision)
+    holds = DISTURBED_VERDICT if disturbed else speed_verdict(decision)
     ours.append(decision.said("folded", "baseline"))
     scales = {
         kind: inference_tables.where(part)
@@ -258,15 +259,15 @@ def claim7(inp: ClaimInputs) -> dict:
         gpu_holds = (
             DISTURBED_VERDICT
             if inference_tables.disturbed_cells(inp.gpu)
-            else speed_verdict(gpu_decision)[1]
+            else speed_verdict(gpu_decision)
         )
         gpu_ours = [*_benchmark_texts(inp.gpu), gpu_decision.said("folded", "baseline")]
         ours.append(f"on a GPU ({inp.gpu_where}): " + "; ".join(gpu_ours))
-        holds += f"; on a GPU: {gpu_holds}"
+        holds = holds.noted(f"on a GPU: {gpu_holds.text}")
         comment += (
             f" On a GPU: a first-GPU check ({inp.gpu_where}; "
             f"{inference_tables.scale_note(inp.gpu)}), judged by the same rule. On a GPU: "
             f"{speed_rule.pool_note(gpu_used, gpu_decision.left_out)}"
         )
     row = claim_row(claim, paper_value, "; ".join(ours), scale, holds, comment)
-    return {**with_numbers(row, speed_numbers(inp.bench, decision)), "grade": grade}
+    return with_numbers(row, speed_numbers(inp.bench, decision))

@@ -32,8 +32,10 @@ from .claim_rows import (
     PARTLY,
     YES,
     ClaimInputs,
+    because,
     claim_row,
     not_measured,
+    plain,
     unlike_paper,
     variant_label,
 )
@@ -187,12 +189,13 @@ def _gap_claim(inp: ClaimInputs, number: int, variant: str) -> dict:
         if verdict == YES and gap.hi < 0:
             below.append(f"d={w}: {gap.mean:+.2f}% {gap.interval()}")
         notes += offset_note(inp.runs, w, variant)
-    holds = limit_by_blowups(combine_widths(verdicts), len(blown))
-    if holds == YES and below:
+    grade = limit_by_blowups(combine_widths(verdicts), len(blown))
+    holds = plain(grade)
+    if grade == YES and below:
         holds = unlike_paper("; ".join(below), paper_range)
-    elif holds in (NO, NOT_RESOLVED):
-        shown = [r for r, v in zip(reasons, verdicts, strict=True) if v == holds]
-        holds = f"{holds} ({'; '.join(shown)})"
+    elif grade in (NO, NOT_RESOLVED):
+        shown = [r for r, v in zip(reasons, verdicts, strict=True) if v == grade]
+        holds = because(grade, "; ".join(shown))
     scale = describe_scale(inp.runs[inp.runs["width"].isin(widths)])
     comment = (
         f"Gap to the baseline paired by seed (seed s of both variants: the same init stream and "

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from .claim_rows import ClaimInputs, grade_of
+from .claim_rows import ClaimInputs
 from .scaling import SUMMARY_COLUMNS, paper_gap_text, trend
 
 STUDY = "scaling study"
@@ -87,13 +87,11 @@ def with_study(claim: Callable[[ClaimInputs], dict], key: str) -> Callable[[Clai
         out = claim(inp)
         if inp.scaling is None or inp.scaling.empty:
             return out
-        # the grade is the claim's own, taken before the note: text is never parsed back for it
-        out = {**out, "grade": out.get("grade") or grade_of(out["Holds?"])}
         ours, holds = study_note(inp.scaling, key)
         if ours:
             out = {**out, "Ours": f"{out['Ours']}; {ours}"}
         if holds:
-            out = {**out, "Holds?": f"{out['Holds?']}; {holds}"}
+            out = {**out, "Holds?": f"{out['Holds?']}; {holds}"}  # (its grade stays the claim's)
         return out
 
     return row

@@ -27,7 +27,16 @@ import pandas as pd
 
 from ..variants import PAPER_VARIANTS
 from .claim_numbers import Criterion, Numbers, Part, with_numbers
-from .claim_rows import NO, NOT_RESOLVED, YES, ClaimInputs, claim_row, not_measured
+from .claim_rows import (
+    NO,
+    NOT_RESOLVED,
+    YES,
+    ClaimInputs,
+    because,
+    claim_row,
+    not_measured,
+    plain,
+)
 from .rates import fisher_exact
 from .runs import describe_scale
 from .stability import COLUMNS, rate_rows
@@ -163,10 +172,11 @@ def claim_stability(inp: ClaimInputs) -> dict:
     name, judged = sources[0]
     widths = _judgeable(judged)
     verdicts, reasons = zip(*(width_verdict(judged, w) for w in widths), strict=True)
-    holds = combine_strictly(list(verdicts))
-    if holds in (NO, NOT_RESOLVED):
-        shown = [r for r, v in zip(reasons, verdicts, strict=True) if v == holds]
-        holds = f"{holds} ({'; '.join(shown)})"
+    grade = combine_strictly(list(verdicts))
+    holds = plain(grade)
+    if grade in (NO, NOT_RESOLVED):
+        shown = [r for r, v in zip(reasons, verdicts, strict=True) if v == grade]
+        holds = because(grade, "; ".join(shown))
     ours = "; ".join(source_text(rows, n) for n, rows in sources)
     where = judged.attrs.get("source", "") if name == STUDY else ""
     scale = (
