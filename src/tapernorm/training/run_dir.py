@@ -9,6 +9,7 @@ import logging
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -112,7 +113,7 @@ class RunDir:
             if left.is_dir() and not any(left.iterdir()):
                 left.rmdir()
 
-    def save(self, **state) -> None:
+    def save(self, **state: Any) -> None:
         """The training state to ckpt (state.save_training_state's keywords)."""
         save_training_state(self.ckpt, **state)
 
