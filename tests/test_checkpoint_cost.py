@@ -101,7 +101,7 @@ def test_a_finished_run_left_unpruned_is_pruned_by_the_next_rerun(
     """A run that ended between eval.json and the pruning (or before pruning existed)."""
     cfg = tiny_run(shards_dir, train={"steps": 6})
     run = tmp_path / "run"
-    monkeypatch.setattr("tapernorm.training.loop.prune_checkpoint", lambda ckpt: False)
+    monkeypatch.setattr("tapernorm.training.run_dir.prune_checkpoint", lambda ckpt: False)
     train(cfg, run)
     assert optimizer_tensors(checkpoint(run)[1])
     monkeypatch.undo()

@@ -14,7 +14,7 @@ process would (same global batch), and only rank 0 writes files. One process tra
 train() = set_up (inputs pinned, data, model, optimizer) -> resume (from out/ckpt; both in
 training/run.py) -> train_steps (the loop) -> finish (final weights, rolled back if the run
 diverged; final evaluation; eval.json; the checkpoint pruned to what a rerun reads unless the run
-diverged). A run found finished (finished_result) is left as it is. The data and init files are
+diverged). A run found finished (RunDir.finished) is left as it is. The data and init files are
 checked at every checkpoint and at the end (identity.Inputs): a file changed mid-run stops it.
 """
 
@@ -41,12 +41,11 @@ from ..runtime.provenance import now
 from ..schedules import gate_at, lr_at
 from .blowups import SpikeDetector, events_of, summary
 from .cadence import Cadence
-from .checkpoint import CheckpointError, save_model, write_json
+from .checkpoint import write_json
 from .diagnostics import clipped, grad_norms, output_stats, prelogit_geometry
 from .distributed import World, barrier, process_group
 from .evaluation import evaluate
 from .identity import run_identity
-from .lock import run_lock
 from .memory import check_fits
 from .run import (
     EVAL_KEYS,
@@ -57,21 +56,8 @@ from .run import (
     resume,
     set_up,
 )
-from .state import (
-    RunDirError,
-    check_run_dir,
-    checkpoint_dirs,
-    checkpoint_mismatch,
-    claim_run_dir,
-    finished_differences,
-    finished_result,
-    has_checkpoint,
-    load_training_state,
-    prune_checkpoint,
-    read_state,
-    readable_checkpoint,
-    save_training_state,
-)
+from .run_dir import RunDir
+from .state import RunDirError
 from .tensorboard_log import check_available
 from .trunk import RECORD as TRUNK_RECORD
 from .trunk import trunk_config
@@ -357,11 +343,11 @@ def log_step(run: Run, result: Step, progress: Progress) -> None:
 
 
 def write_checkpoint(run: Run, step: int) -> None:
-    """The training state after `step` to run.ckpt, with a copy of the record up to it (rank 0)."""
+    """The training state after `step` to the run's ckpt, with a copy of the record up to it
+    (rank 0)."""
     run.inputs.check()  # the steps since the last checkpoint read the pinned data
     run.metrics.keep(whole=True)
-    save_training_state(
-        run.ckpt,
+    run.dir.save(
         model=run.model,
         opt=run.opt,
         anchor=run.anchor,
@@ -395,8 +381,8 @@ def finish(run: Run, outcome: Outcome) -> dict:
     weights_step = outcome.step
     if outcome.diverged_step is not None:  # roll back to the last good checkpoint, or the init
         weights_step = outcome.checkpoint_step
-        if has_checkpoint(run.ckpt):
-            weights_step = load_training_state(run.ckpt, model, run.opt, run.anchor)
+        if run.dir.has_checkpoint():
+            weights_step = run.dir.load(model, run.opt, run.anchor)
         else:
             torch.manual_seed(cfg.seed)  # the very init set_up built
             model.load_state_dict(build_model(cfg, run.shards.vocab_size).state_dict())
@@ -404,7 +390,7 @@ def finish(run: Run, outcome: Outcome) -> dict:
     record = {"weights_step": weights_step}
     if outcome.diverged_step is not None:
         record["diverged_step"] = outcome.diverged_step
-    save_model(model, run.out, config_record(run, **record, times=finished))
+    run.dir.write_weights(model, config_record(run, **record, times=finished))
     val = validation_loss(run, model)
     result = {
         "name": cfg.name,
@@ -424,25 +410,13 @@ def finish(run: Run, outcome: Outcome) -> dict:
     }
     run.inputs.check()  # (the final evaluation read val.bin)
     run.metrics.keep(whole=True)
-    write_json(run.out / "eval.json", result)
+    run.dir.write_eval(result)
     if outcome.diverged_step is not None:
         log.warning("[%s] %s", cfg.name, diverged_line(outcome.diverged_step, weights_step, val))
     barrier(world)
     if not result["diverged"]:
-        prune(run.ckpt, cfg.name)
+        run.dir.prune(cfg.name)
     return result
-
-
-def prune(ckpt: Path, name: str) -> None:
-    """The finished run's checkpoint without the optimizer's moments (prune_checkpoint); a failure
-    to prune keeps it whole and only says so: the run is finished either way."""
-    try:
-        if prune_checkpoint(ckpt):
-            log.debug("[%s] finished: pruned %s to what a rerun reads", name, ckpt)
-    except (CheckpointError, OSError) as e:
-        log.warning(
-            "[%s] finished; its checkpoint %s is kept whole (not pruned: %s)", name, ckpt, e
-        )
 
 
 def diverged_line(step: int, weights_step: int, val: float) -> str:
@@ -469,7 +443,7 @@ def train(
     (a second train() on out_dir is refused, or with `wait` waits for the first to end). A run
     found finished is left as it is (its eval.json returned). `stop_after` ends the process early
     (as if killed) after that many steps: used by resume tests.
-    A directory holding anything but a run of this project is refused (claim_run_dir), unless
+    A directory holding anything but a run of this project is refused (RunDir.claim), unless
     `force`: then only the files a run writes are replaced.
     Under torchrun (WORLD_SIZE > 1) it joins the process group (NCCL on GPUs, gloo on CPUs);
     ranks other than 0 return {"rank": r, "step": k} and write nothing.
@@ -480,20 +454,23 @@ def train(
             "tapernorm.config.resolve_run_config(dict) or load_run_config(path) builds one"
         )
     check_available(cfg)  # log.tensorboard without its package: stop before anything starts
-    claim_run_dir(cfg, Path(out_dir), force)
+    run_dir = RunDir(Path(out_dir))
+    run_dir.claim(cfg, force)
     world = World.from_env()
     device = resolve_device(cfg.train.device, world.local_rank, "train.device")
     check_fits(cfg, device)  # a run that cannot fit: one line, before anything is built
     with process_group(world, device):
-        run = set_up(cfg, Path(out_dir), world, device)
-        lock = run_lock(run.out, cfg.name, wait) if world.main else contextlib.nullcontext()
+        run = set_up(cfg, run_dir.out, world, device)
+        lock = run_dir.lock(cfg.name, wait) if world.main else contextlib.nullcontext()
         with lock:  # one writer per run directory
-            done = finished_result(run.out, run.ckpt, run.identity)
+            done = run_dir.finished(run.identity)
             if done is not None:
                 if world.main:
-                    log.info("[%s] %s holds this run, finished: nothing to do", cfg.name, run.out)
+                    log.info(
+                        "[%s] %s holds this run, finished: nothing to do", cfg.name, run_dir.out
+                    )
                     if not done.get("diverged"):  # (one that ended before pruning it)
-                        prune(run.ckpt, cfg.name)
+                        run_dir.prune(cfg.name)
                     return done
                 return {"rank": world.rank, "step": done["weights_step"]}
             replacing(run, force)  # (in every process: each stops before the barrier of resume)
@@ -513,18 +490,20 @@ def replacing(run: Run, force: bool) -> None:
     """Refuse (RunDirError) to start over in a directory holding a finished run of another config,
     data or init, naming what differs, unless `force`: then it is replaced, said in the log and
     recorded in the new config.json (meta.provenance.replaced)."""
-    differ = finished_differences(run.out, run.ckpt, run.identity)
+    differ = run.dir.finished_differences(run.identity)
     if not differ:
         return
     what = "; ".join(differ)
     if not force:
         raise RunDirError(
-            f"{run.out} holds a finished run of {what}: give a new --out, or add --force to "
+            f"{run.dir.out} holds a finished run of {what}: give a new --out, or add --force to "
             "replace it (its weights, record and eval.json are removed)"
         )
     if not run.world.main:
         return
-    log.warning("[%s] --force: replacing the finished run in %s (%s)", run.cfg.name, run.out, what)
+    log.warning(
+        "[%s] --force: replacing the finished run in %s (%s)", run.cfg.name, run.dir.out, what
+    )
     run.provenance["replaced"] = f"a finished run of {what} (--force)"
 
 
@@ -545,21 +524,14 @@ def train_trunk(
             "an eager llama-style run with RMS norms, a random init, a registry variant and a "
             "taper start before its last step)"
         )
-    out = Path(out_dir)
-    check_run_dir(out)  # (before anything in it is removed)
-    ckpt, step = out / "ckpt", trunk.taper.start
-    (out / TRUNK_RECORD).unlink(missing_ok=True)
-    for left in checkpoint_dirs(ckpt):  # what a rerun's deleted outputs leave (Snakemake -f)
-        if left.is_dir() and not any(left.iterdir()):
-            left.rmdir()
-    if (
-        readable_checkpoint(ckpt) is not None
-        and checkpoint_mismatch(ckpt, run_identity(trunk)) == []
-        and read_state(ckpt).get("step") == step
-    ):
-        log.info("[%s] %s holds this trunk, at step %d: nothing to do", name, out, step)
+    run_dir, step = RunDir(Path(out_dir)), trunk.taper.start
+    run_dir.check()  # (before anything in it is removed)
+    (run_dir.out / TRUNK_RECORD).unlink(missing_ok=True)
+    run_dir.remove_empty_checkpoints()
+    if run_dir.mismatch(run_identity(trunk)) == [] and run_dir.state().get("step") == step:
+        log.info("[%s] %s holds this trunk, at step %d: nothing to do", name, run_dir.out, step)
     else:
-        step = train(trunk, out, stop_after=step, wait=wait, force=force)["stopped_at"]
-    result = {"trunk": str(out), "name": name, "step": step}
-    write_json(out / TRUNK_RECORD, result)
+        step = train(trunk, run_dir.out, stop_after=step, wait=wait, force=force)["stopped_at"]
+    result = {"trunk": str(run_dir.out), "name": name, "step": step}
+    write_json(run_dir.out / TRUNK_RECORD, result)
     return result

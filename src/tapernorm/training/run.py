@@ -28,7 +28,7 @@ from ..model import GPT, GPTConfig, convert_norms
 from ..norms import Reduce, taper_norms
 from ..runtime.device import autocast_for
 from ..runtime.provenance import distributions, git_state, host, now, versions
-from .checkpoint import load_model, write_json
+from .checkpoint import load_model
 from .distributed import (
     ModelHidden,
     World,
@@ -39,16 +39,9 @@ from .distributed import (
 )
 from .evaluation import validation_windows
 from .identity import Inputs, data_sha256, run_identity
-from .metrics_log import METRICS, MetricsLog, restore_metrics
-from .state import (
-    checkpoint_mismatch,
-    clear_run,
-    has_checkpoint,
-    load_training_state,
-    read_state,
-    readable_checkpoint,
-    recorded_inputs,
-)
+from .metrics_log import MetricsLog, restore_metrics
+from .run_dir import RunDir
+from .state import read_state
 from .tensorboard_log import TensorBoardLog
 from .trunk import branch
 
@@ -117,7 +110,7 @@ class Run:
     """One training run, set up: its config, data, model, optimizer and where it writes."""
 
     cfg: RunConfig
-    out: Path
+    dir: RunDir  # where it writes: out/{config.json, metrics.jsonl, ckpt/, ...}
     world: World
     device: torch.device
     shards: TokenShards
@@ -163,19 +156,12 @@ class Run:
         to it: `h` itself for one process; DDP's copy of it is not on the loss's path."""
         return h if self.ddp_hidden is None else self.ddp_hidden.h
 
-    @property
-    def ckpt(self) -> Path:
-        return self.out / "ckpt"
-
-    @property
-    def metrics_path(self) -> Path:
-        return self.out / METRICS
-
 
 def set_up(cfg: RunConfig, out: Path, world: World, device: torch.device) -> Run:
     """Inputs pinned (hashed before they are read), data, model (the same init in every
     process), scale anchor, optimizer, FakeLN schedule, validation windows."""
-    inputs = Inputs(cfg, recorded_inputs(out / "ckpt"))
+    run_dir = RunDir(out)
+    inputs = Inputs(cfg, run_dir.recorded_inputs())
     torch.manual_seed(cfg.seed)
     shards = TokenShards(cfg.data.dir, cfg.data.train_tokens)
     model = build_model(cfg, shards.vocab_size).to(device)
@@ -216,7 +202,7 @@ def set_up(cfg: RunConfig, out: Path, world: World, device: torch.device) -> Run
     }
     return Run(
         cfg=cfg,
-        out=out,
+        dir=run_dir,
         world=world,
         device=device,
         shards=shards,
@@ -249,44 +235,44 @@ def resume(run: Run) -> int:
     0. A checkpoint of another config, data or init is not resumed: the run starts over, and every
     file of the old run is removed first; one whose state.json is unreadable is an error. Rank 0
     writes config.json and opens the record (run.metrics; with log.tensorboard, run.tensorboard)."""
-    cfg, out, world = run.cfg, run.out, run.world
+    cfg, run_dir, world = run.cfg, run.dir, run.world
     if world.main:
-        out.mkdir(parents=True, exist_ok=True)
-        mismatch = checkpoint_mismatch(run.ckpt, run.identity)
+        run_dir.out.mkdir(parents=True, exist_ok=True)
+        mismatch = run_dir.mismatch(run.identity)
         if mismatch:
             log.warning(
                 "[%s] checkpoint in %s is from %s: starting over",
                 cfg.name,
-                out,
+                run_dir.out,
                 "; ".join(mismatch),
             )
         if mismatch is None or mismatch:
-            removed = clear_run(out, run.ckpt)
+            removed = run_dir.clear()
             if removed and mismatch is None:
                 log.info(
                     "[%s] no checkpoint in %s: removed %s of an earlier run, starting over",
                     cfg.name,
-                    out,
+                    run_dir.out,
                     ", ".join(removed),
                 )
         else:  # rewritten at the end; until then the directory does not look finished
-            for name in ("eval.json", "model.safetensors"):
-                (out / name).unlink(missing_ok=True)
-        write_json(out / "config.json", config_record(run, model=run.model.config.to_dict()))
+            run_dir.unfinish()
+        run_dir.write_config(config_record(run, model=run.model.config.to_dict()))
     barrier(world)  # every rank sees the checkpoint rank 0 kept
-    step, ckpt, how = 0, readable_checkpoint(run.ckpt), "resumed from"
-    if has_checkpoint(run.ckpt):
-        step = load_training_state(run.ckpt, run.model, run.opt, run.anchor)
+    step, ckpt, how = 0, run_dir.readable_checkpoint(), "resumed from"
+    if run_dir.has_checkpoint():
+        step = run_dir.load(run.model, run.opt, run.anchor)
     elif cfg.init.trunk is not None:  # the steps before the taper, as the trunk trained them
         step, ckpt = branch(cfg, run.model, run.opt, run.anchor)
         how = f"branched from its trunk {cfg.init.trunk} at"
     if world.main:
+        metrics_path = run_dir.metrics_path
         if step:
             saved = read_state(ckpt).get("metrics")
-            restored = restore_metrics(run.metrics_path, ckpt, step, saved, cfg.name)
-            note = f" ({run.metrics_path.name} restored: {restored} records)" if restored else ""
+            restored = restore_metrics(metrics_path, ckpt, step, saved, cfg.name)
+            note = f" ({metrics_path.name} restored: {restored} records)" if restored else ""
             log.info("[%s] %s step %d%s", cfg.name, how, step, note)
-        run.metrics = MetricsLog(run.metrics_path, cfg.name)
+        run.metrics = MetricsLog(metrics_path, cfg.name)
         if cfg.log.tensorboard:
-            run.tensorboard = TensorBoardLog(run.out, step)
+            run.tensorboard = TensorBoardLog(run_dir.out, step)
     return step
