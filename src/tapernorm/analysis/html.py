@@ -37,7 +37,7 @@ def inline(text: str) -> str:
 
 
 def table_cells(line: str) -> list[str]:
-    """The cells of one pipe-table row (`\\|` is a literal bar, as tables.to_markdown writes it)."""
+    """The cells of one pipe-table row (`\\|` is a literal bar, as runtime.markdown writes it)."""
     line = line.strip().removeprefix("|").removesuffix("|")
     cells = re.split(r"(?<!\\)\|", line)
     return [c.strip().replace("\\|", "|") for c in cells]

@@ -210,6 +210,7 @@ def write_summary(
     diverged, which `diverged` counts)."""
     import pandas as pd
 
+    from ..runtime.markdown import pipe_table
     from ..runtime.output_set import OutputSet, json_bytes, marker_path
     from ..runtime.provenance import made
 
@@ -232,26 +233,22 @@ def write_summary(
         f"Made by `{command}`. Validation loss at the last step, mean ± std over seeds (inf: every "
         "seed diverged); gaps relative to the matched baseline (the same head).",
         "",
-        "| variant | LR | seeds | val loss | per seed |",
-        "|---|---|---|---|---|",
     ]
+    rows = []
     for c in cell_df.to_dict("records"):
         std = "" if math.isnan(c["val_loss_std"]) else f" ± {c['val_loss_std']:.4f}"
         div = f" ({c['diverged']} diverged)" if c["diverged"] else ""
-        lines.append(
-            f"| {c['label']} | {c['lr']:g} | {c['seeds']} | {c['val_loss_mean']:.4f}{std}{div} "
-            f"| {c['val_losses']} |"
-        )
-    lines += [
-        "",
-        "| variant | against | gap at the shared LR | best LR (baseline's) | gap, each at its best LR |",
-        "|---|---|---|---|---|",
-    ]
-    for g in gaps:
-        lines.append(
-            f"| {g['label']} | {g['against']} | {g['gap_shared_pct']:+.2f}% (LR {g['shared_lr']:g}) "
-            f"| {g['best_lr']:g} ({g['baseline_best_lr']:g}) | {g['gap_best_pct']:+.2f}% |"
-        )
+        rows.append([c["label"], f"{c['lr']:g}", c["seeds"], f"{c['val_loss_mean']:.4f}{std}{div}",
+                     c["val_losses"]])  # fmt: skip
+    lines += pipe_table(["variant", "LR", "seeds", "val loss", "per seed"], rows)
+    lines.append("")
+    lines += pipe_table(
+        ["variant", "against", "gap at the shared LR", "best LR (baseline's)",
+         "gap, each at its best LR"],
+        [[g["label"], g["against"], f"{g['gap_shared_pct']:+.2f}% (LR {g['shared_lr']:g})",
+          f"{g['best_lr']:g} ({g['baseline_best_lr']:g})", f"{g['gap_best_pct']:+.2f}%"]
+         for g in gaps],
+    )  # fmt: skip
     files.add(md, ("\n".join(lines) + "\n").encode())
     files.commit()
     return [csv, md, js]

@@ -14,10 +14,10 @@ from pathlib import Path
 
 from ..runtime import bookkeeping
 from ..runtime.atomic import atomic_write_bytes
+from ..runtime.markdown import pipe_table
 from ..runtime.output_set import check_member
 from ..runtime.provenance import REHEARSAL_NOTE
 from .html import render_table
-from .tables import to_markdown
 
 STYLE = """
 .tapernorm table { border-collapse: collapse; margin: 0.6em 0 1.2em; }
@@ -32,8 +32,8 @@ STYLE = """
 def _html_table(rows: list[dict], columns: list[str]) -> str:
     import pandas as pd
 
-    md = to_markdown(pd.DataFrame(rows, columns=columns), "").splitlines()[2:]
-    return render_table(md)
+    table = pd.DataFrame(rows, columns=columns)  # as a frame: a missing key is a NaN cell
+    return render_table(pipe_table(columns, table.itertuples(index=False)))
 
 
 def home_page(record: dict, rerun: str) -> str:

@@ -13,6 +13,7 @@ import pandas as pd
 
 from ..runtime import bookkeeping
 from ..runtime.atomic import atomic_write_bytes
+from ..runtime.markdown import pipe_table
 from ..runtime.out_dirs import is_temporary, make_aside, only_names
 from ..runtime.output_set import OutputSet, json_bytes, marker_path
 from ..runtime.provenance import git_state, host, now, versions
@@ -167,6 +168,11 @@ def split_hosts_lines(per_seed: pd.DataFrame) -> list[str]:
     return lines
 
 
+SUMMARY_HEADER = ["Claim", "Width", "Steps", "Tokens/param", "Epochs", "Estimate", "95% interval",
+                  "Seeds", "Verdict", "Runs", "With blown-up runs at their last weights (seeds)",
+                  "Paper"]  # fmt: skip
+
+
 def summary_markdown(
     summary: pd.DataFrame,
     extra_note: str = "",
@@ -179,20 +185,15 @@ def summary_markdown(
     what the passes mean beside the paper's; the blow-up rule, the blow-ups and the seeds left out
     under it; seed pairs trained on two hosts; each gap claim's trend from the shortest to the
     longest training per width."""
-    lines = [
-        "| Claim | Width | Steps | Tokens/param | Epochs | Estimate | 95% interval | Seeds | "
-        "Verdict | Runs | With blown-up runs at their last weights (seeds) | Paper |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
-    ]
+    rows = []
     for r in summary.itertuples():
         ci = f"[{_number(r.ci_low, r.unit)}, {_number(r.ci_high, r.unit)}]"
         passes = getattr(r, "epochs", math.nan)
-        lines.append(
-            f"| {r.claim}: {CLAIM_NAMES[r.claim]} | d={r.width} | {r.steps:,} | "
-            f"{r.tokens_per_param:.1f} | {epochs_text(float(passes))} | "
-            f"{_number(r.estimate, r.unit)} | {ci} | {r.n_seeds} | {r.verdict} | {_runs_cell(r)} | "
-            f"{_last_weights_cell(r)} | {_paper_cell(r)} |"
-        )
+        rows.append([f"{r.claim}: {CLAIM_NAMES[r.claim]}", f"d={r.width}", f"{r.steps:,}",
+                     f"{r.tokens_per_param:.1f}", epochs_text(float(passes)),
+                     _number(r.estimate, r.unit), ci, r.n_seeds, r.verdict, _runs_cell(r),
+                     _last_weights_cell(r), _paper_cell(r)])  # fmt: skip
+    lines = pipe_table(SUMMARY_HEADER, rows)
     lines += [
         "",
         "Epochs: steps x batch x block / training tokens of each run. "

@@ -33,6 +33,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from ..runtime.markdown import pipe_table
 from ..runtime.output_set import OutputSet, json_bytes, marker_path
 from ..runtime.provenance import git_state, host, now, versions
 from ..variants import VARIANTS, baseline_of
@@ -410,16 +411,17 @@ def grid_markdown(grid: dict) -> list[str]:
         present = [cells[k] for k in keys if k in cells]
         return f"{sum(s != 'clean' for s in present)}/{len(present)}"
 
-    lines = [
-        "| init \\ data | " + " | ".join(map(str, datas)) + " | blew up |",
-        "|---|" + "---|" * (len(datas) + 1),
+    rows = [
+        [i, *(MARK[cells.get((i, j))] for j in datas), count([(i, j) for j in datas])]
+        for i in inits
     ]
-    for i in inits:
-        marks = [MARK[cells.get((i, j))] for j in datas]
-        lines.append(f"| {i} | " + " | ".join(marks) + f" | {count([(i, j) for j in datas])} |")
-    per_col = [count([(i, j) for i in inits]) for j in datas]
-    lines.append("| blew up | " + " | ".join(per_col) + f" | {count(list(cells))} |")
-    return lines
+    rows.append(["blew up", *(count([(i, j) for i in inits]) for j in datas), count(list(cells))])
+    return pipe_table(["init \\ data", *datas, "blew up"], rows)
+
+
+SUMMARY_HEADER = ["Width", "Arm", "Runs", "Clean", "Blew up", "Diverged", "Clean rate [95% CP]",
+                  "Baseline clean", "Fisher p", "Gap, clean pairs",
+                  "Gap, blown-up runs at their last weights"]  # fmt: skip
 
 
 def summary_markdown(summary: Summary) -> str:
@@ -435,17 +437,14 @@ def summary_markdown(summary: Summary) -> str:
         "baseline's at the same width. Gaps: validation loss against the baseline, paired by "
         "(init, data) seed pair, mean and 95% t interval (pairs).",
         "",
-        "| Width | Arm | Runs | Clean | Blew up | Diverged | Clean rate [95% CP] | Baseline clean "
-        "| Fisher p | Gap, clean pairs | Gap, blown-up runs at their last weights |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
+    rows = []
     for r in summary.rows.to_dict("records"):
         rate = f"{r['clean_rate']:.2f} [{r['clean_ci_low']:.2f}, {r['clean_ci_high']:.2f}]"
-        lines.append(
-            f"| d={r['width']} | {r['label']} | {r['n_runs']} | {r['n_clean']} | {r['n_blowup']} "
-            f"| {r['n_diverged']} | {rate} | {r['against_clean'] or '—'} | {_p(r['fisher_p'])} | "
-            f"{_gap(r, 'clean')} | {_gap(r, 'last_weights')} |"
-        )
+        rows.append([f"d={r['width']}", r["label"], r["n_runs"], r["n_clean"], r["n_blowup"],
+                     r["n_diverged"], rate, r["against_clean"] or "—", _p(r["fisher_p"]),
+                     _gap(r, "clean"), _gap(r, "last_weights")])  # fmt: skip
+    lines += pipe_table(SUMMARY_HEADER, rows)
     lines.append("")
     for r in summary.rows.to_dict("records"):
         where = f"d={r['width']}, {r['label']}"

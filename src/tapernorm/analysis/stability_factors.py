@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from ..runtime.markdown import pipe_table
 from ..runtime.output_set import OutputSet, marker_path
 from ..variants import VARIANTS
 from ..workflow.names import parse_factor_run
@@ -95,8 +96,7 @@ def factor_markdown(rows: pd.DataFrame) -> str:
         r = rows[rows["base"] == base].iloc[0]
         label = VARIANTS[r["variant"]]["label"] if r["factor"] == NONE else base
         labels.append(f"{label} d={r['width']} init {r['seed']}, data {r['data_seed']}")
-    lines = ["| Change | " + " | ".join(labels) + " | Removed the blow-up |",
-             "|---|" + "---|" * (len(bases) + 1)]  # fmt: skip
+    table = []
     for factor in dict.fromkeys(rows["factor"]):
         cells, removed, tried = [], 0, 0
         for base in bases:
@@ -113,8 +113,8 @@ def factor_markdown(rows: pd.DataFrame) -> str:
         change = rows[rows["factor"] == factor].iloc[0]["change"]
         name = "none (the run as the study trained it)" if factor == NONE else f"{factor}: {change}"
         tally = "—" if factor == NONE else f"{removed}/{tried}"
-        lines.append(f"| {name} | " + " | ".join(cells) + f" | {tally} |")
-    return "\n".join(lines) + "\n"
+        table.append([name, *cells, tally])
+    return "\n".join(pipe_table(["Change", *labels, "Removed the blow-up"], table)) + "\n"
 
 
 def write_factor_table(record_dirs: list[str | Path], out: Path) -> list[Path]:

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from ..runtime.markdown import pipe_table
 from ..runtime.output_set import OutputSet, marker_path
 from ..runtime.provenance import stamp
 from ..variants import PAPER_VARIANTS, VARIANTS, baseline_of
@@ -49,14 +50,7 @@ def tex_escape(text: str) -> str:
 
 def to_markdown(df: pd.DataFrame, caption: str) -> str:
     """A caption line, then a GitHub markdown table."""
-
-    def cell(v) -> str:
-        return str(v).replace("|", "\\|").replace("\n", " ")
-
-    lines = [caption, "", "| " + " | ".join(cell(c) for c in df.columns) + " |"]
-    lines.append("|" + "|".join("---" for _ in df.columns) + "|")
-    lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in df.itertuples(index=False)]
-    return "\n".join(lines) + "\n"
+    return "\n".join([caption, "", *pipe_table(df.columns, df.itertuples(index=False))]) + "\n"
 
 
 def to_latex(df: pd.DataFrame, caption: str) -> str:

@@ -22,6 +22,7 @@ import pandas as pd
 from ..runtime import bookkeeping
 from ..runtime.atomic import atomic_write_bytes
 from ..runtime.jsonio import read_json
+from ..runtime.markdown import pipe_table
 from ..runtime.output_set import check_member
 from ..runtime.provenance import short_commit
 from ..variants import VARIANTS
@@ -46,14 +47,8 @@ def _link(target: Path, doc_dir: Path) -> str:
     return Path(os.path.relpath(target, doc_dir)).as_posix()
 
 
-def _cell(text) -> str:
-    return str(text).replace("|", "\\|").replace("\n", " ")
-
-
 def _table(header: list[str], rows: list[list]) -> str:
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join(_cell(c) for c in row) + " |" for row in rows]
-    return "\n".join(lines)
+    return "\n".join(pipe_table(header, rows))
 
 
 def config_hashes_text(manifest: dict) -> str:

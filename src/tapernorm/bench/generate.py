@@ -22,6 +22,7 @@ import torch
 from torch import nn
 
 from ..model import GPTConfig
+from ..runtime.markdown import pipe_table
 from .timing import environment, paired_rounds, timed
 from .train_step import hf_llama_like
 from .trust import paired_speedup
@@ -171,15 +172,14 @@ def markdown(rows: list[dict]) -> str:
         f"{r['load_after']:.2f} after. Floor: weight bytes / {r['bandwidth_gb_s']:.1f} GB/s = "
         f"{r['floor_ms']:.2f} ms per token.",
         "",
-        "| call | tokens/s | ms per token | vs transformers (median [IQR]) | x floor |",
-        "|---|---|---|---|---|",
     ]
-    for r in rows:
-        lines.append(
-            f"| {r['call']} | {r['tok_s']:.1f} | {r['ms_per_token']:.2f} | "
-            f"{r['speedup_vs_transformers']:.2f} [{r['speedup_q1']:.2f}, {r['speedup_q3']:.2f}] | "
-            f"{r['floor_ratio']:.2f} |"
-        )
+    header = ["call", "tokens/s", "ms per token", "vs transformers (median [IQR])", "x floor"]
+    lines += pipe_table(header, [
+        [r["call"], f"{r['tok_s']:.1f}", f"{r['ms_per_token']:.2f}",
+         f"{r['speedup_vs_transformers']:.2f} [{r['speedup_q1']:.2f}, {r['speedup_q3']:.2f}]",
+         f"{r['floor_ratio']:.2f}"]
+        for r in rows
+    ])  # fmt: skip
     compiled = [r for r in rows if r["compile_s"] is not None]
     lines += ["", "Same tokens as transformers: yes (checked before timing)."]
     if compiled:

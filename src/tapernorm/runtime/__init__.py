@@ -2,6 +2,7 @@
 
 atomic      write a file or a directory all at once, or not at all
 jsonio      the one JSON reader and writer (strict, sorted, atomic; a damaged file names itself)
+markdown    the one markdown pipe-table writer (a cell's `|` escaped, its newline a space)
 digests     SHA-256 of files and tensors, safetensors headers
 out_dirs    output directories a command may claim: never remove what it did not write
 out_files   output files (tables, figures) claimed the same way
