@@ -225,7 +225,13 @@ def marker_of(member: str | Path) -> Path | None:
     whose staging directory (a write that stopped) holds it, or its own stem's marker that cannot
     be read as one (damaged); None if there is none. Opens the markers of its own name's stems
     (a.b.csv: a.b.set.json, a.set.json), the others beside it only where those are absent."""
-    member = Path(member)
+    found = _find_marker(Path(member))
+    return None if found is None else found[0]
+
+
+def _find_marker(member: Path) -> tuple[Path, dict | None] | None:
+    """marker_of's marker and the record it read there (None: damaged, or not written: a staged
+    set's marker, which check_member reports as a stopped write)."""
     names = _marker_names(member)
     try:
         entries = sorted(member.parent.iterdir())
@@ -239,16 +245,16 @@ def marker_of(member: str | Path) -> Path | None:
         path = member.with_name(name)
         record = read_marker(path) if path.exists() else None
         if record is None and name in own:
-            return path  # its own stem's marker, damaged: check_member says so
+            return path, None  # its own stem's marker, damaged: check_member says so
         if record is not None and member.name in record["members"]:
-            return path
+            return path, record
     for p in entries:
         m = _STAGING.match(p.name)
         if m is None or (member.parent / m["marker"]).exists():
             continue
         staged = read_marker(p / m["marker"])  # a write stopped after step 1: the new marker
         if staged is not None and member.name in staged["members"]:  # is in its staging directory
-            return p.parent / m["marker"]
+            return p.parent / m["marker"], None
     return None
 
 
@@ -258,13 +264,13 @@ def check_member(member: str | Path) -> Path:
     member calls before it reads it. It reads the member and its marker only (check_set reads the
     whole set); a reader of two members checks each."""
     member = Path(member)
-    marker = marker_of(member)
-    if marker is None:
+    found = _find_marker(member)
+    if found is None:
         return member
+    marker, record = found
     if not marker.exists():
         problem = "its write stopped before it ended (no marker, a staging directory left)"
     else:
-        record = read_marker(marker)
         try:
             digest = None if record is None else record["members"].get(member.name)
             data = member.read_bytes()
