@@ -14,62 +14,9 @@ paper; yes, unlike the paper; only at a deviation; partly; no; not reproduced at
 resolved; not measured; not judged) with its rules are in claim_rows.
 
 Criteria (never tuned to the data; "end" = mean over the last 10% of logged steps, diverged runs
-excluded from means and counted). Each reaches a plain yes / partly / no (or not resolved), then
-a yes is graded:
-1, 2. the gap of the variant's validation loss to the baseline's, paired by seed, with its 95% t
-      interval, per width: yes if the interval lies inside [-2%, +2%], no if wholly outside, not
-      resolved if it straddles an edge (or fewer than two seed pairs), no where every run of the
-      variant diverged. Widths combine: no if every width is no, partly if some are, else not
-      resolved if any is, else yes; a yes wholly below 0 is "yes, unlike the paper". Blow-ups
-      (claims_loss.BLOWUP_RULE, as in the scaling study's rows): a run of either arm that blew up
-      (diverged or a finite spike) makes a yes partly; the gap is over the seed pairs where neither
-      blew up, beside the gap with the blown-up runs at their last weights (criteria in full in
-      claims_loss).
-3. sources: the largest main width and the ablation; a source is judged where its runs end with at least
-   50% of tokens at a positive margin (Prop. 4.2's premise), the others are shown as context (all are
-   judged if none shows its margins). R_v = mean end logit norm of unanchored variant v without a final
-   norm (Final-, All-Taper) over that of runs keeping a real final norm (Baseline, Internal-Taper (+aux)):
-   per source yes if every R_v >= 2, partly if their pooled ratio >= 1.2, else no; a yes whose ratio
-   is below the paper's 20x / SIZE_FACTOR is "yes, weaker than the paper".
-4. per judged source, A = mean end logit norm of All-Taper (+aux) over Baseline's and U = that of the
-   unanchored runs over Baseline's: yes if 1/1.5 <= A <= 1.5 and U >= 2 (there is chasing to suppress);
-   partly if U >= 1.2 and ln A <= (1 - SUPPRESS_MIN) ln U; else no. A yes at a scale loss other than
-   the paper's (Eq. 5, lambda 0.1) is "only at a deviation", beside the verdict of the same source's
-   sweep point at the paper's setting. The lambda sweep is reported beside it.
-   Claims 3 and 4 combine their judged sources: yes if all yes, no if all no, else partly.
-5. on the first judged source with all six variants, per weight type w and per convention (before and
-   after clipping): S_w = mean end grad norm of {Final, All}-Taper over {Baseline, Internal-Taper};
-   clusters if S_w <= 1/1.5 (smaller without a final norm, as in the paper) and |ln S_w| exceeds the
-   spread inside either group; closes if All-Taper (+aux) / Internal-Taper (+aux) is within 1.5x. Per
-   convention yes if all four types cluster and close, no if none clusters or none closes, else partly;
-   the verdict combines the conventions as claims 3 and 4 combine sources. Premise: the paper's
-   decay needs a softmax saturated by logit chasing of its size; where the unanchored
-   no-final-norm end logit norm is below 20x / SIZE_FACTOR = 10x the final-norm runs', a verdict
-   other than yes is 'not reproduced at this scale' (the criterion's verdict beside it).
-6. verify.json files: yes if every check passed and the largest relative logit difference is <= 1e-5;
-   partly if all passed at a looser rtol; no if any check failed. Judged on the folds that ran: a
-   diverged run's fold is skipped (its verify.json says why) and named; not judged if none ran.
-7. benchmark CSVs (tapernorm bench forward|decode) by the speed rule (speed_rule): a run's
-   ratio is the geometric mean over its grid of cells of the folded model's median per-round
-   speedup over the baseline; a 95% t interval of it over the runs of this host class (this
-   run and the --bench-pool runs of the same setting and grid, disturbed ones left out, at
-   least 3) decides at a 3% margin: yes if wholly above 1.03x (graded weaker than the paper
-   below 1.05x), no if wholly below 1/1.03 or wholly inside the margin (no gain), else not
-   resolved. A model the benchmarks skipped (its run diverged) is named; not judged when the
-   exports were not timed or this run's timing was disturbed.
-8. GPT-2 fine-tuning evals: per TaperLN cell (model, protocol, set) the CE gap to our Vanilla of the same
-   model and set, and whether it is at or below FakeLN: our FakeLN rerun of the same model and set where
-   there is one, else (only where our run is the paper's hub model on the paper's set) the published
-   FakeLN number: yes if more than half of the cells are within +2% of Vanilla and more
-   than half at or below FakeLN; no if neither; else partly; partly at best when FakeLN can't be compared.
-   Cells within LINE_MARGIN_PP of the +2% line are named, with the verdict if they fell on its other
-   side (fine-tuning CE moves across CPUs).
-Stability (claims_stability): per width, no tapered arm's clean rate (runs without a blow-up)
-   below the baseline's with Fisher p < 0.05, and every tapered arm's 95% Clopper-Pearson interval
-   with its lower end at or above 0.7: yes; one significantly below: no; else not resolved; widths
-   combine strictly (no if any is no, else not resolved if any is). Judged on the committed
-   stability study where the checkout has it, else on the pretrain runs.
-Claims 3-5 judge the paper's six variants only (DyT's row is claims_dyt's).
+excluded from means and counted): each claim module's docstring states its claims' in full, its
+`*_CRITERION` constant (CRITERIA: claims.json's `criterion`, quoted by the docs) in one line. Each
+reaches a plain yes / partly / no (or not resolved), then a yes is graded (claim_rows).
 """
 
 from __future__ import annotations

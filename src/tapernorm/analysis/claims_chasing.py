@@ -1,6 +1,29 @@
 """Claims 3-5: without the scale anchor, removing the final norm lets the logits grow (logit
-chasing) and splits the gradient norms by final-norm presence; the anchor suppresses both
-(criteria in claims.py). Judged where margins are positive (Prop. 4.2's premise)."""
+chasing) and splits the gradient norms by final-norm presence; the anchor suppresses both.
+Judged where margins are positive (Prop. 4.2's premise). Criteria:
+3. sources: the largest main width and the ablation; a source is judged where its runs end with at least
+   50% of tokens at a positive margin (Prop. 4.2's premise), the others are shown as context (all are
+   judged if none shows its margins). R_v = mean end logit norm of unanchored variant v without a final
+   norm (Final-, All-Taper) over that of runs keeping a real final norm (Baseline, Internal-Taper (+aux)):
+   per source yes if every R_v >= 2, partly if their pooled ratio >= 1.2, else no; a yes whose ratio
+   is below the paper's 20x / SIZE_FACTOR is "yes, weaker than the paper".
+4. per judged source, A = mean end logit norm of All-Taper (+aux) over Baseline's and U = that of the
+   unanchored runs over Baseline's: yes if 1/1.5 <= A <= 1.5 and U >= 2 (there is chasing to suppress);
+   partly if U >= 1.2 and ln A <= (1 - SUPPRESS_MIN) ln U; else no. A yes at a scale loss other than
+   the paper's (Eq. 5, lambda 0.1) is "only at a deviation", beside the verdict of the same source's
+   sweep point at the paper's setting. The lambda sweep is reported beside it.
+   Claims 3 and 4 combine their judged sources: yes if all yes, no if all no, else partly.
+5. on the first judged source with all six variants, per weight type w and per convention (before and
+   after clipping): S_w = mean end grad norm of {Final, All}-Taper over {Baseline, Internal-Taper};
+   clusters if S_w <= 1/1.5 (smaller without a final norm, as in the paper) and |ln S_w| exceeds the
+   spread inside either group; closes if All-Taper (+aux) / Internal-Taper (+aux) is within 1.5x. Per
+   convention yes if all four types cluster and close, no if none clusters or none closes, else partly;
+   the verdict combines the conventions as claims 3 and 4 combine sources. Premise: the paper's
+   decay needs a softmax saturated by logit chasing of its size; where the unanchored
+   no-final-norm end logit norm is below 20x / SIZE_FACTOR = 10x the final-norm runs', a verdict
+   other than yes is 'not reproduced at this scale' (the criterion's verdict beside it).
+Claims 3-5 judge the paper's six variants only (DyT's row is claims_dyt's).
+"""
 
 from __future__ import annotations
 

@@ -1,5 +1,18 @@
 """Claims 6 and 7: folding is exact (verify.json of `tapernorm fold`) and speeds inference
-(benchmark CSVs of `tapernorm bench forward|decode`); criteria in claims.py."""
+(benchmark CSVs of `tapernorm bench forward|decode`). Criteria:
+6. verify.json files: yes if every check passed and the largest relative logit difference is
+   <= 1e-5; "only at a deviation" (that rtol) if all passed at a looser rtol; no if any check
+   failed. Judged on the folds that ran: a diverged run's fold is skipped (its verify.json says
+   why) and named; not judged if none ran.
+7. benchmark CSVs (tapernorm bench forward|decode) by the speed rule (speed_rule): a run's
+   ratio is the geometric mean over its grid of cells of the folded model's median per-round
+   speedup over the baseline; a 95% t interval of it over the runs of this host class (this
+   run and the --bench-pool runs of the same setting and grid, disturbed ones left out, at
+   least 3) decides at a 3% margin: yes if wholly above 1.03x (graded weaker than the paper
+   below 1.05x), no if wholly below 1/1.03 or wholly inside the margin (no gain), else not
+   resolved. A model the benchmarks skipped (its run diverged) is named; not judged when the
+   exports were not timed or this run's timing was disturbed.
+"""
 
 from __future__ import annotations
 

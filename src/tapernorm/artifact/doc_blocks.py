@@ -122,6 +122,25 @@ def _claim_cells(row: dict) -> list[str]:
     return [number, claim, row.get("headline") or _legacy_headline(row["Ours"]), grade]
 
 
+def criteria_block(source: Path, doc_dir: Path) -> str:
+    """Each claim's criterion as the reference run's claims.json records it (the claim's
+    declaration in code: written once there, quoted here)."""
+    ref = load_reference(source)
+    rows = []
+    for row in ref["claims"]["claims"]:
+        number, claim = _claim_cells(row)[:2]
+        criterion = row.get("criterion")
+        rows.append([number, claim, criterion["text"] if criterion else "not recorded"])
+    return "\n".join(
+        [
+            f"As judged by the reference run [{source.name}]({_link(source, doc_dir)}/) "
+            "(claims.json's `criterion`; each claim's comment in claims.md adds its grading):",
+            "",
+            _table(["#", "Claim of the paper", "Criterion"], rows),
+        ]
+    )
+
+
 def _legacy_headline(ours: str) -> str:
     """The headline of a claims.json from before its `headline` field: the first part of the
     Ours column that was judged (not marked [context])."""
@@ -583,6 +602,7 @@ def gpu_block(source: Path, doc_dir: Path) -> str:
 RENDERERS: dict[str, Callable[[Path, Path], str]] = {
     "results": results_block,
     "cost": cost_block,
+    "criteria": criteria_block,
     "job-times": job_times_block,
     "references": references_block,
     "reference-times": reference_times_block,
