@@ -435,11 +435,23 @@ def _suppression_numbers(measures: list[SourceMeasure]) -> Numbers:
 GRAD_NEEDED = ("baseline", "internal", "final", "all", "internal_aux", "all_aux")
 
 
-def _grad_verdict(
-    means: pd.DataFrame, columns: Sequence[str]
-) -> tuple[str, str, str, int, list[tuple[str, float]]]:
-    """(verdict, text, short text, types where no-final-norm gradients are larger, (label, ratio)
-    of each type's two ratios) for one convention."""
+@dataclass(frozen=True)
+class GradVerdict:
+    """Claim 5 in one clipping convention (`label`): the verdict, the comment's text and the Ours
+    cell's short one, how many of the `n_types` weight types have larger no-final-norm gradients,
+    and each type's two ratios as (label, ratio)."""
+
+    label: str
+    verdict: str
+    text: str
+    short: str
+    n_larger: int
+    n_types: int
+    ratios: tuple[tuple[str, float], ...]
+
+
+def _grad_verdict(label: str, means: pd.DataFrame, columns: Sequence[str]) -> GradVerdict:
+    """Claim 5's verdict on the end gradient `means` of the weight types `columns`."""
     seps, closes, n_cluster, n_close, n_larger, s_all, c_all = [], [], 0, 0, 0, [], []
     parts = []
     for c in columns:
@@ -472,7 +484,7 @@ def _grad_verdict(
         f"no-final/final-norm {min(s_all):.2f}-{max(s_all):.2f}x, All-Taper (+aux)/Internal-Taper "
         f"(+aux) {min(c_all):.2f}-{max(c_all):.2f}x ({verdict})"
     )
-    return verdict, text, short, n_larger, parts
+    return GradVerdict(label, verdict, text, short, n_larger, n, tuple(parts))
 
 
 def _grad_source(inp: ClaimInputs) -> Source | None:
@@ -526,15 +538,10 @@ def claim5(inp: ClaimInputs) -> dict:
     conventions = [("before clipping", GRAD_COLUMNS)]
     if means[[f"{c}_end" for c in CLIPPED_COLUMNS]].notna().all().all():
         conventions.append(("after clipping", CLIPPED_COLUMNS))
-    verdicts, texts, shorts, larger, parts = [], [], [], [], []
-    seeds = int(runs["seed"].nunique())
-    for label, columns in conventions:
-        verdict, text, short, n_larger, ratios = _grad_verdict(means, columns)
-        parts += [Part(f"{name}, {label}, {what}", r, n_seeds=seeds) for what, r in ratios]
-        verdicts.append(verdict)
-        texts.append(f"{label}: {text}")
-        shorts.append(f"{label}: {short}")
-        larger.append(f"{n_larger}/{len(columns)} {label}")
+    judged = [_grad_verdict(label, means, columns) for label, columns in conventions]
+    seeds = found.seeds
+    texts = "; ".join(f"{j.label}: {j.text}" for j in judged)
+    larger = ", ".join(f"{j.n_larger}/{j.n_types} {j.label}" for j in judged)
     sat = means["saturation_end"] if "saturation_end" in means else pd.Series(dtype=float)
     saturation = ""
     if sat.notna().all() and len(sat):
@@ -546,15 +553,15 @@ def claim5(inp: ClaimInputs) -> dict:
         )
     comment = (
         f"End gradient norms (mean over the last 10% of logged steps, averaged over blocks) of the "
-        f"{_margin_note(name, runs, True)} family, in each convention: {'; '.join(texts)}. Types "
+        f"{_margin_note(name, runs, True)} family, in each convention: {texts}. Types "
         f"where the no-final-norm gradients are larger (the opposite of the paper's direction): "
-        f"{', '.join(larger)}. A type clusters if the ratio is <= 1/{CLOSE_FACTOR:g} and larger "
+        f"{larger}. A type clusters if the ratio is <= 1/{CLOSE_FACTOR:g} and larger "
         f"than the spread within each group; it closes if within {CLOSE_FACTOR:g}x. Criterion per "
         "convention: all types both yes, none of either no, else partly; the verdict combines the "
         "conventions." + saturation + _diverged_note(inp)
     )
-    ours = f"{name}, " + "; ".join(shorts)
-    holds, premise = claim5_premise(runs, combine_verdicts(verdicts))
+    ours = f"{name}, " + "; ".join(f"{j.label}: {j.short}" for j in judged)
+    holds, premise = claim5_premise(runs, combine_verdicts([j.verdict for j in judged]))
     row = claim_row(claim, paper_value, ours, describe_scale(runs), holds, comment + premise)
     numbers = Numbers(
         headline=ours,
@@ -562,6 +569,10 @@ def claim5(inp: ClaimInputs) -> dict:
         n_seeds=seeds,
         no_estimate="one ratio per weight type and clipping convention, two per type (parts): "
         "no single headline number",
-        parts=tuple(parts),
+        parts=tuple(
+            Part(f"{name}, {j.label}, {what}", r, n_seeds=seeds)
+            for j in judged
+            for what, r in j.ratios
+        ),
     )
     return with_numbers(row, numbers)
