@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import pandas as pd
 
@@ -92,8 +93,32 @@ GRAD_CRITERION = Criterion(
 # ---- claims 3 and 4: logit chasing and its suppression ---------------------------------------------
 
 
-def _sources(inp: ClaimInputs) -> list[tuple[str, pd.DataFrame, bool]]:
-    """(name, runs, judged) to measure logit norms on: the largest main width, and the ablation.
+@dataclass(frozen=True, eq=False)
+class Source:
+    """Runs to measure logit norms on, and whether their verdict counts (else context)."""
+
+    name: str
+    runs: pd.DataFrame
+    judged: bool
+
+    @property
+    def tag(self) -> str:
+        return "" if self.judged else " [context]"
+
+    @property
+    def seeds(self) -> int:
+        return int(self.runs["seed"].nunique())
+
+    def detail(self, verdict: str) -> str:
+        """The end logit norm of each variant, and the source's verdict."""
+        return f"{self.name}: {_variant_means(self.runs, 'logit_norm_end')} ({verdict})"
+
+    def scale(self) -> str:
+        return f"{self.name}: {describe_scale(self.runs)}"
+
+
+def _sources(inp: ClaimInputs) -> list[Source]:
+    """The sources to measure logit norms on: the largest main width, and the ablation.
 
     Prop. 4.2's outward push needs positive margins, so a source is judged only where its runs ended
     with most tokens (>= MARGIN_JUDGED) at a positive margin; the others are reported as context. When
@@ -102,14 +127,14 @@ def _sources(inp: ClaimInputs) -> list[tuple[str, pd.DataFrame, bool]]:
     main = usable_runs(inp.runs)
     if not main.empty:
         width = int(main["width"].max())
-        out.append(["main", main[main["width"] == width]])
+        out.append(("main", main[main["width"] == width]))
     ablation = usable_runs(inp.ablation)
     if not ablation.empty:
-        out.append(["ablation", ablation])
+        out.append(("ablation", ablation))
     judged = [_margin(runs) >= MARGIN_JUDGED for _, runs in out]
     if not any(judged):
         judged = [True] * len(out)
-    return [(name, runs, j) for (name, runs), j in zip(out, judged, strict=True)]
+    return [Source(name, runs, j) for (name, runs), j in zip(out, judged, strict=True)]
 
 
 def _margin(runs: pd.DataFrame) -> float:
@@ -141,79 +166,80 @@ def _free(runs: pd.DataFrame) -> pd.DataFrame:
     return runs[runs["final_taper"] & ~runs["anchor"]]
 
 
+@dataclass(frozen=True, eq=False)
+class Chasing:
+    """Claim 3 on one source: the unanchored no-final-norm runs' end logit norm over the runs
+    keeping a final norm, all together (`ratio`) and per variant (`each`)."""
+
+    source: Source
+    ratio: float
+    each: pd.Series
+
+    @property
+    def verdict(self) -> str:
+        if self.each.min() >= CHASE_YES:
+            return YES
+        return PARTLY if self.ratio >= CHASE_PARTLY else NO
+
+
+def _chasing(source: Source) -> Chasing | None:
+    """Claim 3's measure of `source`; None where it lacks the unanchored or the final-norm runs."""
+    runs = source.runs
+    free, kept = _free(runs), runs[~runs["final_taper"]]
+    if free.empty or kept.empty:
+        return None
+    kept_norm = kept["logit_norm_end"].mean()
+    each = free.groupby("variant")["logit_norm_end"].mean() / kept_norm
+    return Chasing(source, free["logit_norm_end"].mean() / kept_norm, each)
+
+
 def claim3(inp: ClaimInputs) -> dict:
     claim = "3. Without an anchor, final-norm removal causes logit chasing"
     paper_value = (
         f"~{paper.FIG3_CHASING_RATIO[0]}-{paper.FIG3_CHASING_RATIO[1]}x at d=512 (All-Taper ~2e5, "
         "Final-Taper ~1.2e5 vs ~5e3-6e3 anchored)"
     )
-    ours, verdicts, details, scales, notes, sizes, parts = [], [], [], [], [], [], []
-    for name, runs, judged in _sources(inp):
-        free, kept = _free(runs), runs[~runs["final_taper"]]
-        if free.empty or kept.empty:
-            continue
-        ratio = free["logit_norm_end"].mean() / kept["logit_norm_end"].mean()
-        seeds = int(runs["seed"].nunique())
-        parts.append(Part(f"{name}{'' if judged else ' [context]'}", ratio, n_seeds=seeds))
-        each = free.groupby("variant")["logit_norm_end"].mean() / kept["logit_norm_end"].mean()
-        verdict = "yes" if each.min() >= CHASE_YES else "partly" if ratio >= CHASE_PARTLY else "no"
-        per = ", ".join(f"{variant_label(v)} {r:.2f}x" for v, r in each.items())
-        ours.append(f"{name}: {ratio:.2f}x ({per}){'' if judged else ' [context]'}")
-        if judged:
-            verdicts.append(verdict)
-            sizes.append((ratio, f"{name} {ratio:.2f}x", seeds))
-        details.append(f"{name}: {_variant_means(runs, 'logit_norm_end')} ({verdict})")
-        scales.append(f"{name}: {describe_scale(runs)}")
-        notes.append(_margin_note(name, runs, judged))
-    if not ours:
+    measures = [m for m in map(_chasing, _sources(inp)) if m is not None]
+    if not measures:
         return not_measured(
             claim, paper_value, "no runs with both unanchored variants and a kept final norm"
         )
+    judged = [m for m in measures if m.source.judged]
+    ours = "; ".join(
+        f"{m.source.name}: {m.ratio:.2f}x ("
+        + ", ".join(f"{variant_label(v)} {r:.2f}x" for v, r in m.each.items())
+        + f"){m.source.tag}"
+        for m in measures
+    )
     lo, hi = paper.FIG3_CHASING_RATIO
-    smallest = min(sizes)
-    holds = grade_size(combine_verdicts(verdicts), smallest[0], lo, smallest[1], f"{lo}-{hi}x")
+    smallest = min(judged, key=lambda m: (m.ratio, m.source.name))
+    where = f"{smallest.source.name} {smallest.ratio:.2f}x"
+    verdict = combine_verdicts([m.verdict for m in judged])
+    holds = grade_size(verdict, smallest.ratio, lo, where, f"{lo}-{hi}x")
+    details = "; ".join(m.source.detail(m.verdict) for m in measures)
+    notes = "; ".join(_margin_note(s.name, s.runs, s.judged) for s in (m.source for m in measures))
     comment = (
         "End logit norm of unanchored runs without a final norm (Final-/All-Taper, no scale loss) "
         "over runs that keep a real final norm (Baseline, Internal-Taper, Internal-Taper (+aux)); "
-        f"{'; '.join(details)}. Judged where margins are positive (Prop. 4.2's premise, >= "
-        f"{MARGIN_JUDGED:.0%} of tokens): {'; '.join(notes)}. Criterion per judged source: each "
+        f"{details}. Judged where margins are positive (Prop. 4.2's premise, >= "
+        f"{MARGIN_JUDGED:.0%} of tokens): {notes}. Criterion per judged source: each "
         f"unanchored variant >= {CHASE_YES:g}x yes, their mean >= {CHASE_PARTLY:g}x partly, else no; "
         f"a yes whose ratio is below the paper's {lo}x / {SIZE_FACTOR:g} is graded weaker than the "
         "paper." + _diverged_note(inp)
     )
-    row = claim_row(claim, paper_value, "; ".join(ours), " | ".join(scales), holds, comment)
+    scales = " | ".join(m.source.scale() for m in measures)
+    row = claim_row(claim, paper_value, ours, scales, holds, comment)
     numbers = Numbers(
-        headline=f"{smallest[1]} (paper {paper.FIG3_SOURCE.version} ~{lo}-{hi}x)",
+        headline=f"{where} (paper {paper.FIG3_SOURCE.version} ~{lo}-{hi}x)",
         unit="x",
-        estimate=smallest[0],
-        n_seeds=smallest[2],
-        parts=tuple(parts),
+        estimate=smallest.ratio,
+        n_seeds=smallest.source.seeds,
+        parts=tuple(
+            Part(f"{m.source.name}{m.source.tag}", m.ratio, n_seeds=m.source.seeds)
+            for m in measures
+        ),
     )
     return with_numbers(row, numbers)
-
-
-def _sweep_summary(inp: ClaimInputs) -> str:
-    """One sentence on the lambda sweep: the ratio at each weight, per form."""
-    if inp.sweep.empty or usable_runs(inp.ablation).empty:
-        return ""
-    from .anchor_sweep import FORM_LABELS, sweep_points
-
-    try:
-        points, _ = sweep_points(pd.concat([inp.ablation, inp.sweep], ignore_index=True))
-    except ValueError:
-        return ""
-    parts = []
-    for form, part in points.groupby("anchor_form"):
-        cells = [
-            f"λ={p.anchor_lam:g}: " + ("diverged" if p.diverged else f"{p.logit_ratio:.2f}x")
-            for p in part.itertuples()
-        ]
-        parts.append(f"{FORM_LABELS[form]}: {', '.join(cells)}")
-    return (
-        " λ sweep (All-Taper (+aux) end logit norm over Baseline; table_anchor): "
-        + "; ".join(parts)
-        + "."
-    )
 
 
 def suppression_verdict(ratio: float, chase: float) -> str:
@@ -233,10 +259,54 @@ def _setting(form: str, lam: float) -> str:
     return f"{FORM_NAMES.get(form, form)} λ={lam:g}"
 
 
-def _paper_point(inp: ClaimInputs, name: str, chase: float) -> tuple[str, float] | None:
-    """(verdict, A) of the ablation's All-Taper (+aux) run at the paper's scale loss among the sweep
-    points, judged against the same source's unanchored runs; None where no such run is given."""
-    if name != "ablation" or inp.sweep.empty:
+@dataclass(frozen=True, eq=False)
+class SourceMeasure:
+    """Claim 4 on one source: All-Taper (+aux)'s end logit norm (A, `ratio`) and the unanchored
+    runs' (U, `chase`), both over Baseline, with the (form, λ) scale losses A was trained at."""
+
+    source: Source
+    forms: tuple[tuple[str, float], ...]
+    ratio: float
+    chase: float
+
+    @property
+    def verdict(self) -> str:
+        return suppression_verdict(self.ratio, self.chase)
+
+    @property
+    def setting(self) -> str:
+        return ", ".join(_setting(f, lam) for f, lam in self.forms)
+
+    @property
+    def where(self) -> str:
+        return f"{self.source.name} ({self.setting})"
+
+
+def _suppression(source: Source) -> SourceMeasure | None:
+    """Claim 4's measure of `source`; None where it lacks All-Taper (+aux), Baseline or the
+    unanchored runs."""
+    runs = source.runs
+    aux, base, free = (
+        runs[runs["variant"] == "all_aux"],
+        runs[runs["variant"] == "baseline"],
+        _free(runs),
+    )
+    if aux.empty or base.empty or free.empty:
+        return None
+    base_norm = base["logit_norm_end"].mean()
+    forms = tuple(sorted(set(zip(aux["anchor_form"], aux["anchor_lam"], strict=True))))
+    return SourceMeasure(
+        source,
+        forms,
+        aux["logit_norm_end"].mean() / base_norm,
+        free["logit_norm_end"].mean() / base_norm,
+    )
+
+
+def _sweep(inp: ClaimInputs) -> pd.DataFrame | None:
+    """The λ sweep's points (anchor_sweep.sweep_points) over the ablation and the sweep runs; None
+    where no sweep or no usable ablation is given, or the points cannot be made."""
+    if inp.sweep.empty or usable_runs(inp.ablation).empty:
         return None
     from .anchor_sweep import sweep_points
 
@@ -244,65 +314,68 @@ def _paper_point(inp: ClaimInputs, name: str, chase: float) -> tuple[str, float]
         points, _ = sweep_points(pd.concat([inp.ablation, inp.sweep], ignore_index=True))
     except ValueError:
         return None
+    return points
+
+
+def _sweep_summary(points: pd.DataFrame | None) -> str:
+    """One sentence on the λ sweep: the ratio at each weight, per form."""
+    if points is None:
+        return ""
+    from .anchor_sweep import FORM_LABELS
+
+    parts = []
+    for form, part in points.groupby("anchor_form"):
+        cells = [
+            f"λ={p.anchor_lam:g}: " + ("diverged" if p.diverged else f"{p.logit_ratio:.2f}x")
+            for p in part.itertuples()
+        ]
+        parts.append(f"{FORM_LABELS[form]}: {', '.join(cells)}")
+    return (
+        " λ sweep (All-Taper (+aux) end logit norm over Baseline; table_anchor): "
+        + "; ".join(parts)
+        + "."
+    )
+
+
+def _at_paper(m: SourceMeasure, points: pd.DataFrame | None) -> tuple[str, float, str] | None:
+    """(verdict, A, where) of a source at the paper's scale loss: its own runs where they were
+    trained at it, else the ablation's sweep point there (judged against the ablation's unanchored
+    runs); None where neither is."""
+    if m.forms == (PAPER_ANCHOR,):
+        return m.verdict, m.ratio, m.source.name
+    if m.source.name != "ablation" or points is None:
+        return None
     form, lam = PAPER_ANCHOR
     at = points[(points["anchor_form"] == form) & (points["anchor_lam"] == lam)]
     if at.empty:
         return None
+    where = f"{m.source.name}'s sweep point"
     if at["diverged"].all():
-        return NO, math.inf
+        return NO, math.inf, where
     ratio = float(at.loc[~at["diverged"], "logit_ratio"].mean())
-    return suppression_verdict(ratio, chase), ratio
+    return suppression_verdict(ratio, m.chase), ratio, where
 
 
 def claim4(inp: ClaimInputs) -> dict:
     claim = "4. The scale loss suppresses logit chasing (All-Taper (+aux) close to anchored runs)"
     lo, hi = paper.FIG3_ANCHORED_RANGE
     paper_value = f"All-Taper (+aux) ~{lo:.0e}-{hi:.0e}, like the baseline (ratio ~1)"
-    ours, verdicts, details, scales, deviations, at_paper = [], [], [], [], [], []
-    parts, judged_at = [], []
-    for name, runs, judged in _sources(inp):
-        aux, base, free = (
-            runs[runs["variant"] == "all_aux"],
-            runs[runs["variant"] == "baseline"],
-            _free(runs),
-        )
-        if aux.empty or base.empty or free.empty:
-            continue
-        ratio = aux["logit_norm_end"].mean() / base["logit_norm_end"].mean()
-        chase = free["logit_norm_end"].mean() / base["logit_norm_end"].mean()
-        verdict = suppression_verdict(ratio, chase)
-        forms = sorted(set(zip(aux["anchor_form"], aux["anchor_lam"], strict=True)))
-        setting = ", ".join(_setting(f, lam) for f, lam in forms)
-        ours.append(
-            f"{name} ({setting}): {ratio:.2f}x baseline (unanchored {chase:.2f}x)"
-            + ("" if judged else " [context]")
-        )
-        seeds = int(runs["seed"].nunique())
-        context = "" if judged else " [context]"
-        parts += [
-            Part(
-                f"{name} ({setting}): A, All-Taper (+aux) / Baseline{context}", ratio, n_seeds=seeds
-            ),
-            Part(f"{name}: U, unanchored / Baseline{context}", chase, n_seeds=seeds),
-        ]
-        if judged:
-            judged_at.append((abs(math.log(ratio)), ratio, chase, f"{name} ({setting})", seeds))
-            verdicts.append(verdict)
-            if forms == [PAPER_ANCHOR]:
-                at_paper.append((verdict, ratio, name))
-            else:
-                deviations.append(setting)
-                point = _paper_point(inp, name, chase)
-                if point is not None:
-                    at_paper.append((point[0], point[1], f"{name}'s sweep point"))
-        details.append(f"{name}: {_variant_means(runs, 'logit_norm_end')} ({verdict})")
-        scales.append(f"{name}: {describe_scale(runs)}")
-    if not ours:
+    measures = [m for m in map(_suppression, _sources(inp)) if m is not None]
+    if not measures:
         return not_measured(claim, paper_value, "no runs with all_aux, baseline and final/all")
-    holds = _graded_at_paper(combine_verdicts(verdicts), deviations, at_paper)
-    comment = _suppression_comment(inp, details, at_paper)
-    row = claim_row(claim, paper_value, "; ".join(ours), " | ".join(scales), holds, comment)
-    return with_numbers(row, _suppression_numbers(judged_at, parts))
+    points = _sweep(inp)
+    judged = [m for m in measures if m.source.judged]
+    deviations = [m.setting for m in judged if m.forms != (PAPER_ANCHOR,)]
+    at_paper = [a for a in (_at_paper(m, points) for m in judged) if a is not None]
+    holds = _graded_at_paper(combine_verdicts([m.verdict for m in judged]), deviations, at_paper)
+    ours = "; ".join(
+        f"{m.where}: {m.ratio:.2f}x baseline (unanchored {m.chase:.2f}x){m.source.tag}"
+        for m in measures
+    )
+    scales = " | ".join(m.source.scale() for m in measures)
+    comment = _suppression_comment(inp, measures, at_paper, points)
+    row = claim_row(claim, paper_value, ours, scales, holds, comment)
+    return with_numbers(row, _suppression_numbers(measures))
 
 
 def _graded_at_paper(
@@ -326,17 +399,22 @@ def _graded_at_paper(
 
 
 def _suppression_comment(
-    inp: ClaimInputs, details: list[str], at_paper: list[tuple[str, float, str]]
+    inp: ClaimInputs,
+    measures: list[SourceMeasure],
+    at_paper: list[tuple[str, float, str]],
+    points: pd.DataFrame | None,
 ) -> str:
-    """Claim 4's comment: the end logit norms per source, the criterion, the paper's setting."""
+    """Claim 4's comment: the end logit norms per source, the criterion, the paper's setting, the
+    λ sweep (`points`)."""
     paper_setting = _setting(*PAPER_ANCHOR)
+    details = "; ".join(m.source.detail(m.verdict) for m in measures)
     there = ""
     if at_paper:
         there = "; ".join(f"{where}: A {a:.2f}x ({v})" for v, a, where in at_paper)
         there = f" At the paper's {paper_setting}, judged sources: {there}."
     return (
         f"End logit norm of All-Taper (+aux) (A) and of the unanchored Final/All-Taper runs (U), "
-        f"both over Baseline; {'; '.join(details)}. Criterion per judged source (as in claim 3): yes "
+        f"both over Baseline; {details}. Criterion per judged source (as in claim 3): yes "
         f"if A is within {CLOSE_FACTOR:g}x and U >= {CHASE_YES:g}x (there is chasing to suppress); "
         f"partly if U >= {CHASE_PARTLY:g}x and ln A <= {1 - SUPPRESS_MIN:g} ln U (the scale loss "
         f"removes at least {SUPPRESS_MIN:.0%} of the chasing on a log scale); else no. A yes "
@@ -344,25 +422,33 @@ def _suppression_comment(
         "a deviation', beside the verdict at the paper's setting (the same source's sweep point, "
         "same criterion)."
         + there
-        + _sweep_summary(inp)
+        + _sweep_summary(points)
         + " Eq. 5's restoring stiffness on ln r is λ·s_tgt² (Prop. 4.3), so the paper's λ holds a "
         "small residual stream loosely; the relative form's is λ at any scale."
         + _diverged_note(inp)
     )
 
 
-def _suppression_numbers(judged_at: list[tuple], parts: list[Part]) -> Numbers:
-    """Claim 4's number: A of the judged source farthest from the baseline (`judged_at`: its
-    (|ln A|, A, U, where, seeds) per judged source), each source's A and U as parts."""
-    if not judged_at:
+def _suppression_numbers(measures: list[SourceMeasure]) -> Numbers:
+    """Claim 4's number: A of the judged source farthest from the baseline (ties: the larger A,
+    then U), each source's A and U as parts."""
+    parts = []
+    for m in measures:
+        name, tag, seeds = m.source.name, m.source.tag, m.source.seeds
+        parts += [
+            Part(f"{m.where}: A, All-Taper (+aux) / Baseline{tag}", m.ratio, n_seeds=seeds),
+            Part(f"{name}: U, unanchored / Baseline{tag}", m.chase, n_seeds=seeds),
+        ]
+    judged = [m for m in measures if m.source.judged]
+    if not judged:
         why = "no judged source"
         return Numbers(why, "x", no_estimate=why, parts=tuple(parts))
-    _, ratio, chase, where, seeds = max(judged_at)
+    far = max(judged, key=lambda m: (abs(math.log(m.ratio)), m.ratio, m.chase))
     return Numbers(
-        headline=f"{where}: {ratio:.2f}x baseline (unanchored {chase:.2f}x)",
+        headline=f"{far.where}: {far.ratio:.2f}x baseline (unanchored {far.chase:.2f}x)",
         unit="x",
-        estimate=ratio,
-        n_seeds=seeds,
+        estimate=far.ratio,
+        n_seeds=far.source.seeds,
         parts=tuple(parts),
     )
 
@@ -372,11 +458,23 @@ def _suppression_numbers(judged_at: list[tuple], parts: list[Part]) -> Numbers:
 GRAD_NEEDED = ("baseline", "internal", "final", "all", "internal_aux", "all_aux")
 
 
-def _grad_verdict(
-    means: pd.DataFrame, columns: Sequence[str]
-) -> tuple[str, str, str, int, list[tuple[str, float]]]:
-    """(verdict, text, short text, types where no-final-norm gradients are larger, (label, ratio)
-    of each type's two ratios) for one convention."""
+@dataclass(frozen=True)
+class GradVerdict:
+    """Claim 5 in one clipping convention (`label`): the verdict, the comment's text and the Ours
+    cell's short one, how many of the `n_types` weight types have larger no-final-norm gradients,
+    and each type's two ratios as (label, ratio)."""
+
+    label: str
+    verdict: str
+    text: str
+    short: str
+    n_larger: int
+    n_types: int
+    ratios: tuple[tuple[str, float], ...]
+
+
+def _grad_verdict(label: str, means: pd.DataFrame, columns: Sequence[str]) -> GradVerdict:
+    """Claim 5's verdict on the end gradient `means` of the weight types `columns`."""
     seps, closes, n_cluster, n_close, n_larger, s_all, c_all = [], [], 0, 0, 0, [], []
     parts = []
     for c in columns:
@@ -409,19 +507,15 @@ def _grad_verdict(
         f"no-final/final-norm {min(s_all):.2f}-{max(s_all):.2f}x, All-Taper (+aux)/Internal-Taper "
         f"(+aux) {min(c_all):.2f}-{max(c_all):.2f}x ({verdict})"
     )
-    return verdict, text, short, n_larger, parts
+    return GradVerdict(label, verdict, text, short, n_larger, n, tuple(parts))
 
 
-def _grad_source(inp: ClaimInputs) -> tuple[str, pd.DataFrame] | None:
+def _grad_source(inp: ClaimInputs) -> Source | None:
     """The judged source with all six variants: the positive-margin family first (claim 3's rule)."""
-    found = []
-    for name, runs, judged in _sources(inp):
-        if not set(GRAD_NEEDED) - set(runs["variant"]):
-            found.append((not judged, name, runs))
+    found = [s for s in _sources(inp) if set(GRAD_NEEDED) <= set(s.runs["variant"])]
     if not found:
         return None
-    _, name, runs = min(found, key=lambda f: f[0])  # judged sources first, then in source order
-    return name, runs
+    return min(found, key=lambda s: not s.judged)  # judged sources first, then in source order
 
 
 def claim5_premise(runs: pd.DataFrame, verdict: str) -> tuple[Verdict, str]:
@@ -462,20 +556,15 @@ def claim5(inp: ClaimInputs) -> dict:
             return not_measured(claim, paper_value, why)
         # every variant ran, but in no source did each have a run that finished
         return claim_row(claim, paper_value, "—", "—", not_judged(why), _diverged_note(inp).strip())
-    name, runs = found
+    name, runs = found.name, found.runs
     means = runs.groupby("variant")[[c for c in runs.columns if c.endswith("_end")]].mean()
     conventions = [("before clipping", GRAD_COLUMNS)]
     if means[[f"{c}_end" for c in CLIPPED_COLUMNS]].notna().all().all():
         conventions.append(("after clipping", CLIPPED_COLUMNS))
-    verdicts, texts, shorts, larger, parts = [], [], [], [], []
-    seeds = int(runs["seed"].nunique())
-    for label, columns in conventions:
-        verdict, text, short, n_larger, ratios = _grad_verdict(means, columns)
-        parts += [Part(f"{name}, {label}, {what}", r, n_seeds=seeds) for what, r in ratios]
-        verdicts.append(verdict)
-        texts.append(f"{label}: {text}")
-        shorts.append(f"{label}: {short}")
-        larger.append(f"{n_larger}/{len(columns)} {label}")
+    judged = [_grad_verdict(label, means, columns) for label, columns in conventions]
+    seeds = found.seeds
+    texts = "; ".join(f"{j.label}: {j.text}" for j in judged)
+    larger = ", ".join(f"{j.n_larger}/{j.n_types} {j.label}" for j in judged)
     sat = means["saturation_end"] if "saturation_end" in means else pd.Series(dtype=float)
     saturation = ""
     if sat.notna().all() and len(sat):
@@ -487,15 +576,15 @@ def claim5(inp: ClaimInputs) -> dict:
         )
     comment = (
         f"End gradient norms (mean over the last 10% of logged steps, averaged over blocks) of the "
-        f"{_margin_note(name, runs, True)} family, in each convention: {'; '.join(texts)}. Types "
+        f"{_margin_note(name, runs, True)} family, in each convention: {texts}. Types "
         f"where the no-final-norm gradients are larger (the opposite of the paper's direction): "
-        f"{', '.join(larger)}. A type clusters if the ratio is <= 1/{CLOSE_FACTOR:g} and larger "
+        f"{larger}. A type clusters if the ratio is <= 1/{CLOSE_FACTOR:g} and larger "
         f"than the spread within each group; it closes if within {CLOSE_FACTOR:g}x. Criterion per "
         "convention: all types both yes, none of either no, else partly; the verdict combines the "
         "conventions." + saturation + _diverged_note(inp)
     )
-    ours = f"{name}, " + "; ".join(shorts)
-    holds, premise = claim5_premise(runs, combine_verdicts(verdicts))
+    ours = f"{name}, " + "; ".join(f"{j.label}: {j.short}" for j in judged)
+    holds, premise = claim5_premise(runs, combine_verdicts([j.verdict for j in judged]))
     row = claim_row(claim, paper_value, ours, describe_scale(runs), holds, comment + premise)
     numbers = Numbers(
         headline=ours,
@@ -503,6 +592,10 @@ def claim5(inp: ClaimInputs) -> dict:
         n_seeds=seeds,
         no_estimate="one ratio per weight type and clipping convention, two per type (parts): "
         "no single headline number",
-        parts=tuple(parts),
+        parts=tuple(
+            Part(f"{name}, {j.label}, {what}", r, n_seeds=seeds)
+            for j in judged
+            for what, r in j.ratios
+        ),
     )
     return with_numbers(row, numbers)
