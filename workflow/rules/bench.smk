@@ -45,11 +45,8 @@ for kind in wb.BENCH_KINDS:
             "--out {output} > {log} 2>&1"
 
 
-# (rule and table, `tapernorm table` kind, its benchmark)
-for bench_table, table_kind, bench_kind in (
-    ("table3", "3", "forward"),
-    ("table_decode", "decode", "decode"),
-):
+# (rule and table, its benchmark)
+for bench_table, bench_kind in (("table3", "forward"), ("table_decode", "decode")):
 
     rule:
         name:
@@ -64,7 +61,7 @@ for bench_table, table_kind, bench_kind in (
         conda:
             "../envs/tapernorm.yaml"
         params:
-            kind=table_kind,
+            kind=OUTPUTS[bench_table].cli_id,
             out=table_stem,
             stamp=stamp_args,
         shell:

@@ -4,6 +4,7 @@ import sys
 
 from tapernorm.runtime import provenance
 from tapernorm.analysis.runs import ANALYSIS_INPUTS
+from tapernorm.analysis.outputs import BY_NAME as OUTPUTS
 from tapernorm.machine.env_lock import CONSTRAINTS, environment_warning
 from tapernorm.machine.job_resources import hf_cache_env
 from tapernorm.training.lock import WAIT_ENV

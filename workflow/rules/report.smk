@@ -41,7 +41,7 @@ for fig_name, fig_runs in FIGURES.items():
         conda:
             "../envs/tapernorm.yaml"
         params:
-            kind=fig_name.split("_")[0],
+            kind=OUTPUTS[fig_name].cli_id,
             runs=run_dirs,
             width=PLAN.figure_width(fig_name),
             stamp=stamp_args,

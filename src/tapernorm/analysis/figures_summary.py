@@ -22,7 +22,6 @@ from .figure_style import COLOR_NAMES, COLORS, MARKERS, caption_text, new_figure
 from .figure_tails import fig_tails
 
 GAP_CLAIMS = ("1.", "2.", "TaperNorm vs DyT")  # the rows whose paired gaps the forest plot draws
-CLAIM_GAPS_FIGURE, LR_GRID_FIGURE = "fig_claim_gaps", "fig_lr_grid"
 
 
 def _pct(x: float | None) -> str:

@@ -6,12 +6,10 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from ..analysis import outputs
 from .args import POSITIVE, allow_dirty_arg, device_arg
 from .probe import battery_args
 
-BENCH_TABLES, BENCH_FIGURES = ("3", "decode"), ("fig5",)  # from benchmark CSVs (--bench)
-# figure -> its source option: the claims' record, the LR grid's, `tapernorm tails`'s
-SUMMARY_SOURCES = {"claim_gaps": "claims", "lr_grid": "lr_grid", "tails": "tails"}
 RUNS_HELP = "run directories (each with config.json, metrics.jsonl, eval.json)"
 BENCH_HELP = "CSVs written by `tapernorm bench forward|decode`"
 Subparsers = argparse._SubParsersAction  # what ArgumentParser.add_subparsers returns
@@ -25,31 +23,32 @@ def _bench_csvs(args: argparse.Namespace) -> list[Path]:
     return args.bench
 
 
+def _input(args: argparse.Namespace, name: str) -> object:
+    """The value of option `name` that the output reads (a figure needs each of its inputs)."""
+    if name == "bench":
+        return _bench_csvs(args)
+    value = getattr(args, name)
+    if args.command == "figure" and not value:
+        raise ValueError(f"figure {args.which} needs --{name.replace('_', '-')}")
+    return value
+
+
+def _build(args: argparse.Namespace, *stamp: object, **keywords: object) -> int:
+    """Build output `args.which` of kind `args.command` by its builder in the registry."""
+    entry = outputs.by_cli_id(args.command, args.which)
+    which = (args.which,) if entry.by_id else ()
+    inputs = [_input(args, name) for name in entry.reads]
+    options = {name: getattr(args, name) for name in entry.options}
+    for path in entry.build()(*which, *inputs, args.out, *stamp, **keywords, **options):
+        print(path)
+    return 0
+
+
 def _cmd_table(args: argparse.Namespace) -> int:
-    from ..analysis.tables import make_table
     from ..runtime.out_files import claim_table
 
     claim_table(args.out, "table", args.force)
-    stamp = (args.config_hash, args.rehearsal)  # what each table's stamp names
-    if args.which in BENCH_TABLES:
-        from ..analysis.inference_tables import make_bench_table
-
-        paths = make_bench_table(args.which, _bench_csvs(args), args.out, *stamp)
-    elif args.which == "anchor":  # the scale-loss dose-response
-        from ..analysis.anchor_sweep import make_anchor_table
-
-        paths = make_anchor_table(args.runs, args.out, *stamp, allow_mixed=args.allow_mixed)
-    elif args.which in ("4", "6"):  # the GPT-2 fine-tuning family
-        from ..analysis.finetune import make_finetune_table
-
-        paths = make_finetune_table(
-            args.which, args.runs, args.evals, args.out, *stamp, allow_mixed=args.allow_mixed
-        )
-    else:
-        paths = make_table(args.which, args.runs, args.out, *stamp, allow_mixed=args.allow_mixed)
-    for path in paths:
-        print(path)
-    return 0
+    return _build(args, args.config_hash, args.rehearsal)  # what each table's stamp names
 
 
 def _cmd_figure(args: argparse.Namespace) -> int:
@@ -57,37 +56,7 @@ def _cmd_figure(args: argparse.Namespace) -> int:
     from ..runtime.out_files import claim_figure
 
     claim_figure(args.out, args.force)
-    stamp = provenance.stamp(args.config_hash, rehearsal=args.rehearsal)
-    if args.which in BENCH_FIGURES:
-        from ..analysis.figure_speedups import make_fig5
-
-        paths = make_fig5(_bench_csvs(args), args.out, stamp)
-    elif args.which in SUMMARY_SOURCES:  # from claims.json, lr_grid.json or tails' JSON
-        from ..analysis.figures_summary import make_summary_figure
-
-        source = getattr(args, SUMMARY_SOURCES[args.which])
-        if source is None:
-            option = "--" + SUMMARY_SOURCES[args.which].replace("_", "-")
-            raise ValueError(f"figure {args.which} needs {option}")
-        paths = make_summary_figure(args.which, source, args.out, stamp)
-    elif args.which == "fig7":
-        from ..analysis.anchor_sweep import make_fig7
-
-        if not args.runs:
-            raise ValueError("figure fig7 needs --runs")
-        paths = make_fig7(args.runs, args.out, stamp, allow_mixed=args.allow_mixed)
-    else:
-        from ..analysis.figures import make_figure
-
-        if not args.runs:
-            raise ValueError(f"figure {args.which} needs --runs")
-        paths = make_figure(
-            args.which, args.runs, args.out, width=args.width, stamp=stamp,
-            allow_mixed=args.allow_mixed,
-        )  # fmt: skip
-    for path in paths:
-        print(path)
-    return 0
+    return _build(args, stamp=provenance.stamp(args.config_hash, rehearsal=args.rehearsal))
 
 
 def _cmd_tails(args: argparse.Namespace) -> int:
@@ -238,7 +207,7 @@ def _add_table(subparsers: Subparsers) -> None:
     )
     t.add_argument(
         "which",
-        choices=["1", "2", "3", "4", "5", "6", "decode", "anchor"],
+        choices=outputs.cli_ids("table"),
         help="table number, decode (3, decode: from --bench), or anchor (the scale-loss sweep)",
     )
     t.add_argument("--runs", type=Path, nargs="+", default=[], help=RUNS_HELP)
@@ -266,7 +235,7 @@ def _add_figure(subparsers: Subparsers) -> None:
     )
     f.add_argument(
         "which",
-        choices=["fig1", "fig2", "fig3", "fig4", "fig4b", "fig5", "fig6", "fig7", *SUMMARY_SOURCES],
+        choices=outputs.cli_ids("figure"),
         help="a paper figure, claim_gaps (the claims' paired gaps, from --claims), lr_grid (the "
         "LR grid, from --lr-grid) or tails (the tails battery side by side, from --tails)",
     )

@@ -73,13 +73,17 @@ def _cmd_snapshot(args: argparse.Namespace) -> int:
 
 def _cmd_docs(args: argparse.Namespace) -> int:
     from ..artifact.doc_blocks import sync_documents
+    from ..artifact.report_captions import sync_captions
 
     changed, seen = sync_documents(args.repo, check=args.check)
     verb = "differ from their sources" if args.check else "rewritten"
     for path in changed:
         print(f"{path}: generated blocks {verb}")
     print(f"{seen} generated blocks, {len(changed)} documents {verb}")
-    if args.check and changed:
+    captions = sync_captions(args.repo, check=args.check)
+    for path in captions:
+        print(f"{path}: report caption {verb} (analysis/outputs.py)")
+    if args.check and (changed or captions):
         print("run `tapernorm docs` to regenerate them from the committed runs they name")
         return 1
     return 0
@@ -138,7 +142,8 @@ def add_subcommands(sub) -> None:
     d = sub.add_parser(
         "docs",
         help="regenerate the README's and docs' blocks of numbers from the committed runs they "
-        "name; --check: exit 1 if any differs",
+        "name, and the report's captions (workflow/report/<name>.rst) from analysis/outputs.py; "
+        "--check: exit 1 if any differs",
     )
     d.add_argument("--check", action="store_true", help="compare only")
     d.add_argument("--repo", type=Path, default=Path("."), help="the checkout")
