@@ -84,7 +84,10 @@ REHEARSAL_INPUTS = wf.rehearsal_inputs(config)
 # the conda env (--sdm conda) of the rules that may hold a GPU: CUDA torch when the config uses one
 GPU_ENV = PLAN.gpu_rules_env()
 FIGURES = PLAN.figure_runs()  # the run directories each figure of this config plots
-TRAIN = jf.TrainJobs(PLAN, PRETRAIN_DATA)  # rule train's params and resources
+# every run rule train trains, one row each, its config resolved once, now (workflow.sheet;
+# `tapernorm runs-sheet [--configfile FILE ...]` prints it): rule train's and rule trunk's params
+# and resources read the run's row
+TRAIN = jf.TrainJobs(PLAN, PRETRAIN_DATA)
 # threads of a benchmark or data preparation
 all_cores = jf.all_cores(workflow)
 # the committed LR grid, the working directory's or else the checkout's

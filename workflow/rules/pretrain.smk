@@ -1,7 +1,8 @@
 # Every training family's runs (pretrain, ablation, anchor_sweep, lr_grid): one job per run, its
 # config from its family (tapernorm.workflow), results/runs/<family>/<run>/. Runs that differ only
 # in their variant branch from their trunk (the steps before the taper, trained once by rule trunk
-# into results/trunks/<trunk>/: tapernorm.workflow.trunks).
+# into results/trunks/<trunk>/: tapernorm.workflow.trunks). The runs, as a table: `tapernorm
+# runs-sheet` (each job reads its run's row: common.smk's TRAIN).
 
 
 rule trunk:

@@ -26,6 +26,7 @@ from .machine import (
     env_parser,
     gpu_report_parser,
     lock_env_parser,
+    runs_sheet_parser,
     selftest_parser,
 )
 from .models import eval_parser, export_hf_parser, fold_parser, taper_hf_parser
@@ -71,6 +72,7 @@ COMMANDS = (  # in the order of `tapernorm --help`
     _record_parsers,
     _bench_parser,
     check_config_parser,
+    runs_sheet_parser,
     env_parser,
     check_env_parser,
     lock_env_parser,

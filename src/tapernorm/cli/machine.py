@@ -1,4 +1,4 @@
-"""`tapernorm selftest`, `check-config`, `env`, `check-env`, `lock-env` and `gpu-report`: a new
+"""`tapernorm selftest`, `check-config`, `runs-sheet`, `env`, `check-env`, `lock-env` and `gpu-report`: a new
 machine, its configs, its installed versions against the reference's, and what its GPU check
 measured."""
 
@@ -73,13 +73,60 @@ def check_config_parser(sub) -> None:
         "message for a YAML syntax error in a --configfile names no line; this one does.",
     )
     c.add_argument("configs", type=Path, nargs="+", help="e.g. config/paper.yaml")
-    c.add_argument(
+    _schema_arg(c)
+    c.set_defaults(func=_cmd_check_config)
+
+
+def _schema_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
         "--schema",
         type=Path,
         default=Path("workflow/schemas/config.schema.yaml"),
         help="the workflow's config schema (default: %(default)s, from the repository root)",
     )
-    c.set_defaults(func=_cmd_check_config)
+
+
+def _merged(base: dict, over: dict) -> dict:
+    """Config `over` merged into `base` key by key, as Snakemake merges its --configfile files."""
+    out = dict(base)
+    for key, value in over.items():
+        nested = isinstance(value, dict) and isinstance(out.get(key), dict)
+        out[key] = _merged(out[key], value) if nested else value
+    return out
+
+
+def _cmd_runs_sheet(args: argparse.Namespace) -> int:
+    from ..config import check_yaml_files, config_text, yaml_load
+    from ..workflow import Plan, validate_pipeline_config
+    from ..workflow.sheet import runs_sheet, sheet_tsv
+
+    check_yaml_files([str(p) for p in args.configfile])
+    config: dict = {}
+    for path in args.configfile:
+        config = _merged(config, yaml_load(config_text(path), f"config file {path}") or {})
+    plan = Plan(validate_pipeline_config(config, str(args.schema)))
+    print(sheet_tsv(runs_sheet(plan)), end="")
+    return 0
+
+
+def runs_sheet_parser(sub) -> None:
+    c = sub.add_parser(
+        "runs-sheet",
+        help="the training runs of a workflow config as a TSV table, one line per run",
+        description="Every run that rule train trains for a config: its family, run, variant, "
+        "width, seeds, steps, trunk, device, GPUs, minutes, priority and the sha256 of its run "
+        "config (what `tapernorm train --config-json` takes), as the workflow plans them.",
+    )
+    c.add_argument(
+        "--configfile",
+        type=Path,
+        nargs="+",
+        default=[Path("config/config.yaml")],
+        help="workflow config files, merged in order as Snakemake's --configfile (default: "
+        "%(default)s)",
+    )
+    _schema_arg(c)
+    c.set_defaults(func=_cmd_runs_sheet)
 
 
 def _cmd_env(args: argparse.Namespace) -> int:

@@ -49,8 +49,9 @@ class Family:
             return "tapernorm"
         return f"torchrun --standalone --nproc_per_node {n} -m tapernorm.cli"
 
-    def runtime(self, run: str) -> int | None:
-        """Minutes a training job of `run` asks a cluster for (None: the profile's default)."""
+    def runtime(self, run: str, cfg: RunConfig | None = None) -> int | None:
+        """Minutes a training job of `run` asks a cluster for (None: the profile's default);
+        `cfg`: the run's config where it is resolved already."""
         return None
 
     def mem_mb(self, run: str) -> int | None:

@@ -10,9 +10,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..config.run import RunConfig
-from . import priorities
 from .devices import gpu_prefix
-from .family import Family
 from .files import (
     FINETUNE_DATA,
     committed_bench_pool,
@@ -23,6 +21,7 @@ from .files import (
 )
 from .names import JOB_RECORDS
 from .plan import Plan
+from .sheet import RunRow, runs_sheet
 from .trunks import trunk_files
 
 # what Snakemake passes a job function: the job's wildcards, input, output or resources, each a
@@ -146,21 +145,28 @@ def gpu_input(wildcards: Namedlist) -> list[str]:
 
 
 class TrainJobs:
-    """The job functions of rule train: the family of the job's run (wildcards.family) answers
-    for the run (wildcards.run)."""
+    """The job functions of rule train and rule trunk: each reads its run's row of the runs' sheet
+    (workflow.sheet, built here once: `tapernorm runs-sheet` prints it)."""
 
     def __init__(self, plan: Plan, data_dir: str) -> None:
         self.plan = plan
         self.data_dir = data_dir
+        self.rows = {(r.family, r.run): r for r in runs_sheet(plan, data_dir)}
 
-    def family(self, wildcards: Namedlist) -> Family:
-        return self.plan.family(wildcards.family)
+    def row(self, wildcards: Namedlist) -> RunRow:
+        """The sheet's row of the job's run (wildcards.family, wildcards.run)."""
+        key = (wildcards.family, wildcards.run)
+        if key not in self.rows:
+            family = self.plan.family(wildcards.family).name  # (ValueError: no such family)
+            raise ValueError(
+                f"run {wildcards.run} is not part of the {family} family in this config"
+            )
+        return self.rows[key]
 
     def run_config(self, wildcards: Namedlist) -> RunConfig:
         """The run's resolved config (what `tapernorm train --config-json` takes), branching from
         its trunk where it has one."""
-        cfg = self.family(wildcards).run_config(wildcards.run, self.data_dir)
-        return self.plan.trunks.with_trunk(wildcards.family, wildcards.run, cfg)
+        return self.row(wildcards).config
 
     def trunk_input(self, wildcards: Namedlist) -> dict[str, str]:
         """The files of the trunk a run branches from (trunks.trunk_files, keys prefixed
@@ -168,28 +174,33 @@ class TrainJobs:
         name = self.plan.trunks.of(wildcards.family, wildcards.run)
         return {f"trunk_{k}": v for k, v in trunk_files(name).items()} if name else {}
 
+    def trunk_row(self, wildcards: Namedlist) -> RunRow:
+        """The row of trunk wildcards.trunk's first run."""
+        family, run = self.plan.trunks.first_run(wildcards.trunk)
+        return self.rows[family.name, run]
+
     def trunk_config(self, wildcards: Namedlist) -> RunConfig:
-        """What `tapernorm train --trunk` takes for trunk wildcards.trunk: its first run's config."""
+        """What `tapernorm train --trunk` takes for trunk wildcards.trunk: its first run's config
+        before it branches (the row's branches from the trunk: resolved again, once a trunk)."""
         family, run = self.plan.trunks.first_run(wildcards.trunk)
         return family.run_config(run, self.data_dir)
 
     def trunk_gpus(self, wildcards: Namedlist) -> int:
-        family, run = self.plan.trunks.first_run(wildcards.trunk)
-        return family.gpus(run)
+        return self.trunk_row(wildcards).gpus
 
     def trunk_device(self, wildcards: Namedlist) -> str:
-        return self.plan.trunks.first_run(wildcards.trunk)[0].device
+        return self.trunk_row(wildcards).device
 
     def gpus(self, wildcards: Namedlist) -> int:
-        return self.family(wildcards).gpus(wildcards.run)
+        return self.row(wildcards).gpus
 
     def device(self, wildcards: Namedlist) -> str:
-        return self.family(wildcards).device
+        return self.row(wildcards).device
 
     def priority(self, wildcards: Namedlist) -> int:
         """Longer runs first (priorities.training)."""
-        return priorities.training(self.run_config(wildcards))
+        return self.row(wildcards).priority
 
     def minutes(self, wildcards: Namedlist) -> int | None:
         """The runtime a cluster is asked for (None: the profile's default)."""
-        return self.family(wildcards).runtime(wildcards.run)
+        return self.row(wildcards).minutes

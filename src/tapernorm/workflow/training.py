@@ -124,11 +124,10 @@ class TrainingFamily(Family):
     def gpus(self, run: str) -> int:
         return job_gpus(self.device, None, f"{self.name}.train.device")
 
-    def runtime(self, run: str, default: int = 30) -> int:
+    def runtime(self, run: str, default: int = 30, cfg: RunConfig | None = None) -> int:
         """1.5x the run's steps at the section's `gpu_step_ms` for its width, plus 15 minutes of
-        set-up and evaluation; `default` without an estimate."""
-        cfg = self.run_config(run, "")
-        return step_minutes(self.section, cfg, default)
+        set-up and evaluation; `default` without an estimate (`cfg`: the run's, if resolved)."""
+        return step_minutes(self.section, cfg or self.run_config(run, ""), default)
 
 
 def step_minutes(section: dict, cfg: RunConfig, default: int = 30) -> int:
@@ -187,8 +186,8 @@ class SweepFamily(Family):
     def gpus(self, run: str) -> int:
         return self.ablation.gpus(self.base_run)
 
-    def runtime(self, run: str, default: int = 30) -> int:
-        return step_minutes(self.ablation.section, self.run_config(run, ""), default)
+    def runtime(self, run: str, default: int = 30, cfg: RunConfig | None = None) -> int:
+        return step_minutes(self.ablation.section, cfg or self.run_config(run, ""), default)
 
 
 class LrGridFamily(Family):
@@ -243,8 +242,8 @@ class LrGridFamily(Family):
     def gpus(self, run: str) -> int:
         return self.pretrain.gpus(run)
 
-    def runtime(self, run: str, default: int = 30) -> int:
-        return step_minutes(self.pretrain.section, self.run_config(run, ""), default)
+    def runtime(self, run: str, default: int = 30, cfg: RunConfig | None = None) -> int:
+        return step_minutes(self.pretrain.section, cfg or self.run_config(run, ""), default)
 
     def validate(self) -> None:
         width = self.width

@@ -1,0 +1,74 @@
+"""The runs as a sheet (tapernorm.workflow.sheet): a row per training run, its config resolved
+once, what rule train's jobs read and `tapernorm runs-sheet` prints."""
+
+from pathlib import Path
+
+import yaml
+
+from tapernorm.cli import main
+from tapernorm.workflow import Plan, validate_pipeline_config
+from tapernorm.workflow import sheet as ws
+from tapernorm.workflow.training import TrainingFamily
+
+ROOT = Path(__file__).resolve().parents[1]
+SCHEMA = str(ROOT / "workflow/schemas/config.schema.yaml")
+
+
+def load(name: str) -> dict:
+    return validate_pipeline_config(yaml.safe_load((ROOT / "config" / name).read_text()), SCHEMA)
+
+
+def test_the_defaults_pretraining_rows_are_its_variants_widths_and_seeds():
+    config = load("config.yaml")
+    rows = [r for r in ws.runs_sheet(Plan(config)) if r.family == "pretrain"]
+    fam = TrainingFamily(config, "pretrain")
+    expected = [
+        (v, w, s)
+        for v in fam.section["variants"]
+        for w in fam.section["widths"]
+        for s in range(fam.seeds()[v])
+    ]
+    assert [(r.variant, r.width, r.seed) for r in rows] == expected
+    for r in rows:
+        assert r.run == f"{r.variant}-d{r.width}-s{r.seed}" and r.config.name == f"pretrain/{r.run}"
+        assert r.config.data.dir == "data/pretrain" and r.steps == r.config.train.steps
+        # a run branches from its trunk (the sheet's `trunk`) exactly where its config says so
+        assert r.config.init.trunk == (f"results/trunks/{r.trunk}" if r.trunk else None)
+    assert {r.trunk for r in rows if r.variant == "baseline"} == {
+        "pretrain-d64-s0",
+        "pretrain-d64-s1",
+        "pretrain-d64-s2",
+    }
+    assert {r.trunk for r in rows if r.variant == "dyt"} == {""}  # DyT trains from step 0
+
+
+def test_each_runs_config_is_resolved_once(monkeypatch):
+    plan = Plan(load("config.yaml"))
+    plan.trunks.names()  # (the trunks' plan resolves the runs it groups, once, on its own)
+    calls: dict[tuple[str, str], int] = {}
+    for fam in plan.training():
+        resolve = fam.run_config
+
+        def counted(run, data_dir, resolve=resolve, name=fam.name):
+            calls[name, run] = calls.get((name, run), 0) + 1
+            return resolve(run, data_dir)
+
+        monkeypatch.setattr(fam, "run_config", counted)
+    rows = ws.runs_sheet(plan)
+    assert len(rows) == len(calls) > 0 and set(calls.values()) == {1}
+    assert [(r.family, r.run) for r in rows] == list(calls)
+
+
+def test_runs_sheet_prints_a_line_per_run(capsys, monkeypatch):
+    monkeypatch.chdir(ROOT)
+    assert main(["runs-sheet", "--configfile", "config/ci.yaml"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    header, first = (
+        lines[0].split("\t"),
+        dict(zip(lines[0].split("\t"), lines[1].split("\t"), strict=True)),
+    )
+    assert tuple(header) == ws.COLUMNS and "config" not in header
+    rows = ws.runs_sheet(Plan(load("ci.yaml")))
+    assert len(lines) == 1 + len(rows)
+    assert first["run"] == rows[0].run and first["config_sha256"] == rows[0].config_sha256
+    assert first["data_seed"] == "" and first["minutes"] == "30"
