@@ -50,6 +50,7 @@ MAX_FILES = 8  # the device tool returns at most 8 files, directly under OUT
 CHECK_MODULES = (
     "tapernorm",
     "tapernorm.analysis",
+    "tapernorm.analysis.outputs",
     "tapernorm.anchor",
     "tapernorm.bench",
     "tapernorm.bench.decode",
@@ -126,6 +127,7 @@ CHECK_MODULES = (
     "tapernorm.training.memory",
     "tapernorm.training.metrics_log",
     "tapernorm.training.run",
+    "tapernorm.training.run_dir",
     "tapernorm.training.state",
     "tapernorm.training.tensorboard_log",
     "tapernorm.training.trunk",
