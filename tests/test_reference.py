@@ -184,3 +184,20 @@ def test_changed_since_names_result_paths_only(tmp_path):
     assert reference.changed_since("HEAD", tmp_path) == []
     with pytest.raises(reference.ReferenceError, match="git diff"):
         reference.changed_since("no-such-commit", tmp_path)
+
+
+def test_claims_md_is_rendered_from_claims_json_alone():
+    """A golden file of the rendered text: the README's reference run's claims.md is byte for byte
+    what claims_markdown makes of its claims.json (the verdicts' grades, numbers and sentences
+    are data there; only the renderer turns them into the page). A change of wording fails here
+    until a new reference run records it."""
+    from tapernorm.analysis.claims import claims_markdown
+
+    found = doc_blocks.BEGIN.search((ROOT / "README.md").read_text())
+    results = ROOT / found["source"] / "results"
+    record = json.loads((results / "claims.json").read_text())
+    assert claims_markdown(record) == (results / "claims.md").read_text()
+    from tapernorm.analysis.claim_rows import GRADES
+
+    for row in record["claims"]:  # each row's grade, recorded beside the cell that shows it
+        assert row["grade"] in GRADES and row["Holds?"].startswith(row["grade"]), row["Claim"]
