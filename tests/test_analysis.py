@@ -12,8 +12,13 @@ import pytest
 from conftest import tiny_run
 from matplotlib.image import imread
 
-from tapernorm.analysis import anchor_sweep, claims, figure_style, figures, stats, tables
+from tapernorm.analysis import stats
+from tapernorm.analysis.claims import document as claims
+from tapernorm.analysis.figures import style as figure_style
+from tapernorm.analysis.figures import training as figures
 from tapernorm.analysis.runs import load_runs
+from tapernorm.analysis.studies import anchor_sweep
+from tapernorm.analysis.tables import training as tables
 from tapernorm.cli.analysis import add_subcommands
 from tapernorm.training.loop import train
 from tapernorm.variants import VARIANTS
@@ -496,7 +501,7 @@ def test_claims_3_to_5_are_judged_where_margins_are_positive(runs):
 
 
 def test_grade_vocabulary():
-    from tapernorm.analysis import claim_rows as cr
+    from tapernorm.analysis.claims import rows as cr
 
     built = [
         cr.weaker_than_paper("2.75x", "20-40x"),

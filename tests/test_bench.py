@@ -14,7 +14,9 @@ import pytest
 import torch
 import yaml
 
-from tapernorm.analysis import claims, figure_speedups, inference_tables
+from tapernorm.analysis.claims import document as claims
+from tapernorm.analysis.figures import speedups as figure_speedups
+from tapernorm.analysis.tables import inference as inference_tables
 from tapernorm.bench.decode import DecodeCheckError, bench_decode, check_decode, greedy
 from tapernorm.bench.forward import bench_forward
 from tapernorm.bench.timing import Clock, paired_rounds

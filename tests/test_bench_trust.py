@@ -12,7 +12,9 @@ from contextlib import contextmanager
 import pandas as pd
 import pytest
 
-from tapernorm.analysis import claims, figure_speedups, inference_tables
+from tapernorm.analysis.claims import document as claims
+from tapernorm.analysis.figures import speedups as figure_speedups
+from tapernorm.analysis.tables import inference as inference_tables
 from tapernorm.bench.forward import bench_forward
 from tapernorm.bench.grid import summary_table
 from tapernorm.bench.trust import (

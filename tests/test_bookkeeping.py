@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tapernorm.analysis.job_times import read_record
+from tapernorm.analysis.tables.job_times import read_record
 from tapernorm.artifact.manifest import FORMAT, read_manifest
 from tapernorm.cli import main
 from tapernorm.cli.errors import one_line
@@ -283,13 +283,13 @@ def _diverged(root: Path) -> object:
 
 
 def _run_info(root: Path) -> object:
-    from tapernorm.analysis.tails import run_info
+    from tapernorm.analysis.studies.tails import run_info
 
     return run_info(root / "run")
 
 
 def _folded(root: Path) -> object:
-    from tapernorm.analysis.tails import folded_subject
+    from tapernorm.analysis.studies.tails import folded_subject
 
     return folded_subject(root / "fold")
 
@@ -301,7 +301,7 @@ def _replay(root: Path) -> object:
 
 
 def _copy_record(root: Path) -> object:
-    from tapernorm.analysis.scaling_io import copy_record
+    from tapernorm.analysis.studies.scaling_io import copy_record
 
     return copy_record(root / "run", root / "record-out")
 
@@ -318,7 +318,7 @@ def _study_record(root: Path) -> object:
 
 
 def _lr_grid(root: Path) -> object:
-    from tapernorm.analysis.lr_grid import read_runs
+    from tapernorm.analysis.studies.lr_grid import read_runs
 
     return read_runs([root / "run"])
 
@@ -354,32 +354,32 @@ CLAIMS = json.loads(sorted(REFERENCE.glob("*/results/claims.json"))[-1].read_tex
 
 
 def _claims_grid(root: Path) -> object:
-    from tapernorm.analysis.claims import load_lr_grid
+    from tapernorm.analysis.claims.document import load_lr_grid
 
     return load_lr_grid(root / "lr_grid/lr_grid.json")
 
 
 def _beside_grid(root: Path) -> object:  # the committed grid beside a committed study
-    from tapernorm.analysis.lr_context import committed_grid
+    from tapernorm.analysis.studies.lr_context import committed_grid
 
     (root / "scaling").mkdir(exist_ok=True)
     return committed_grid(root / "scaling")
 
 
 def _grid_figure(root: Path) -> object:
-    from tapernorm.analysis.figures_summary import fig_lr_grid
+    from tapernorm.analysis.figures.summary import fig_lr_grid
 
     return fig_lr_grid(root / "lr_grid/lr_grid.json")
 
 
 def _study_lrs(root: Path) -> object:
-    from tapernorm.analysis.lr_context import study_lrs
+    from tapernorm.analysis.studies.lr_context import study_lrs
 
     return study_lrs(root / "scaling", "dyt")
 
 
 def _claims_figure(root: Path) -> object:
-    from tapernorm.analysis.figures_summary import fig_claim_gaps
+    from tapernorm.analysis.figures.summary import fig_claim_gaps
 
     return fig_claim_gaps(root / "results/claims.json")
 
@@ -546,10 +546,10 @@ def test_the_analysis_reads_a_damaged_meta_json_as_not_measured(tmp_path, case, 
     never a traceback, and left as it is."""
     import pandas as pd
 
+    from tapernorm.analysis.claims.scale_card import data_meta
     from tapernorm.analysis.comparable import unread_data
     from tapernorm.analysis.epochs import data_train_tokens
     from tapernorm.analysis.runs import corpus_of
-    from tapernorm.analysis.scale_card import data_meta
 
     path = _write(tmp_path, "data/meta.json", text)
     runs = pd.DataFrame({"corpus": [str(path.parent)]})

@@ -1,4 +1,4 @@
-"""claims.json's machine-readable numbers beside each row's prose (claim_numbers), and claim 7's
+"""claims.json's machine-readable numbers beside each row's prose (claims.numbers), and claim 7's
 verdict by the speed rule over reruns (a measured slowdown in a cell is named in the row)."""
 
 import json
@@ -9,10 +9,10 @@ import pytest
 from conftest import speed_reruns
 from test_analysis import _paired
 
-from tapernorm.analysis import claims
-from tapernorm.analysis.claim_numbers import FIELDS, record_fields
-from tapernorm.analysis.claim_rows import ClaimInputs
-from tapernorm.analysis.claims_dyt import claim_dyt
+from tapernorm.analysis.claims import document as claims
+from tapernorm.analysis.claims.dyt import claim_dyt
+from tapernorm.analysis.claims.numbers import FIELDS, record_fields
+from tapernorm.analysis.claims.rows import ClaimInputs
 from tapernorm.runtime.jsonio import dumps
 
 

@@ -5,9 +5,9 @@ the criterion's verdict beside it; where it is present, the verdict stands."""
 import pandas as pd
 import pytest
 
-from tapernorm.analysis import claims
-from tapernorm.analysis.claim_rows import NO, NOT_REPRODUCED, PARTLY, YES, plain
-from tapernorm.analysis.claims_chasing import PREMISE_CHASE, claim5_premise
+from tapernorm.analysis.claims import document as claims
+from tapernorm.analysis.claims.chasing import PREMISE_CHASE, claim5_premise
+from tapernorm.analysis.claims.rows import NO, NOT_REPRODUCED, PARTLY, YES, plain
 
 
 def _runs(chase: float) -> pd.DataFrame:

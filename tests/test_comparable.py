@@ -9,10 +9,12 @@ import pandas as pd
 import pytest
 from conftest import tiny_run
 
-from tapernorm.analysis import claims, comparable, tables
-from tapernorm.analysis.claim_rows import ClaimInputs
+from tapernorm.analysis import comparable
+from tapernorm.analysis.claims import document as claims
+from tapernorm.analysis.claims.rows import ClaimInputs
+from tapernorm.analysis.claims.scale_card import scale_card
 from tapernorm.analysis.runs import load_runs
-from tapernorm.analysis.scale_card import scale_card
+from tapernorm.analysis.tables import training as tables
 from tapernorm.cli import main
 from tapernorm.training.identity import data_fingerprint
 
@@ -222,7 +224,7 @@ def test_the_dyt_claim_is_not_measured_where_the_grid_cannot_be_matched(shards_d
     for d in dirs:
         _edit(d / "config.json", data__dir="data/nowhere")
     runs = load_runs(dirs)[0]
-    from tapernorm.analysis.claims_dyt import claim_dyt
+    from tapernorm.analysis.claims.dyt import claim_dyt
 
     assert claim_dyt(ClaimInputs(runs=runs))["Holds?"] != "not measured"  # no grid: judged
     row = claim_dyt(ClaimInputs(runs=runs, lr_grid={"scale": {}, "gaps": []}))
@@ -242,7 +244,7 @@ def test_the_committed_records_pass_the_record_checks():
 
 
 def test_the_figures_and_the_claims_refuse_a_mix_too(cell, tmp_path):
-    from tapernorm.analysis import figures
+    from tapernorm.analysis.figures import training as figures
 
     _edit(cell[1] / "config.json", train__steps=80)
     _edit(cell[1] / "eval.json", steps=80)

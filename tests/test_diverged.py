@@ -14,8 +14,10 @@ import pytest
 from conftest import tiny_run
 
 from tapernorm import data as D
-from tapernorm.analysis import claims, figure_speedups, inference_tables
-from tapernorm.analysis import finetune as ft
+from tapernorm.analysis.claims import document as claims
+from tapernorm.analysis.figures import speedups as figure_speedups
+from tapernorm.analysis.tables import finetune as ft
+from tapernorm.analysis.tables import inference as inference_tables
 from tapernorm.artifact.manifest import build_manifest
 from tapernorm.bench.grid import summary_table
 from tapernorm.cli import main

@@ -10,8 +10,11 @@ import torch
 from conftest import speed_reruns, tiny_run
 
 from tapernorm import GPT, DyT, GPTConfig, fold_model
-from tapernorm.analysis import claims, claims_dyt, figure_speedups, inference_tables
-from tapernorm.analysis.claims import ClaimInputs
+from tapernorm.analysis.claims import document as claims
+from tapernorm.analysis.claims import dyt as claims_dyt
+from tapernorm.analysis.claims.document import ClaimInputs
+from tapernorm.analysis.figures import speedups as figure_speedups
+from tapernorm.analysis.tables import inference as inference_tables
 from tapernorm.bench.decode import bench_decode
 from tapernorm.bench.forward import bench_forward
 from tapernorm.bench.variants import inference_variants, random_dyt, random_variants

@@ -391,7 +391,9 @@ def test_a_damaged_json_input_of_a_table_or_claim_names_the_file(tmp_path, damag
     """The analysis readers read JSON through jsonio: the error names the file and what is wrong."""
     import re
 
-    from tapernorm.analysis import claims, finetune, runs
+    from tapernorm.analysis import runs
+    from tapernorm.analysis.claims import document as claims
+    from tapernorm.analysis.tables import finetune
     from tapernorm.runtime import bookkeeping
 
     run_dir = tmp_path / "run"

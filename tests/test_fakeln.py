@@ -12,8 +12,8 @@ import torch
 import yaml
 from conftest import tiny_run
 
-from tapernorm.analysis import claims_finetune
-from tapernorm.analysis import finetune as ft
+from tapernorm.analysis.claims import finetune as claims_finetune
+from tapernorm.analysis.tables import finetune as ft
 from tapernorm.config import ConfigError
 from tapernorm.fakeln import removal_order, removal_steps
 from tapernorm.fold import FoldError, fold_model

@@ -22,8 +22,10 @@ from matplotlib.colors import to_rgb
 from matplotlib.text import Text
 from PIL import Image
 
-from tapernorm.analysis import anchor_sweep, figure_style, figures
+from tapernorm.analysis.figures import style as figure_style
+from tapernorm.analysis.figures import training as figures
 from tapernorm.analysis.runs import CLIPPED_COLUMNS, GRAD_COLUMNS
+from tapernorm.analysis.studies import anchor_sweep
 from tapernorm.runtime import provenance
 from tapernorm.variants import PAPER_VARIANTS, VARIANTS
 from tapernorm.workflow.plan import FIG2_VARIANTS

@@ -7,12 +7,13 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from tapernorm.analysis import claims, figure_style
-from tapernorm.analysis.claim_numbers import record_fields
-from tapernorm.analysis.claim_rows import ClaimInputs
-from tapernorm.analysis.claims_dyt import claim_dyt
-from tapernorm.analysis.figures_summary import fig_claim_gaps, fig_lr_grid
-from tapernorm.analysis.lr_grid import write_summary
+from tapernorm.analysis.claims import document as claims
+from tapernorm.analysis.claims.dyt import claim_dyt
+from tapernorm.analysis.claims.numbers import record_fields
+from tapernorm.analysis.claims.rows import ClaimInputs
+from tapernorm.analysis.figures import style as figure_style
+from tapernorm.analysis.figures.summary import fig_claim_gaps, fig_lr_grid
+from tapernorm.analysis.studies.lr_grid import write_summary
 from tapernorm.cli import main
 from tapernorm.runtime.jsonio import write_json
 

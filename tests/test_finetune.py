@@ -19,8 +19,10 @@ import yaml
 from conftest import tiny_hf_gpt2
 
 from tapernorm import data as D
-from tapernorm.analysis import claims, claims_finetune, paper
-from tapernorm.analysis import finetune as ft
+from tapernorm.analysis import paper
+from tapernorm.analysis.claims import document as claims
+from tapernorm.analysis.claims import finetune as claims_finetune
+from tapernorm.analysis.tables import finetune as ft
 from tapernorm.cli import build_parser
 from tapernorm.cli import main as cli_main
 from tapernorm.cli.data import data_settings, eval_settings

@@ -20,7 +20,7 @@ import pytest
 import torch
 import yaml
 
-from tapernorm.analysis.gpu_report import gpu_hours
+from tapernorm.analysis.studies.gpu_report import gpu_hours
 from tapernorm.bench import decode as bench_decode
 from tapernorm.bench.timing import CsvRows
 from tapernorm.bench.train_step import bench_train_steps
@@ -461,7 +461,7 @@ def test_newest_gpu_check_goes_by_the_date_in_the_name(tmp_path):
 
 
 def test_a_rerun_step_replaces_the_checks_csv_in_the_report_and_the_claims(tmp_path):
-    from tapernorm.analysis.gpu_report import gpu_bench
+    from tapernorm.analysis.studies.gpu_report import gpu_bench
 
     check = _committed_check(tmp_path)
     rerun = pd.read_csv(check / "rerun" / "decode_eager.csv")

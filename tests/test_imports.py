@@ -39,12 +39,12 @@ FORBIDDEN = {
     "tapernorm.training.metrics_log": ("tapernorm.training.loop", "tapernorm.training.run",
                                        "tapernorm.training.state"),
     # figures: style and saving, then shared curves, then the figures themselves
-    "tapernorm.analysis.figure_style": ("tapernorm.analysis.figure_curves",
-                                        "tapernorm.analysis.figures",
-                                        "tapernorm.analysis.figures_gradients"),
-    "tapernorm.analysis.figure_curves": ("tapernorm.analysis.figures",
-                                         "tapernorm.analysis.figures_gradients"),
-    "tapernorm.analysis.figures_gradients": ("tapernorm.analysis.figures",),
+    "tapernorm.analysis.figures.style": ("tapernorm.analysis.figures.curves",
+                                        "tapernorm.analysis.figures.training",
+                                        "tapernorm.analysis.figures.gradients"),
+    "tapernorm.analysis.figures.curves": ("tapernorm.analysis.figures.training",
+                                         "tapernorm.analysis.figures.gradients"),
+    "tapernorm.analysis.figures.gradients": ("tapernorm.analysis.figures.training",),
     # the workflow's planning imports no torch: of training only the run identity's file names
     "tapernorm.workflow": ("tapernorm.model", "tapernorm.norms", "tapernorm.decode",
                            "tapernorm.fold", "tapernorm.fakeln", "tapernorm.training.loop",

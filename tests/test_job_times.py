@@ -2,7 +2,11 @@
 
 import pytest
 
-from tapernorm.analysis.job_times import job_times_table, load_job_times, write_job_times
+from tapernorm.analysis.tables.job_times import (
+    job_times_table,
+    load_job_times,
+    write_job_times,
+)
 from tapernorm.cli import main
 from tapernorm.runtime.provenance import git_state, stamp
 

@@ -1,5 +1,5 @@
 """The LR a study's runs were trained at beside the arm's best on the committed LR grid, read from
-the records' configs and the grid (analysis/lr_context.py): in the README's scaling rows and the
+the records' configs and the grid (analysis/studies/lr_context.py): in the README's scaling rows and the
 claims' DyT row, so a gap at the shared LR far below DyT's best says so itself."""
 
 import json
@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from tapernorm.analysis.claim_rows import ClaimInputs
-from tapernorm.analysis.claims import load_lr_grid
-from tapernorm.analysis.claims_dyt import study_lr_lines
-from tapernorm.analysis.claims_scaling import load_scaling
-from tapernorm.analysis.lr_context import committed_grid, lr_note, study_lrs
+from tapernorm.analysis.claims.document import load_lr_grid
+from tapernorm.analysis.claims.dyt import study_lr_lines
+from tapernorm.analysis.claims.rows import ClaimInputs
+from tapernorm.analysis.claims.scaling import load_scaling
+from tapernorm.analysis.studies.lr_context import committed_grid, lr_note, study_lrs
 
 ROOT = Path(__file__).resolve().parents[1]
 STUDY = ROOT / "results/cpu/scaling"

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tapernorm.analysis.lr_grid import GridRun, read_runs, summarize
+from tapernorm.analysis.studies.lr_grid import GridRun, read_runs, summarize
 from tapernorm.cli import main
 from tapernorm.config import ConfigError
 from tapernorm.workflow import Plan, validate_pipeline_config

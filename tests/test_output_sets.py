@@ -12,10 +12,11 @@ import pandas as pd
 import pytest
 from matplotlib.figure import Figure
 
-from tapernorm.analysis import lr_grid, tables
-from tapernorm.analysis.figure_style import save_figure
-from tapernorm.analysis.figures_summary import fig_lr_grid
+from tapernorm.analysis.figures.style import save_figure
+from tapernorm.analysis.figures.summary import fig_lr_grid
 from tapernorm.analysis.report_home import write_home_page
+from tapernorm.analysis.studies import lr_grid
+from tapernorm.analysis.tables import training as tables
 from tapernorm.runtime import output_set
 from tapernorm.runtime.output_set import (
     IncompleteSet,
@@ -235,7 +236,7 @@ def test_each_writers_member_replaced_by_hand_is_detected(tmp_path, kind):
 
 
 def test_tails_table_and_record_are_one_set(tmp_path, monkeypatch):
-    from tapernorm.analysis import tails
+    from tapernorm.analysis.studies import tails
 
     monkeypatch.setattr(tails, "table_row", lambda r: {"model": r["name"], "x": r["x"]})
     monkeypatch.setattr(tails, "shown_row", lambda row: row)
@@ -269,7 +270,7 @@ def test_readers_refuse_an_incomplete_set(tmp_path):
 
 
 def _stability(directory: Path, value: int, monkeypatch) -> list[Path]:
-    from tapernorm.analysis import stability
+    from tapernorm.analysis.studies import stability
 
     monkeypatch.setattr(stability, "summary_markdown", lambda s: f"# The stability study {value}\n")
     rows = pd.DataFrame({"width": [64], "arm": ["all_aux"], "label": ["All"], "clean": [value]})
@@ -277,7 +278,7 @@ def _stability(directory: Path, value: int, monkeypatch) -> list[Path]:
 
 
 def _scaling(directory: Path, value: int, monkeypatch) -> list[Path]:
-    from tapernorm.analysis import scaling_io
+    from tapernorm.analysis.studies import scaling_io
 
     monkeypatch.setattr(scaling_io, "summary_markdown", lambda *a: f"| Claim | {value}\n")
     monkeypatch.setattr(scaling_io, "passes_sentence", lambda *a: "")
@@ -288,7 +289,7 @@ def _scaling(directory: Path, value: int, monkeypatch) -> list[Path]:
 
 
 def _factors(directory: Path, value: int, monkeypatch) -> list[Path]:
-    from tapernorm.analysis import stability_factors
+    from tapernorm.analysis.studies import stability_factors
 
     rows = pd.DataFrame({"base": ["r"], "factor": ["none"], "change": [str(value)]})
     monkeypatch.setattr(stability_factors, "load_runs", lambda dirs: (None, []))
@@ -298,7 +299,7 @@ def _factors(directory: Path, value: int, monkeypatch) -> list[Path]:
 
 
 def _claims(directory: Path, value: int, monkeypatch) -> list[Path]:
-    from tapernorm.analysis import claims
+    from tapernorm.analysis.claims import document as claims
 
     out = claims.write_claims(directory / "claims.md", extra_sections=[f"Note {value}."])
     return [out, out.with_suffix(".html"), out.with_suffix(".json")]
@@ -330,7 +331,7 @@ def test_summaries_and_claims_are_sets(tmp_path, monkeypatch, crash_after, kind)
 
 
 def test_claims_refuse_an_incomplete_summary(tmp_path, monkeypatch):
-    from tapernorm.analysis import claims
+    from tapernorm.analysis.claims import document as claims
 
     _stability(tmp_path / "study", 1, monkeypatch)
     csv = tmp_path / "study" / "summary.csv"

@@ -7,10 +7,15 @@ import pandas as pd
 import pytest
 
 from tapernorm.analysis import paper
-from tapernorm.analysis.claim_rows import ClaimInputs
-from tapernorm.analysis.claims_scaling import study_note
-from tapernorm.analysis.scaling import paper_gap_text
-from tapernorm.analysis.scaling_figures import PAPER_GID, WIDTH_COLORS, gap_axes, paper_points
+from tapernorm.analysis.claims.rows import ClaimInputs
+from tapernorm.analysis.claims.scaling import study_note
+from tapernorm.analysis.studies.scaling import paper_gap_text
+from tapernorm.analysis.studies.scaling_figures import (
+    PAPER_GID,
+    WIDTH_COLORS,
+    gap_axes,
+    paper_points,
+)
 
 # paper.py's names that hold no paper number: the paper's name, its versions, the sources
 NOT_NUMBERS = {"ARXIV", "V1", "V2", "VERSIONS", "SOURCE", "SOURCES"}
@@ -39,7 +44,7 @@ def test_every_paper_number_names_its_version_and_place():
 
 
 def test_claims_carry_the_version_of_their_paper_value():
-    from tapernorm.analysis.claims import CLAIMS, PAPER_SOURCES, claims_record
+    from tapernorm.analysis.claims.document import CLAIMS, PAPER_SOURCES, claims_record
 
     assert set(PAPER_SOURCES) == {inspect.unwrap(c) for c in CLAIMS}  # every claim says
     record = claims_record(ClaimInputs(), None, {})
@@ -59,8 +64,8 @@ def test_claims_carry_the_version_of_their_paper_value():
 def test_the_scale_cards_paper_values_carry_their_version(tmp_path):
     from test_scaling import _study
 
-    from tapernorm.analysis.scale_card import scale_card
-    from tapernorm.analysis.scaling import read_study
+    from tapernorm.analysis.claims.scale_card import scale_card
+    from tapernorm.analysis.studies.scaling import read_study
 
     _, dirs = _study(tmp_path / "r", {})
     card = scale_card(ClaimInputs(runs=read_study(dirs).runs))

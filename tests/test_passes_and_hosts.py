@@ -10,11 +10,11 @@ import pandas as pd
 import pytest
 from test_scaling import _study
 
-from tapernorm.analysis.claim_rows import ClaimInputs
+from tapernorm.analysis.claims.rows import ClaimInputs
+from tapernorm.analysis.claims.scale_card import scale_card
 from tapernorm.analysis.epochs import NOT_MEASURED, epochs, epochs_text, meaning
-from tapernorm.analysis.scale_card import scale_card
-from tapernorm.analysis.scaling import read_study, summarize
-from tapernorm.analysis.scaling_io import split_hosts_lines, write_summary
+from tapernorm.analysis.studies.scaling import read_study, summarize
+from tapernorm.analysis.studies.scaling_io import split_hosts_lines, write_summary
 
 HOST_A = {"cpu": "CPU A", "cores": 2, "system": "Linux 1", "machine": "x86_64"}
 HOST_B = {**HOST_A, "system": "Linux 2"}
@@ -106,7 +106,7 @@ def test_the_scale_card_gives_the_runs_and_the_studys_epochs(tmp_path):
     study = read_study(dirs)
     summary, per_seed = summarize(study)
     write_summary(summary, per_seed, tmp_path / "out")
-    from tapernorm.analysis.claims_scaling import load_scaling
+    from tapernorm.analysis.claims.scaling import load_scaling
 
     runs = study.runs[study.runs["steps"] == 24]
     card = scale_card(ClaimInputs(runs=runs, scaling=load_scaling(tmp_path / "out/summary.csv")))
@@ -157,7 +157,7 @@ def test_a_seed_whose_pairs_ran_on_two_hosts_each_on_one_is_said_apart():
 
 def test_a_seeds_hosts_read_the_same_whatever_order_its_records_come_in():
     """The workflow gives the records in its rule order, a test in sorted order: the same text."""
-    from tapernorm.analysis.scaling import seed_hosts
+    from tapernorm.analysis.studies.scaling import seed_hosts
 
     runs = pd.DataFrame(
         {"variant": ["all_aux", "baseline", "all_aux", "baseline"], "seed": [2] * 4,

@@ -191,13 +191,13 @@ def test_claims_md_is_rendered_from_claims_json_alone():
     what claims_markdown makes of its claims.json (the verdicts' grades, numbers and sentences
     are data there; only the renderer turns them into the page). A change of wording fails here
     until a new reference run records it."""
-    from tapernorm.analysis.claims import claims_markdown
+    from tapernorm.analysis.claims.document import claims_markdown
 
     found = doc_blocks.BEGIN.search((ROOT / "README.md").read_text())
     results = ROOT / found["source"] / "results"
     record = json.loads((results / "claims.json").read_text())
     assert claims_markdown(record) == (results / "claims.md").read_text()
-    from tapernorm.analysis.claim_rows import GRADES
+    from tapernorm.analysis.claims.rows import GRADES
 
     for row in record["claims"]:  # each row's grade, recorded beside the cell that shows it
         assert row["grade"] in GRADES and row["Holds?"].startswith(row["grade"]), row["Claim"]

@@ -101,8 +101,8 @@ def test_a_rehearsal_stamp_says_so():
 def test_rehearsal_tables_and_claims_are_marked(tmp_path):
     import pandas as pd
 
-    from tapernorm.analysis.claims import write_claims
-    from tapernorm.analysis.tables import write_table
+    from tapernorm.analysis.claims.document import write_claims
+    from tapernorm.analysis.tables.write import write_table
 
     df = pd.DataFrame({"a": [1]})
     for rehearsal in (False, True):

@@ -5,7 +5,7 @@ import base64
 import pandas as pd
 
 from tapernorm.analysis.html import figure_page, markdown_page, table_cells
-from tapernorm.analysis.tables import to_markdown
+from tapernorm.analysis.tables.write import to_markdown
 
 
 def test_a_table_renders_as_an_html_table_with_its_caption():

@@ -12,11 +12,11 @@ import pytest
 import yaml
 from conftest import config_files
 
-from tapernorm.analysis.claims_scaling import load_scaling, study_note
-from tapernorm.analysis.scaling import read_study, summarize, trend
-from tapernorm.analysis.scaling_figures import curves_figure, gap_figure
-from tapernorm.analysis.scaling_io import RecordError, copy_record, write_summary
+from tapernorm.analysis.claims.scaling import load_scaling, study_note
 from tapernorm.analysis.stats import t975
+from tapernorm.analysis.studies.scaling import read_study, summarize, trend
+from tapernorm.analysis.studies.scaling_figures import curves_figure, gap_figure
+from tapernorm.analysis.studies.scaling_io import RecordError, copy_record, write_summary
 from tapernorm.artifact.manifest import config_hash
 from tapernorm.cli import main
 from tapernorm.config import ConfigError
@@ -301,7 +301,7 @@ def test_record_arrives_whole_and_is_read_as_a_run_directory(tmp_path, earlier):
 def test_a_record_stopped_midway_leaves_the_earlier_one_whole(tmp_path, monkeypatch, fails):
     """A write that fails at any file, or at the rename, leaves the earlier record as it was and
     nothing beside it; a record killed between its renames leaves directories the next removes."""
-    from tapernorm.analysis import scaling_io
+    from tapernorm.analysis.studies import scaling_io
 
     out = tmp_path / "rec" / "r"
     copy_record(_recorded(tmp_path, 2.0), out)
@@ -465,9 +465,9 @@ def test_a_tree_where_the_default_ran_replans_nothing_of_the_study(tmp_path):
 
 
 def test_claim_rows_and_scale_card_quote_the_study(tmp_path):
-    from tapernorm.analysis.claim_rows import ClaimInputs
-    from tapernorm.analysis.claims_scaling import load_scaling, study_note, with_study
-    from tapernorm.analysis.scale_card import untested
+    from tapernorm.analysis.claims.rows import ClaimInputs
+    from tapernorm.analysis.claims.scale_card import untested
+    from tapernorm.analysis.claims.scaling import load_scaling, study_note, with_study
 
     _, dirs = _study(tmp_path / "r", {("internal_aux", 24): [1.0, 3.0]})
     summary, per_seed = summarize(read_study(dirs))
@@ -497,7 +497,7 @@ def test_claim_rows_and_scale_card_quote_the_study(tmp_path):
 
 def _every_grade() -> dict[str, str]:
     """A verdict of every grade, built by the helpers the claims use."""
-    from tapernorm.analysis import claim_rows as cr
+    from tapernorm.analysis.claims import rows as cr
 
     return {
         cr.YES: cr.plain(cr.YES),
@@ -519,9 +519,9 @@ def test_claims_json_keeps_every_grade_with_and_without_the_studys_note(
 ):
     """The paper path's claims job once failed on 'partly; at 29 tokens/param ...: yes, the verdict
     flips': a verdict with the study's note appended was parsed back into a grade."""
-    from tapernorm.analysis import claims
-    from tapernorm.analysis.claim_rows import GRADES, ClaimInputs, claim_row
-    from tapernorm.analysis.claims_scaling import load_scaling, with_study
+    from tapernorm.analysis.claims import document as claims
+    from tapernorm.analysis.claims.rows import GRADES, ClaimInputs, claim_row
+    from tapernorm.analysis.claims.scaling import load_scaling, with_study
 
     grades = _every_grade()
     assert set(grades) == set(GRADES)

@@ -10,8 +10,18 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from tapernorm.analysis import claims, claims_dyt, inference_tables, speed_rule
-from tapernorm.analysis.claim_rows import NO, NOT_JUDGED, NOT_RESOLVED, WEAKER, YES, ClaimInputs
+from tapernorm.analysis import speed_rule
+from tapernorm.analysis.claims import document as claims
+from tapernorm.analysis.claims import dyt as claims_dyt
+from tapernorm.analysis.claims.rows import (
+    NO,
+    NOT_JUDGED,
+    NOT_RESOLVED,
+    WEAKER,
+    YES,
+    ClaimInputs,
+)
+from tapernorm.analysis.tables import inference as inference_tables
 
 ROOT = Path(__file__).resolve().parents[1]
 REFERENCE_BENCH = sorted(ROOT.glob("results/reference/*/results/bench"))

@@ -16,10 +16,10 @@ from conftest import config_files, spike_at, tiny_run
 from test_scaling import CI_GRID, _dry_run
 from test_scaling import _study as _scaling_study
 
-from tapernorm.analysis import claims
-from tapernorm.analysis.claim_rows import ClaimInputs
-from tapernorm.analysis.claims_loss import BLOWUP_RULE
-from tapernorm.analysis.claims_stability import claim_stability, load_stability
+from tapernorm.analysis.claims import document as claims
+from tapernorm.analysis.claims.loss import BLOWUP_RULE
+from tapernorm.analysis.claims.rows import ClaimInputs
+from tapernorm.analysis.claims.stability import claim_stability, load_stability
 from tapernorm.analysis.rates import (
     axis_test,
     binom_cdf,
@@ -28,12 +28,12 @@ from tapernorm.analysis.rates import (
     pooled_axis_test,
 )
 from tapernorm.analysis.runs import load_runs
-from tapernorm.analysis.scaling import read_study, summarize
-from tapernorm.analysis.scaling_io import write_summary as write_scaling_summary
-from tapernorm.analysis.stability import read_records, shared_triggers, trigger_steps
-from tapernorm.analysis.stability import summarize as summarize_stability
-from tapernorm.analysis.stability import write_summary as write_stability_summary
 from tapernorm.analysis.stats import last_weights_gap, paired_gap, t975
+from tapernorm.analysis.studies.scaling import read_study, summarize
+from tapernorm.analysis.studies.scaling_io import write_summary as write_scaling_summary
+from tapernorm.analysis.studies.stability import read_records, shared_triggers, trigger_steps
+from tapernorm.analysis.studies.stability import summarize as summarize_stability
+from tapernorm.analysis.studies.stability import write_summary as write_stability_summary
 from tapernorm.cli import main
 from tapernorm.workflow import Plan, validate_pipeline_config
 from tapernorm.workflow import files as wf
@@ -726,7 +726,7 @@ def test_ci_grid_is_the_scaling_tests_grid():
 def test_the_committed_stability_summary_is_what_the_records_give():
     """results/cpu/stability/summary.csv was made by this code from the committed records of the
     study's runs (rerun the workflow's stability_summary after a change to the analysis)."""
-    from tapernorm.analysis import stability
+    from tapernorm.analysis.studies import stability
 
     study = ROOT / "results/cpu/stability"
     dirs = sorted(p.parent for p in (study / "runs").glob("*-n2000/eval.json"))

@@ -1,4 +1,4 @@
-"""`tapernorm tails` (tapernorm.analysis.tails) and its figure (`tapernorm figure tails`): the
+"""`tapernorm tails` (tapernorm.analysis.studies.tails) and its figure (`tapernorm figure tails`): the
 probe's battery of several tiny trained models side by side, one row per model, a blown-up tapered
 model's tails against a baseline's, a folded model's against its run's, a fold skipped for a
 diverged run, the figure with and without several training lengths, and outputs never replacing a
@@ -13,8 +13,8 @@ import pytest
 import torch
 from conftest import tiny_run
 
-from tapernorm.analysis.figure_tails import fig_tails
-from tapernorm.analysis.tails import DTYPE_KEYS, INFO_KEYS, METRICS, both, number, restored
+from tapernorm.analysis.figures.tails import fig_tails
+from tapernorm.analysis.studies.tails import DTYPE_KEYS, INFO_KEYS, METRICS, both, number, restored
 from tapernorm.cli import main
 from tapernorm.runtime.out_files import stamped
 from tapernorm.training.checkpoint import load_model, model_tensors, save_tensors

@@ -289,7 +289,7 @@ def test_eval_out_may_not_replace_an_input_or_a_users_file(
 
 
 def grid_run(root, variant: str, seed: int, lr: float, loss: float = 3.5, steps: int = 100):
-    from tapernorm.analysis.lr_grid import GridRun
+    from tapernorm.analysis.studies.lr_grid import GridRun
 
     d = root / GridRun(variant, 64, seed, lr).name
     d.mkdir(parents=True)
@@ -488,7 +488,7 @@ def test_table_files_are_replaced_only_when_the_command_wrote_them(tmp_path, cap
 
 
 def test_a_figures_files_are_known_by_their_stamp(tmp_path, capsys):
-    from tapernorm.analysis.figure_style import new_figure, save_figure
+    from tapernorm.analysis.figures.style import new_figure, save_figure
     from tapernorm.runtime.out_files import stamped
     from tapernorm.runtime.provenance import REHEARSAL
 

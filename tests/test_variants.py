@@ -3,7 +3,8 @@ benchmark, table and figure uses are read from it."""
 
 import pytest
 
-from tapernorm.analysis import inference_tables, scaling
+from tapernorm.analysis.studies import scaling
+from tapernorm.analysis.tables import inference as inference_tables
 from tapernorm.bench import variants as bench_variants
 from tapernorm.variants import PAPER_VARIANTS, PROTOCOLS, VARIANTS, baseline_of, variants_with
 from tapernorm.workflow import bench as workflow_bench

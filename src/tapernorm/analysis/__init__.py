@@ -1,11 +1,18 @@
 """Tables, figures and claims from run directories (runs.py says what a run directory holds).
 
-Modules: runs (load_runs), stats (Table 2's outlier rule), paper (the published numbers), tables
-(make_table), figures (make_figure), inference_tables (Table 3, the decode table), figure_speedups
-(fig5), anchor_sweep (table_anchor, fig7), finetune (Tables 4 and 6), claims (write_claims; the
-claims themselves in claim_rows, claims_loss, claims_chasing, claims_fold, claims_finetune and
-claims_dyt), scaling, scaling_io and scaling_figures (the scaling study), lr_grid (the LR grid's
-summary), gpu_report (a first GPU check's tables, figure 5 and GPU-hours), job_times (Snakemake's
-job records per rule). The commands are tapernorm.cli.analysis'. Nothing is imported here, so
-`tapernorm` commands that don't draw anything never load matplotlib.
+outputs.py is the registry of every table, figure and the claims: each output's name, builder and
+caption. The builders sit in one sub-package per kind:
+- tables/: training (Tables 1, 2 and 5, and the table writers), inference (Table 3, the decode
+  table), finetune (Tables 4 and 6), job_times (Snakemake's job records per rule);
+- figures/: training (figures 1-3, fig6, make_figure), gradients (4, 4b), speedups (5), summary
+  (the claims' gaps, the LR grid, the tails), tails, with the shared style and curves;
+- claims/: document (claims.md and claims.json), rows (the typed verdicts), numbers, one module per
+  group of claims, and the scale card;
+- studies/: the scaling, stability, LR grid, anchor sweep and tails studies, and the GPU check's
+  report.
+What all of them read sits here: runs (load_runs), comparable (the check of what is averaged),
+stats (Table 2's outlier rule, paired gaps), rates (blow-up rates), paper (the published numbers),
+epochs, speed_rule (every speed verdict), html and report_home. The commands are
+tapernorm.cli.analysis'. Nothing is imported here, so `tapernorm` commands that don't draw anything
+never load matplotlib.
 """

@@ -1,7 +1,7 @@
 """The markdown the analysis writes (tables: a caption and a pipe table; claims.md: headings,
 paragraphs, a pipe table, bullet lists; figure captions) as a self-contained HTML page, which
 Snakemake's report shows inline (a .md or .csv there is only a download). tables.write_table and
-claims.write_claims write one beside each markdown file, figure_style.save_figure one per figure:
+claims.write_claims write one beside each markdown file, figures.style.save_figure one per figure:
 the PNG inline, its caption below it as text.
 """
 

@@ -47,7 +47,7 @@ OUTPUTS: tuple[Output, ...] = (
         "table1",
         "table",
         "1",
-        "tables:make_table",
+        "tables.training:make_table",
         caption="""\
 **Table 1**: the pre-training variants (which norms are tapered, whether the fixed-target scale loss
 is used) and how many runs of each this pipeline trained.
@@ -62,7 +62,7 @@ Rebuild it: ``snakemake --cores all --forcerun table1`` (add the run's ``--confi
         "table2",
         "table",
         "2",
-        "tables:make_table",
+        "tables.training:make_table",
         caption="""\
 **Table 2**: validation loss at g=0 (mean ± std over seeds) and the relative gap to the baseline of the
 same width with the same head (column Gap against: the untied-head baseline for DyT), beside the
@@ -82,7 +82,7 @@ Rebuild it: ``snakemake --cores all --forcerun table2`` (add the run's ``--confi
         "table3",
         "table",
         "3",
-        "inference_tables:make_bench_table",
+        "tables.inference:make_bench_table",
         caption="""\
 Table 3: forward throughput (k tokens/s; one forward pass over B x T tokens returning the last
 token's logits, no KV cache) of the RMSNorm baseline and of Internal-Taper (+aux) at g=0 exported as
@@ -101,7 +101,7 @@ Rebuild it: ``snakemake --cores all --forcerun table3`` (add the run's ``--confi
         "table4",
         "table",
         "4",
-        "finetune:make_finetune_table",
+        "tables.finetune:make_finetune_table",
         caption="""\
 Table 4: GPT-2 fine-tuning, mean cross-entropy at g=0 by model and protocol on the OpenWebText
 held-out split, The Pile and Pile-filtered, beside the paper's numbers (FakeLN, Baroni et al. 2025:
@@ -118,7 +118,7 @@ Rebuild it: ``snakemake --cores all --forcerun table4`` (add the run's ``--confi
         "table5",
         "table",
         "5",
-        "tables:make_table",
+        "tables.training:make_table",
         caption="""\
 **Table 5**: training steps by width in this configuration, beside the paper's.
 
@@ -132,7 +132,7 @@ Rebuild it: ``snakemake --cores all --forcerun table5`` (add the run's ``--confi
         "table6",
         "table",
         "6",
-        "finetune:make_finetune_table",
+        "tables.finetune:make_finetune_table",
         caption="""\
 Table 6: fine-tuning schedules (total steps / warmup end / taper start / taper end), learning
 rates, scale-loss weight and tokens per step, from this configuration's run configs, beside the
@@ -148,7 +148,7 @@ Rebuild it: ``snakemake --cores all --forcerun table6`` (add the run's ``--confi
         "table_decode",
         "table",
         "decode",
-        "inference_tables:make_bench_table",
+        "tables.inference:make_bench_table",
         caption="""\
 Decode benchmark: greedy decoding with a preallocated KV cache, per mode (eager, compiled), batch size
 and prompt length: prefill time, decode tokens/s of the baseline, explicit scaling and folded models
@@ -166,7 +166,7 @@ Rebuild it: ``snakemake --cores all --forcerun table_decode`` (add the run's ``-
         "table_anchor",
         "table",
         "anchor",
-        "anchor_sweep:make_anchor_table",
+        "studies.anchor_sweep:make_anchor_table",
         caption="""\
 The scale loss's dose-response (not in the paper): per scale-loss form and weight lambda, the end
 logit norm of All-Taper (+aux) over the ablation Baseline's, the end pre-logit scale over its target,
@@ -181,7 +181,7 @@ Rebuild it: ``snakemake --cores all --forcerun anchor_table`` (add the run's ``-
         "table_tails",
         "table",
         None,
-        "tails:make_tails",
+        "studies.tails:make_tails",
         caption="""\
 The tails battery side by side (not in the paper; ``tapernorm tails``, the battery of ``tapernorm
 probe``): one row per pre-training run at the figure width and per folded model, each at g = 0 (a
@@ -198,7 +198,7 @@ Rebuild it: ``snakemake --cores all --forcerun tails`` (add the run's ``--config
         "job_times",
         "table",
         None,
-        "job_times:write_job_times",
+        "tables.job_times:write_job_times",
         caption="""\
 Job times: the wall time of each training, fine-tuning and benchmark job from Snakemake's
 job records (results/job_records), per rule and family: number of jobs, total and longest.
@@ -211,7 +211,7 @@ Rebuild it: ``snakemake --cores all --forcerun job_times`` (add the run's ``--co
         "fig1_gate_schedule",
         "figure",
         "fig1",
-        "figures:make_figure",
+        "figures.training:make_figure",
         caption="""\
 Figure 1: (a) the TaperNorm layer: a normalizing branch h/r(h)·γ weighted g plus a
 sample-independent linear branch c·h·γ̃ weighted 1-g (c frozen at the taper start), summed; g = 1 is
@@ -231,7 +231,7 @@ if it had one).
         "fig2_train_loss",
         "figure",
         "fig2",
-        "figures:make_figure",
+        "figures.training:make_figure",
         caption="""\
 Figure 2: training loss vs step for the Baseline and Internal-Taper (+aux), and, where they were
 pre-trained, DyT by its authors' recipe with the untied-head runs it is compared against. Each variant
@@ -252,7 +252,7 @@ it had one).
         "fig3_logit_norm",
         "figure",
         "fig3",
-        "figures:make_figure",
+        "figures.training:make_figure",
         caption="""\
 Figure 3: mean logit L2 norm vs step (log scale). (a) the paper's six variants; (b) where they were
 pre-trained, DyT and the untied-head runs it is matched against, on axes of their own (their scale can
@@ -277,7 +277,7 @@ it had one).
         "fig4_grad_norms",
         "figure",
         "fig4",
-        "figures:make_figure",
+        "figures.training:make_figure",
         caption="""\
 Figure 4: gradient Frobenius norms before clipping, averaged over blocks, vs step (log scale), one
 panel per weight type (attention QKV, attention W_o, MLP W_1, MLP W_2). Row (a): the paper's six
@@ -299,7 +299,7 @@ it had one).
         "fig4b_ablation_grad_norms",
         "figure",
         "fig4b",
-        "figures:make_figure",
+        "figures.training:make_figure",
         caption="""\
 Figure 4b (not in the paper): gradient Frobenius norms of the scale-anchor ablation's runs, where
 claim 5 is judged, averaged over blocks, vs step (log scale), the paper's six variants. One panel per
@@ -321,7 +321,7 @@ Rebuild: ``snakemake --cores all --forcerun fig4b_ablation_grad_norms`` (add the
         "fig5_decode_speedup",
         "figure",
         "fig5",
-        "figure_speedups:make_fig5",
+        "figures.speedups:make_fig5",
         caption="""\
 Figure 5: decode speedup of explicit scaling and folded (and DyT, the norm-free alternative timed as
 it is, where timed) over the RMSNorm baseline per batch size and prompt length, eager and compiled;
@@ -340,7 +340,7 @@ Rebuild: ``snakemake --cores all --forcerun fig5`` (add the run's ``--configfile
         "fig6_scale_anchor",
         "figure",
         "fig6",
-        "figures:make_figure",
+        "figures.training:make_figure",
         caption="""\
 Figure 6 (not in the paper): the scale-anchor ablation on a small slice of the corpus trained for many
 epochs, the paper's six variants. Top row (log scale): the mean logit norm; the mean pre-logit scale
@@ -363,7 +363,7 @@ it had one).
         "fig7_anchor_sweep",
         "figure",
         "fig7",
-        "anchor_sweep:make_fig7",
+        "studies.anchor_sweep:make_fig7",
         caption="""\
 Figure 7 (not in the paper): the scale loss's dose-response. All-Taper (+aux) of the ablation
 retrained at other scale-loss weights lambda, with the paper's Eq. 5 (circles) and with our relative
@@ -384,7 +384,7 @@ it had one).
         "fig_claim_gaps",
         "figure",
         "claim_gaps",
-        "figures_summary:make_summary_figure",
+        "figures.summary:make_summary_figure",
         caption="""\
 The claims' paired gaps (not in the paper): each variant's validation-loss gap to its matched
 baseline in claims 1, 2 and TaperNorm vs DyT, the mean over seed pairs with its 95% t interval (none
@@ -400,7 +400,7 @@ Rebuild: ``snakemake --cores all --forcerun fig_claim_gaps`` (add the run's ``--
         "fig_lr_grid",
         "figure",
         "lr_grid",
-        "figures_summary:make_summary_figure",
+        "figures.summary:make_summary_figure",
         caption="""\
 The committed LR grid (``results/cpu/lr_grid``, not in the paper): validation loss at the last step
 against the peak learning rate (log scale) per variant, each seed a dot and the line their mean; the
@@ -416,7 +416,7 @@ Rebuild: ``snakemake --cores all --forcerun fig_lr_grid`` (add the run's ``--con
         "fig_tails",
         "figure",
         "tails",
-        "figures_summary:make_summary_figure",
+        "figures.summary:make_summary_figure",
         caption="""\
 The tails battery side by side (not in the paper), from ``results/tables/table_tails.json``: (a) per
 arm (the baseline, each tapered arm at g = 0, DyT and its untied-head baseline, the folded models),
@@ -434,7 +434,7 @@ Rebuild: ``snakemake --cores all --forcerun fig_tails`` (add the run's ``--confi
         "claims",
         "claims",
         None,
-        "claims:write_claims",
+        "claims.document:write_claims",
         caption="""\
 The paper's claims (Sec. 7), the paper's value, ours, the scale at which ours was measured, and
 whether the claim holds here, headed by the scale card (ours beside the paper's, and what this

@@ -68,7 +68,7 @@ LR = "3e-4 (AdamW, 5% warmup, cosine)"
 FINETUNE_SOURCE = Source(V1, "Table 6")  # (with v1's text on the GPT-2 models)
 FINETUNE = "GPT-2 S-XL (124M-1.5B parameters) from the hub, 300-800 steps of ~2^19 tokens"
 
-# The stability claim (claims_stability): v1's title ("... Enables Stable Training ...") and text.
+# The stability claim (claims.stability): v1's title ("... Enables Stable Training ...") and text.
 STABILITY_SOURCE = Source(V1, "title")  # (and its text)
 
 # model size label of each width (section 6.1: L=8, widths 64/128/256/512 -> 1M/3M/9M/30M parameters)

@@ -9,7 +9,7 @@ alike, each cell once). One run is one unit: its cells were timed in one sitting
 they share its state and are not independent; separate runs are.
 
 The interval. A 95% t interval of the mean log ratio over the runs of one host class: runs with the
-same benchmark setting (inference_tables.SETTING: device, CPU or GPU model, dtype, torch version,
+same benchmark setting (tables.inference.SETTING: device, CPU or GPU model, dtype, torch version,
 threads, model size) and the same grid of cells. They are this run and, pooled with it, the runs
 given to `tapernorm claims --bench-pool` (the committed reference runs, results/reference/*), each
 measurement once: a pooled run identical to this one is this one, and a pooled run with a disturbed
@@ -45,8 +45,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from .inference_tables import SETTING, timed
 from .stats import log_t_interval
+from .tables.inference import SETTING, timed
 
 MARGIN = 0.03  # the smallest speed difference judged: 3% either way
 CONFIDENCE = 0.95  # the t interval's coverage (stats.t975)
@@ -146,7 +146,7 @@ def grid_log_ratio(rows: pd.DataFrame, a: str, b: str) -> float:
 
 
 def host_class(rows: pd.DataFrame) -> tuple:
-    """The benchmark setting that makes runs of one host class (inference_tables.SETTING)."""
+    """The benchmark setting that makes runs of one host class (tables.inference.SETTING)."""
     settings = timed(rows)[SETTING].drop_duplicates()
     if len(settings) != 1:
         raise ValueError(f"a run's benchmark rows have {len(settings)} settings; give one run")
@@ -218,7 +218,7 @@ def _run_name(directory: Path) -> str:
 def load_pool(directories: Sequence[str | Path]) -> list[tuple[str, pd.DataFrame]]:
     """(name, timed rows) of each directory's benchmark CSVs (forward.csv, decode*.csv: one run's
     `tapernorm bench` outputs), for `tapernorm claims --bench-pool`."""
-    from .inference_tables import load_bench
+    from .tables.inference import load_bench
 
     out = []
     for directory in map(Path, directories):

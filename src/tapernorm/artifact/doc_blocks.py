@@ -324,7 +324,7 @@ def table_rows_block(source: Path, doc_dir: Path) -> str:
 def scaling_block(source: Path, doc_dir: Path) -> str:
     """The scaling study (results/cpu/scaling): each claim's estimate at every training length and
     width, and whether it moves toward or away from the claim's criterion, or its verdict flips."""
-    from ..analysis.scaling_io import CLAIM_NAMES, verdict_path
+    from ..analysis.studies.scaling_io import CLAIM_NAMES, verdict_path
 
     record = read_json(check_member(source / "summary.json"))
     summary = pd.read_csv(check_member(source / "summary.csv"), dtype={"claim": str})
@@ -355,9 +355,9 @@ BRIEF_NAMES = {"dyt": "DyT", "3": "3 (U)", "4": "4 (A)"}  # the claims table's r
 def scaling_brief_block(source: Path, doc_dir: Path) -> str:
     """The scaling study in a few lines (the README's): each claim at each width, from the shortest
     to the longest training: the estimates, the longest's interval, and the verdict then; a loss
-    row whose runs are off the arm's best LR on the committed LR grid says so (lr_context)."""
-    from ..analysis.lr_context import committed_grid, lr_note, study_lrs
-    from ..analysis.scaling import GAP_CLAIMS
+    row whose runs are off the arm's best LR on the committed LR grid says so (studies.lr_context)."""
+    from ..analysis.studies.lr_context import committed_grid, lr_note, study_lrs
+    from ..analysis.studies.scaling import GAP_CLAIMS
 
     record = read_json(check_member(source / "summary.json"))
     summary = pd.read_csv(check_member(source / "summary.csv"), dtype={"claim": str})
@@ -538,9 +538,9 @@ def gpu_block(source: Path, doc_dir: Path) -> str:
     the speedups of the exports against the paper's, the training step and the GPU-hours it
     implies; a step rerun alone (DIR/rerun/) in place of the check's, a compiled training step
     (DIR/compile/) where measured."""
-    from ..analysis.gpu_report import _csvs, gpu_bench
-    from ..analysis.inference_tables import disturbed_cells
     from ..analysis.paper import DECODE_SOURCE, DECODE_SPEEDUP, TABLE3, TABLE3_SOURCE, tagged
+    from ..analysis.studies.gpu_report import _csvs, gpu_bench
+    from ..analysis.tables.inference import disturbed_cells
 
     env = read_json(source / "env.json")
     timed, _ = gpu_bench(source)

@@ -62,7 +62,7 @@ def _cmd_figure(args: argparse.Namespace) -> int:
 def _cmd_tails(args: argparse.Namespace) -> int:
     import torch
 
-    from ..analysis.tails import make_tails
+    from ..analysis.studies.tails import make_tails
     from ..probe import BatterySettings, SearchSettings
     from ..runtime.device import resolve_device
     from ..runtime.out_dirs import refuse_inside
@@ -97,7 +97,7 @@ def _cmd_tails(args: argparse.Namespace) -> int:
 
 
 def _cmd_claims(args: argparse.Namespace) -> int:
-    from ..analysis.claims import write_claims
+    from ..analysis.claims.document import write_claims
     from ..runtime.out_files import claim_claims
 
     claim_claims(args.out, args.force)
@@ -135,13 +135,13 @@ def _cmd_report_home(args: argparse.Namespace) -> int:
 
 
 def _cmd_job_times(args: argparse.Namespace) -> int:
-    from ..analysis.job_times import (
+    from ..analysis.tables.job_times import (
         job_times_table,
         load_job_times,
         require_records,
         write_job_times,
     )
-    from ..analysis.tables import to_markdown
+    from ..analysis.tables.write import to_markdown
     from ..runtime.out_files import claim_table
 
     if args.out is None:

@@ -216,7 +216,7 @@ def lock_env_parser(sub) -> None:
 
 
 def _cmd_gpu_report(args: argparse.Namespace) -> int:
-    from ..analysis.gpu_report import gpu_report
+    from ..analysis.studies.gpu_report import gpu_report
 
     for line in gpu_report(args.dir, args.config, args.force):
         print(line)

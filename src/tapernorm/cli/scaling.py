@@ -13,7 +13,7 @@ FIGURES = ("fig_scaling_gaps", "fig_scaling_curves")
 
 
 def _cmd_record(args: argparse.Namespace) -> int:
-    from ..analysis.scaling_io import copy_record
+    from ..analysis.studies.scaling_io import copy_record
 
     for path in copy_record(args.run, args.out):
         print(f"wrote {path}")
@@ -21,8 +21,8 @@ def _cmd_record(args: argparse.Namespace) -> int:
 
 
 def _cmd_summary(args: argparse.Namespace) -> int:
-    from ..analysis.scaling import read_study, summarize
-    from ..analysis.scaling_io import write_summary
+    from ..analysis.studies.scaling import read_study, summarize
+    from ..analysis.studies.scaling_io import write_summary
     from ..runtime.out_files import claim_scaling_summary
 
     claim_scaling_summary(args.out, SUMMARY_FILES, args.force)
@@ -37,8 +37,8 @@ def _cmd_summary(args: argparse.Namespace) -> int:
 def _cmd_figure(args: argparse.Namespace) -> int:
     import pandas as pd
 
-    from ..analysis.scaling import read_study
-    from ..analysis.scaling_figures import curves_figure, gap_figure
+    from ..analysis.studies.scaling import read_study
+    from ..analysis.studies.scaling_figures import curves_figure, gap_figure
     from ..runtime import provenance
     from ..runtime.out_files import claim_figure
 

@@ -1,5 +1,5 @@
 """`tapernorm stability summary`: the stability study's summary from its records
-(workflow/stability.py plans the runs; analysis/stability.py says what the summary holds)."""
+(workflow/stability.py plans the runs; analysis/studies/stability.py says what the summary holds)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ FACTOR_FILES = ("factors.csv", "factors.md")
 
 
 def _cmd_summary(args: argparse.Namespace) -> int:
-    from ..analysis.stability import read_records, summarize, write_summary
+    from ..analysis.studies.stability import read_records, summarize, write_summary
     from ..runtime.out_files import claim_stability_summary
 
     claim_stability_summary(args.out, SUMMARY_FILES, args.force)
@@ -25,7 +25,7 @@ def _cmd_summary(args: argparse.Namespace) -> int:
 
 
 def _cmd_factors(args: argparse.Namespace) -> int:
-    from ..analysis.stability_factors import write_factor_table
+    from ..analysis.studies.stability_factors import write_factor_table
     from ..runtime.out_files import claim_stability_summary
 
     claim_stability_summary(args.out, FACTOR_FILES, args.force)

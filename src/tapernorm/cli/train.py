@@ -163,7 +163,13 @@ def gpus_parser(sub) -> None:
 
 
 def _cmd_lr_grid(args: argparse.Namespace) -> int:
-    from ..analysis.lr_grid import check_grid, grid_scale, read_runs, summarize, write_summary
+    from ..analysis.studies.lr_grid import (
+        check_grid,
+        grid_scale,
+        read_runs,
+        summarize,
+        write_summary,
+    )
     from ..runtime.out_dirs import claim_dir, json_with, refuse_inside
 
     for run in args.runs:

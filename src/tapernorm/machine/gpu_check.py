@@ -1,7 +1,7 @@
 """The first-GPU check's first step (benchmarks/gpu_check.sh runs the rest): `environment_report`,
 what the GPU machine is (device, versions, nvidia-smi, which optional packages it has), written as
 env.json; needs only torch. What is made afterwards from the check's files is
-tapernorm.analysis.gpu_report's.
+tapernorm.analysis.studies.gpu_report's.
 """
 
 from __future__ import annotations

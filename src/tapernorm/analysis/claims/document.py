@@ -1,0 +1,360 @@
+"""results/claims.md: each claim of the paper's section 7 that the inputs allow, the paper's value, ours,
+the scale ours was measured at, whether it holds, and one sentence on it.
+
+Each claim is a function of ClaimInputs returning a row dict; a claim whose inputs are absent returns a
+"not measured" row. Other experiment families add their claims by appending functions to CLAIMS (and, if
+they need new inputs, fields to ClaimInputs) or by passing markdown through `extra_sections`. The
+claims live by group in claims.loss (1, 2), claims.chasing (3-5), claims.fold (6, 7) and
+claims.finetune (8), the paper's stability claim in claims.stability, and the row beyond the paper,
+TaperNorm vs DyT, in claims.dyt (its criterion stated there); their thresholds are named constants
+there (claim 8's CLOSE_PCT in claims.finetune), the main ones re-exported here, each claim's
+criterion as data in CRITERIA (claims.numbers: the numbers claims.json carries beside each row's
+prose); ClaimInputs and the graded vocabulary of the "Holds?" column (yes; yes, weaker than the
+paper; yes, unlike the paper; only at a deviation; partly; no; not reproduced at this scale; not
+resolved; not measured; not judged) with its rules are in claim_rows.
+
+Criteria (never tuned to the data; "end" = mean over the last 10% of logged steps, diverged runs
+excluded from means and counted): each claim module's docstring states its claims' in full, its
+`*_CRITERION` constant (CRITERIA: claims.json's `criterion`, quoted by the docs) in one line. Each
+reaches a plain yes / partly / no (or not resolved), then a yes is graded (claim_rows).
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import pandas as pd
+
+from ...runtime import bookkeeping
+from ...runtime.output_set import OutputSet, check_member, json_bytes, marker_path
+from ...runtime.provenance import REHEARSAL_NOTE, git_state, host, now, stamp, versions
+from .. import comparable, paper, speed_rule
+from ..html import markdown_page
+from ..runs import describe_scale, load_runs
+from ..tables import finetune as ft
+from ..tables import inference as inference_tables
+from ..tables.write import to_markdown
+from .chasing import (
+    CHASE_CRITERION,
+    CHASE_PARTLY,
+    CHASE_YES,
+    CLOSE_FACTOR,
+    GRAD_CRITERION,
+    MARGIN_JUDGED,
+    PAPER_ANCHOR,
+    SUPPRESS_CRITERION,
+    SUPPRESS_MIN,
+    claim3,
+    claim4,
+    claim5,
+)
+from .dyt import DYT_CRITERION, claim_dyt, grid_source, paper_variants_only
+from .finetune import FINETUNE_CRITERION, claim8
+from .fold import (
+    EXACT_CRITERION,
+    FOLD_SPEEDUP_YES,
+    SPEED_CRITERION,
+    claim6,
+    claim7,
+    read_verify,
+)
+from .loss import GAP_CRITERION, GAP_MAX_PCT, claim1, claim2
+from .numbers import Criterion, record_fields
+from .rows import COLUMNS, GRADES, NOT_MEASURED, SIZE_FACTOR, ClaimInputs, Verdict
+from .scale_card import COLUMNS as SCALE_COLUMNS
+from .scale_card import scale_card
+from .scaling import load_scaling, with_study
+from .stability import STABILITY_CRITERION, claim_stability, load_stability
+
+__all__ = [
+    "CHASE_PARTLY",
+    "CHASE_YES",
+    "CLAIMS",
+    "CLOSE_FACTOR",
+    "COLUMNS",
+    "FOLD_SPEEDUP_YES",
+    "GAP_MAX_PCT",
+    "GRADES",
+    "MARGIN_JUDGED",
+    "NOT_MEASURED",
+    "PAPER_ANCHOR",
+    "SIZE_FACTOR",
+    "SUPPRESS_MIN",
+    "ClaimInputs",
+    "Verdict",
+    "claim1",
+    "claim2",
+    "claim3",
+    "claim4",
+    "claim5",
+    "claim6",
+    "claim7",
+    "claim8",
+    "claims_table",
+    "read_verify",
+    "write_claims",
+]
+
+CLAIMS: list[Callable[[ClaimInputs], dict]] = [
+    with_study(claim1, "1"),
+    with_study(claim2, "2"),
+    with_study(paper_variants_only(claim3), "3"),
+    with_study(paper_variants_only(claim4), "4"),
+    paper_variants_only(claim5),
+    claim6,
+    claim7,
+    claim8,
+    claim_stability,
+    with_study(claim_dyt, "dyt"),
+]
+
+
+# each claim's criterion (claims.json's `criterion`), keyed by the claim function CLAIMS wraps
+CRITERIA: dict[Callable[[ClaimInputs], dict], Criterion] = {
+    claim1: GAP_CRITERION,
+    claim2: GAP_CRITERION,
+    claim3: CHASE_CRITERION,
+    claim4: SUPPRESS_CRITERION,
+    claim5: GRAD_CRITERION,
+    claim6: EXACT_CRITERION,
+    claim7: SPEED_CRITERION,
+    claim8: FINETUNE_CRITERION,
+    claim_stability: STABILITY_CRITERION,
+    claim_dyt: DYT_CRITERION,
+}
+
+
+# where each claim's paper value is from (the paper's version and table: paper.Source); its Paper
+# cell carries them ("(paper v1, Table 2)"), claims.json's `paper_sources` too; DyT's row has none
+PAPER_SOURCES: dict[Callable[[ClaimInputs], dict], tuple[paper.Source, ...]] = {
+    claim1: (paper.TABLE2_SOURCE,),
+    claim2: (paper.TABLE2_SOURCE,),
+    claim3: (paper.FIG3_SOURCE,),
+    claim4: (paper.FIG3_SOURCE,),
+    claim5: (paper.FIG4_SOURCE,),
+    claim6: (paper.FOLD_SOURCE,),
+    claim7: (paper.TABLE3_SOURCE, paper.DECODE_SOURCE),
+    claim8: (paper.TABLE4_SOURCE,),
+    claim_stability: (paper.STABILITY_SOURCE,),
+    claim_dyt: (),
+}
+SOURCES_KEY = "paper_sources"  # the row's key holding its paper sources (not a column)
+
+
+def _with_sources(row: dict, sources: tuple[paper.Source, ...]) -> dict:
+    return {**row, "Paper": paper.tagged(row["Paper"], *sources), SOURCES_KEY: sources}
+
+
+def claim_rows(inp: ClaimInputs) -> list[tuple[dict, Criterion | None]]:
+    """(row, its criterion) per claim in CLAIMS; a row may carry its Numbers (claims.numbers), and
+    carries its paper value's sources (PAPER_SOURCES) in its Paper cell and under SOURCES_KEY."""
+    out = []
+    for claim in CLAIMS:
+        bare = inspect.unwrap(claim)
+        row = _with_sources(claim(inp), PAPER_SOURCES.get(bare, ()))
+        out.append((row, CRITERIA.get(bare)))
+    return out
+
+
+def claims_table(inp: ClaimInputs) -> pd.DataFrame:
+    """One row per claim in CLAIMS."""
+    return pd.DataFrame([row for row, _ in claim_rows(inp)], columns=list(COLUMNS))
+
+
+def load_lr_grid(path: str | Path) -> dict:
+    """lr_grid.json of `tapernorm lr-grid` (its path recorded in it, to name the source)."""
+    path = Path(path)
+    return {**bookkeeping.read(bookkeeping.LR_GRID, path), "path": str(path.parent)}
+
+
+INTRO = (
+    "Each row is one of the claims of {source} with the paper's value (tagged with the paper's "
+    "version, v1 or v2, and its table or figure) and ours, computed from the "
+    "inputs listed at the end, at the scale stated above. 'End' values are means over the last "
+    "10% of logged training steps; diverged runs are excluded from means and counted. Loss gaps "
+    "are paired by seed (seed s of every variant draws the same initialisation and batches) and "
+    "given with a 95% t interval. Thresholds are named constants in tapernorm/analysis/claims/: "
+    "loss.py (claims 1, 2), chasing.py (3-5), fold.py (6, 7), finetune.py (8), stability.py "
+    "(stability) and dyt.py (TaperNorm vs DyT), "
+    "and are stated in each comment. "
+    "'Holds?' is graded (tapernorm/analysis/claims/rows.py): 'yes' at the paper's settings and size; "
+    "'yes, weaker than the paper' or 'yes, unlike the paper' where our size is far below or on the "
+    "other side of the paper's; 'only at a deviation' where it holds only at a setting the paper "
+    "did not use (named, with the verdict at the paper's); 'partly'; 'no'; 'not reproduced at "
+    "this scale' where the paper's premise for the claim is measured absent in our runs (the "
+    "criterion's verdict beside it); 'not resolved' where "
+    "the measurement cannot tell (an interval straddles the criterion's edge; for timings, the "
+    "95% interval over reruns of one host class crosses the speed rule's 3% margin, "
+    "speed_rule.py); 'not measured' (inputs not given); 'not judged' (inputs that cannot "
+    "support a verdict). Losses, cross-entropies and timings move across CPUs and thread counts "
+    "(docs/reproducibility.md)."
+)
+
+
+def claims_record(
+    inp: ClaimInputs, config_sha256: str | None, inputs: dict, rehearsal: bool = False
+) -> dict:
+    """Everything claims.md shows, as data (results/claims.json): what made it (and whether it is
+    a rehearsal on stand-ins), the scale card, each row with its grade and its numbers
+    (claims.numbers.record_fields), the inputs."""
+    rows = [
+        {
+            **{c: row[c] for c in COLUMNS},
+            "grade": row["grade"],
+            SOURCES_KEY: [s.to_dict() for s in row.get(SOURCES_KEY, ())],
+            **record_fields(row, criterion),
+        }
+        for row, criterion in claim_rows(inp)
+    ]
+    card = scale_card(inp)
+    return {
+        "made": {**git_state(), "host": host(), "versions": versions(), "written": now()},
+        "config_sha256": config_sha256,
+        "rehearsal": rehearsal,
+        "stamp": stamp(config_sha256, rehearsal=rehearsal),
+        "scale_card": card.to_dict("records"),
+        "claims": rows,
+        "inputs": inputs,
+    }
+
+
+def claims_markdown(record: dict) -> str:
+    """claims.md from a claims record: the stamp, the scale card, the claims table, the inputs."""
+    card = pd.DataFrame(record["scale_card"], columns=list(SCALE_COLUMNS))
+    table = pd.DataFrame(record["claims"], columns=[*COLUMNS, "grade"])[list(COLUMNS)]
+    parts = [
+        "# Claims of the paper vs this reproduction",
+        "",
+        *([f"**{REHEARSAL_NOTE}**", ""] if record.get("rehearsal") else []),
+        f"Made by {record['stamp']} on {record['made']['host']['cpu']} "
+        f"({record['made']['written']}).",
+        "",
+        "## The scale of these numbers",
+        "",
+        to_markdown(card, "Ours beside the paper's, from the runs' configs and outputs."),
+        "## Claims",
+        "",
+        to_markdown(table, INTRO.format(source=paper.SOURCE)),
+        "## Inputs",
+        "",
+        *(f"- {k}: {v}" for k, v in record["inputs"].items()),
+    ]
+    return "\n".join(parts) + "\n"
+
+
+def _checked(
+    run_dirs: Sequence[str | Path], by: Sequence[str], allow_mixed: bool, notes: list[str]
+) -> pd.DataFrame:
+    """load_runs' table of `run_dirs` checked comparable (comparable.check), its notes of the mixes
+    allowed added to `notes`; an empty table where none are given."""
+    if not run_dirs:
+        return pd.DataFrame()
+    runs = load_runs(run_dirs)[0]
+    notes += comparable.check(runs, by, allow_mixed)
+    return runs
+
+
+def write_claims(
+    out_path: str | Path,
+    runs: Sequence[str | Path] = (),
+    ablation_runs: Sequence[str | Path] = (),
+    sweep_runs: Sequence[str | Path] = (),
+    verify_files: Sequence[str | Path] = (),
+    extra_sections: Sequence[str] = (),
+    finetune_evals: Sequence[str | Path] = (),
+    bench_files: Sequence[str | Path] = (),
+    lr_grid: str | Path | None = None,
+    config_sha256: str | None = None,
+    rehearsal: bool = False,
+    scaling: str | Path | None = None,
+    gpu: str | Path | None = None,
+    stability: str | Path | None = None,
+    allow_mixed: bool = False,
+    bench_pool: Sequence[str | Path] = (),
+) -> Path:
+    """Compute every claim from the given run dirs / verify files; write <out>.md, .html (the
+    report's page) and .json (claims_record) atomically.
+
+    `extra_sections`: markdown blocks appended after the table (e.g. other families' notes).
+    `finetune_evals`: eval JSON files of the GPT-2 fine-tuning runs (claim 8).
+    `bench_files`: CSVs of `tapernorm bench forward|decode` (claim 7).
+    `lr_grid`: lr_grid.json of `tapernorm lr-grid` (the TaperNorm-vs-DyT row, the scale card).
+    `scaling`: summary.csv of the scaling study (claims 1-4 and DyT's rows, the scale card).
+    `gpu`: a first-GPU check's directory (results/gpu/DIR): claim 7 on a GPU too.
+    `stability`: summary.csv of the stability study (the stability row).
+    `config_sha256`: the workflow config's hash, named in the stamp.
+    `rehearsal`: a rehearsal of the paper path on stand-ins (config/rehearsal.yaml): said at the top
+    and in the stamp.
+    `allow_mixed`: let runs of mixed recipes through comparable.check (the inputs say so).
+    `bench_pool`: other runs' benchmark directories (results/reference/*/results/bench),
+    pooled by the speed rule with `bench_files` where of the same host class (speed_rule).
+    An input that is a member of an output set (the summaries, the LR grid) is read only whole
+    (output_set.check_member: IncompleteSet, one line, otherwise).
+    """
+    for member in (lr_grid, scaling, stability):
+        if member:
+            check_member(member)
+    mixed: list[str] = []
+    mixed += ft.check_evals(finetune_evals, allow_mixed)  # claim 8: a row's sets of one run
+    bench = inference_tables.load_bench(bench_files) if bench_files else pd.DataFrame()
+    if gpu:
+        from ..studies.gpu_report import gpu_bench  # (imports torch)
+
+        gpu_rows, gpu_where = gpu_bench(gpu)
+    else:
+        gpu_rows, gpu_where = None, ""
+    inp = ClaimInputs(
+        runs=_checked(runs, comparable.CELL, allow_mixed, mixed),
+        ablation=_checked(ablation_runs, comparable.CELL, allow_mixed, mixed),
+        sweep=_checked(sweep_runs, comparable.SWEEP_CELL, allow_mixed, mixed),
+        verify=[(Path(p), read_verify(p)) for p in verify_files],
+        finetune=ft.load_finetune_evals(finetune_evals) if finetune_evals else pd.DataFrame(),
+        bench=inference_tables.timed(bench),
+        bench_skipped=inference_tables.skipped_notes(bench),
+        bench_pool=speed_rule.load_pool(bench_pool),
+        lr_grid=load_lr_grid(lr_grid) if lr_grid else None,
+        scaling=load_scaling(scaling) if scaling else None,
+        stability=load_stability(stability) if stability else None,
+        gpu=gpu_rows,
+        gpu_where=gpu_where,
+    )
+    inputs = _inputs_listed(inp, runs, ablation_runs, sweep_runs, verify_files, finetune_evals,
+                            bench_files, bench_pool, scaling, stability, gpu)  # fmt: skip
+    if mixed:
+        inputs["mixed inputs allowed"] = comparable.mixed_note(mixed)
+    record = claims_record(inp, config_sha256, inputs, rehearsal)
+    text = claims_markdown(record)
+    for section in extra_sections:
+        text += "\n" + section.rstrip() + "\n"
+    out = Path(out_path)
+    claims = OutputSet(marker_path(out.with_suffix("")), "tapernorm claims")
+    claims.add(out, text.encode())
+    claims.add(out.with_suffix(".html"), markdown_page(text, "claims").encode())
+    claims.add(out.with_suffix(".json"), json_bytes(record))
+    claims.commit()
+    return out
+
+
+def _inputs_listed(
+    inp: ClaimInputs, runs: Sequence, ablation_runs: Sequence, sweep_runs: Sequence,
+    verify_files: Sequence, finetune_evals: Sequence, bench_files: Sequence,
+    bench_pool: Sequence, scaling: str | Path | None, stability: str | Path | None,
+    gpu: str | Path | None,
+) -> dict[str, str]:  # fmt: skip
+    """claims.md's list of what it was computed from."""
+    return {
+        "pre-training runs": f"{len(runs)} ({describe_scale(inp.runs) if runs else 'none'})",
+        "ablation runs": f"{len(ablation_runs)} "
+        f"({describe_scale(inp.ablation) if ablation_runs else 'none'})",
+        "scale-loss sweep runs": str(len(sweep_runs)),
+        "fold verify files": str(len(verify_files)),
+        "fine-tuning evaluations": str(len(finetune_evals)),
+        "benchmark CSVs": str(len(bench_files)),
+        "benchmark pool (speed rule)": f"{len(bench_pool)} run(s)",
+        "LR grid": grid_source(inp.lr_grid) if inp.lr_grid else "none",
+        "scaling study": str(scaling) if scaling else "none",
+        "stability study": str(stability) if stability else "none",
+        "first-GPU check": str(gpu) if gpu else "none",
+    }

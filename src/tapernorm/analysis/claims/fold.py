@@ -1,0 +1,287 @@
+"""Claims 6 and 7: folding is exact (verify.json of `tapernorm fold`) and speeds inference
+(benchmark CSVs of `tapernorm bench forward|decode`). Criteria:
+6. verify.json files: yes if every check passed and the largest relative logit difference is
+   <= 1e-5; "only at a deviation" (that rtol) if all passed at a looser rtol; no if any check
+   failed. Judged on the folds that ran: a diverged run's fold is skipped (its verify.json says
+   why) and named; not judged if none ran.
+7. benchmark CSVs (tapernorm bench forward|decode) by the speed rule (speed_rule): a run's
+   ratio is the geometric mean over its grid of cells of the folded model's median per-round
+   speedup over the baseline; a 95% t interval of it over the runs of this host class (this
+   run and the --bench-pool runs of the same setting and grid, disturbed ones left out, at
+   least 3) decides at a 3% margin: yes if wholly above 1.03x (graded weaker than the paper
+   below 1.05x), no if wholly below 1/1.03 or wholly inside the margin (no gain), else not
+   resolved. A model the benchmarks skipped (its run diverged) is named; not judged when the
+   exports were not timed or this run's timing was disturbed.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pandas as pd
+
+from ...bench.trust import RERUN
+from ...runtime.jsonio import FileError, read_json
+from .. import paper, speed_rule
+from ..tables import inference as inference_tables
+from .numbers import Criterion, Numbers, Part, with_numbers
+from .rows import (
+    NO,
+    NOT_RESOLVED,
+    YES,
+    ClaimInputs,
+    Verdict,
+    at_deviation,
+    because,
+    claim_row,
+    not_judged,
+    not_measured,
+    plain,
+    weaker_than_paper,
+)
+
+# ---- claim 6: folding is exact ----------------------------------------------------------------------
+
+EXACT_CRITERION = Criterion(
+    f"every fold check passes and the largest relative logit difference is <= {paper.FOLD_RTOL:g}",
+    None,
+    paper.FOLD_RTOL,
+)
+
+
+def read_verify(path: str | Path) -> dict:
+    """A verify.json from `tapernorm fold`, checked for the keys claim 6 uses (a skipped fold's:
+    its reason, `skipped`)."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"verify file {path} does not exist")
+    try:
+        report = read_json(path)
+    except FileError as e:  # not UTF-8 or not JSON (it names the file)
+        raise ValueError(f"verify file {e}") from None
+    if "skipped" in report:
+        if not isinstance(report["skipped"], str) or not report["skipped"]:
+            raise ValueError(f"verify file {path}: 'skipped' is not a reason")
+        return report
+    for export in ("folded", "scaled"):
+        check = report.get(export)
+        keys = ("rel_logit_diff", "loss_diff", "ok", "rtol")
+        if not isinstance(check, dict) or any(k not in check for k in keys):
+            raise ValueError(f"verify file {path}: '{export}' lacks one of {keys}")
+    return report
+
+
+def claim6(inp: ClaimInputs) -> dict:
+    claim = "6. Folding is exact: folded and unfolded models give the same logits and loss"
+    paper_value = f"same logits; max |dz| ~{paper.FOLD_RTOL:.0e} of the logit scale (float32)"
+    if not inp.verify:
+        return not_measured(claim, paper_value, "no verify.json files given")
+    skipped = [r["skipped"] for _, r in inp.verify if "skipped" in r]
+    folds = [(p, r) for p, r in inp.verify if "skipped" not in r]
+    not_folded = f"Not folded: {'; '.join(skipped)}." if skipped else ""
+    if not folds:
+        why = f"no fold ran ({'; '.join(skipped)})"
+        return claim_row(claim, paper_value, "no fold ran", "—", not_judged(why), not_folded)
+    checks = [(p, r, e, r[e]) for p, r in folds for e in ("folded", "scaled")]
+    rel = {
+        e: max(c["rel_logit_diff"] for _, _, ex, c in checks if ex == e)
+        for e in ("folded", "scaled")
+    }
+    loss = max(abs(c["loss_diff"]) for *_, c in checks)
+    val = [abs(r["val_loss_diff"]) for _, r in folds if r.get("val_loss_diff") is not None]
+    failed = [f"{Path(r.get('model', p)).name}/{e}" for p, r, e, c in checks if not c["ok"]]
+    worst = max(rel.values())
+    rtols = sorted({c["rtol"] for *_, c in checks})
+    if failed:
+        holds = plain(NO)
+    elif worst <= paper.FOLD_RTOL:
+        holds = plain(YES)
+    else:  # exact only to the looser tolerance the checks were run at
+        holds = at_deviation(
+            f"rtol {max(rtols):g}", f"rtol {paper.FOLD_RTOL:g}", f"no, {worst:.1e}"
+        )
+    ours = (
+        f"max rel. logit diff {rel['folded']:.1e} (folded), {rel['scaled']:.1e} (explicit scaling); "
+        f"max |loss diff| {loss:.1e}" + (f"; max |val loss diff| {max(val):.1e}" if val else "")
+    )
+    if skipped:
+        ours += f"; {len(skipped)} model(s) not folded (diverged)"
+    comment = (
+        f"{len(folds)} model(s), checks at rtol {', '.join(f'{t:g}' for t in rtols)}: "
+        f"{len(checks) - len(failed)}/{len(checks)} passed"
+        + (f" (failed: {', '.join(failed)})" if failed else "")
+        + f"; criterion: all pass and max relative logit difference <= {paper.FOLD_RTOL:g} (yes), "
+        "all pass at a looser rtol (only at that deviation), else no."
+        + (f" Judged on the folds that ran. {not_folded}" if skipped else "")
+    )
+    models = ", ".join(Path(r.get("model", p)).name for p, r in folds)
+    if skipped:
+        models += (
+            " (not folded: "
+            + ", ".join(Path(r.get("model", p)).name for p, r in inp.verify if "skipped" in r)
+            + ")"
+        )
+    row = claim_row(claim, paper_value, ours, f"models: {models}", holds, comment)
+    numbers = Numbers(
+        headline=f"max rel. logit diff {worst:.1e}",
+        unit="relative logit difference",
+        estimate=worst,
+        parts=tuple(
+            Part(f"{Path(r.get('model', p)).name}/{e}", c["rel_logit_diff"])
+            for p, r, e, c in checks
+        ),
+    )
+    return with_numbers(row, numbers)
+
+
+# ---- claim 7: folding speeds inference -------------------------------------------------------------
+
+FOLD_SPEEDUP_YES = 1.05  # a "faster" grid ratio below this is "yes, weaker than the paper"
+DISTURBED_VERDICT = not_judged("disturbed timing")
+SPEED_CRITERION = Criterion(
+    f"{speed_rule.RULE}; the folded model against the RMSNorm baseline: faster is yes (weaker than "
+    f"the paper below {FOLD_SPEEDUP_YES:g}×), slower or within the margin is no",
+    1 + speed_rule.MARGIN,
+    None,
+)
+
+
+def cell_name(row) -> str:
+    """'forward B=1 T=128' or 'decode compiled B=4 P=128': a benchmark cell."""
+    if row.benchmark == "forward":
+        return f"forward B={int(row.batch)} T={int(row.seq_len)}"
+    return f"decode {row.mode} B={int(row.batch)} P={int(row.prompt_len)}"
+
+
+def slower_cells(bench: pd.DataFrame) -> list[str]:
+    """'decode compiled B=4 P=128: 0.96× (IQR 0.93-0.98, below 1)' for every cell where the
+    folded model's per-round speedups' interquartile range lies wholly below 1.0."""
+    folded = inference_tables.timed(bench)
+    folded = folded[(folded["variant"] == "folded") & (folded["speedup_q3"] < 1)]
+    return [
+        f"{cell_name(r)}: {r.speedup:.2f}× (IQR {r.speedup_q1:.2f}-{r.speedup_q3:.2f}, below 1)"
+        for r in folded.itertuples(index=False)
+    ]
+
+
+def speed_verdict(decision: speed_rule.Decision) -> Verdict:
+    """Claim 7's verdict from the speed rule's decision on folded against the baseline:
+    faster is yes (weaker than the paper below FOLD_SPEEDUP_YES), slower or within the margin no,
+    else not resolved."""
+    text = decision.text("folded", "baseline")
+    if decision.state == speed_rule.FASTER:
+        if decision.ratio < FOLD_SPEEDUP_YES:
+            best = paper.table3_best()["folded"]
+            return weaker_than_paper(text, f"up to {best:.2f}× (v1 Table 3)")
+        return plain(YES)  # plain, as every claim's yes (the numbers are in Ours)
+    if decision.state == speed_rule.SLOWER:
+        return because(NO, text)
+    if decision.state == speed_rule.WITHIN:
+        return because(NO, f"no gain of {speed_rule.MARGIN:.0%}: {text}")
+    return because(NOT_RESOLVED, text)
+
+
+def _benchmark_texts(bench: pd.DataFrame) -> list[str]:
+    """Per benchmark (forward; decode per mode): its text for the Ours column (the cells' medians
+    and interquartile ranges, as the tables show them; the verdict is the speed rule's)."""
+    ours = []
+    for s in inference_tables.speedup_summary(bench):
+        name = "forward" if s["benchmark"] == "forward" else f"decode {s['mode']}"
+        f, e, n = s["folded"], s["explicit"], s["cells"]
+        unresolved = n - f["consistent"] - f["slower"]
+        text = (
+            f"{name}: folded best {f['best']:.2f}×, median {f['median']:.2f}× (interquartile "
+            f"range above 1 in {f['consistent']}/{n} cells, below 1 in {f['slower']}/{n}, "
+            f"spanning 1 in {unresolved}/{n})"
+        )
+        part = bench[(bench["benchmark"] == s["benchmark"]) & (bench["mode"] == s["mode"])]
+        if slow := slower_cells(part):
+            text += f", folded slower in {'; '.join(slow)}"
+        ours.append(f"{text}; explicit best {e['best']:.2f}×, median {e['median']:.2f}×")
+    return ours
+
+
+def speed_numbers(bench: pd.DataFrame, decision: speed_rule.Decision) -> Numbers:
+    """The speed rule's grid ratio over the runs of this host class with its interval, as the
+    headline; each cell of this run a part with its interquartile range."""
+    folded = inference_tables.timed(bench)
+    folded = folded[folded["variant"] == "folded"]
+    finite = math.isfinite(decision.low)
+    return Numbers(
+        headline=decision.said("folded", "baseline"),
+        unit="× (t_baseline / t_folded, geometric mean over the benchmark grid)",
+        estimate=decision.ratio,
+        ci_low=decision.low if finite else None,
+        ci_high=decision.high if finite else None,
+        interval=f"{speed_rule.CONFIDENCE:.0%} t interval over {decision.runs} run(s) of this "
+        "host class; parts: interquartile range of the per-round speedups of each cell of this run",
+        parts=tuple(
+            Part(cell_name(r), r.speedup, r.speedup_q1, r.speedup_q3)
+            for r in folded.itertuples(index=False)
+        ),
+    )
+
+
+def claim7(inp: ClaimInputs) -> dict:
+    claim = "7. Folding speeds inference (explicit scaling and folded vs the RMSNorm baseline)"
+    best, decode = paper.table3_best(), paper.DECODE_SPEEDUP
+    paper_value = (
+        f"v1 forward up to {best['folded']:.2f}× folded / {best['explicit']:.2f}× explicit "
+        f"({paper.TABLE3_SETUP}); v2 decode up to {decode['folded']:.2f}× / "
+        f"{decode['explicit']:.2f}×"
+    )
+    not_timed = "; ".join(inp.bench_skipped)
+    if inp.bench.empty and not inp.bench_skipped:
+        return not_measured(claim, paper_value, "no benchmark CSVs given")
+    if inp.bench.empty or "folded" not in set(inp.bench["variant"]):
+        why = f"the exports were not timed ({not_timed})"
+        return claim_row(
+            claim, paper_value, "not timed", "—", not_judged(why), f"Not timed: {not_timed}."
+        )
+    ours = _benchmark_texts(inp.bench)
+    disturbed = inference_tables.disturbed_cells(inp.bench)
+    decision, used = speed_rule.judge(inp.bench, inp.bench_pool, "folded", "baseline")
+    holds = DISTURBED_VERDICT if disturbed else speed_verdict(decision)
+    ours.append(decision.said("folded", "baseline"))
+    scales = {
+        kind: inference_tables.where(part)
+        for kind, part in inp.bench.groupby("benchmark", sort=False)
+    }
+    if len(set(scales.values())) == 1:
+        scales = {"both": next(iter(scales.values()))}
+    comment = (
+        "Speedup per cell = median over interleaved rounds of t_baseline / t_export, with the "
+        "interquartile range of those per-round ratios; best and median over the cells of each "
+        "benchmark (a cell whose interquartile range lies wholly below 1.0 is named). Verdict by "
+        f"the {speed_rule.RULE}. Folded against the baseline: faster is yes (graded weaker than "
+        f"the paper below {FOLD_SPEEDUP_YES:g}×), slower or within the margin is no, else not "
+        f"resolved. {speed_rule.pool_note(used, decision.left_out)} "
+        f"{inference_tables.scale_note(inp.bench)}"
+    )
+    if disturbed:
+        comment = (
+            f"NOT JUDGED: {len(disturbed)} cell(s) were timed on a disturbed machine "
+            f"({'; '.join(disturbed)}); {RERUN}. " + comment
+        )
+    if not_timed:
+        comment += f" Not timed: {not_timed}."
+    scale = " | ".join(v if k == "both" else f"{k}: {v}" for k, v in scales.items())
+    if inp.gpu is not None and not inp.gpu.empty:  # a first-GPU check, judged alike, said apart
+        # pooled with the --bench-pool runs of its own host class (other GPU checks), if any
+        gpu_decision, gpu_used = speed_rule.judge(inp.gpu, inp.bench_pool, "folded", "baseline")
+        gpu_holds = (
+            DISTURBED_VERDICT
+            if inference_tables.disturbed_cells(inp.gpu)
+            else speed_verdict(gpu_decision)
+        )
+        gpu_ours = [*_benchmark_texts(inp.gpu), gpu_decision.said("folded", "baseline")]
+        ours.append(f"on a GPU ({inp.gpu_where}): " + "; ".join(gpu_ours))
+        holds = holds.noted(f"on a GPU: {gpu_holds.text}")
+        comment += (
+            f" On a GPU: a first-GPU check ({inp.gpu_where}; "
+            f"{inference_tables.scale_note(inp.gpu)}), judged by the same rule. On a GPU: "
+            f"{speed_rule.pool_note(gpu_used, gpu_decision.left_out)}"
+        )
+    row = claim_row(claim, paper_value, "; ".join(ours), scale, holds, comment)
+    return with_numbers(row, speed_numbers(inp.bench, decision))

@@ -1,0 +1,257 @@
+"""Claims 1 and 2: Internal-Taper (+aux) and All-Taper (+aux) end within ~2% of the baseline's
+validation loss, judged on the gap paired by seed and its 95% interval (stats.paired_gap).
+
+Verdict per width (`within_verdict`): yes when the whole interval lies inside [-2%, +2%]; no when it
+lies wholly outside (above +2%, or below -2%: better than the baseline by more than the claim's
+margin, the opposite of the paper's small increases); "not resolved" when it straddles an edge or
+there is no interval (fewer than two seed pairs); no where every run of the variant diverged (it
+did not train at that width). Widths combine: no if every width is no, partly if some are, else not
+resolved if any width is, else yes. A yes whose interval lies wholly below 0 is
+graded "yes, unlike the paper" (the paper's gaps are small increases). The comment adds the
+variants that share the claim's final norm (kept or tapered), seed by seed: an offset they all
+share is a property of the final norm, not of the claim's variant.
+
+Blow-ups (BLOWUP_RULE, the one rule of every loss verdict: claims 1 and 2 here, and each row of
+the scaling study, analysis/studies/scaling.py): a run of either compared arm that blew up (diverged, or
+a finite spike: training/blowups.py) limits the verdict, a yes becoming partly; the gap is taken
+over the seed pairs where neither run blew up, and shown beside the gap with the blown-up runs
+counted at the validation loss of the weights they kept (a diverged run's are those of its last
+checkpoint before the divergence, so of an earlier step: said where it is so).
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from ...variants import PAPER_VARIANTS, VARIANTS
+from .. import paper
+from ..runs import blown_up, blowup_text, describe_scale, diverged_text
+from ..stats import PairedGap, last_weights_gap, paired_gap, stats_by_cell
+from .numbers import PAIRED_GAP, Criterion, Numbers, Part, with_numbers
+from .rows import (
+    NO,
+    NOT_RESOLVED,
+    PARTLY,
+    YES,
+    ClaimInputs,
+    because,
+    claim_row,
+    not_measured,
+    plain,
+    unlike_paper,
+    variant_label,
+)
+
+GAP_MAX_PCT = 2.0
+GAP_CRITERION = Criterion(
+    f"the 95% interval of the gap to the baseline's validation loss, paired by seed, lies inside "
+    f"±{GAP_MAX_PCT:g}% (at every width)",
+    -GAP_MAX_PCT,
+    GAP_MAX_PCT,
+)
+BLOWUP_RULE = (
+    "a run of either compared arm that blew up (diverged, or a finite spike: a training loss above "
+    "2x the median of its recent logged losses or a gradient norm above 100x the clip, "
+    "training/blowups.py) limits the loss verdict: a yes becomes partly; the gap is over the seed "
+    "pairs where neither run blew up, and beside it is the gap with the blown-up runs counted at "
+    "the validation loss of the weights they kept"
+)
+
+
+def limit_by_blowups(verdict: str, n_blown: int) -> str:
+    """BLOWUP_RULE on a plain verdict: a yes with `n_blown` > 0 runs that blew up is partly."""
+    return PARTLY if verdict == YES and n_blown else verdict
+
+
+def blown_runs_text(runs, steps_of_weights: bool = True) -> str:
+    """'Internal-Taper (+aux) seed 2: a divergence at step 1,750 (g=0.077; diverged), weights of
+    step 1,600' for each run of `runs` that blew up ('' when none)."""
+    out = []
+    for r in runs[blown_up(runs)].sort_values(["variant", "seed"]).to_dict("records"):
+        label = VARIANTS[r["variant"]]["label"] if r.get("variant") in VARIANTS else r["name"]
+        unit = f"seed {r['seed']}"
+        if "data_seed" in r and r["data_seed"] != r["seed"]:
+            unit = f"init {r['seed']}, data {r['data_seed']}"
+        if "compiled" in r and "compiled" in runs and runs["compiled"].nunique() > 1:
+            unit += ", compiled" if r["compiled"] else ", eager"
+        text = f"{label} {unit}: {blowup_text(r)}"
+        weights = r.get("weights_step")
+        if steps_of_weights and weights is not None and not pd.isna(weights):
+            if int(weights) != int(r["steps"]):
+                text += f", its weights of step {int(weights):,} (of {int(r['steps']):,})"
+        out.append(text)
+    return "; ".join(out)
+
+
+def within_verdict(gap: PairedGap, limit: float = GAP_MAX_PCT) -> tuple[str, str]:
+    """(yes | no | not resolved, why) for 'the gap lies within ±limit %', from the 95% interval."""
+    if gap.n < 2:
+        return NOT_RESOLVED, f"{gap.n} seed pair: no interval"
+    if -limit <= gap.lo and gap.hi <= limit:
+        return YES, f"95% interval {gap.interval()} inside ±{limit:g}%"
+    if gap.hi < -limit:
+        return NO, f"95% interval {gap.interval()} below -{limit:g}% (better than the baseline)"
+    if gap.lo > limit:
+        return NO, f"95% interval {gap.interval()} above +{limit:g}%"
+    return NOT_RESOLVED, f"95% interval {gap.interval()} straddles ±{limit:g}%"
+
+
+def combine_widths(verdicts: list[str]) -> str:
+    """Per-width verdicts of claims 1 and 2 combined (module docstring)."""
+    if all(v == NO for v in verdicts):
+        return NO
+    if NO in verdicts:
+        return PARTLY
+    return NOT_RESOLVED if NOT_RESOLVED in verdicts else YES
+
+
+def siblings(variant: str) -> list[str]:
+    """The paper's tapered variants that share `variant`'s final norm (both kept, or both tapered)."""
+    tapered = VARIANTS[variant]["taper"] in ("final", "all")
+    return [
+        v
+        for v in PAPER_VARIANTS
+        if v != "baseline" and (VARIANTS[v]["taper"] in ("final", "all")) == tapered
+    ]
+
+
+def offset_note(runs, width: int, variant: str) -> str:
+    """The paired gaps of the variants that share `variant`'s final norm, and whether every one of
+    their seed pairs falls on one side of the baseline (an offset they share) or not."""
+    gaps = [paired_gap(runs, width, v, "baseline") for v in siblings(variant)]
+    gaps = [g for g in gaps if g.n]
+    if len(gaps) < 2:
+        return ""
+    tapered = VARIANTS[variant]["taper"] in ("final", "all")
+    which = "without a final norm" if tapered else "that keep the final norm"
+    listed = "; ".join(
+        f"{variant_label(g.variant)} {g.mean:+.2f}% ({g.seeds_text()})" for g in gaps
+    )
+    every = [x for g in gaps for x in g.per_seed.values()]
+    text = f" d={width}, the tapered variants {which}, paired by seed: {listed}."
+    if all(x < 0 for x in every) or all(x > 0 for x in every):
+        side = "below" if every[0] < 0 else "above"
+        nearest = min(abs(x) for x in every)
+        text += (
+            f" All {len(every)} seed pairs lie {side} the baseline (the nearest by {nearest:.2f}%):"
+            " an offset these variants share, which follows the final norm rather than the"
+            f" claim's {variant_label(variant)} alone."
+        )
+    else:
+        text += " Their seed pairs fall on both sides of the baseline: no shared offset."
+    return text
+
+
+def _paper_steps() -> str:
+    """The paper's training lengths, '500k-1M' (Table 5)."""
+
+    def short(n: int) -> str:
+        return f"{n / 1e6:g}M" if n >= 1_000_000 else f"{n // 1000}k"
+
+    steps = paper.TABLE5_STEPS.values()
+    return f"{short(min(steps))}-{short(max(steps))}"
+
+
+def _gap_claim(inp: ClaimInputs, number: int, variant: str) -> dict:
+    cells = [p for (w, v), p in paper.TABLE2.items() if v == variant]
+    lo, hi = min(c.gap_pct for c in cells), max(c.gap_pct for c in cells)
+    claim = f"{number}. {variant_label(variant)} validation loss within ~2% of the baseline"
+    paper_range = f"+{lo:.2f}% to +{hi:.2f}%"
+    paper_value = f"{paper_range} (1M-30M, TinyStories, 6 seeds)"
+    if inp.runs.empty:
+        return not_measured(claim, paper_value, "no pre-training runs given")
+    stats = stats_by_cell(inp.runs)
+    widths = sorted(w for (w, v) in stats if v == variant and (w, "baseline") in stats)
+    if not widths:
+        return not_measured(claim, paper_value, f"no width has both baseline and {variant} runs")
+    ours, whys, verdicts, reasons, below, notes, n_div = [], [], [], [], [], "", 0
+    gaps, blown = [], []
+    for w in widths:
+        n_div += len(stats[(w, variant)].diverged)
+        gap = paired_gap(inp.runs, w, variant, "baseline", clean=True)
+        gaps.append(gap)
+        verdict, why = within_verdict(gap)
+        if stats[(w, variant)].all_diverged:  # it did not train here: not within 2%
+            verdict, why = NO, f"every {variant_label(variant)} run diverged"
+        verdicts.append(verdict)
+        reasons.append(f"d={w}: {why}")
+        ours.append(f"d={w}: {gap.text()}")
+        arms = inp.runs[(inp.runs["width"] == w) & inp.runs["variant"].isin([variant, "baseline"])]
+        if blown_up(arms).any():
+            full = last_weights_gap(inp.runs, w, variant, "baseline")
+            ours[-1] += f"; with the blown-up runs at their last weights {full.text()}"
+            if full.left_out:
+                ours[-1] += f" (left out: {', '.join(full.left_out)})"
+            blown.append(f"d={w}: {blown_runs_text(arms)}")
+        whys.append(f"d={w}: {gap.seeds_text() if gap.n else 'no seed pair'}")
+        if gap.left_out:
+            whys[-1] += f"; left out: {', '.join(gap.left_out)}"
+        if verdict == YES and gap.hi < 0:
+            below.append(f"d={w}: {gap.mean:+.2f}% {gap.interval()}")
+        notes += offset_note(inp.runs, w, variant)
+    grade = limit_by_blowups(combine_widths(verdicts), len(blown))
+    holds = plain(grade)
+    if grade == YES and below:
+        holds = unlike_paper("; ".join(below), paper_range)
+    elif grade in (NO, NOT_RESOLVED):
+        shown = [r for r, v in zip(reasons, verdicts, strict=True) if v == grade]
+        holds = because(grade, "; ".join(shown))
+    scale = describe_scale(inp.runs[inp.runs["width"].isin(widths)])
+    comment = (
+        f"Gap to the baseline paired by seed (seed s of both variants: the same init stream and "
+        f"batches), mean and 95% t interval over the pairs: {'; '.join(reasons)} "
+        f"({' | '.join(whys)}). Criterion per width: "
+        f"yes if the interval lies inside ±{GAP_MAX_PCT:g}%, no if it lies wholly outside, not "
+        "resolved if it straddles an edge or there is one pair; widths combine as no if all no, "
+        "partly if some, not resolved if any, else yes; a yes wholly below 0 is 'unlike the paper' "
+        f"(the paper's gaps are small increases). Blow-ups: {BLOWUP_RULE}. "
+        f"{n_div} {variant} run(s) diverged."
+    )
+    if blown:
+        comment += f" Blew up: {' | '.join(blown)}."
+    compared = inp.runs[inp.runs["variant"].isin([variant, "baseline"])]
+    if named := diverged_text(compared[compared["width"].isin(widths)]):
+        comment += f" Diverged, excluded: {named}."
+    comment += notes
+    steps = sorted(inp.runs["steps"].unique())
+    comment += (
+        f" Our runs are {', '.join(f'{s:,}' for s in steps)} steps vs the paper's "
+        f"{_paper_steps()} ({paper.TABLE5_SOURCE.tag})."
+    )
+    row = claim_row(claim, paper_value, "; ".join(ours), scale, holds, comment)
+    return with_numbers(row, gap_numbers(gaps, ours[-1]))
+
+
+def gap_numbers(gaps: list[PairedGap], headline: str) -> Numbers:
+    """The paired gap at the largest width as the headline, every width as a part."""
+    last = gaps[-1]
+    return Numbers(
+        headline=headline,
+        unit="%",
+        estimate=last.mean,
+        ci_low=last.lo,
+        ci_high=last.hi,
+        interval="95% t interval over the seed pairs",
+        n_seeds=last.n,
+        no_estimate=None if last.n else f"d={last.width}: no seed pair",
+        parts=tuple(
+            Part(
+                f"d={g.width}: {variant_label(g.variant)} vs Baseline",
+                g.mean,
+                g.lo,
+                g.hi,
+                g.n,
+                PAIRED_GAP,
+                g.variant,
+            )  # fmt: skip
+            for g in gaps
+        ),
+    )
+
+
+def claim1(inp: ClaimInputs) -> dict:
+    return _gap_claim(inp, 1, "internal_aux")
+
+
+def claim2(inp: ClaimInputs) -> dict:
+    return _gap_claim(inp, 2, "all_aux")
