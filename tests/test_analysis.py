@@ -368,6 +368,20 @@ def test_cli_table_and_figure(runs, tmp_path):
         args.func(args)
 
 
+def test_make_is_the_outputs_own_command(runs, tmp_path):
+    from tapernorm.cli import main
+
+    run_args = ["--runs", *map(str, runs["main"])]
+    assert main(["table", "1", *run_args, "--out", str(tmp_path / "by_table")]) == 0
+    assert main(["make", "table1", *run_args, "--out", str(tmp_path / "by_make")]) == 0
+    for suffix in (".csv", ".md", ".tex", ".html"):
+        made, by_table = (tmp_path / f"by_{how}{suffix}" for how in ("make", "table"))
+        assert made.read_bytes() == by_table.read_bytes().replace(b"by_table", b"by_make")
+    out = tmp_path / "fig3_logit_norm.pdf"
+    assert main(["make", "fig3_logit_norm", *run_args, "--out", str(out)]) == 0
+    assert out.with_suffix(".png").is_file()
+
+
 def test_anchor_sweep_table_figure_and_claim(runs, shards_dir, tmp_path):
     point = _train(
         tmp_path / "sweep",

@@ -1,7 +1,10 @@
 """The registry of outputs (analysis/outputs.py): every report caption is one of its entries,
-written from it unchanged, and each entry's builder and command id resolve."""
+written from it unchanged, each entry's builder and command id resolve, `tapernorm make NAME` is
+the output's own command (the rule each entry names is the workflow's: tests/test_workflow.py)."""
 
 from pathlib import Path
+
+import pytest
 
 from tapernorm.analysis import outputs
 from tapernorm.artifact.report_captions import sync_captions
@@ -28,7 +31,7 @@ def test_a_stale_caption_is_reported_and_rewritten(tmp_path, capsys):
     assert main(["docs", "--check", "--repo", str(tmp_path)]) == 1
     assert f"{stale}: report caption differ" in capsys.readouterr().out
     assert main(["docs", "--repo", str(tmp_path)]) == 0
-    assert stale.read_text() == outputs.BY_NAME["table1"].caption
+    assert stale.read_text() == outputs.BY_NAME["table1"].report_caption()
     assert sync_captions(tmp_path, check=True) == []
 
 
@@ -39,3 +42,18 @@ def test_each_entry_names_its_builder_and_a_unique_command_id():
         ids = outputs.cli_ids(kind)
         assert len(ids) == len(set(ids))
         assert all(outputs.by_cli_id(kind, i).kind == kind for i in ids)
+
+
+@pytest.mark.parametrize("output", outputs.OUTPUTS, ids=lambda o: o.name)
+def test_make_name_is_the_outputs_own_command(output, capsys):
+    with pytest.raises(SystemExit) as stop:
+        main(["make", output.name, "--help"])
+    assert stop.value.code == 0
+    assert capsys.readouterr().out.startswith(f"usage: tapernorm {output.argv()[0]} ")
+
+
+def test_make_refuses_a_name_that_is_not_an_output(capsys):
+    with pytest.raises(SystemExit) as stop:
+        main(["make", "table9"])
+    assert stop.value.code == 2
+    assert "invalid choice: 'table9'" in capsys.readouterr().err

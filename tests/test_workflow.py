@@ -327,6 +327,13 @@ def test_benchmarks_need_the_three_runs_and_the_fold_check(workdir, tmp_path):
     assert "results/runs/pretrain/dyt-d32-s0/eval.json" in out.stdout  # ci.yaml pre-trains dyt
 
 
+def test_each_registered_output_is_made_by_its_rule(workdir):
+    from tapernorm.analysis.outputs import OUTPUTS
+
+    rules = set(snakemake(workdir, "--list-rules").stdout.split())
+    assert {o.target for o in OUTPUTS} <= rules
+
+
 def test_lint_is_clean(workdir):
     proc = snakemake(workdir, "--lint", check=False)
     assert "Lints for" not in proc.stdout + proc.stderr, proc.stdout + proc.stderr

@@ -61,11 +61,11 @@ for bench_table, bench_kind in (("table3", "forward"), ("table_decode", "decode"
         conda:
             "../envs/tapernorm.yaml"
         params:
-            kind=OUTPUTS[bench_table].cli_id,
+            name=bench_table,
             out=table_stem,
             stamp=stamp_args,
         shell:
-            "tapernorm table {params.kind} --bench {input} --out {params.out} "
+            "tapernorm make {params.name} --bench {input} --out {params.out} "
             "{params.stamp} > {log} 2>&1"
 
 
@@ -82,5 +82,5 @@ rule fig5:
     params:
         stamp=stamp_args,
     shell:
-        "tapernorm figure fig5 --bench {input} {params.stamp} "
+        "tapernorm make fig5_decode_speedup --bench {input} {params.stamp} "
         "--out {output.pdf} > {log} 2>&1"

@@ -109,15 +109,17 @@ def run_files(run_dirs, names=ANALYSIS_INPUTS):
 
 def table_outputs(name):
     """results/tables/<name>.{csv,md,tex} and the .html that the report shows, captioned by
-    workflow/report/<name>.rst, and the set's marker (.set.json: written as one set)."""
-    files = wp.table_files(name)
+    workflow/report/<name>.rst, and the set's marker (.set.json: written as one set). `name`:
+    an output of the registry (analysis/outputs.py), which `tapernorm make` builds."""
+    files = wp.table_files(OUTPUTS[name].name)
     marker = wf.set_marker(files["csv"].removesuffix(".csv"))
     return {**wf.with_report(files, name, "Tables", report), "marker": marker}
 
 
 def figure_outputs(name):
-    """figures/<name>.{pdf,png} and the report's .html, and the set's marker (.set.json)."""
-    files = wf.figure_files(name)
+    """figures/<name>.{pdf,png} and the report's .html, and the set's marker (.set.json), of the
+    registry's output `name`."""
+    files = wf.figure_files(OUTPUTS[name].name)
     marker = wf.set_marker(files["pdf"].removesuffix(".pdf"))
     return {**wf.with_report(files, name, "Figures", report), "marker": marker}
 

@@ -188,10 +188,10 @@ for n in wp.FINETUNE_TABLES:
         conda:
             "../envs/tapernorm.yaml"
         params:
-            n=n,
+            name=f"table{n}",
             runs=run_dirs,
             out=table_stem,
             stamp=stamp_args,
         shell:
-            "tapernorm table {params.n} --runs {params.runs} --evals {input.evals} "
+            "tapernorm make {params.name} --runs {params.runs} --evals {input.evals} "
             "--out {params.out} {params.stamp} > {log} 2>&1"

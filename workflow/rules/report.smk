@@ -17,12 +17,12 @@ for n in wp.PRETRAIN_TABLES:
         conda:
             "../envs/tapernorm.yaml"
         params:
-            n=n,
+            name=f"table{n}",
             runs=run_dirs,
             out=table_stem,
             stamp=stamp_args,
         shell:
-            "tapernorm table {params.n} --runs {params.runs} --out {params.out} "
+            "tapernorm make {params.name} --runs {params.runs} --out {params.out} "
             "{params.stamp} > {log} 2>&1"
 
 
@@ -41,12 +41,12 @@ for fig_name, fig_runs in FIGURES.items():
         conda:
             "../envs/tapernorm.yaml"
         params:
-            kind=OUTPUTS[fig_name].cli_id,
+            name=fig_name,
             runs=run_dirs,
             width=PLAN.figure_width(fig_name),
             stamp=stamp_args,
         shell:
-            "tapernorm figure {params.kind} --runs {params.runs} --width {params.width} "
+            "tapernorm make {params.name} --runs {params.runs} --width {params.width} "
             "{params.stamp} --out {output.pdf} > {log} 2>&1"
 
 
@@ -113,9 +113,10 @@ rule fig_claim_gaps:
     conda:
         "../envs/tapernorm.yaml"
     params:
+        name=wp.CLAIM_GAPS_FIGURE,
         stamp=stamp_args,
     shell:
-        "tapernorm figure claim_gaps --claims {input.json} {params.stamp} --out {output.pdf} "
+        "tapernorm make {params.name} --claims {input.json} {params.stamp} --out {output.pdf} "
         "> {log} 2>&1"
 
 
@@ -132,9 +133,10 @@ rule fig_lr_grid:
     conda:
         "../envs/tapernorm.yaml"
     params:
+        name=wp.LR_GRID_FIGURE,
         stamp=stamp_args,
     shell:
-        "tapernorm figure lr_grid --lr-grid {input.grid} {params.stamp} --out {output.pdf} "
+        "tapernorm make {params.name} --lr-grid {input.grid} {params.stamp} --out {output.pdf} "
         "> {log} 2>&1"
 
 

@@ -17,5 +17,5 @@ rule anchor_table:
         out=table_stem,
         stamp=stamp_args,
     shell:
-        "tapernorm table anchor --runs {params.runs} --out {params.out} "
+        "tapernorm make table_anchor --runs {params.runs} --out {params.out} "
         "{params.stamp} > {log} 2>&1"

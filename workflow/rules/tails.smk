@@ -52,7 +52,8 @@ rule fig_tails:
     conda:
         "../envs/tapernorm.yaml"
     params:
+        name=wp.TAILS_FIGURE,
         stamp=stamp_args,
     shell:
-        "tapernorm figure tails --tails {input.record} {params.stamp} --out {output.pdf} "
+        "tapernorm make {params.name} --tails {input.record} {params.stamp} --out {output.pdf} "
         "> {log} 2>&1"

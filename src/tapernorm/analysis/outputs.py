@@ -1,8 +1,9 @@
 """The registry of the pipeline's outputs: every table, figure, the claims and the job times once,
-each with its name (the file stem, the Snakemake rule's name and its report caption's file,
-workflow/report/<name>.rst), its `tapernorm table | figure` id, the function that builds it and its
-report caption. `tapernorm table | figure` dispatch through it; `tapernorm docs` writes the caption
-files from it (artifact/report_captions.py)."""
+each with its name (the file stem, the name `tapernorm make` takes, and its report caption's file,
+workflow/report/<name>.rst), the Snakemake rule that makes it, the command that builds it, the
+function that builds it and its report caption. `tapernorm make NAME` and `tapernorm table |
+figure` dispatch through it; the workflow's rules read their ids from it; `tapernorm docs` writes
+the caption files from it (artifact/report_captions.py)."""
 
 from __future__ import annotations
 
@@ -23,12 +24,32 @@ class Output:
 
     name: str
     kind: str  # "table", "figure" or "claims"
-    cli_id: str | None  # `tapernorm table | figure` WHICH; None: a command of its own
+    cli_id: str | None  # `tapernorm table | figure` WHICH; None: `command`, a command of its own
     builder: str
-    caption: str  # the text of workflow/report/<name>.rst
+    caption: (
+        str  # what workflow/report/<name>.rst says of the output (report_caption adds the rest)
+    )
     reads: tuple[str, ...] = ()
     options: tuple[str, ...] = ()
     by_id: bool = False
+    rule: str = ""  # the Snakemake rule that makes it, where not `name`
+    command: str = ""  # the `tapernorm` command that builds it, where `cli_id` is None
+
+    @property
+    def target(self) -> str:
+        """The Snakemake rule that makes the output."""
+        return self.rule or self.name
+
+    def argv(self) -> list[str]:
+        """The `tapernorm` command line (without its options) that builds the output."""
+        return [self.kind, self.cli_id] if self.cli_id is not None else [self.command]
+
+    def report_caption(self) -> str:
+        """The text of workflow/report/<name>.rst: the caption and how to rebuild the output."""
+        return (
+            f"{self.caption}\nRebuild it: ``snakemake --cores all --forcerun {self.target}`` (add "
+            "the run's ``--configfile``, if it had one).\n"
+        )
 
     def build(self) -> Callable[..., list]:
         """The builder function (its module imported now)."""
@@ -51,8 +72,6 @@ OUTPUTS: tuple[Output, ...] = (
         caption="""\
 **Table 1**: the pre-training variants (which norms are tapered, whether the fixed-target scale loss
 is used) and how many runs of each this pipeline trained.
-
-Rebuild it: ``snakemake --cores all --forcerun table1`` (add the run's ``--configfile``).
 """,
         reads=RUNS,
         options=MIXED,
@@ -71,8 +90,6 @@ outliers (absolute robust z-score above 3.5 by median/MAD, with at least 4 seeds
 The gaps paired by seed (seed s of every variant draws the same initialisation and batches) are
 given with their 95% t interval and per seed; Params (ours) is our model's size beside the paper's
 at the same width.
-
-Rebuild it: ``snakemake --cores all --forcerun table2`` (add the run's ``--configfile``).
 """,  # noqa: E501
         reads=RUNS,
         options=MIXED,
@@ -91,8 +108,6 @@ interleaved runs), beside the paper's H100 numbers. The caption says which model
 default: random weights at the paper's d=512) and where. A value marked † was timed on a disturbed
 machine (the caption names the cells, why, and the rerun command); throughput and speedup come
 from the same paired rounds, so they agree.
-
-Rebuild it: ``snakemake --cores all --forcerun table3`` (add the run's ``--configfile``).
 """,
         reads=BENCH,
         by_id=True,
@@ -107,8 +122,6 @@ Table 4: GPT-2 fine-tuning, mean cross-entropy at g=0 by model and protocol on t
 held-out split, The Pile and Pile-filtered, beside the paper's numbers (FakeLN, Baroni et al. 2025:
 our rerun where it ran, beside the published numbers). Off the paper's scale the model and the held-out set are stand-ins,
 named as such in the table; sets not available offline are marked.
-
-Rebuild it: ``snakemake --cores all --forcerun table4`` (add the run's ``--configfile``).
 """,  # noqa: E501
         reads=RUNS_EVALS,
         options=MIXED,
@@ -121,8 +134,6 @@ Rebuild it: ``snakemake --cores all --forcerun table4`` (add the run's ``--confi
         "tables.training:make_table",
         caption="""\
 **Table 5**: training steps by width in this configuration, beside the paper's.
-
-Rebuild it: ``snakemake --cores all --forcerun table5`` (add the run's ``--configfile``).
 """,
         reads=RUNS,
         options=MIXED,
@@ -137,8 +148,6 @@ Rebuild it: ``snakemake --cores all --forcerun table5`` (add the run's ``--confi
 Table 6: fine-tuning schedules (total steps / warmup end / taper start / taper end), learning
 rates, scale-loss weight and tokens per step, from this configuration's run configs, beside the
 paper's.
-
-Rebuild it: ``snakemake --cores all --forcerun table6`` (add the run's ``--configfile``).
 """,
         reads=RUNS_EVALS,
         options=MIXED,
@@ -156,8 +165,6 @@ and prompt length: prefill time, decode tokens/s of the baseline, explicit scali
 quartiles). The caption says which models were timed (the default: random weights at d=512) and where.
 A value marked † was timed on a disturbed machine (the caption names the cells, why, and the rerun
 command); throughput and speedup come from the same paired rounds, so they agree.
-
-Rebuild it: ``snakemake --cores all --forcerun table_decode`` (add the run's ``--configfile``).
 """,
         reads=BENCH,
         by_id=True,
@@ -171,11 +178,10 @@ Rebuild it: ``snakemake --cores all --forcerun table_decode`` (add the run's ``-
 The scale loss's dose-response (not in the paper): per scale-loss form and weight lambda, the end
 logit norm of All-Taper (+aux) over the ablation Baseline's, the end pre-logit scale over its target,
 and the stiffness kappa of the restoring force on ln r (Prop. 4.3).
-
-Rebuild it: ``snakemake --cores all --forcerun anchor_table`` (add the run's ``--configfile``).
 """,
         reads=RUNS,
         options=MIXED,
+        rule="anchor_table",
     ),
     Output(
         "table_tails",
@@ -190,9 +196,9 @@ and 20% of their tokens replaced at random or by rare and unseen ids (scored aga
 tokens), with the residual search's ratio and the largest residual RMS after any block; float32,
 and bfloat16 after a slash where it differs. The caption on the page says what each column is; the
 CSV has both dtypes' numbers, ``table_tails.json`` every number each battery returned.
-
-Rebuild it: ``snakemake --cores all --forcerun tails`` (add the run's ``--configfile``).
 """,
+        rule="tails",
+        command="tails",
     ),
     Output(
         "job_times",
@@ -203,9 +209,8 @@ Rebuild it: ``snakemake --cores all --forcerun tails`` (add the run's ``--config
 Job times: the wall time of each training, fine-tuning and benchmark job from Snakemake's
 job records (results/job_records), per rule and family: number of jobs, total and longest.
 Jobs that ran side by side are added up, so a total is not the pipeline's elapsed time.
-
-Rebuild it: ``snakemake --cores all --forcerun job_times`` (add the run's ``--configfile``).
 """,
+        command="job-times",
     ),
     Output(
         "fig1_gate_schedule",
@@ -219,9 +224,6 @@ RMSNorm, g = 0 a fixed linear map. (b) the gate schedule g(k) logged by an actua
 (+aux) run, its taper start and end steps marked. The page above names the run and its steps, and
 ends with the provenance stamp (the code's commit and the config's hash, also at the bottom of the
 image and in its PDF/PNG metadata).
-
-Rebuild: ``snakemake --cores all --forcerun fig1_gate_schedule`` (add the run's ``--configfile``,
-if it had one).
 """,
         reads=RUNS,
         options=WIDTH_MIXED,
@@ -240,9 +242,6 @@ final norm (solid: kept, dotted: untied head, dash-dot: DyT). Lines: the mean ov
 bands: none for one seed, the min-max for 2-9 seeds, the 2.5-97.5 percentile from 10 seeds on. The
 page above gives the style key in words, which band this run has, each variant's end-of-training loss
 beside the paper's, and the provenance stamp.
-
-Rebuild: ``snakemake --cores all --forcerun fig2_train_loss`` (add the run's ``--configfile``, if
-it had one).
 """,
         reads=RUNS,
         options=WIDTH_MIXED,
@@ -265,9 +264,6 @@ each variant's end value beside the paper's, so whether the scale loss holds All
 the runs that keep a final norm can be read off: in the default CPU run it does not at the paper's
 weight (All-Taper (+aux) ends beside the unanchored Final-Taper and All-Taper); Figures 6 and 7 show
 the ablation, where it does at a larger weight.
-
-Rebuild: ``snakemake --cores all --forcerun fig3_logit_norm`` (add the run's ``--configfile``, if
-it had one).
 """,
         reads=RUNS,
         options=WIDTH_MIXED,
@@ -287,9 +283,6 @@ and bands as in Figure 3. The page above says, from this run's end values, wheth
 a final norm end with smaller gradient norms than those with one, as in the paper's Fig. 4, or larger
 (the opposite), and by how much. Claim 5 is judged on the scale-anchor ablation, whose gradient norms
 are Figure 4b.
-
-Rebuild: ``snakemake --cores all --forcerun fig4_grad_norms`` (add the run's ``--configfile``, if
-it had one).
 """,
         reads=RUNS,
         options=WIDTH_MIXED,
@@ -309,9 +302,6 @@ claim 5 compares; the page above gives claim 5's ratios in each convention (no-f
 final-norm runs, and All-Taper (+aux) over Internal-Taper (+aux)) and whether the direction before
 clipping is the paper's. Colours, markers and line styles as in Figure 3; the ablation has one seed
 per variant by default, so no bands.
-
-Rebuild: ``snakemake --cores all --forcerun fig4b_ablation_grad_norms`` (add the run's
-``--configfile``, if it had one).
 """,
         reads=RUNS,
         options=WIDTH_MIXED,
@@ -331,10 +321,9 @@ which says "up to" (1.14x explicit, 1.18x folded): a maximum over the paper's gr
 is max against max; the paper publishes no per-cell numbers. A hollow marker is a cell whose timing
 was disturbed (other processes busy beside it, or per-round speedups spread too wide): not a
 measurement of the method; the page above names those cells, why, and how to rerun them.
-
-Rebuild: ``snakemake --cores all --forcerun fig5`` (add the run's ``--configfile``, if it had one).
 """,
         reads=BENCH,
+        rule="fig5",
     ),
     Output(
         "fig6_scale_anchor",
@@ -351,9 +340,6 @@ state and that state (about 0 with a final norm, Prop. 4.1; negative without one
 positive, Prop. 4.2); and softmax saturation, the mean ||softmax(z) - e_y||, i.e. the size of the
 loss gradient with respect to the logits. Colours, markers, line styles and bands as in Figure 3 (the
 ablation has one seed per variant by default: no bands).
-
-Rebuild: ``snakemake --cores all --forcerun fig6_scale_anchor`` (add the run's ``--configfile``, if
-it had one).
 """,
         reads=RUNS,
         options=WIDTH_MIXED,
@@ -373,9 +359,6 @@ end pre-logit scale r(h) over its target s_tgt (dotted: r(h) = s_tgt). Each form
 the stiffness kappa of the restoring force on ln r (Prop. 4.3) at its points, in order of lambda;
 the page above gives every point's kappa and ratios. The legend sits beside the axes; no text is drawn
 on them.
-
-Rebuild: ``snakemake --cores all --forcerun fig7_anchor_sweep`` (add the run's ``--configfile``, if
-it had one).
 """,
         reads=RUNS,
         options=MIXED,
@@ -390,8 +373,6 @@ The claims' paired gaps (not in the paper): each variant's validation-loss gap t
 baseline in claims 1, 2 and TaperNorm vs DyT, the mean over seed pairs with its 95% t interval (none
 with one pair), as ``results/claims.json`` carries them, against the shaded ±2% band of claims 1 and
 2's criterion. The page above lists every number drawn and each row's verdict.
-
-Rebuild: ``snakemake --cores all --forcerun fig_claim_gaps`` (add the run's ``--configfile``, if it had one).
 """,
         reads=("claims",),
         by_id=True,
@@ -406,8 +387,6 @@ The committed LR grid (``results/cpu/lr_grid``, not in the paper): validation lo
 against the peak learning rate (log scale) per variant, each seed a dot and the line their mean; the
 shared LR the pre-training runs use is dotted and each variant's best LR ringed. The page above lists
 every mean drawn and each arm's gap to its matched baseline at the shared and at its best LR.
-
-Rebuild: ``snakemake --cores all --forcerun fig_lr_grid`` (add the run's ``--configfile``, if it had one).
 """,
         reads=("lr_grid",),
         by_id=True,
@@ -424,8 +403,6 @@ one point per seed of the worst 5%-noisy window loss and of the residual search'
 scale), against the baselines' median and ``tapernorm probe``'s limits; (b), where the runs have
 several training lengths, both against training tokens per parameter. The page above lists every
 number drawn.
-
-Rebuild: ``snakemake --cores all --forcerun fig_tails`` (add the run's ``--configfile``, if it had one).
 """,
         reads=("tails",),
         by_id=True,
@@ -440,9 +417,8 @@ The paper's claims (Sec. 7), the paper's value, ours, the scale at which ours wa
 whether the claim holds here, headed by the scale card (ours beside the paper's, and what this
 scale cannot test). Loss gaps are paired by seed with a 95% interval; 'not resolved' means the
 measurement cannot tell.
-
-Rebuild it: ``snakemake --cores all --forcerun claims`` (add the run's ``--configfile``).
 """,
+        command="claims",
     ),
 )
 BY_NAME = {o.name: o for o in OUTPUTS}

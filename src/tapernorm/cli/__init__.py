@@ -46,7 +46,7 @@ def _bench_parser(sub) -> None:
 
 
 def _analysis_parsers(sub) -> None:
-    from .analysis import add_subcommands  # table, figure, claims, job-times
+    from .analysis import add_subcommands  # make, table, figure, tails, claims, job-times
 
     add_subcommands(sub)
 
@@ -148,6 +148,8 @@ def main(argv: list[str] | None = None) -> int:
     any other keeps its traceback. A command that writes results is refused, before it starts,
     where the code differs from its commit, unless --allow-dirty (_results_check)."""
     args = build_parser().parse_args(argv)
+    if getattr(args, "expand", None):  # `make NAME ...`: the output's own command
+        args = build_parser().parse_args(args.expand(args))
     try:
         with _library_logs_to_stderr(), _results_check(args):
             return args.func(args)

@@ -1,5 +1,6 @@
-"""`tapernorm table | figure | tails | claims | report-home | job-times`: the analysis subcommands,
-added to the main parser."""
+"""`tapernorm make | table | figure | tails | claims | report-home | job-times`: the analysis
+subcommands, added to the main parser. `make NAME` builds any output of the registry
+(analysis/outputs.py) by its name: it is the output's own command (make_argv)."""
 
 from __future__ import annotations
 
@@ -190,15 +191,37 @@ def _config_hash_option(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def make_argv(args: argparse.Namespace) -> list[str]:
+    """`tapernorm make NAME ARGS` as the command line it stands for: the output's own command
+    (`table 2`, `figure fig3`, `claims`, `tails`, `job-times`) and ARGS."""
+    return [*outputs.BY_NAME[args.name].argv(), *args.args]
+
+
 def add_subcommands(subparsers: Subparsers) -> None:
-    """Add `table`, `figure`, `tails`, `claims`, `report-home` and `job-times` to the `tapernorm`
-    parser's subparsers."""
+    """Add `make`, `table`, `figure`, `tails`, `claims`, `report-home` and `job-times` to the
+    `tapernorm` parser's subparsers."""
+    _add_make(subparsers)
     _add_table(subparsers)
     _add_figure(subparsers)
     _add_tails(subparsers)
     _add_claims(subparsers)
     _add_report_home(subparsers)
     _add_job_times(subparsers)
+
+
+def _add_make(subparsers: Subparsers) -> None:
+    names = "\n".join(f"  {o.name:<26} tapernorm {' '.join(o.argv())}" for o in outputs.OUTPUTS)
+    m = subparsers.add_parser(
+        "make",
+        help="build any table, figure or the claims by its name (the file stem and Snakemake's "
+        "target): `make table2 --runs ... --out ...` is `table 2 --runs ... --out ...`",
+        description="Build one output of the pipeline by its name. The options are those of the "
+        "output's own command (see its --help):\n\n" + names,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    m.add_argument("name", choices=list(outputs.BY_NAME), metavar="NAME", help="the output")
+    m.add_argument("args", nargs=argparse.REMAINDER, help="the options of the output's command")
+    m.set_defaults(expand=make_argv)
 
 
 def _add_table(subparsers: Subparsers) -> None:
