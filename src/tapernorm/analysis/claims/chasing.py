@@ -166,6 +166,17 @@ def _free(runs: pd.DataFrame) -> pd.DataFrame:
     return runs[runs["final_taper"] & ~runs["anchor"]]
 
 
+def _kept(runs: pd.DataFrame) -> pd.DataFrame:
+    """Runs keeping a final norm."""
+    return runs[~runs["final_taper"]]
+
+
+def chase_ratio(runs: pd.DataFrame) -> float:
+    """Logit chasing (claim 3, and claim 5's premise): the unanchored no-final-norm runs' mean
+    end logit norm over the final-norm runs' (NaN where either is missing)."""
+    return _free(runs)["logit_norm_end"].mean() / _kept(runs)["logit_norm_end"].mean()
+
+
 @dataclass(frozen=True, eq=False)
 class Chasing:
     """Claim 3 on one source: the unanchored no-final-norm runs' end logit norm over the runs
@@ -177,20 +188,25 @@ class Chasing:
 
     @property
     def verdict(self) -> str:
-        if self.each.min() >= CHASE_YES:
-            return YES
-        return PARTLY if self.ratio >= CHASE_PARTLY else NO
+        return chase_verdict(self.each.min(), self.ratio)
+
+
+def chase_verdict(least: float, ratio: float) -> str:
+    """Claim 3's plain verdict: yes where every unanchored variant's ratio (`least`, the smallest)
+    reaches CHASE_YES, partly where theirs together (`ratio`) reaches CHASE_PARTLY, else no."""
+    if least >= CHASE_YES:
+        return YES
+    return PARTLY if ratio >= CHASE_PARTLY else NO
 
 
 def _chasing(source: Source) -> Chasing | None:
     """Claim 3's measure of `source`; None where it lacks the unanchored or the final-norm runs."""
     runs = source.runs
-    free, kept = _free(runs), runs[~runs["final_taper"]]
+    free, kept = _free(runs), _kept(runs)
     if free.empty or kept.empty:
         return None
-    kept_norm = kept["logit_norm_end"].mean()
-    each = free.groupby("variant")["logit_norm_end"].mean() / kept_norm
-    return Chasing(source, free["logit_norm_end"].mean() / kept_norm, each)
+    each = free.groupby("variant")["logit_norm_end"].mean() / kept["logit_norm_end"].mean()
+    return Chasing(source, chase_ratio(runs), each)
 
 
 def claim3(inp: ClaimInputs) -> dict:
@@ -523,8 +539,7 @@ def claim5_premise(runs: pd.DataFrame, verdict: str) -> tuple[Verdict, str]:
     than yes where the unanchored no-final-norm runs' end logit norm is below PREMISE_CHASE times
     the final-norm runs' (the softmax is not saturated as the paper's) is "not reproduced at this
     scale", with the criterion's verdict beside it; otherwise the verdict stands."""
-    free, kept = _free(runs), runs[~runs["final_taper"]]
-    chase = free["logit_norm_end"].mean() / kept["logit_norm_end"].mean()
+    chase = chase_ratio(runs)
     lo, hi = paper.FIG3_CHASING_RATIO
     if not math.isfinite(chase):
         return plain(verdict), " Premise not measured (no end logit norms)."

@@ -48,7 +48,7 @@ import pandas as pd
 from ...runtime.jsonio import read_json
 from ...variants import VARIANTS, baseline_of, variants_with
 from .. import comparable, paper
-from ..claims.chasing import CHASE_PARTLY, CHASE_YES, suppression_verdict
+from ..claims.chasing import CHASE_YES, chase_verdict, suppression_verdict
 from ..claims.loss import GAP_MAX_PCT, blown_runs_text, limit_by_blowups, within_verdict
 from ..epochs import corpus_tokens, epochs
 from ..runs import blown_up, corpus_of, load_runs, val_records
@@ -330,17 +330,10 @@ def chasing_per_seed(ablation: pd.DataFrame) -> pd.DataFrame:
         ref = float(np.mean([by[v] for v in kept]))
         each = {v: by[v] / ref for v in free}
         chase = float(np.mean([by[v] for v in free])) / ref
-        claim3 = (
-            "yes"
-            if min(each.values()) >= CHASE_YES
-            else "partly"
-            if chase >= CHASE_PARTLY
-            else "no"
-        )
         row = {
             "seed": int(seed),
             "U": chase,
-            "claim3": claim3,
+            "claim3": chase_verdict(min(each.values()), chase),
             **{f"U_{v}": r for v, r in each.items()},
         }
         if "all_aux" in by:
