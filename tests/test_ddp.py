@@ -19,6 +19,7 @@ from tapernorm.config.run import RunConfig
 from tapernorm.training.checkpoint import load_model
 from tapernorm.training.distributed import World, data_parallel
 from tapernorm.training.run import set_up
+from tapernorm.training.run_dir import RunDir
 
 # What two processes may differ from one by, relative to max(1, |value|): each rank sums its own
 # micro-batches' gradients before gloo sums the ranks', an order one process does not take, so the
@@ -114,6 +115,6 @@ def test_two_processes_take_the_steps_of_one(shards_dir, tmp_path, variant, accu
 def test_one_process_trains_the_bare_model(shards_dir, tmp_path):
     """No DDP without torchrun: the single-process step is the one it always was."""
     cfg = _config(shards_dir, "internal_aux", 2)
-    run = set_up(cfg, tmp_path / "run", World(), torch.device("cpu"))
+    run = set_up(cfg, RunDir(tmp_path / "run"), World(), torch.device("cpu"))
     assert run.ddp is None and run.forward is run.model and run.ddp_hidden is None
     assert data_parallel(run.model, World(), torch.device("cpu")) is None

@@ -230,10 +230,12 @@ def test_seeds_are_paired_across_variants(shards_dir, tmp_path):
     measurement (claims 1 and 2, Tables 1 and 2)."""
     from tapernorm.training.distributed import World
     from tapernorm.training.run import batch_generator, set_up
+    from tapernorm.training.run_dir import RunDir
 
     def start(variant, seed):
         cfg = tiny_run(shards_dir, variant=variant, seed=seed)
-        return set_up(cfg, tmp_path / f"{variant}-{seed}", World.from_env(), torch.device("cpu"))
+        run_dir = RunDir(tmp_path / f"{variant}-{seed}")
+        return set_up(cfg, run_dir, World.from_env(), torch.device("cpu"))
 
     for seed in (0, 1):
         runs = {v: start(v, seed) for v in ("baseline", "internal_aux", "all_aux", "final")}

@@ -196,8 +196,9 @@ def train_check(cfg: RunConfig, device: torch.device):
     from ..training.distributed import World
     from ..training.loop import StepChecks, start_step, train_step
     from ..training.run import set_up
+    from ..training.run_dir import RunDir
 
-    run = set_up(cfg, Path(cfg.data.dir).parent / "unused", World(), device)
+    run = set_up(cfg, RunDir(Path(cfg.data.dir).parent / "unused"), World(), device)
     run.model.train()
     checks = StepChecks(run, [])
     meta = device.type == "meta"

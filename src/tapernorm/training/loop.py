@@ -460,7 +460,7 @@ def train(
     device = resolve_device(cfg.train.device, world.local_rank, "train.device")
     check_fits(cfg, device)  # a run that cannot fit: one line, before anything is built
     with process_group(world, device):
-        run = set_up(cfg, run_dir.out, world, device)
+        run = set_up(cfg, run_dir, world, device)
         lock = run_dir.lock(cfg.name, wait) if world.main else contextlib.nullcontext()
         with lock:  # one writer per run directory
             done = run_dir.finished(run.identity)

@@ -15,7 +15,6 @@ import logging
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from pathlib import Path
 
 import torch
 from torch.nn.parallel import DistributedDataParallel
@@ -157,10 +156,10 @@ class Run:
         return h if self.ddp_hidden is None else self.ddp_hidden.h
 
 
-def set_up(cfg: RunConfig, out: Path, world: World, device: torch.device) -> Run:
-    """Inputs pinned (hashed before they are read), data, model (the same init in every
-    process), scale anchor, optimizer, FakeLN schedule, validation windows."""
-    run_dir = RunDir(out)
+def set_up(cfg: RunConfig, run_dir: RunDir, world: World, device: torch.device) -> Run:
+    """The run of `cfg` into `run_dir`: inputs pinned (hashed before they are read), data, model
+    (the same init in every process), scale anchor, optimizer, FakeLN schedule, validation
+    windows."""
     inputs = Inputs(cfg, run_dir.recorded_inputs())
     torch.manual_seed(cfg.seed)
     shards = TokenShards(cfg.data.dir, cfg.data.train_tokens)
