@@ -42,7 +42,7 @@ def test_params_functions_take_only_what_snakemake_passes():
     for function in made:
         names = arg_names(function)
         assert names[0] == "wildcards" and set(names) <= PARAMS_ARGS, names
-    train = jf.TrainJobs(Plan(load("ci.yaml")), "data/pretrain")
+    train = jf.TrainJobs(Plan(load("ci.yaml")))
     wildcards_only = [
         jf.job_records_dir,
         jf.heldout_shards,
@@ -125,7 +125,7 @@ def test_committed_inputs_of_the_claims(tmp_path, monkeypatch):
 def test_a_train_job_is_its_familys_run(family, run):
     plan = Plan(load("ci.yaml"))
     run = run or plan.sweep.runs()[0]
-    train = jf.TrainJobs(plan, "data/pretrain")
+    train = jf.TrainJobs(plan)
     wildcards = SimpleNamespace(family=family, run=run)
     resolved = train.run_config(wildcards)
     own = plan.family(family).run_config(run, "data/pretrain")
@@ -145,7 +145,7 @@ def test_a_train_job_is_its_familys_run(family, run):
 
 def test_a_trunk_job_trains_its_first_runs_trunk():
     plan = Plan(load("ci.yaml"))
-    train = jf.TrainJobs(plan, "data/pretrain")
+    train = jf.TrainJobs(plan)
     wildcards = SimpleNamespace(trunk="pretrain-d32-s1")
     cfg = train.trunk_config(wildcards)
     assert (cfg.name, cfg.init.trunk, cfg.data.dir) == (
@@ -159,7 +159,7 @@ def test_a_trunk_job_trains_its_first_runs_trunk():
 
 
 def test_a_paper_train_job_holds_a_gpu_for_its_estimated_time():
-    train = jf.TrainJobs(Plan(load("paper.yaml")), "data/pretrain")
+    train = jf.TrainJobs(Plan(load("paper.yaml")))
     wildcards = SimpleNamespace(family="pretrain", run="internal_aux-d512-s0")
     assert (train.gpus(wildcards), train.device(wildcards)) == (1, "cuda")
     assert train.minutes(wildcards) == 740  # 1.5 x 1M steps x 29 ms + 15 min
@@ -171,7 +171,7 @@ def test_longer_training_runs_start_first_and_below_the_jobs_others_wait_for():
     8 x 128, 4 layers); the scaling study's longest runs first; all below the tiers above them."""
     p = priorities
     plan = Plan(load("config.yaml"))
-    train = jf.TrainJobs(plan, "data/pretrain")
+    train = jf.TrainJobs(plan)
 
     def order(family: str) -> set[int]:
         runs = plan.family(family).runs()

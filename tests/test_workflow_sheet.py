@@ -43,8 +43,8 @@ def test_the_defaults_pretraining_rows_are_its_variants_widths_and_seeds():
 
 
 def test_each_runs_config_is_resolved_once(monkeypatch):
+    """Once for the sheet, the trunks and rule trunk's configs together (Plan.run_configs)."""
     plan = Plan(load("config.yaml"))
-    plan.trunks.names()  # (the trunks' plan resolves the runs it groups, once, on its own)
     calls: dict[tuple[str, str], int] = {}
     for fam in plan.training():
         resolve = fam.run_config
@@ -55,6 +55,9 @@ def test_each_runs_config_is_resolved_once(monkeypatch):
 
         monkeypatch.setattr(fam, "run_config", counted)
     rows = ws.runs_sheet(plan)
+    assert plan.trunks.names() and [
+        plan.run_configs[plan.trunks.first_run(n)] for n in plan.trunks.names()
+    ]
     assert len(rows) == len(calls) > 0 and set(calls.values()) == {1}
     assert [(r.family, r.run) for r in rows] == list(calls)
 

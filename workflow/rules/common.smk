@@ -16,7 +16,7 @@ from tapernorm.workflow import bench as wb
 from tapernorm.workflow import plan as wp
 from tapernorm.workflow import priorities
 from tapernorm.workflow.family import family_dirs
-from tapernorm.workflow.files import FINETUNE_DATA, FINETUNE_DATA_FILES, PRETRAIN_DATA
+from tapernorm.workflow.files import FINETUNE_DATA, FINETUNE_DATA_FILES
 from tapernorm.workflow.job_functions import (
     bench_pool_input,
     dirs_of,
@@ -87,7 +87,7 @@ FIGURES = PLAN.figure_runs()  # the run directories each figure of this config p
 # every run rule train trains, one row each, its config resolved once, now (workflow.sheet;
 # `tapernorm runs-sheet [--configfile FILE ...]` prints it): rule train's and rule trunk's params
 # and resources read the run's row
-TRAIN = jf.TrainJobs(PLAN, PRETRAIN_DATA)
+TRAIN = jf.TrainJobs(PLAN)
 # threads of a benchmark or data preparation
 all_cores = jf.all_cores(workflow)
 # the committed LR grid, the working directory's or else the checkout's

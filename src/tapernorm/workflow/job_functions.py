@@ -148,10 +148,9 @@ class TrainJobs:
     """The job functions of rule train and rule trunk: each reads its run's row of the runs' sheet
     (workflow.sheet, built here once: `tapernorm runs-sheet` prints it)."""
 
-    def __init__(self, plan: Plan, data_dir: str) -> None:
+    def __init__(self, plan: Plan) -> None:
         self.plan = plan
-        self.data_dir = data_dir
-        self.rows = {(r.family, r.run): r for r in runs_sheet(plan, data_dir)}
+        self.rows = {(r.family, r.run): r for r in runs_sheet(plan)}
 
     def row(self, wildcards: Namedlist) -> RunRow:
         """The sheet's row of the job's run (wildcards.family, wildcards.run)."""
@@ -176,14 +175,12 @@ class TrainJobs:
 
     def trunk_row(self, wildcards: Namedlist) -> RunRow:
         """The row of trunk wildcards.trunk's first run."""
-        family, run = self.plan.trunks.first_run(wildcards.trunk)
-        return self.rows[family.name, run]
+        return self.rows[self.plan.trunks.first_run(wildcards.trunk)]
 
     def trunk_config(self, wildcards: Namedlist) -> RunConfig:
         """What `tapernorm train --trunk` takes for trunk wildcards.trunk: its first run's config
-        before it branches (the row's branches from the trunk: resolved again, once a trunk)."""
-        family, run = self.plan.trunks.first_run(wildcards.trunk)
-        return family.run_config(run, self.data_dir)
+        before it branches (Plan.run_configs'; the row's branches from the trunk)."""
+        return self.plan.run_configs[self.plan.trunks.first_run(wildcards.trunk)]
 
     def trunk_gpus(self, wildcards: Namedlist) -> int:
         return self.trunk_row(wildcards).gpus

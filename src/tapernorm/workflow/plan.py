@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
+from functools import cached_property
+from typing import TYPE_CHECKING
 
 from ..training.identity import MODEL_FILES
 from ..variants import variants_with
@@ -13,6 +15,7 @@ from .devices import job_gpus, rules_env
 from .family import Family, family_dirs
 from .files import (
     FINETUNE_DATA_FILES,
+    PRETRAIN_DATA,
     eval_set_files,
     pretrain_data_files,
     run_files,
@@ -24,6 +27,9 @@ from .scaling import ScalingAblationFamily, ScalingFamily
 from .stability import StabilityFactorFamily, StabilityFamily
 from .training import LrGridFamily, SweepFamily, TrainingFamily
 from .trunks import Trunks
+
+if TYPE_CHECKING:
+    from ..config.run import RunConfig
 
 # figure 2's runs: Baseline vs the variants claims 1 and 2 compare (Internal-Taper (+aux),
 # All-Taper (+aux)), and DyT with its matched (untied-head) baseline (variants.VARIANTS' fig2 role)
@@ -87,9 +93,21 @@ class Plan:
             else None
         )
         self.bench = Bench(config, self.pretrain.figure_width) if config.get("bench") else None
-        # the steps before the taper that the default's runs share (workflow/trunks.py)
+
+    @cached_property
+    def run_configs(self) -> dict[tuple[str, str], RunConfig]:
+        """{(family, run): its config} of every run rule train trains, each resolved once, here
+        (its data in PRETRAIN_DATA), before it branches from a trunk (trunks.with_trunk)."""
+        return {
+            (f.name, r): f.run_config(r, PRETRAIN_DATA) for f in self.training() for r in f.runs()
+        }
+
+    @cached_property
+    def trunks(self) -> Trunks:
+        """The steps before the taper that the default's runs share (workflow/trunks.py)."""
         shared = (self.pretrain, self.ablation, self.sweep, self.stability, self.stability_factors)
-        self.trunks = Trunks([f for f in shared if f])
+        names = {f.name for f in shared if f}
+        return Trunks([(*key, cfg) for key, cfg in self.run_configs.items() if key[0] in names])
 
     def training(self) -> list[Family]:
         """The families rule train trains (its {family} wildcard)."""

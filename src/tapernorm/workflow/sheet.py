@@ -9,7 +9,6 @@ from dataclasses import dataclass, fields
 
 from ..config.run import RunConfig
 from . import priorities
-from .files import PRETRAIN_DATA
 from .plan import Plan
 
 
@@ -42,13 +41,13 @@ class RunRow:
 COLUMNS = (*(f.name for f in fields(RunRow) if f.name != "config"), "config_sha256")
 
 
-def runs_sheet(plan: Plan, data_dir: str = PRETRAIN_DATA) -> list[RunRow]:
-    """Every run of the plan's training families, in family and run order, each config resolved
-    once (reading the pre-training data in `data_dir`) and branching from its trunk, if any."""
+def runs_sheet(plan: Plan) -> list[RunRow]:
+    """Every run of the plan's training families, in family and run order, its config as the plan
+    resolved it (Plan.run_configs), branching from its trunk, if any."""
     rows = []
     for fam in plan.training():
         for run in fam.runs():
-            cfg = plan.trunks.with_trunk(fam.name, run, fam.run_config(run, data_dir))
+            cfg = plan.trunks.with_trunk(fam.name, run, plan.run_configs[fam.name, run])
             rows.append(
                 RunRow(
                     family=fam.name,

@@ -15,41 +15,38 @@ from ..runtime.jsonio import dumps
 from ..training.identity import config_identity
 from ..training.trunk import RECORD as TRUNK_RECORD
 from ..training.trunk import trunk_config
-from .family import Family
 
 TRUNK_ROOT = "results/trunks"
 
 
 class Trunks:
-    """Which trunk each run of `families` branches from, and each trunk's first run (whose config
-    `tapernorm train --trunk` takes)."""
+    """Which trunk each of `runs` (family, run, its resolved config) branches from, and each
+    trunk's first run (whose config `tapernorm train --trunk` takes)."""
 
-    def __init__(self, families: list[Family]) -> None:
-        self.families = families
+    def __init__(self, runs: list[tuple[str, str, RunConfig]]) -> None:
+        self.runs = runs
 
     @cached_property
-    def _plan(self) -> tuple[dict[tuple[str, str], str], dict[str, tuple[Family, str]]]:
-        groups: dict[str, list[tuple[Family, str, RunConfig]]] = {}
-        for fam in self.families:
-            for run in fam.runs():
-                cfg = fam.run_config(run, "")  # the data's path is not part of a trunk
-                trunk = trunk_config(cfg)
-                if trunk is not None:
-                    key = dumps(config_identity(trunk.to_dict()))
-                    groups.setdefault(key, []).append((fam, run, cfg))
+    def _plan(self) -> tuple[dict[tuple[str, str], str], dict[str, tuple[str, str]]]:
+        groups: dict[str, list[tuple[str, str, RunConfig]]] = {}
+        for family, run, cfg in self.runs:
+            trunk = trunk_config(cfg)
+            if trunk is not None:  # (the data's path is not part of a trunk's identity)
+                key = dumps(config_identity(trunk.to_dict()))
+                groups.setdefault(key, []).append((family, run, cfg))
         of: dict[tuple[str, str], str] = {}
-        first: dict[str, tuple[Family, str]] = {}
+        first: dict[str, tuple[str, str]] = {}
         for key, members in groups.items():
             if len(members) < 2:
                 continue
-            fam, run, cfg = members[0]
-            name = f"{fam.name}-d{cfg.model.n_embd}-s{cfg.seed}"
+            family, run, cfg = members[0]
+            name = f"{family}-d{cfg.model.n_embd}-s{cfg.seed}"
             if cfg.data_seed is not None:  # (a study crossing init seeds with data orders)
                 name += f"-o{cfg.data_seed}"
             if name in first:  # another trunk of that width and seed (another LR, say)
                 name += "-" + hashlib.sha256(key.encode()).hexdigest()[:8]
-            first[name] = (fam, run)
-            of.update({(f.name, r): name for f, r, _ in members})
+            first[name] = (family, run)
+            of.update({(f, r): name for f, r, _ in members})
         return of, first
 
     def of(self, family: str, run: str) -> str | None:
@@ -59,7 +56,7 @@ class Trunks:
     def names(self) -> list[str]:
         return list(self._plan[1])
 
-    def first_run(self, name: str) -> tuple[Family, str]:
+    def first_run(self, name: str) -> tuple[str, str]:
         """The family and run whose config `tapernorm train --trunk` is given for trunk `name`."""
         try:
             return self._plan[1][name]
