@@ -325,4 +325,5 @@ def test_the_dyt_row_judges_the_loss_at_each_arms_best_lr_from_a_grid_at_its_sca
     )
     diverged = claims_dyt.claim_dyt(ClaimInputs(runs=_runs(0.10), lr_grid=_grid(1.2, None)))
     assert "DyT diverged" in diverged["Ours"] and "TaperNorm closer each arm" in diverged["Holds?"]
-    assert claims.CLAIMS[-1].__wrapped__ is claims_dyt.claim_dyt  # quoting the study's rows
+    assert claims.CLAIMS[-1].measure is claims_dyt.claim_dyt  # quoting the study's rows
+    assert claims.CLAIMS[-1].study == "dyt"

@@ -521,7 +521,7 @@ def test_claims_json_keeps_every_grade_with_and_without_the_studys_note(
     flips': a verdict with the study's note appended was parsed back into a grade."""
     from tapernorm.analysis.claims import document as claims
     from tapernorm.analysis.claims.rows import GRADES, ClaimInputs, claim_row
-    from tapernorm.analysis.claims.scaling import load_scaling, with_study
+    from tapernorm.analysis.claims.scaling import load_scaling
 
     grades = _every_grade()
     assert set(grades) == set(GRADES)
@@ -531,7 +531,8 @@ def test_claims_json_keeps_every_grade_with_and_without_the_studys_note(
     study = load_scaling(tmp_path / "study/summary.csv") if with_note else None
 
     def claim_of(verdict):
-        return with_study(lambda inp: claim_row("1", "p", "d=64: +1%", "s", verdict, ""), "1")
+        row = lambda inp: claim_row("1", "p", "d=64: +1%", "s", verdict, "")  # noqa: E731
+        return claims.Claim(row, claims.GAP_CRITERION, study="1")
 
     monkeypatch.setattr(claims, "CLAIMS", [claim_of(v) for v in grades.values()])
     record = claims.claims_record(ClaimInputs(scaling=study), None, {})

@@ -21,8 +21,8 @@ reaches a plain yes / partly / no (or not resolved), then a yes is graded (claim
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
@@ -97,65 +97,57 @@ __all__ = [
     "write_claims",
 ]
 
-CLAIMS: list[Callable[[ClaimInputs], dict]] = [
-    with_study(claim1, "1"),
-    with_study(claim2, "2"),
-    with_study(paper_variants_only(claim3), "3"),
-    with_study(paper_variants_only(claim4), "4"),
-    paper_variants_only(claim5),
-    claim6,
-    claim7,
-    claim8,
-    claim_stability,
-    with_study(claim_dyt, "dyt"),
-]
+
+@dataclass(frozen=True)
+class Claim:
+    """One claim of claims.md, declared once: `measure` (its row from the inputs, measured and
+    judged), its criterion (claims.json's `criterion`), where its paper value is from (the paper's
+    version and table: its Paper cell carries them, claims.json's `paper_sources` too; DyT's row
+    has none), whether it is judged on the paper's six variants only (dyt.paper_variants_only),
+    and the scaling study's claim whose rows it quotes (scaling.with_study)."""
+
+    measure: Callable[[ClaimInputs], dict]
+    criterion: Criterion
+    sources: tuple[paper.Source, ...] = ()
+    paper_variants: bool = False
+    study: str | None = None
+
+    def row(self, inp: ClaimInputs) -> dict:
+        """The claim's row: measured, with the study's rows quoted and its paper sources."""
+        measure = paper_variants_only(self.measure) if self.paper_variants else self.measure
+        if self.study is not None:
+            measure = with_study(measure, self.study)
+        row = measure(inp)
+        return {
+            **row,
+            "Paper": paper.tagged(row["Paper"], *self.sources),
+            SOURCES_KEY: self.sources,
+        }
 
 
-# each claim's criterion (claims.json's `criterion`), keyed by the claim function CLAIMS wraps
-CRITERIA: dict[Callable[[ClaimInputs], dict], Criterion] = {
-    claim1: GAP_CRITERION,
-    claim2: GAP_CRITERION,
-    claim3: CHASE_CRITERION,
-    claim4: SUPPRESS_CRITERION,
-    claim5: GRAD_CRITERION,
-    claim6: EXACT_CRITERION,
-    claim7: SPEED_CRITERION,
-    claim8: FINETUNE_CRITERION,
-    claim_stability: STABILITY_CRITERION,
-    claim_dyt: DYT_CRITERION,
-}
-
-
-# where each claim's paper value is from (the paper's version and table: paper.Source); its Paper
-# cell carries them ("(paper v1, Table 2)"), claims.json's `paper_sources` too; DyT's row has none
-PAPER_SOURCES: dict[Callable[[ClaimInputs], dict], tuple[paper.Source, ...]] = {
-    claim1: (paper.TABLE2_SOURCE,),
-    claim2: (paper.TABLE2_SOURCE,),
-    claim3: (paper.FIG3_SOURCE,),
-    claim4: (paper.FIG3_SOURCE,),
-    claim5: (paper.FIG4_SOURCE,),
-    claim6: (paper.FOLD_SOURCE,),
-    claim7: (paper.TABLE3_SOURCE, paper.DECODE_SOURCE),
-    claim8: (paper.TABLE4_SOURCE,),
-    claim_stability: (paper.STABILITY_SOURCE,),
-    claim_dyt: (),
-}
 SOURCES_KEY = "paper_sources"  # the row's key holding its paper sources (not a column)
+TABLE2, FIG3 = (paper.TABLE2_SOURCE,), (paper.FIG3_SOURCE,)
+CLAIMS: tuple[Claim, ...] = (
+    Claim(claim1, GAP_CRITERION, TABLE2, study="1"),
+    Claim(claim2, GAP_CRITERION, TABLE2, study="2"),
+    Claim(claim3, CHASE_CRITERION, FIG3, paper_variants=True, study="3"),
+    Claim(claim4, SUPPRESS_CRITERION, FIG3, paper_variants=True, study="4"),
+    Claim(claim5, GRAD_CRITERION, (paper.FIG4_SOURCE,), paper_variants=True),
+    Claim(claim6, EXACT_CRITERION, (paper.FOLD_SOURCE,)),
+    Claim(claim7, SPEED_CRITERION, (paper.TABLE3_SOURCE, paper.DECODE_SOURCE)),
+    Claim(claim8, FINETUNE_CRITERION, (paper.TABLE4_SOURCE,)),
+    Claim(claim_stability, STABILITY_CRITERION, (paper.STABILITY_SOURCE,)),
+    Claim(claim_dyt, DYT_CRITERION, study="dyt"),
+)
+CRITERIA = {
+    c.measure: c.criterion for c in CLAIMS
+}  # (read from CLAIMS: the criterion of a measure)
 
 
-def _with_sources(row: dict, sources: tuple[paper.Source, ...]) -> dict:
-    return {**row, "Paper": paper.tagged(row["Paper"], *sources), SOURCES_KEY: sources}
-
-
-def claim_rows(inp: ClaimInputs) -> list[tuple[dict, Criterion | None]]:
+def claim_rows(inp: ClaimInputs) -> list[tuple[dict, Criterion]]:
     """(row, its criterion) per claim in CLAIMS; a row may carry its Numbers (claims.numbers), and
-    carries its paper value's sources (PAPER_SOURCES) in its Paper cell and under SOURCES_KEY."""
-    out = []
-    for claim in CLAIMS:
-        bare = inspect.unwrap(claim)
-        row = _with_sources(claim(inp), PAPER_SOURCES.get(bare, ()))
-        out.append((row, CRITERIA.get(bare)))
-    return out
+    carries its paper value's sources in its Paper cell and under SOURCES_KEY."""
+    return [(claim.row(inp), claim.criterion) for claim in CLAIMS]
 
 
 def claims_table(inp: ClaimInputs) -> pd.DataFrame:
