@@ -57,3 +57,12 @@ def test_make_refuses_a_name_that_is_not_an_output(capsys):
         main(["make", "table9"])
     assert stop.value.code == 2
     assert "invalid choice: 'table9'" in capsys.readouterr().err
+
+
+def test_make_parsed_without_main_runs_the_outputs_command(tmp_path):
+    from tapernorm.cli import build_parser
+
+    args = build_parser().parse_args(["make", "table3", "--out", str(tmp_path / "t3")])
+    # main expands `make` before parsing; a program calling its func gets the same command
+    with pytest.raises(ValueError, match="table 3 needs --bench"):
+        args.func(args)

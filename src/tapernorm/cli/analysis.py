@@ -191,6 +191,15 @@ def _config_hash_option(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _cmd_make(args: argparse.Namespace) -> int:
+    """`make NAME ARGS` from a parsed command line: the output's own command, parsed and run
+    (tapernorm.cli.main parses the expanded command line itself, make_argv, under its checks)."""
+    parser = argparse.ArgumentParser(prog="tapernorm")
+    add_subcommands(parser.add_subparsers(dest="command", required=True))
+    command = parser.parse_args(make_argv(args))
+    return command.func(command)
+
+
 def make_argv(args: argparse.Namespace) -> list[str]:
     """`tapernorm make NAME ARGS` as the command line it stands for: the output's own command
     (`table 2`, `figure fig3`, `claims`, `tails`, `job-times`) and ARGS."""
@@ -221,7 +230,7 @@ def _add_make(subparsers: Subparsers) -> None:
     )
     m.add_argument("name", choices=list(outputs.BY_NAME), metavar="NAME", help="the output")
     m.add_argument("args", nargs=argparse.REMAINDER, help="the options of the output's command")
-    m.set_defaults(expand=make_argv)
+    m.set_defaults(func=_cmd_make, expand=make_argv)
 
 
 def _add_table(subparsers: Subparsers) -> None:
