@@ -385,7 +385,7 @@ def test_paper_config_plans_full_grid_with_gpus(workdir):
     assert len(bench_jobs) == 2 and all("gpu=1" in b for b in bench_jobs)
     assert "results/runs/pretrain/internal_aux-d512-s0/eval.json" in "".join(bench_jobs)
     # each figure is drawn at its family's width: the ablation's (d=64) are not the main runs'
-    widths = dict(re.findall(r"tapernorm figure (\w+) .*?--width (\d+)", out))
+    widths = dict(re.findall(r"tapernorm make (fig\d\w*?)_\w+ .*?--width (\d+)", out))
     assert widths["fig6"] == widths["fig4b"] == widths["fig7"] == "64"
     assert widths["fig3"] == widths["fig2"] == "512"
 
