@@ -39,12 +39,17 @@ def _bench(cells: dict[tuple[str, int], tuple[float, float, float]]) -> pd.DataF
     return pd.DataFrame(rows)
 
 
+def _criterion(measure):
+    """The criterion CLAIMS declares for the claim measured by `measure`."""
+    return next(c.criterion for c in claims.CLAIMS if c.measure is measure)
+
+
 def _record_row(inp: ClaimInputs, number: str) -> dict:
     """The claims.json entry of claim `number` ("1.", ..., "TaperNorm") computed from `inp`."""
     claim = {"1.": claims.claim1, "2.": claims.claim2, "6.": claims.claim6, "7.": claims.claim7}
     claim["TaperNorm"] = claim_dyt
     row = claim[number](inp)
-    fields = record_fields(row, claims.CRITERIA[claim[number]])
+    fields = record_fields(row, _criterion(claim[number]))
     json.loads(dumps(fields))  # plain JSON: no NaN or infinity
     return {**row, **fields}
 

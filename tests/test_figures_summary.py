@@ -44,7 +44,7 @@ def claims_json(tmp_path):
     rows = []
     for claim in (claims.claim1, claims.claim2, claim_dyt):
         row = claim(inp)
-        fields = record_fields(row, claims.CRITERIA[claim])
+        fields = record_fields(row, next(c.criterion for c in claims.CLAIMS if c.measure is claim))
         rows.append({**row, **fields})
     rows = [{k: v for k, v in r.items() if k != "numbers"} for r in rows]
     path = tmp_path / "claims.json"

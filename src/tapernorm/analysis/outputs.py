@@ -2,8 +2,9 @@
 each with its name (the file stem, the name `tapernorm make` takes, and its report caption's file,
 workflow/report/<name>.rst), the Snakemake rule that makes it, the command that builds it, the
 function that builds it and its report caption. `tapernorm make NAME` and `tapernorm table |
-figure` dispatch through it; the workflow's rules read their ids from it; `tapernorm docs` writes
-the caption files from it (artifact/report_captions.py)."""
+figure` dispatch through it; the workflow's table and figure rules build their outputs by name
+with `tapernorm make`; `tapernorm docs` writes the caption files from it
+(artifact/report_captions.py)."""
 
 from __future__ import annotations
 
@@ -26,9 +27,7 @@ class Output:
     kind: str  # "table", "figure" or "claims"
     cli_id: str | None  # `tapernorm table | figure` WHICH; None: `command`, a command of its own
     builder: str
-    caption: (
-        str  # what workflow/report/<name>.rst says of the output (report_caption adds the rest)
-    )
+    caption: str  # what the output's report caption says of it (report_caption adds the rest)
     reads: tuple[str, ...] = ()
     options: tuple[str, ...] = ()
     by_id: bool = False

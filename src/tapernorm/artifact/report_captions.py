@@ -18,8 +18,9 @@ def sync_captions(repo: Path, check: bool = False) -> list[Path]:
     changed = []
     for output in OUTPUTS:
         path = repo / output.caption_path()
-        if not path.is_file() or path.read_text() != output.report_caption():
+        text = output.report_caption()
+        if not path.is_file() or path.read_text() != text:
             changed.append(path)
             if not check:
-                atomic_write_bytes(path, output.report_caption().encode())
+                atomic_write_bytes(path, text.encode())
     return changed

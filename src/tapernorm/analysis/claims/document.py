@@ -1,22 +1,23 @@
 """results/claims.md: each claim of the paper's section 7 that the inputs allow, the paper's value, ours,
 the scale ours was measured at, whether it holds, and one sentence on it.
 
-Each claim is a function of ClaimInputs returning a row dict; a claim whose inputs are absent returns a
-"not measured" row. Other experiment families add their claims by appending functions to CLAIMS (and, if
-they need new inputs, fields to ClaimInputs) or by passing markdown through `extra_sections`. The
-claims live by group in claims.loss (1, 2), claims.chasing (3-5), claims.fold (6, 7) and
-claims.finetune (8), the paper's stability claim in claims.stability, and the row beyond the paper,
-TaperNorm vs DyT, in claims.dyt (its criterion stated there); their thresholds are named constants
-there (claim 8's CLOSE_PCT in claims.finetune), the main ones re-exported here, each claim's
-criterion as data in CRITERIA (claims.numbers: the numbers claims.json carries beside each row's
-prose); ClaimInputs and the graded vocabulary of the "Holds?" column (yes; yes, weaker than the
-paper; yes, unlike the paper; only at a deviation; partly; no; not reproduced at this scale; not
-resolved; not measured; not judged) with its rules are in claim_rows.
+Each claim is one declaration in CLAIMS (Claim): its measure, a function of ClaimInputs returning a
+row dict (a claim whose inputs are absent returns a "not measured" row), its criterion, where its
+paper value is from and the scaling study's rows it quotes. Other experiment families add their
+claims by adding a Claim to CLAIMS (and, if they need new inputs, fields to ClaimInputs) or by
+passing markdown through `extra_sections`. The measures live by group in claims.loss (1, 2),
+claims.chasing (3-5), claims.fold (6, 7) and claims.finetune (8), the paper's stability claim in
+claims.stability, and the row beyond the paper, TaperNorm vs DyT, in claims.dyt (its criterion
+stated there); their thresholds are named constants there (claim 8's CLOSE_PCT in
+claims.finetune), the main ones re-exported here (claims.numbers: the numbers claims.json carries
+beside each row's prose); ClaimInputs and the graded vocabulary of the "Holds?" column (yes; yes,
+weaker than the paper; yes, unlike the paper; only at a deviation; partly; no; not reproduced at
+this scale; not resolved; not measured; not judged) with its rules are in claims.rows.
 
 Criteria (never tuned to the data; "end" = mean over the last 10% of logged steps, diverged runs
 excluded from means and counted): each claim module's docstring states its claims' in full, its
-`*_CRITERION` constant (CRITERIA: claims.json's `criterion`, quoted by the docs) in one line. Each
-reaches a plain yes / partly / no (or not resolved), then a yes is graded (claim_rows).
+`*_CRITERION` constant (a Claim's criterion: claims.json's `criterion`, quoted by the docs) in one
+line. Each reaches a plain yes / partly / no (or not resolved), then a yes is graded (claims.rows).
 """
 
 from __future__ import annotations
@@ -139,9 +140,6 @@ CLAIMS: tuple[Claim, ...] = (
     Claim(claim_stability, STABILITY_CRITERION, (paper.STABILITY_SOURCE,)),
     Claim(claim_dyt, DYT_CRITERION, study="dyt"),
 )
-CRITERIA = {
-    c.measure: c.criterion for c in CLAIMS
-}  # (read from CLAIMS: the criterion of a measure)
 
 
 def claim_rows(inp: ClaimInputs) -> list[tuple[dict, Criterion]]:

@@ -1,5 +1,5 @@
 """Claim 8: GPT-2 TaperLN fine-tuning ends close to Vanilla and at or below FakeLN on most cells of
-Table 4: its cells (claim8_cells, from the fine-tuning evaluations that finetune.py loads), its
+Table 4: its cells (claim8_cells, from the fine-tuning evaluations that tables/finetune.py loads), its
 threshold (CLOSE_PCT) and its verdict."""
 
 from __future__ import annotations

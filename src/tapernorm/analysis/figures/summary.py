@@ -2,7 +2,7 @@
 results/claims.json, the numbers the claims rows carry), the LR grid as validation loss vs
 peak LR per variant (from the committed grid's lr_grid.json) and the tails battery side by side
 (figures.tails, from the JSON of `tapernorm tails`). Each returns (Figure, caption) like
-figures.py's; make_summary_figure saves one as .pdf, .png and .html."""
+training.py's; make_summary_figure saves one as .pdf, .png and .html."""
 
 from __future__ import annotations
 
