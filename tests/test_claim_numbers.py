@@ -159,3 +159,25 @@ def test_claim6_reports_its_largest_difference():
 
 def _check(rel: float) -> dict:
     return {"rel_logit_diff": rel, "loss_diff": 1e-7, "ok": True, "rtol": 1e-5}
+
+
+def test_each_criterions_grading_is_written_once_and_the_comment_states_it():
+    for claim in claims.CLAIMS:
+        assert claim.criterion.grading, claim.measure.__name__
+        # claims.json's criterion: its text and bounds; the grading is the comment's
+        assert set(claim.criterion.to_dict()) == {"text", "low", "high"}
+    row = claims.claim1(ClaimInputs(runs=_paired({"internal_aux": [0.9, 1.4, 1.1]})))
+    assert _criterion(claims.claim1).grading in row["Comment"]
+
+
+def test_the_intro_names_the_module_that_measures_each_claim():
+    assert claims.measured_where() == (
+        "loss.py (claims 1, 2), chasing.py (3-5), fold.py (6, 7), finetune.py (8), stability.py "
+        "(stability) and dyt.py (TaperNorm vs DyT)"
+    )
+    # from the declarations: reordered, the list follows them
+    swapped = (claims.CLAIMS[5], claims.CLAIMS[0], claims.CLAIMS[9])
+    assert claims.measured_where(swapped) == (
+        "fold.py (claims 1), loss.py (2) and dyt.py (TaperNorm vs DyT)"
+    )
+    assert claims.measured_where(claims.CLAIMS[:1]) == "loss.py (claims 1)"

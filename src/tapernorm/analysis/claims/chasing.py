@@ -1,28 +1,14 @@
 """Claims 3-5: without the scale anchor, removing the final norm lets the logits grow (logit
 chasing) and splits the gradient norms by final-norm presence; the anchor suppresses both.
-Judged where margins are positive (Prop. 4.2's premise). Criteria:
-3. sources: the largest main width and the ablation; a source is judged where its runs end with at least
-   50% of tokens at a positive margin (Prop. 4.2's premise), the others are shown as context (all are
-   judged if none shows its margins). R_v = mean end logit norm of unanchored variant v without a final
-   norm (Final-, All-Taper) over that of runs keeping a real final norm (Baseline, Internal-Taper (+aux)):
-   per source yes if every R_v >= 2, partly if their pooled ratio >= 1.2, else no; a yes whose ratio
-   is below the paper's 20x / SIZE_FACTOR is "yes, weaker than the paper".
-4. per judged source, A = mean end logit norm of All-Taper (+aux) over Baseline's and U = that of the
-   unanchored runs over Baseline's: yes if 1/1.5 <= A <= 1.5 and U >= 2 (there is chasing to suppress);
-   partly if U >= 1.2 and ln A <= (1 - SUPPRESS_MIN) ln U; else no. A yes at a scale loss other than
-   the paper's (Eq. 5, lambda 0.1) is "only at a deviation", beside the verdict of the same source's
-   sweep point at the paper's setting. The lambda sweep is reported beside it.
-   Claims 3 and 4 combine their judged sources: yes if all yes, no if all no, else partly.
-5. on the first judged source with all six variants, per weight type w and per convention (before and
-   after clipping): S_w = mean end grad norm of {Final, All}-Taper over {Baseline, Internal-Taper};
-   clusters if S_w <= 1/1.5 (smaller without a final norm, as in the paper) and |ln S_w| exceeds the
-   spread inside either group; closes if All-Taper (+aux) / Internal-Taper (+aux) is within 1.5x. Per
-   convention yes if all four types cluster and close, no if none clusters or none closes, else partly;
-   the verdict combines the conventions as claims 3 and 4 combine sources. Premise: the paper's
-   decay needs a softmax saturated by logit chasing of its size; where the unanchored
-   no-final-norm end logit norm is below 20x / SIZE_FACTOR = 10x the final-norm runs', a verdict
-   other than yes is 'not reproduced at this scale' (the criterion's verdict beside it).
-Claims 3-5 judge the paper's six variants only (DyT's row is claims.dyt's).
+
+Claims 3 and 4 measure the end logit norms on each source (the largest main width and the
+ablation), judged where its runs end with at least MARGIN_JUDGED of tokens at a positive margin
+(Prop. 4.2's premise; the others are context, and all are judged if none shows its margins), and
+combine their judged sources as yes if all yes, no if all no, else partly; claim 4 reports the λ
+sweep beside its verdict. Claim 5 measures gradient norms on the first judged source with all six
+variants, in both clipping conventions, and checks its premise (claim5_premise). Each criterion's
+grading (CHASE_CRITERION, SUPPRESS_CRITERION, GRAD_CRITERION) is stated once, below, and printed in
+the claim's comment. Claims 3-5 judge the paper's six variants only (DyT's row is claims.dyt's).
 """
 
 from __future__ import annotations
@@ -66,17 +52,32 @@ SUPPRESS_MIN = (
 )
 PAPER_ANCHOR = ("eq5", 0.1)  # the paper's pre-training scale loss: Eq. 5 at λ=0.1 (Sec. 3)
 FORM_NAMES = {"eq5": "Eq. 5", "relative": "relative"}
+
+
+def _setting(form: str, lam: float) -> str:
+    return f"{FORM_NAMES.get(form, form)} λ={lam:g}"
+
+
 CHASE_CRITERION = Criterion(
     f"end logit norm of each unanchored variant without a final norm >= {CHASE_YES:g}x that of "
     "the runs keeping a final norm (judged where margins are positive)",
     CHASE_YES,
     None,
+    grading=f"Criterion per judged source: each unanchored variant >= {CHASE_YES:g}x yes, their "
+    f"mean >= {CHASE_PARTLY:g}x partly, else no; a yes whose ratio is below the paper's "
+    f"{paper.FIG3_CHASING_RATIO[0]}x / {SIZE_FACTOR:g} is graded weaker than the paper.",
 )
 SUPPRESS_CRITERION = Criterion(
     f"All-Taper (+aux)'s end logit norm within {CLOSE_FACTOR:g}x the baseline's (A), where the "
     f"unanchored runs chase (U >= {CHASE_YES:g}x)",
     1 / CLOSE_FACTOR,
     CLOSE_FACTOR,
+    grading=f"Criterion per judged source (as in claim 3): yes if A is within {CLOSE_FACTOR:g}x "
+    f"and U >= {CHASE_YES:g}x (there is chasing to suppress); partly if U >= {CHASE_PARTLY:g}x "
+    f"and ln A <= {1 - SUPPRESS_MIN:g} ln U (the scale loss removes at least {SUPPRESS_MIN:.0%} "
+    "of the chasing on a log scale); else no. A yes reached only at a scale loss other than the "
+    f"paper's {_setting(*PAPER_ANCHOR)} is graded 'only at a deviation', beside the verdict at "
+    "the paper's setting (the same source's sweep point, same criterion).",
 )
 # claim 5's premise: the paper's gradient decay comes from a softmax saturated by logit chasing of
 # the paper's size; chasing more than SIZE_FACTOR below the paper's low end (what claim 3 grades
@@ -86,7 +87,10 @@ GRAD_CRITERION = Criterion(
     f"per weight type, no-final-norm over final-norm gradient norms <= 1/{CLOSE_FACTOR:g} "
     f"(clusters) and All-Taper (+aux) over Internal-Taper (+aux) within {CLOSE_FACTOR:g}x (closes); "
     f"premise: the unanchored no-final-norm end logit norm >= {PREMISE_CHASE:g}x the final-norm "
-    "runs' (a softmax saturated as the paper's), else not reproduced at this scale"
+    "runs' (a softmax saturated as the paper's), else not reproduced at this scale",
+    grading=f"A type clusters if the ratio is <= 1/{CLOSE_FACTOR:g} and larger than the spread "
+    f"within each group; it closes if within {CLOSE_FACTOR:g}x. Criterion per convention: all "
+    "types both yes, none of either no, else partly; the verdict combines the conventions.",
 )
 
 
@@ -238,10 +242,7 @@ def claim3(inp: ClaimInputs) -> dict:
         "End logit norm of unanchored runs without a final norm (Final-/All-Taper, no scale loss) "
         "over runs that keep a real final norm (Baseline, Internal-Taper, Internal-Taper (+aux)); "
         f"{details}. Judged where margins are positive (Prop. 4.2's premise, >= "
-        f"{MARGIN_JUDGED:.0%} of tokens): {notes}. Criterion per judged source: each "
-        f"unanchored variant >= {CHASE_YES:g}x yes, their mean >= {CHASE_PARTLY:g}x partly, else no; "
-        f"a yes whose ratio is below the paper's {lo}x / {SIZE_FACTOR:g} is graded weaker than the "
-        "paper." + _diverged_note(inp)
+        f"{MARGIN_JUDGED:.0%} of tokens): {notes}. {CHASE_CRITERION.grading}" + _diverged_note(inp)
     )
     scales = " | ".join(m.source.scale() for m in measures)
     row = claim_row(claim, paper_value, ours, scales, holds, comment)
@@ -269,10 +270,6 @@ def suppression_verdict(ratio: float, chase: float) -> str:
     ):
         return PARTLY
     return NO
-
-
-def _setting(form: str, lam: float) -> str:
-    return f"{FORM_NAMES.get(form, form)} λ={lam:g}"
 
 
 @dataclass(frozen=True, eq=False)
@@ -430,13 +427,7 @@ def _suppression_comment(
         there = f" At the paper's {paper_setting}, judged sources: {there}."
     return (
         f"End logit norm of All-Taper (+aux) (A) and of the unanchored Final/All-Taper runs (U), "
-        f"both over Baseline; {details}. Criterion per judged source (as in claim 3): yes "
-        f"if A is within {CLOSE_FACTOR:g}x and U >= {CHASE_YES:g}x (there is chasing to suppress); "
-        f"partly if U >= {CHASE_PARTLY:g}x and ln A <= {1 - SUPPRESS_MIN:g} ln U (the scale loss "
-        f"removes at least {SUPPRESS_MIN:.0%} of the chasing on a log scale); else no. A yes "
-        f"reached only at a scale loss other than the paper's {paper_setting} is graded 'only at "
-        "a deviation', beside the verdict at the paper's setting (the same source's sweep point, "
-        "same criterion)."
+        f"both over Baseline; {details}. {SUPPRESS_CRITERION.grading}"
         + there
         + _sweep_summary(points)
         + " Eq. 5's restoring stiffness on ln r is λ·s_tgt² (Prop. 4.3), so the paper's λ holds a "
@@ -593,10 +584,7 @@ def claim5(inp: ClaimInputs) -> dict:
         f"End gradient norms (mean over the last 10% of logged steps, averaged over blocks) of the "
         f"{_margin_note(name, runs, True)} family, in each convention: {texts}. Types "
         f"where the no-final-norm gradients are larger (the opposite of the paper's direction): "
-        f"{larger}. A type clusters if the ratio is <= 1/{CLOSE_FACTOR:g} and larger "
-        f"than the spread within each group; it closes if within {CLOSE_FACTOR:g}x. Criterion per "
-        "convention: all types both yes, none of either no, else partly; the verdict combines the "
-        "conventions." + saturation + _diverged_note(inp)
+        f"{larger}. {GRAD_CRITERION.grading}" + saturation + _diverged_note(inp)
     )
     ours = f"{name}, " + "; ".join(f"{j.label}: {j.short}" for j in judged)
     holds, premise = claim5_premise(runs, combine_verdicts([j.verdict for j in judged]))

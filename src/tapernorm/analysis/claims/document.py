@@ -105,13 +105,15 @@ class Claim:
     judged), its criterion (claims.json's `criterion`), where its paper value is from (the paper's
     version and table: its Paper cell carries them, claims.json's `paper_sources` too; DyT's row
     has none), whether it is judged on the paper's six variants only (dyt.paper_variants_only),
-    and the scaling study's claim whose rows it quotes (scaling.with_study)."""
+    the scaling study's claim whose rows it quotes (scaling.with_study), and its name where it is
+    not numbered (claims 1-8 are numbered by their place in CLAIMS)."""
 
     measure: Callable[[ClaimInputs], dict]
     criterion: Criterion
     sources: tuple[paper.Source, ...] = ()
     paper_variants: bool = False
     study: str | None = None
+    name: str | None = None
 
     def row(self, inp: ClaimInputs) -> dict:
         """The claim's row: measured, with the study's rows quoted and its paper sources."""
@@ -137,9 +139,32 @@ CLAIMS: tuple[Claim, ...] = (
     Claim(claim6, EXACT_CRITERION, (paper.FOLD_SOURCE,)),
     Claim(claim7, SPEED_CRITERION, (paper.TABLE3_SOURCE, paper.DECODE_SOURCE)),
     Claim(claim8, FINETUNE_CRITERION, (paper.TABLE4_SOURCE,)),
-    Claim(claim_stability, STABILITY_CRITERION, (paper.STABILITY_SOURCE,)),
-    Claim(claim_dyt, DYT_CRITERION, study="dyt"),
+    Claim(claim_stability, STABILITY_CRITERION, (paper.STABILITY_SOURCE,), name="stability"),
+    Claim(claim_dyt, DYT_CRITERION, study="dyt", name="TaperNorm vs DyT"),
 )
+
+
+def _numbered(numbers: list[int]) -> str:
+    """'1, 2' or '3-5' (three or more in a row)."""
+    if len(numbers) > 2 and numbers == list(range(numbers[0], numbers[-1] + 1)):
+        return f"{numbers[0]}-{numbers[-1]}"
+    return ", ".join(map(str, numbers))
+
+
+def measured_where(claims: Sequence[Claim] = CLAIMS) -> str:
+    """'loss.py (claims 1, 2), chasing.py (3-5), ... and dyt.py (TaperNorm vs DyT)': the module
+    of claims/ that measures each claim (its thresholds are named constants there)."""
+    modules: dict[str, list] = {}
+    for number, claim in enumerate(claims, 1):
+        module = claim.measure.__module__.rsplit(".", 1)[-1] + ".py"
+        modules.setdefault(module, []).append(claim.name or number)
+    said = [
+        f"{module} ({'claims ' if not i else ''}"
+        + (_numbered(ids) if all(isinstance(x, int) for x in ids) else ", ".join(map(str, ids)))
+        + ")"
+        for i, (module, ids) in enumerate(modules.items())
+    ]
+    return said[0] if len(said) == 1 else ", ".join(said[:-1]) + " and " + said[-1]
 
 
 def claim_rows(inp: ClaimInputs) -> list[tuple[dict, Criterion]]:
@@ -166,9 +191,7 @@ INTRO = (
     "10% of logged training steps; diverged runs are excluded from means and counted. Loss gaps "
     "are paired by seed (seed s of every variant draws the same initialisation and batches) and "
     "given with a 95% t interval. Thresholds are named constants in tapernorm/analysis/claims/: "
-    "loss.py (claims 1, 2), chasing.py (3-5), fold.py (6, 7), finetune.py (8), stability.py "
-    "(stability) and dyt.py (TaperNorm vs DyT), "
-    "and are stated in each comment. "
+    "{measured_where}, and are stated in each comment. "
     "'Holds?' is graded (tapernorm/analysis/claims/rows.py): 'yes' at the paper's settings and size; "
     "'yes, weaker than the paper' or 'yes, unlike the paper' where our size is far below or on the "
     "other side of the paper's; 'only at a deviation' where it holds only at a setting the paper "
@@ -226,7 +249,7 @@ def claims_markdown(record: dict) -> str:
         to_markdown(card, "Ours beside the paper's, from the runs' configs and outputs."),
         "## Claims",
         "",
-        to_markdown(table, INTRO.format(source=paper.SOURCE)),
+        to_markdown(table, INTRO.format(source=paper.SOURCE, measured_where=measured_where())),
         "## Inputs",
         "",
         *(f"- {k}: {v}" for k, v in record["inputs"].items()),

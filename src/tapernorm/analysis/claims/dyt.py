@@ -6,14 +6,10 @@ Each method is trained by its own recipe and measured against the baseline with 
 paper's recipe, tied head) against the tied Baseline, or, where Internal-Taper (+aux) also ran with
 the untied head, that run against the untied baseline (the same footing as DyT).
 
-Criterion (fixed here, stated in the row). Loss: TaperNorm's validation-loss gap to its matched
-baseline is <= DyT's (a cell whose seeds all diverged counts as an infinite gap), with each arm at
-its own best LR where an LR grid at this scale is given (`tapernorm lr-grid`; its source is named in
-the row), else at the shared LR at every width. Speed: the folded model against DyT by the speed
-rule (speed_rule: a 95% t interval of the grid's geometric-mean speedup over the runs of this host
-class, margin 3%): folded faster by the margin is the speed half's yes; slower or within the margin
-its no; else not resolved. yes if both halves hold; no if DyT is closer in loss and folded is not
-shown faster; else partly.
+The criterion and its grading: DYT_CRITERION. The loss half takes a cell whose seeds all diverged
+as an infinite gap and each arm at its own best LR where an LR grid at this scale is given
+(`tapernorm lr-grid`; its source is named in the row), else the shared LR at every width; the speed
+half is the folded model against DyT by the speed rule (speed_rule).
 """
 
 from __future__ import annotations
@@ -58,6 +54,9 @@ DYT_CRITERION = Criterion(
     f"DyT by the {speed_rule.RULE}",
     None,
     0.0,
+    grading="Criterion: yes if TaperNorm's loss gap is <= DyT's at every width and folded is faster "
+    "by the speed rule; no if DyT is closer and folded is not shown faster (slower, within the "
+    "margin or not resolved); else partly.",
 )
 
 
@@ -321,10 +320,7 @@ def _dyt_comment(inp: ClaimInputs, grid_note: str) -> str:
         "the baseline with the same head. Speed: folded TaperNorm and DyT timed as they are in the "
         f"same interleaved rounds, folded against DyT by the {speed_rule.RULE}; the per-benchmark "
         "counts of cells whose interquartile ranges lie apart are shown, not judged. "
-        "Criterion: yes if TaperNorm's loss gap is <= DyT's at every width and folded is faster "
-        "by the speed rule; no if DyT is closer and folded is not shown faster (slower, within the "
-        "margin or not resolved); "
-        "else partly." + grid_note
+        f"{DYT_CRITERION.grading}" + grid_note
     )
     if not_timed := "; ".join(inp.bench_skipped):
         comment += f" Not timed: {not_timed}."

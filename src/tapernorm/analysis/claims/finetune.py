@@ -25,6 +25,8 @@ FINETUNE_CRITERION = Criterion(
     "above the lower bound 0.5), and more than half at or below FakeLN",
     0.5,
     None,
+    grading=f"Criterion: more than half of the cells within +{CLOSE_PCT:g}% of Vanilla, and more "
+    "than half at or below FakeLN: both yes, neither no, else partly.",
 )
 
 
@@ -191,8 +193,7 @@ def claim8(inp: ClaimInputs) -> dict:
     ]
     comment = (
         f"CE gap of each TaperLN cell to our Vanilla of the same model and set: {', '.join(details)}. "
-        f"Criterion: more than half of the cells within +{CLOSE_PCT:g}% of Vanilla, and more "
-        "than half at or below FakeLN: both yes, neither no, else partly. "
+        f"{FINETUNE_CRITERION.grading} "
         + fake_note
         + _fakeln_gaps(inp.finetune)
         + _line_note(gaps, details, fake_ok, holds.text)

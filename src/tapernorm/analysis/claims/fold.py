@@ -1,17 +1,9 @@
 """Claims 6 and 7: folding is exact (verify.json of `tapernorm fold`) and speeds inference
-(benchmark CSVs of `tapernorm bench forward|decode`). Criteria:
-6. verify.json files: yes if every check passed and the largest relative logit difference is
-   <= 1e-5; "only at a deviation" (that rtol) if all passed at a looser rtol; no if any check
-   failed. Judged on the folds that ran: a diverged run's fold is skipped (its verify.json says
-   why) and named; not judged if none ran.
-7. benchmark CSVs (tapernorm bench forward|decode) by the speed rule (speed_rule): a run's
-   ratio is the geometric mean over its grid of cells of the folded model's median per-round
-   speedup over the baseline; a 95% t interval of it over the runs of this host class (this
-   run and the --bench-pool runs of the same setting and grid, disturbed ones left out, at
-   least 3) decides at a 3% margin: yes if wholly above 1.03x (graded weaker than the paper
-   below 1.05x), no if wholly below 1/1.03 or wholly inside the margin (no gain), else not
-   resolved. A model the benchmarks skipped (its run diverged) is named; not judged when the
-   exports were not timed or this run's timing was disturbed.
+(benchmark CSVs of `tapernorm bench forward|decode`, judged by the speed rule: speed_rule). Their
+criteria and gradings are EXACT_CRITERION and SPEED_CRITERION. Claim 6 is judged on the folds that
+ran (a diverged run's fold is skipped, its verify.json says why, and named; not judged if none ran);
+claim 7 names a model the benchmarks skipped (its run diverged) and is not judged when the exports
+were not timed or this run's timing was disturbed.
 """
 
 from __future__ import annotations
@@ -47,6 +39,8 @@ EXACT_CRITERION = Criterion(
     f"every fold check passes and the largest relative logit difference is <= {paper.FOLD_RTOL:g}",
     None,
     paper.FOLD_RTOL,
+    grading=f"criterion: all pass and max relative logit difference <= {paper.FOLD_RTOL:g} (yes), "
+    "all pass at a looser rtol (only at that deviation), else no.",
 )
 
 
@@ -111,8 +105,7 @@ def claim6(inp: ClaimInputs) -> dict:
         f"{len(folds)} model(s), checks at rtol {', '.join(f'{t:g}' for t in rtols)}: "
         f"{len(checks) - len(failed)}/{len(checks)} passed"
         + (f" (failed: {', '.join(failed)})" if failed else "")
-        + f"; criterion: all pass and max relative logit difference <= {paper.FOLD_RTOL:g} (yes), "
-        "all pass at a looser rtol (only at that deviation), else no."
+        + f"; {EXACT_CRITERION.grading}"
         + (f" Judged on the folds that ran. {not_folded}" if skipped else "")
     )
     models = ", ".join(Path(r.get("model", p)).name for p, r in folds)
@@ -144,6 +137,9 @@ SPEED_CRITERION = Criterion(
     f"the paper below {FOLD_SPEEDUP_YES:g}×), slower or within the margin is no",
     1 + speed_rule.MARGIN,
     None,
+    grading=f"Verdict by the {speed_rule.RULE}. Folded against the baseline: faster is yes (graded "
+    f"weaker than the paper below {FOLD_SPEEDUP_YES:g}×), slower or within the margin is no, else "
+    "not resolved.",
 )
 
 
@@ -253,10 +249,8 @@ def claim7(inp: ClaimInputs) -> dict:
     comment = (
         "Speedup per cell = median over interleaved rounds of t_baseline / t_export, with the "
         "interquartile range of those per-round ratios; best and median over the cells of each "
-        "benchmark (a cell whose interquartile range lies wholly below 1.0 is named). Verdict by "
-        f"the {speed_rule.RULE}. Folded against the baseline: faster is yes (graded weaker than "
-        f"the paper below {FOLD_SPEEDUP_YES:g}×), slower or within the margin is no, else not "
-        f"resolved. {speed_rule.pool_note(used, decision.left_out)} "
+        "benchmark (a cell whose interquartile range lies wholly below 1.0 is named). "
+        f"{SPEED_CRITERION.grading} {speed_rule.pool_note(used, decision.left_out)} "
         f"{inference_tables.scale_note(inp.bench)}"
     )
     if disturbed:

@@ -1,22 +1,10 @@
 """Claims 1 and 2: Internal-Taper (+aux) and All-Taper (+aux) end within ~2% of the baseline's
-validation loss, judged on the gap paired by seed and its 95% interval (stats.paired_gap).
-
-Verdict per width (`within_verdict`): yes when the whole interval lies inside [-2%, +2%]; no when it
-lies wholly outside (above +2%, or below -2%: better than the baseline by more than the claim's
-margin, the opposite of the paper's small increases); "not resolved" when it straddles an edge or
-there is no interval (fewer than two seed pairs); no where every run of the variant diverged (it
-did not train at that width). Widths combine: no if every width is no, partly if some are, else not
-resolved if any width is, else yes. A yes whose interval lies wholly below 0 is
-graded "yes, unlike the paper" (the paper's gaps are small increases). The comment adds the
-variants that share the claim's final norm (kept or tapered), seed by seed: an offset they all
-share is a property of the final norm, not of the claim's variant.
-
-Blow-ups (BLOWUP_RULE, the one rule of every loss verdict: claims 1 and 2 here, and each row of
-the scaling study, analysis/studies/scaling.py): a run of either compared arm that blew up (diverged, or
-a finite spike: training/blowups.py) limits the verdict, a yes becoming partly; the gap is taken
-over the seed pairs where neither run blew up, and shown beside the gap with the blown-up runs
-counted at the validation loss of the weights they kept (a diverged run's are those of its last
-checkpoint before the divergence, so of an earlier step: said where it is so).
+validation loss, judged on the gap paired by seed and its 95% interval (stats.paired_gap), per width
+(`within_verdict`), the widths combined (`combine_widths`), blow-ups limiting the verdict
+(`limit_by_blowups`): GAP_CRITERION's grading and BLOWUP_RULE state it (the scaling study's rows,
+analysis/studies/scaling.py, follow the same rules). The comment adds the variants that share the
+claim's final norm (kept or tapered), seed by seed: an offset they all share is a property of the
+final norm, not of the claim's variant.
 """
 
 from __future__ import annotations
@@ -43,18 +31,23 @@ from .rows import (
 )
 
 GAP_MAX_PCT = 2.0
-GAP_CRITERION = Criterion(
-    f"the 95% interval of the gap to the baseline's validation loss, paired by seed, lies inside "
-    f"±{GAP_MAX_PCT:g}% (at every width)",
-    -GAP_MAX_PCT,
-    GAP_MAX_PCT,
-)
 BLOWUP_RULE = (
     "a run of either compared arm that blew up (diverged, or a finite spike: a training loss above "
     "2x the median of its recent logged losses or a gradient norm above 100x the clip, "
     "training/blowups.py) limits the loss verdict: a yes becomes partly; the gap is over the seed "
     "pairs where neither run blew up, and beside it is the gap with the blown-up runs counted at "
     "the validation loss of the weights they kept"
+)
+GAP_CRITERION = Criterion(
+    f"the 95% interval of the gap to the baseline's validation loss, paired by seed, lies inside "
+    f"±{GAP_MAX_PCT:g}% (at every width)",
+    -GAP_MAX_PCT,
+    GAP_MAX_PCT,
+    grading=f"Criterion per width: yes if the interval lies inside ±{GAP_MAX_PCT:g}%, no if it "
+    "lies wholly outside, not resolved if it straddles an edge or there is one pair; widths combine "
+    "as no if all no, partly if some, not resolved if any, else yes; a yes wholly below 0 is "
+    "'unlike the paper' (the paper's gaps are small increases). Blow-ups: "
+    f"{BLOWUP_RULE}.",
 )
 
 
@@ -200,12 +193,7 @@ def _gap_claim(inp: ClaimInputs, number: int, variant: str) -> dict:
     comment = (
         f"Gap to the baseline paired by seed (seed s of both variants: the same init stream and "
         f"batches), mean and 95% t interval over the pairs: {'; '.join(reasons)} "
-        f"({' | '.join(whys)}). Criterion per width: "
-        f"yes if the interval lies inside ±{GAP_MAX_PCT:g}%, no if it lies wholly outside, not "
-        "resolved if it straddles an edge or there is one pair; widths combine as no if all no, "
-        "partly if some, not resolved if any, else yes; a yes wholly below 0 is 'unlike the paper' "
-        f"(the paper's gaps are small increases). Blow-ups: {BLOWUP_RULE}. "
-        f"{n_div} {variant} run(s) diverged."
+        f"({' | '.join(whys)}). {GAP_CRITERION.grading} {n_div} {variant} run(s) diverged."
     )
     if blown:
         comment += f" Blew up: {' | '.join(blown)}."

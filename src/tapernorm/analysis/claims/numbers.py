@@ -3,8 +3,8 @@
 A claim that measures something attaches `Numbers` to its row (`with_numbers`), built from the same
 values its prose and verdict are computed from: the headline estimate with its interval (and what
 that interval is), the unit, the seeds, and the parts it combines (per width, source, benchmark
-cell or arm). Its criterion (`Criterion`: the text, and its bounds where numeric) is a constant of
-the claim's module. `record_fields` turns a row into the JSON fields of its claims.json entry;
+cell or arm). Its criterion (`Criterion`: the text, its bounds where numeric, its grading) is a
+constant of the claim's module. `record_fields` turns a row into the JSON fields of its claims.json entry;
 a row without numbers (not measured, not judged) has them null and says why in `no_estimate`.
 Fields are documented in docs/usage.md ("claims.json").
 """
@@ -24,12 +24,19 @@ FIELDS = (
 
 @dataclass(frozen=True)
 class Criterion:
-    """The paper's criterion as the claim judges it: its text, and its bounds where numeric (a
-    headline estimate inside [low, high] meets it; None: unbounded on that side)."""
+    """The paper's criterion as the claim judges it: its text (claims.json's, one line), its bounds
+    where numeric (a headline estimate inside [low, high] meets it; None: unbounded on that side)
+    and its grading in full (how the parts are judged and combined, as claims.md's comment states
+    it; the one place it is written)."""
 
     text: str
     low: float | None = None
     high: float | None = None
+    grading: str = ""
+
+    def to_dict(self) -> dict:
+        """claims.json's `criterion`: the text and bounds (the grading is in the comment)."""
+        return {"text": self.text, "low": self.low, "high": self.high}
 
 
 @dataclass(frozen=True)
@@ -92,7 +99,7 @@ def record_fields(row: dict, criterion: Criterion | None) -> dict:
         "interval": numbers.interval,
         "unit": numbers.unit,
         "n_seeds": numbers.n_seeds,
-        "criterion": asdict(criterion) if criterion else None,
+        "criterion": criterion.to_dict() if criterion else None,
         "verdict": row["Holds?"],
         "no_estimate": no_estimate,
         "parts": parts,

@@ -9,14 +9,11 @@ and width, init seeds crossed with data orders) where the checkout has it, and t
 pipeline's own pretrain runs (a few seeds per arm). The verdict is judged on the study where it is
 given, else on the pretrain runs; the other source is shown beside it as context.
 
-Criterion per width, over the paper's tapered arms present (Internal-, Final-, All-Taper, each
-with or without the scale loss): no if an arm's clean rate is significantly below the baseline's
-(Fisher p < ALPHA, and lower); yes if none is and every arm's interval is informative (its lower
-end at least CLEAN_MIN: at least that share of runs finish clean, with 95% confidence); else not
-resolved (the intervals are too wide to tell: too few runs). Widths combine strictly (the claim is
-that the taper trains stably, so one width where it does not is enough): no if any width is no,
-else not resolved if any is, else yes. Whether Internal-Taper (+aux) is the most stable is said in the
-comment: its clean rate against each other tapered arm's, with Fisher's p.
+Judged per width (`width_verdict`) over the paper's tapered arms present (Internal-, Final-,
+All-Taper, each with or without the scale loss), "not resolved" where the intervals are too wide to
+tell (too few runs); widths combine strictly, since one width where the taper does not train stably
+is enough: STABILITY_CRITERION and its grading. Whether Internal-Taper (+aux) is the most stable is
+said in the comment: its clean rate against each other tapered arm's, with Fisher's p.
 """
 
 from __future__ import annotations
@@ -48,10 +45,16 @@ CLAIM = (
     "seeds)"
 )
 PAPER = "stable training; Internal-Taper (+aux) the most stable and reliable across seeds"
-STABILITY_CRITERION = Criterion(
+CLEAN_RATES = (
     f"at every width, no tapered arm's clean rate (runs without a blow-up) is below the baseline's "
     f"with two-sided Fisher p < {ALPHA:g}, and every tapered arm's 95% Clopper-Pearson interval "
     f"has its lower end at or above {CLEAN_MIN:g}"
+)
+STABILITY_CRITERION = Criterion(
+    CLEAN_RATES,
+    grading=f"Criterion: {CLEAN_RATES}; widths combine strictly (no if any width is no, else not "
+    "resolved if any is, else yes). A blow-up: a non-finite loss or gradient, or a finite spike "
+    "(training/blowups.py).",
 )
 STUDY = "stability study"
 
@@ -187,9 +190,7 @@ def claim_stability(inp: ClaimInputs) -> dict:
     )
     comment = (
         f"Judged on the {name}{' (the pretrain runs as context)' if len(sources) > 1 else ''}: "
-        f"{'; '.join(reasons)}. Criterion: {STABILITY_CRITERION.text}; widths combine strictly (no "
-        "if any width is no, else not resolved if any is, else yes). A blow-up: a "
-        "non-finite loss or gradient, or a finite spike (training/blowups.py)."
+        f"{'; '.join(reasons)}. {STABILITY_CRITERION.grading}"
     )
     if note := most_stable_note(judged):
         comment += f" Most stable? {note}."
