@@ -9,6 +9,8 @@ final norm, not of the claim's variant.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import pandas as pd
 
 from ...variants import PAPER_VARIANTS, VARIANTS
@@ -22,6 +24,7 @@ from .rows import (
     PARTLY,
     YES,
     ClaimInputs,
+    Verdict,
     because,
     claim_row,
     not_measured,
@@ -145,6 +148,77 @@ def _paper_steps() -> str:
     return f"{short(min(steps))}-{short(max(steps))}"
 
 
+@dataclass(frozen=True)
+class WidthGap:
+    """Claim 1 or 2 measured at one width: the gap over the seed pairs where neither run blew up
+    (`gap`), how many of the variant's runs diverged and whether all did, and, where a run of
+    either arm blew up, the gap with the blown-up runs at their last weights (`full`) and the
+    blow-ups named (`blown`)."""
+
+    gap: PairedGap
+    n_diverged: int
+    all_diverged: bool
+    full: PairedGap | None = None
+    blown: str = ""
+
+    @property
+    def width(self) -> int:
+        return self.gap.width
+
+
+def measure_gaps(runs: pd.DataFrame, variant: str, widths: list[int]) -> list[WidthGap]:
+    """`variant` against the baseline at each of `widths` (each has runs of both)."""
+    stats = stats_by_cell(runs)
+    out = []
+    for w in widths:
+        arms = runs[(runs["width"] == w) & runs["variant"].isin([variant, "baseline"])]
+        blew = bool(blown_up(arms).any())
+        out.append(
+            WidthGap(
+                gap=paired_gap(runs, w, variant, "baseline", clean=True),
+                n_diverged=len(stats[(w, variant)].diverged),
+                all_diverged=stats[(w, variant)].all_diverged,
+                full=last_weights_gap(runs, w, variant, "baseline") if blew else None,
+                blown=blown_runs_text(arms) if blew else "",
+            )
+        )
+    return out
+
+
+def width_verdict(measured: WidthGap) -> tuple[str, str]:
+    """(yes | no | not resolved, why) at one width: within_verdict, but no where every run of the
+    variant diverged (it did not train there: not within 2%)."""
+    if measured.all_diverged:
+        return NO, f"every {variant_label(measured.gap.variant)} run diverged"
+    return within_verdict(measured.gap)
+
+
+def judge_gaps(measured: list[WidthGap], paper_range: str) -> Verdict:
+    """GAP_CRITERION's grading over the widths: combined, limited by blow-ups, a yes wholly below 0
+    "unlike the paper", a no or not resolved with the widths that made it."""
+    verdicts = [width_verdict(m) for m in measured]
+    grade = limit_by_blowups(
+        combine_widths([v for v, _ in verdicts]), sum(bool(m.blown) for m in measured)
+    )
+    below = [
+        f"d={m.width}: {m.gap.mean:+.2f}% {m.gap.interval()}"
+        for m, (v, _) in zip(measured, verdicts, strict=True)
+        if v == YES and m.gap.hi < 0
+    ]
+    if grade == YES and below:
+        return unlike_paper("; ".join(below), paper_range)
+    if grade in (NO, NOT_RESOLVED):
+        return because(
+            grade,
+            "; ".join(
+                f"d={m.width}: {why}"
+                for m, (v, why) in zip(measured, verdicts, strict=True)
+                if v == grade
+            ),
+        )
+    return plain(grade)
+
+
 def _gap_claim(inp: ClaimInputs, number: int, variant: str) -> dict:
     cells = [p for (w, v), p in paper.TABLE2.items() if v == variant]
     lo, hi = min(c.gap_pct for c in cells), max(c.gap_pct for c in cells)
@@ -157,57 +231,49 @@ def _gap_claim(inp: ClaimInputs, number: int, variant: str) -> dict:
     widths = sorted(w for (w, v) in stats if v == variant and (w, "baseline") in stats)
     if not widths:
         return not_measured(claim, paper_value, f"no width has both baseline and {variant} runs")
-    ours, whys, verdicts, reasons, below, notes, n_div = [], [], [], [], [], "", 0
-    gaps, blown = [], []
-    for w in widths:
-        n_div += len(stats[(w, variant)].diverged)
-        gap = paired_gap(inp.runs, w, variant, "baseline", clean=True)
-        gaps.append(gap)
-        verdict, why = within_verdict(gap)
-        if stats[(w, variant)].all_diverged:  # it did not train here: not within 2%
-            verdict, why = NO, f"every {variant_label(variant)} run diverged"
-        verdicts.append(verdict)
-        reasons.append(f"d={w}: {why}")
-        ours.append(f"d={w}: {gap.text()}")
-        arms = inp.runs[(inp.runs["width"] == w) & inp.runs["variant"].isin([variant, "baseline"])]
-        if blown_up(arms).any():
-            full = last_weights_gap(inp.runs, w, variant, "baseline")
-            ours[-1] += f"; with the blown-up runs at their last weights {full.text()}"
-            if full.left_out:
-                ours[-1] += f" (left out: {', '.join(full.left_out)})"
-            blown.append(f"d={w}: {blown_runs_text(arms)}")
-        whys.append(f"d={w}: {gap.seeds_text() if gap.n else 'no seed pair'}")
-        if gap.left_out:
-            whys[-1] += f"; left out: {', '.join(gap.left_out)}"
-        if verdict == YES and gap.hi < 0:
-            below.append(f"d={w}: {gap.mean:+.2f}% {gap.interval()}")
-        notes += offset_note(inp.runs, w, variant)
-    grade = limit_by_blowups(combine_widths(verdicts), len(blown))
-    holds = plain(grade)
-    if grade == YES and below:
-        holds = unlike_paper("; ".join(below), paper_range)
-    elif grade in (NO, NOT_RESOLVED):
-        shown = [r for r, v in zip(reasons, verdicts, strict=True) if v == grade]
-        holds = because(grade, "; ".join(shown))
-    scale = describe_scale(inp.runs[inp.runs["width"].isin(widths)])
+    measured = measure_gaps(inp.runs, variant, widths)
+    holds = judge_gaps(measured, paper_range)
+    ours = [_gap_text(m) for m in measured]
+    reasons = [f"d={m.width}: {width_verdict(m)[1]}" for m in measured]
+    whys = [_seeds_text(m.gap) for m in measured]
+    blown = [f"d={m.width}: {m.blown}" for m in measured if m.blown]
     comment = (
         f"Gap to the baseline paired by seed (seed s of both variants: the same init stream and "
         f"batches), mean and 95% t interval over the pairs: {'; '.join(reasons)} "
-        f"({' | '.join(whys)}). {GAP_CRITERION.grading} {n_div} {variant} run(s) diverged."
+        f"({' | '.join(whys)}). {GAP_CRITERION.grading} "
+        f"{sum(m.n_diverged for m in measured)} {variant} run(s) diverged."
     )
     if blown:
         comment += f" Blew up: {' | '.join(blown)}."
     compared = inp.runs[inp.runs["variant"].isin([variant, "baseline"])]
     if named := diverged_text(compared[compared["width"].isin(widths)]):
         comment += f" Diverged, excluded: {named}."
-    comment += notes
+    comment += "".join(offset_note(inp.runs, w, variant) for w in widths)
     steps = sorted(inp.runs["steps"].unique())
     comment += (
         f" Our runs are {', '.join(f'{s:,}' for s in steps)} steps vs the paper's "
         f"{_paper_steps()} ({paper.TABLE5_SOURCE.tag})."
     )
+    scale = describe_scale(inp.runs[inp.runs["width"].isin(widths)])
     row = claim_row(claim, paper_value, "; ".join(ours), scale, holds, comment)
-    return with_numbers(row, gap_numbers(gaps, ours[-1]))
+    return with_numbers(row, gap_numbers([m.gap for m in measured], ours[-1]))
+
+
+def _gap_text(m: WidthGap) -> str:
+    """'d=64: +1.13% [+0.40%, +1.86%] (3 seed pairs)', with the blown-up runs' gap where any."""
+    text = f"d={m.width}: {m.gap.text()}"
+    if m.full is not None:
+        text += f"; with the blown-up runs at their last weights {m.full.text()}"
+        if m.full.left_out:
+            text += f" (left out: {', '.join(m.full.left_out)})"
+    return text
+
+
+def _seeds_text(gap: PairedGap) -> str:
+    text = f"d={gap.width}: {gap.seeds_text() if gap.n else 'no seed pair'}"
+    if gap.left_out:
+        text += f"; left out: {', '.join(gap.left_out)}"
+    return text
 
 
 def gap_numbers(gaps: list[PairedGap], headline: str) -> Numbers:

@@ -1,0 +1,42 @@
+"""Each claim's judge on typed measurements: its grade, not its sentences (the rendered rows have
+their own tests)."""
+
+import math
+
+import pytest
+
+from tapernorm.analysis.claims.loss import WidthGap, judge_gaps, width_verdict
+from tapernorm.analysis.claims.rows import NO, NOT_RESOLVED, PARTLY, UNLIKE, YES
+from tapernorm.analysis.stats import PairedGap
+
+
+def _at(width: int, mean: float, lo: float, hi: float, n: int = 3, **kw) -> WidthGap:
+    per_seed = {s: mean for s in range(n)}
+    gap = PairedGap("internal_aux", "baseline", width, per_seed, mean, lo, hi)
+    return WidthGap(gap=gap, n_diverged=kw.pop("n_diverged", 0), all_diverged=False, **kw)
+
+
+@pytest.mark.parametrize(
+    "widths, grade",
+    [
+        ([_at(32, 0.5, 0.1, 0.9), _at(64, 1.0, 0.4, 1.6)], YES),
+        ([_at(32, 0.5, 0.1, 0.9), _at(64, 1.5, 0.5, 2.5)], NOT_RESOLVED),  # straddles +2%
+        ([_at(32, 0.5, 0.1, 0.9), _at(64, 3.0, 2.5, 3.5)], PARTLY),  # one width wholly above
+        ([_at(32, 3.0, 2.5, 3.5), _at(64, -3.0, -3.5, -2.5)], NO),  # above, and below -2%
+        ([_at(32, -1.0, -1.5, -0.5), _at(64, -0.5, -0.9, -0.1)], UNLIKE),  # inside, below 0
+        ([_at(32, 0.5, 0.1, 0.9, blown="Baseline seed 1: a loss spike")], PARTLY),
+        ([_at(32, 0.5, math.nan, math.nan, n=1)], NOT_RESOLVED),  # one pair: no interval
+    ],
+)
+def test_the_loss_claims_judge_grades_the_widths(widths, grade):
+    assert judge_gaps(widths, "+0.32% to +1.86%").grade == grade
+
+
+def test_a_width_where_every_run_diverged_is_a_no_whatever_its_gap():
+    diverged = WidthGap(
+        gap=PairedGap("internal_aux", "baseline", 64, {}, math.nan, math.nan, math.nan),
+        n_diverged=3,
+        all_diverged=True,
+    )
+    assert width_verdict(diverged)[0] == NO
+    assert judge_gaps([_at(32, 0.5, 0.1, 0.9), diverged], "").grade == PARTLY
