@@ -5,8 +5,9 @@ import math
 
 import pytest
 
+from tapernorm.analysis.claims.fold import judge_exact
 from tapernorm.analysis.claims.loss import WidthGap, judge_gaps, width_verdict
-from tapernorm.analysis.claims.rows import NO, NOT_RESOLVED, PARTLY, UNLIKE, YES
+from tapernorm.analysis.claims.rows import AT_DEVIATION, NO, NOT_RESOLVED, PARTLY, UNLIKE, YES
 from tapernorm.analysis.stats import PairedGap
 
 
@@ -40,3 +41,15 @@ def test_a_width_where_every_run_diverged_is_a_no_whatever_its_gap():
     )
     assert width_verdict(diverged)[0] == NO
     assert judge_gaps([_at(32, 0.5, 0.1, 0.9), diverged], "").grade == PARTLY
+
+
+@pytest.mark.parametrize(
+    "failed, worst, rtols, grade",
+    [
+        (False, 3e-7, [1e-5], YES),
+        (True, 3e-7, [1e-5], NO),  # a failed check is a no, however small the difference
+        (False, 4e-4, [1e-3], AT_DEVIATION),  # exact only to the looser rtol the checks ran at
+    ],
+)
+def test_claim_6s_judge_grades_the_fold_checks(failed, worst, rtols, grade):
+    assert judge_exact(failed, worst, rtols).grade == grade

@@ -15,9 +15,13 @@ weaker than the paper; yes, unlike the paper; only at a deviation; partly; no; n
 this scale; not resolved; not measured; not judged) with its rules are in claims.rows.
 
 Criteria (never tuned to the data; "end" = mean over the last 10% of logged steps, diverged runs
-excluded from means and counted): each claim module's docstring states its claims' in full, its
-`*_CRITERION` constant (a Claim's criterion: claims.json's `criterion`, quoted by the docs) in one
-line. Each reaches a plain yes / partly / no (or not resolved), then a yes is graded (claims.rows).
+excluded from means and counted): each is a `*_CRITERION` constant of its claim's module (a
+Claim's criterion: its one line is claims.json's `criterion`, quoted by the docs; its grading is
+printed in the claim's comment). Each claim measures typed numbers, then judges them by a function
+of those numbers alone (loss.judge_gaps, chasing.chase_verdict, suppression_verdict and
+_grad_verdict, fold.judge_exact and speed_verdict, finetune._verdict, stability.width_verdict,
+dyt._dyt_holds: tests/test_claim_judges.py and the claims' tests check the grades), reaching a
+plain yes / partly / no (or not resolved), then grades a yes (claims.rows).
 """
 
 from __future__ import annotations

@@ -66,6 +66,17 @@ def read_verify(path: str | Path) -> dict:
     return report
 
 
+def judge_exact(failed: bool, worst: float, rtols: list[float]) -> Verdict:
+    """EXACT_CRITERION's grading of the folds' checks: no if one failed; yes if the largest
+    relative logit difference `worst` is within the paper's rtol; else exact only to the looser
+    rtol the checks ran at (`rtols`): "only at a deviation"."""
+    if failed:
+        return plain(NO)
+    if worst <= paper.FOLD_RTOL:
+        return plain(YES)
+    return at_deviation(f"rtol {max(rtols):g}", f"rtol {paper.FOLD_RTOL:g}", f"no, {worst:.1e}")
+
+
 def claim6(inp: ClaimInputs) -> dict:
     claim = "6. Folding is exact: folded and unfolded models give the same logits and loss"
     paper_value = f"same logits; max |dz| ~{paper.FOLD_RTOL:.0e} of the logit scale (float32)"
@@ -87,14 +98,7 @@ def claim6(inp: ClaimInputs) -> dict:
     failed = [f"{Path(r.get('model', p)).name}/{e}" for p, r, e, c in checks if not c["ok"]]
     worst = max(rel.values())
     rtols = sorted({c["rtol"] for *_, c in checks})
-    if failed:
-        holds = plain(NO)
-    elif worst <= paper.FOLD_RTOL:
-        holds = plain(YES)
-    else:  # exact only to the looser tolerance the checks were run at
-        holds = at_deviation(
-            f"rtol {max(rtols):g}", f"rtol {paper.FOLD_RTOL:g}", f"no, {worst:.1e}"
-        )
+    holds = judge_exact(bool(failed), worst, rtols)
     ours = (
         f"max rel. logit diff {rel['folded']:.1e} (folded), {rel['scaled']:.1e} (explicit scaling); "
         f"max |loss diff| {loss:.1e}" + (f"; max |val loss diff| {max(val):.1e}" if val else "")
