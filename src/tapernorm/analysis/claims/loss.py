@@ -208,13 +208,9 @@ def judge_gaps(measured: list[WidthGap], paper_range: str) -> Verdict:
     if grade == YES and below:
         return unlike_paper("; ".join(below), paper_range)
     if grade in (NO, NOT_RESOLVED):
+        widths = zip(measured, verdicts, strict=True)
         return because(
-            grade,
-            "; ".join(
-                f"d={m.width}: {why}"
-                for m, (v, why) in zip(measured, verdicts, strict=True)
-                if v == grade
-            ),
+            grade, "; ".join(f"d={m.width}: {why}" for m, (v, why) in widths if v == grade)
         )
     return plain(grade)
 
