@@ -169,6 +169,19 @@ def test_the_readmes_reference_run_is_the_code_at_head():
     assert reference.changed_since(commit, root) == []
 
 
+def test_every_row_of_the_reference_run_prints_its_criterions_grading():
+    """Each claim's grading is written once, on its Criterion, and every row of the README's
+    reference run states it in its comment (measured or not judged alike)."""
+    from tapernorm.analysis.claims.document import CLAIMS
+
+    found = doc_blocks.BEGIN.search((ROOT / "README.md").read_text())
+    rows = json.loads((ROOT / found["source"] / "results/claims.json").read_text())["claims"]
+    assert len(rows) == len(CLAIMS)
+    for claim, row in zip(CLAIMS, rows, strict=True):
+        assert claim.criterion.grading in row["Comment"], row["Claim"]
+        assert row["criterion"] == claim.criterion.to_dict(), row["Claim"]
+
+
 def test_changed_since_names_result_paths_only(tmp_path):
     def git(*args):
         subprocess.run(["git", *args], cwd=tmp_path, check=True, capture_output=True)
