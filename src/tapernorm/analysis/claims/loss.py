@@ -166,9 +166,10 @@ class WidthGap:
         return self.gap.width
 
 
-def measure_gaps(runs: pd.DataFrame, variant: str, widths: list[int]) -> list[WidthGap]:
-    """`variant` against the baseline at each of `widths` (each has runs of both)."""
+def measure_gaps(runs: pd.DataFrame, variant: str) -> list[WidthGap]:
+    """`variant` against the baseline at each width that has runs of both (none: [])."""
     stats = stats_by_cell(runs)
+    widths = sorted(w for (w, v) in stats if v == variant and (w, "baseline") in stats)
     out = []
     for w in widths:
         arms = runs[(runs["width"] == w) & runs["variant"].isin([variant, "baseline"])]
@@ -223,11 +224,10 @@ def _gap_claim(inp: ClaimInputs, number: int, variant: str) -> dict:
     paper_value = f"{paper_range} (1M-30M, TinyStories, 6 seeds)"
     if inp.runs.empty:
         return not_measured(claim, paper_value, "no pre-training runs given")
-    stats = stats_by_cell(inp.runs)
-    widths = sorted(w for (w, v) in stats if v == variant and (w, "baseline") in stats)
-    if not widths:
+    measured = measure_gaps(inp.runs, variant)
+    if not measured:
         return not_measured(claim, paper_value, f"no width has both baseline and {variant} runs")
-    measured = measure_gaps(inp.runs, variant, widths)
+    widths = [m.width for m in measured]
     holds = judge_gaps(measured, paper_range)
     ours = [_gap_text(m) for m in measured]
     reasons = [f"d={m.width}: {width_verdict(m)[1]}" for m in measured]
