@@ -50,7 +50,6 @@ MAX_FILES = 8  # the device tool returns at most 8 files, directly under OUT
 CHECK_MODULES = (
     "tapernorm",
     "tapernorm.analysis",
-    "tapernorm.analysis.outputs",
     "tapernorm.anchor",
     "tapernorm.bench",
     "tapernorm.bench.decode",
@@ -110,6 +109,7 @@ CHECK_MODULES = (
     "tapernorm.runtime.links",
     "tapernorm.runtime.out_dirs",
     "tapernorm.runtime.out_files",
+    "tapernorm.runtime.output_set",
     "tapernorm.runtime.progress",
     "tapernorm.runtime.provenance",
     "tapernorm.schedules",
@@ -132,6 +132,20 @@ CHECK_MODULES = (
     "tapernorm.training.tensorboard_log",
     "tapernorm.training.trunk",
     "tapernorm.variants",
+    "tapernorm.workflow",
+    "tapernorm.workflow.bench",
+    "tapernorm.workflow.devices",
+    "tapernorm.workflow.family",
+    "tapernorm.workflow.files",
+    "tapernorm.workflow.finetune",
+    "tapernorm.workflow.names",
+    "tapernorm.workflow.outputs",
+    "tapernorm.workflow.plan",
+    "tapernorm.workflow.scaling",
+    "tapernorm.workflow.stability",
+    "tapernorm.workflow.training",
+    "tapernorm.workflow.trunks",
+    "tapernorm.workflow.validate",
 )
 BLOCKER = f"""import atexit, os, sys
 

@@ -1,4 +1,4 @@
-"""The registry of outputs (analysis/outputs.py): every report caption is one of its entries,
+"""The registry of outputs (workflow/outputs.py): every report caption is one of its entries,
 written from it unchanged, each entry's builder and command id resolve, `tapernorm make NAME` is
 the output's own command (the rule each entry names is the workflow's: tests/test_workflow.py)."""
 
@@ -6,9 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from tapernorm.analysis import outputs
+from tapernorm.analysis import builder
 from tapernorm.artifact.report_captions import sync_captions
 from tapernorm.cli import main
+from tapernorm.workflow import outputs
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -37,7 +38,7 @@ def test_a_stale_caption_is_reported_and_rewritten(tmp_path, capsys):
 
 def test_each_entry_names_its_builder_and_a_unique_command_id():
     for output in outputs.OUTPUTS:
-        assert callable(output.build()), output.name
+        assert callable(builder(output)), output.name
     for kind in ("table", "figure"):
         ids = outputs.cli_ids(kind)
         assert len(ids) == len(set(ids))

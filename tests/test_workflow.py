@@ -328,7 +328,7 @@ def test_benchmarks_need_the_three_runs_and_the_fold_check(workdir, tmp_path):
 
 
 def test_each_registered_output_is_made_by_its_rule(workdir):
-    from tapernorm.analysis.outputs import OUTPUTS
+    from tapernorm.workflow.outputs import OUTPUTS
 
     rules = set(snakemake(workdir, "--list-rules").stdout.split())
     assert {o.target for o in OUTPUTS} <= rules

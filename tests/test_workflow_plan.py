@@ -13,6 +13,7 @@ from tapernorm.cli.data import data_settings
 from tapernorm.config import ConfigError
 from tapernorm.workflow import Plan, validate_pipeline_config
 from tapernorm.workflow import names as wn
+from tapernorm.workflow.outputs import NEEDS, OUTPUTS
 from tapernorm.workflow.training import SweepFamily
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -294,6 +295,24 @@ def test_all_targets_follow_the_configured_families():
     assert {"table_tails.csv", "table_tails.json", "fig_tails.png"} <= names  # always drawn
     assert [f.name for f in Plan(bare).training()] == ["pretrain"]
     assert Plan(bare).bench_csvs() == []
+
+
+def test_the_plan_makes_the_registrys_outputs_whose_needs_the_config_has():
+    ci = Plan(validate_pipeline_config(load("ci.yaml"), SCHEMA))
+    assert {o.needs for o in OUTPUTS} <= set(NEEDS)
+    assert [o.name for o in ci.outputs(lr_grid=True)] == [o.name for o in OUTPUTS]
+    assert "fig_lr_grid" not in {o.name for o in ci.outputs()}  # no committed grid: not drawn
+    assert ci.tables_of("") == ["table1", "table2", "table5"]  # report.smk's rule per table
+    assert ci.tables_of("finetune") == ["table4", "table6"]  # finetune.smk's
+    assert ci.figures() == [
+        "fig1_gate_schedule", "fig2_train_loss", "fig3_logit_norm", "fig4_grad_norms",
+        "fig4b_ablation_grad_norms", "fig6_scale_anchor", "fig7_anchor_sweep",
+    ]  # fmt: skip
+    no_sweep = Plan(validate_pipeline_config(_bad(lambda c: c.update(anchor_sweep=None)), SCHEMA))
+    made = {o.name for o in no_sweep.outputs()}
+    assert {"fig4b_ablation_grad_norms", "fig6_scale_anchor"} <= made
+    assert not {"fig7_anchor_sweep", "table_anchor"} & made
+    assert no_sweep.figure_width("fig6_scale_anchor") == no_sweep.ablation.figure_width
 
 
 def test_job_records_are_one_path_per_timed_job():

@@ -4,7 +4,7 @@ import sys
 
 from tapernorm.runtime import provenance
 from tapernorm.analysis.runs import ANALYSIS_INPUTS
-from tapernorm.analysis.outputs import BY_NAME as OUTPUTS
+from tapernorm.workflow.outputs import BY_NAME as OUTPUTS
 from tapernorm.machine.env_lock import CONSTRAINTS, environment_warning
 from tapernorm.machine.job_resources import hf_cache_env
 from tapernorm.training.lock import WAIT_ENV
@@ -110,7 +110,7 @@ def run_files(run_dirs, names=ANALYSIS_INPUTS):
 def table_outputs(name):
     """results/tables/<name>.{csv,md,tex} and the .html that the report shows, captioned by
     workflow/report/<name>.rst, and the set's marker (.set.json: written as one set). `name`:
-    an output of the registry (analysis/outputs.py), which `tapernorm make` builds."""
+    an output of the registry (workflow/outputs.py), which `tapernorm make` builds."""
     files = wp.table_files(OUTPUTS[name].name)
     marker = wf.set_marker(files["csv"].removesuffix(".csv"))
     return {**wf.with_report(files, name, "Tables", report), "marker": marker}

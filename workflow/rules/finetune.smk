@@ -169,11 +169,11 @@ rule eval_finetune:
 
 
 # One rule per table, named after it, so that each gets its own caption in the report.
-for n in wp.FINETUNE_TABLES:
+for table in PLAN.tables_of("finetune"):
 
     rule:
         name:
-            f"table{n}"
+            table
         input:
             evals=FINETUNE.eval_paths(),
             # (metrics.jsonl: the check of the runs, analysis/comparable.py)
@@ -181,14 +181,14 @@ for n in wp.FINETUNE_TABLES:
                 FINETUNE.run_dirs(), ("config.json", "eval.json", "metrics.jsonl")
             ),
         output:
-            **table_outputs(f"table{n}"),
+            **table_outputs(table),
         log:
-            f"logs/tables/table{n}.log",
+            f"logs/tables/{table}.log",
         localrule: True
         conda:
             "../envs/tapernorm.yaml"
         params:
-            name=f"table{n}",
+            name=table,
             runs=run_dirs,
             out=table_stem,
             stamp=stamp_args,

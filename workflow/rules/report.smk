@@ -1,23 +1,23 @@
 # One rule per table and per figure, named after it, so that each gets its own caption in the
 # report. Tables, figures, claims and job times are local rules: on a cluster they run on the
 # submitting host (a few seconds of CPU each) instead of waiting in the GPU partition's queue.
-for n in wp.PRETRAIN_TABLES:
+for table in PLAN.tables_of(""):
 
     rule:
         name:
-            f"table{n}"
+            table
         input:
             runs=run_files(PLAN.pretrain.run_dirs()),
             data=PRETRAIN_DATA_FILES["meta"],  # the corpus' name, for Table 2's caption
         output:
-            **table_outputs(f"table{n}"),
+            **table_outputs(table),
         log:
-            f"logs/tables/table{n}.log",
+            f"logs/tables/{table}.log",
         localrule: True
         conda:
             "../envs/tapernorm.yaml"
         params:
-            name=f"table{n}",
+            name=table,
             runs=run_dirs,
             out=table_stem,
             stamp=stamp_args,
@@ -106,14 +106,14 @@ rule fig_claim_gaps:
         json="results/claims.json",
         marker=wf.set_marker("results/claims"),  # (the command checks claims.json against it)
     output:
-        **figure_outputs(wp.CLAIM_GAPS_FIGURE),
+        **figure_outputs("fig_claim_gaps"),
     log:
-        f"logs/figures/{wp.CLAIM_GAPS_FIGURE}.log",
+        "logs/figures/fig_claim_gaps.log",
     localrule: True
     conda:
         "../envs/tapernorm.yaml"
     params:
-        name=wp.CLAIM_GAPS_FIGURE,
+        name="fig_claim_gaps",
         stamp=stamp_args,
     shell:
         "tapernorm make {params.name} --claims {input.json} {params.stamp} --out {output.pdf} "
@@ -126,14 +126,14 @@ rule fig_lr_grid:
         grid=lr_grid_input,
         marker=lambda w: wf.set_markers(lr_grid_input(w)),
     output:
-        **figure_outputs(wp.LR_GRID_FIGURE),
+        **figure_outputs("fig_lr_grid"),
     log:
-        f"logs/figures/{wp.LR_GRID_FIGURE}.log",
+        "logs/figures/fig_lr_grid.log",
     localrule: True
     conda:
         "../envs/tapernorm.yaml"
     params:
-        name=wp.LR_GRID_FIGURE,
+        name="fig_lr_grid",
         stamp=stamp_args,
     shell:
         "tapernorm make {params.name} --lr-grid {input.grid} {params.stamp} --out {output.pdf} "

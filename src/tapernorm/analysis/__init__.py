@@ -1,7 +1,8 @@
 """Tables, figures and claims from run directories (runs.py says what a run directory holds).
 
-outputs.py is the registry of every table, figure and the claims: each output's name, builder and
-caption. The builders sit in one sub-package per kind:
+The registry of every table, figure and the claims (each output's name, rule, builder and caption)
+is the workflow's (tapernorm.workflow.outputs); `builder` imports an output's builder from here.
+The builders sit in one sub-package per kind:
 - tables/: training (Tables 1, 2 and 5, and the table writers), inference (Table 3, the decode
   table), finetune (Tables 4 and 6), job_times (Snakemake's job records per rule);
 - figures/: training (figures 1-3, fig6, make_figure), gradients (4, 4b), speedups (5), summary
@@ -16,3 +17,18 @@ epochs, speed_rule (every speed verdict), html and report_home. The commands are
 tapernorm.cli.analysis'. Nothing is imported here, so `tapernorm` commands that don't draw anything
 never load matplotlib.
 """
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ..workflow.outputs import Output
+
+
+def builder(output: Output) -> Callable[..., list]:
+    """The function that builds `output` (its "module:function" of this package, imported now)."""
+    module, _, function = output.builder.partition(":")
+    return getattr(importlib.import_module(f"{__name__}.{module}"), function)

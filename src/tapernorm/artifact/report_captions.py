@@ -1,13 +1,13 @@
 """The Snakemake report's captions, generated: workflow/report/<name>.rst of every registered
-output (analysis/outputs.py), written by `tapernorm docs` and checked by `tapernorm docs --check`.
+output (workflow/outputs.py), written by `tapernorm docs` and checked by `tapernorm docs --check`.
 Edit a caption in the registry, never in its .rst."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from ..analysis.outputs import OUTPUTS, REPORT_DIR
 from ..runtime.atomic import atomic_write_bytes
+from ..workflow.outputs import OUTPUTS, REPORT_DIR
 
 
 def sync_captions(repo: Path, check: bool = False) -> list[Path]:

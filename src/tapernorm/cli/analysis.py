@@ -1,13 +1,14 @@
 """`tapernorm make | table | figure | tails | claims | report-home | job-times`: the analysis
 subcommands, added to the main parser. `make NAME` builds any output of the registry
-(analysis/outputs.py) by its name: it is the output's own command (make_argv)."""
+(workflow/outputs.py) by its name: it is the output's own command (make_argv)."""
 
 from __future__ import annotations
 
 import argparse
 from pathlib import Path
 
-from ..analysis import outputs
+from ..analysis import builder
+from ..workflow import outputs
 from .args import POSITIVE, allow_dirty_arg, device_arg
 from .probe import battery_args
 
@@ -40,7 +41,7 @@ def _build(args: argparse.Namespace, *stamp: object, **keywords: object) -> int:
     which = (args.which,) if entry.by_id else ()
     inputs = [_input(args, name) for name in entry.reads]
     options = {name: getattr(args, name) for name in entry.options}
-    for path in entry.build()(*which, *inputs, args.out, *stamp, **keywords, **options):
+    for path in builder(entry)(*which, *inputs, args.out, *stamp, **keywords, **options):
         print(path)
     return 0
 

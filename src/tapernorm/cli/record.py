@@ -82,7 +82,7 @@ def _cmd_docs(args: argparse.Namespace) -> int:
     print(f"{seen} generated blocks, {len(changed)} documents {verb}")
     captions = sync_captions(args.repo, check=args.check)
     for path in captions:
-        print(f"{path}: report caption {verb} (analysis/outputs.py)")
+        print(f"{path}: report caption {verb} (workflow/outputs.py)")
     if args.check and (changed or captions):
         print("run `tapernorm docs` to regenerate them from the committed runs they name")
         return 1
@@ -142,7 +142,7 @@ def add_subcommands(sub) -> None:
     d = sub.add_parser(
         "docs",
         help="regenerate the README's and docs' blocks of numbers from the committed runs they "
-        "name, and the report's captions (workflow/report/<name>.rst) from analysis/outputs.py; "
+        "name, and the report's captions (workflow/report/<name>.rst) from workflow/outputs.py; "
         "--check: exit 1 if any differs",
     )
     d.add_argument("--check", action="store_true", help="compare only")

@@ -1,6 +1,8 @@
 """The workflow layer: what the Snakefile asks of a pipeline config, one object per run family
 (pre-training, ablation, anchor_sweep, lr_grid, finetune, finetune_base; workflow.plan.Plan holds
-them), the files the rules name (workflow.files), the functions Snakemake calls for each job
+them), the registry of its outputs, each table and figure once with its rule, builder and caption
+(workflow.outputs, which the plan's targets and the rules read), the files the rules name
+(workflow.files), the functions Snakemake calls for each job
 (workflow.job_functions) and the outputs' stamps (workflow.stamps); the .smk files only wire them
 up. Plans without torch: the planning host decides no device (workflow.devices)."""
 

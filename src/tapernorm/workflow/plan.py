@@ -1,5 +1,6 @@
-"""The workflow's plan of a validated config: the families present, the figures and tables it
-makes, every target of rule all, the job records. `Plan(config)` is what the Snakefile asks."""
+"""The workflow's plan of a validated config: the families present, the outputs of the registry
+(workflow/outputs.py) it makes, every target of rule all, the job records. `Plan(config)` is what
+the Snakefile asks."""
 
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ from .files import (
 )
 from .finetune import FinetuneBaseFamily, FinetuneFamily
 from .names import JOB_RECORDS, job_record, parse_run_name, run_name
+from .outputs import BY_NAME, OUTPUTS, Output
 from .scaling import ScalingAblationFamily, ScalingFamily
 from .stability import StabilityFactorFamily, StabilityFamily
 from .training import LrGridFamily, SweepFamily, TrainingFamily
@@ -36,14 +38,12 @@ if TYPE_CHECKING:
 FIG2_VARIANTS = variants_with("fig2")
 TABLE_FILES = ("csv", "md", "tex", "html")  # html: what the report shows
 FIGURE_FILES = ("pdf", "png")  # png: what the report shows
-PRETRAIN_TABLES = (1, 2, 5)  # of the pre-training runs (rules table1, table2, table5)
-FINETUNE_TABLES = (4, 6)  # of the GPT-2 fine-tuning family (rules table4, table6)
-ABLATION_FIGURES = ("fig4b_ablation_grad_norms", "fig6_scale_anchor", "fig7_anchor_sweep")
 MANIFEST = "results/manifest.json"  # rule manifest: the run's last job
+# rule claims: claims.md, claims.json, the report's page and the set's marker (runtime.output_set)
+CLAIMS_FILES = ("results/claims.md", "results/claims.json", "results/claims.html",
+                set_marker("results/claims"))  # fmt: skip
 REPORT_HOME = "results/report/home.rst"  # rule report_home: the report's home page after a run
 LR_GRID_SUMMARY = "results/lr_grid/lr_grid.json"  # rule lr_grid: the grid's summary
-CLAIM_GAPS_FIGURE = "fig_claim_gaps"  # rule fig_claim_gaps: the claims' paired gaps (claims.json)
-LR_GRID_FIGURE = "fig_lr_grid"  # rule fig_lr_grid: the committed LR grid (results/cpu/lr_grid)
 # rule tails: the tails battery (`tapernorm tails`) of the pre-training runs at the figure width and
 # of the folded models, side by side: its table, and the JSON record that rule fig_tails draws
 TAILS_TABLE, TAILS_FIGURE = "table_tails", "fig_tails"
@@ -125,14 +125,23 @@ class Plan:
         found = [*self.training(), self.finetune_base, self.finetune]
         return [f for f in found if f is not None]
 
+    def outputs(self, lr_grid: bool = False) -> list[Output]:
+        """The registry's outputs this config makes (each output's `needs` present; `lr_grid`: the
+        checkout has the committed LR grid), in the registry's order."""
+        present = {"": True, "committed_lr_grid": lr_grid}
+        present |= {n: bool(getattr(self, n)) for n in ("ablation", "sweep", "finetune", "bench")}
+        return [o for o in OUTPUTS if present[o.needs]]
+
+    def tables_of(self, needs: str) -> list[str]:
+        """The tables of the registry (rule and `tapernorm make` name theirs) that one rule per
+        table builds from the runs `needs` says: "" the pre-training runs' (report.smk),
+        "finetune" the fine-tuning's (finetune.smk)."""
+        tables = [o for o in self.outputs() if o.kind == "table" and o.needs == needs]
+        return [o.name for o in tables if not (o.rule or o.command)]
+
     def figures(self) -> list[str]:
-        """The figures this config draws (each its rule and caption, workflow/report/<name>.rst)."""
-        names = ["fig1_gate_schedule", "fig2_train_loss", "fig3_logit_norm", "fig4_grad_norms"]
-        if self.ablation:
-            names += ["fig4b_ablation_grad_norms", "fig6_scale_anchor"]
-        if self.sweep:
-            names.append("fig7_anchor_sweep")
-        return names
+        """The figures this config draws from training runs, one rule each (report.smk)."""
+        return [o.name for o in self.outputs() if o.kind == "figure" and o.from_runs]
 
     def figure_runs(self) -> dict[str, list[str]]:
         """{figure: the run directories it plots} of the figures this config draws (figures())."""
@@ -157,7 +166,7 @@ class Plan:
 
     def figure_width(self, figure: str) -> int:
         """--width of a figure: the ablation's for the ablation's figures, else figures 2-4's."""
-        if figure in ABLATION_FIGURES and self.ablation:
+        if BY_NAME[figure].needs in ("ablation", "sweep") and self.ablation:
             return self.ablation.figure_width
         return self.pretrain.figure_width
 
@@ -216,22 +225,12 @@ class Plan:
         def figures(*names: str) -> list[str]:
             return [p for n in names for p in (*figure_targets(n), set_marker(f"figures/{n}"))]
 
-        targets = figures(*self.figures())
-        targets += tables(*(f"table{n}" for n in PRETRAIN_TABLES))
-        targets += tables(TAILS_TABLE) + [TAILS_RECORD]
-        targets += tables("table_anchor") if self.sweep else []
+        files = {"table": tables, "figure": figures, "claims": lambda _: CLAIMS_FILES}
+        targets = [f for output in self.outputs(lr_grid) for f in files[output.kind](output.name)]
         if self.finetune:
-            targets += tables(*(f"table{n}" for n in FINETUNE_TABLES))
             exported = self.finetune.runs(["all_taperln"])
             targets += [f"results/export/{run}/verify.json" for run in exported]
-        if self.bench:
-            targets += tables("table3", "table_decode")
-            targets += figures("fig5_decode_speedup")
-        summaries = [TAILS_FIGURE, CLAIM_GAPS_FIGURE] + ([LR_GRID_FIGURE] if lr_grid else [])
-        targets += figures(*summaries)
-        claims = ["results/claims.md", "results/claims.json", "results/claims.html"]
-        claims += [set_marker("results/claims"), REPORT_HOME]
-        return targets + claims + tables("job_times") + [MANIFEST]
+        return [*targets, TAILS_RECORD, REPORT_HOME, MANIFEST]
 
     def timed_jobs(self, root: str | None = JOB_RECORDS) -> list[str]:
         """Job records of this config's jobs that keep one (trunks, training, fine-tuning, the

@@ -1,19 +1,21 @@
 """The registry of the pipeline's outputs: every table, figure, the claims and the job times once,
 each with its name (the file stem, the name `tapernorm make` takes, and its report caption's file,
-workflow/report/<name>.rst), the Snakemake rule that makes it, the command that builds it, the
-function that builds it and its report caption. `tapernorm make NAME` and `tapernorm table |
-figure` dispatch through it; the workflow's table and figure rules build their outputs by name
-with `tapernorm make`; `tapernorm docs` writes the caption files from it
-(artifact/report_captions.py)."""
+workflow/report/<name>.rst), the Snakemake rule that makes it, the family of runs the config must
+have for it, the command that builds it, the function of tapernorm.analysis that builds it and its
+report caption. The workflow's plan (Plan.outputs) and rules read it for the targets and the rules
+of each output; `tapernorm make NAME` and `tapernorm table | figure` dispatch through it (the
+builder is imported by tapernorm.analysis.builder); `tapernorm docs` writes the caption files from
+it (artifact/report_captions.py)."""
 
 from __future__ import annotations
 
-import importlib
-from collections.abc import Callable
 from dataclasses import dataclass
 
 REPORT_DIR = "workflow/report"  # <name>.rst: each output's caption in the Snakemake report
 NOT_OUTPUTS = ("workflow.rst",)  # the report's description before a run: no output's caption
+# what an output may need beyond the pre-training runs: a family of the config (Plan's attribute
+# of that name) or, for the LR grid's figure, the checkout's committed LR grid
+NEEDS = ("", "ablation", "sweep", "finetune", "bench", "committed_lr_grid")
 
 
 @dataclass(frozen=True)
@@ -33,11 +35,17 @@ class Output:
     by_id: bool = False
     rule: str = ""  # the Snakemake rule that makes it, where not `name`
     command: str = ""  # the `tapernorm` command that builds it, where `cli_id` is None
+    needs: str = ""  # what the config must have for it (NEEDS; "": every config makes it)
 
     @property
     def target(self) -> str:
         """The Snakemake rule that makes the output."""
         return self.rule or self.name
+
+    @property
+    def from_runs(self) -> bool:
+        """Built from training runs' directories alone (--runs)."""
+        return self.reads == RUNS
 
     def argv(self) -> list[str]:
         """The `tapernorm` command line (without its options) that builds the output."""
@@ -49,11 +57,6 @@ class Output:
             f"{self.caption}\nRebuild it: ``snakemake --cores all --forcerun {self.target}`` (add "
             "the run's ``--configfile``, if it had one).\n"
         )
-
-    def build(self) -> Callable[..., list]:
-        """The builder function (its module imported now)."""
-        module, _, function = self.builder.partition(":")
-        return getattr(importlib.import_module(f"{__package__}.{module}"), function)
 
     def caption_path(self) -> str:
         return f"{REPORT_DIR}/{self.name}.rst"
@@ -110,6 +113,7 @@ from the same paired rounds, so they agree.
 """,
         reads=BENCH,
         by_id=True,
+        needs="bench",
     ),
     Output(
         "table4",
@@ -125,6 +129,7 @@ named as such in the table; sets not available offline are marked.
         reads=RUNS_EVALS,
         options=MIXED,
         by_id=True,
+        needs="finetune",
     ),
     Output(
         "table5",
@@ -151,6 +156,7 @@ paper's.
         reads=RUNS_EVALS,
         options=MIXED,
         by_id=True,
+        needs="finetune",
     ),
     Output(
         "table_decode",
@@ -167,6 +173,7 @@ command); throughput and speedup come from the same paired rounds, so they agree
 """,
         reads=BENCH,
         by_id=True,
+        needs="bench",
     ),
     Output(
         "table_anchor",
@@ -181,6 +188,7 @@ and the stiffness kappa of the restoring force on ln r (Prop. 4.3).
         reads=RUNS,
         options=MIXED,
         rule="anchor_table",
+        needs="sweep",
     ),
     Output(
         "table_tails",
@@ -305,6 +313,7 @@ per variant by default, so no bands.
         reads=RUNS,
         options=WIDTH_MIXED,
         by_id=True,
+        needs="ablation",
     ),
     Output(
         "fig5_decode_speedup",
@@ -323,6 +332,7 @@ measurement of the method; the page above names those cells, why, and how to rer
 """,
         reads=BENCH,
         rule="fig5",
+        needs="bench",
     ),
     Output(
         "fig6_scale_anchor",
@@ -343,6 +353,7 @@ ablation has one seed per variant by default: no bands).
         reads=RUNS,
         options=WIDTH_MIXED,
         by_id=True,
+        needs="ablation",
     ),
     Output(
         "fig7_anchor_sweep",
@@ -361,6 +372,7 @@ on them.
 """,
         reads=RUNS,
         options=MIXED,
+        needs="sweep",
     ),
     Output(
         "fig_claim_gaps",
@@ -389,6 +401,7 @@ every mean drawn and each arm's gap to its matched baseline at the shared and at
 """,
         reads=("lr_grid",),
         by_id=True,
+        needs="committed_lr_grid",
     ),
     Output(
         "fig_tails",
