@@ -181,3 +181,20 @@ def test_the_intro_names_the_module_that_measures_each_claim():
         "fold.py (claims 1), loss.py (2) and dyt.py (TaperNorm vs DyT)"
     )
     assert claims.measured_where(claims.CLAIMS[:1]) == "loss.py (claims 1)"
+
+
+def test_a_claims_statement_and_paper_value_are_its_declarations():
+    """The Claim and Paper cells come from the declaration in CLAIMS (a measure fills the rest),
+    the numbered claims by their place, also where nothing was measured."""
+    table = claims.claims_table(ClaimInputs())
+    assert list(table["Ours"]) == [claims.NOT_MEASURED] * len(claims.CLAIMS)
+    rows = table.to_dict("records")
+    for number, (claim, row) in enumerate(zip(claims.CLAIMS, rows, strict=True), 1):
+        assert row["Claim"] == (claim.statement if claim.name else f"{number}. {claim.statement}")
+        assert row["Paper"].startswith(claim.paper_value)
+    assert [c.title(n) for n, c in enumerate(claims.CLAIMS, 1)][:2] == [
+        "1. Internal-Taper (+aux) validation loss within ~2% of the baseline",
+        "2. All-Taper (+aux) validation loss within ~2% of the baseline",
+    ]
+    measured = claims.claim6(ClaimInputs())  # a measure alone: no statement, no paper value
+    assert set(measured) == {"Ours", "Scale", "Holds?", "Comment", "grade"}

@@ -42,11 +42,11 @@ def claims_json(tmp_path):
     )
     inp = ClaimInputs(runs=runs)
     rows = []
-    for claim in (claims.claim1, claims.claim2, claim_dyt):
-        row = claim(inp)
-        fields = record_fields(row, next(c.criterion for c in claims.CLAIMS if c.measure is claim))
-        rows.append({**row, **fields})
-    rows = [{k: v for k, v in r.items() if k != "numbers"} for r in rows]
+    for number, claim in enumerate(claims.CLAIMS, 1):
+        if claim.measure in (claims.claim1, claims.claim2, claim_dyt):
+            row = claim.row(inp, number)
+            rows.append({**row, **record_fields(row, claim.criterion)})
+    rows = [{k: v for k, v in r.items() if k not in ("numbers", "paper_sources")} for r in rows]
     path = tmp_path / "claims.json"
     write_json(path, {"claims": rows})
     return path, rows

@@ -214,16 +214,9 @@ def _chasing(source: Source) -> Chasing | None:
 
 
 def claim3(inp: ClaimInputs) -> dict:
-    claim = "3. Without an anchor, final-norm removal causes logit chasing"
-    paper_value = (
-        f"~{paper.FIG3_CHASING_RATIO[0]}-{paper.FIG3_CHASING_RATIO[1]}x at d=512 (All-Taper ~2e5, "
-        "Final-Taper ~1.2e5 vs ~5e3-6e3 anchored)"
-    )
     measures = [m for m in map(_chasing, _sources(inp)) if m is not None]
     if not measures:
-        return not_measured(
-            claim, paper_value, "no runs with both unanchored variants and a kept final norm"
-        )
+        return not_measured("no runs with both unanchored variants and a kept final norm")
     judged = [m for m in measures if m.source.judged]
     ours = "; ".join(
         f"{m.source.name}: {m.ratio:.2f}x ("
@@ -245,7 +238,7 @@ def claim3(inp: ClaimInputs) -> dict:
         f"{MARGIN_JUDGED:.0%} of tokens): {notes}. {CHASE_CRITERION.grading}" + _diverged_note(inp)
     )
     scales = " | ".join(m.source.scale() for m in measures)
-    row = claim_row(claim, paper_value, ours, scales, holds, comment)
+    row = claim_row(ours, scales, holds, comment)
     numbers = Numbers(
         headline=f"{where} (paper {paper.FIG3_SOURCE.version} ~{lo}-{hi}x)",
         unit="x",
@@ -370,12 +363,9 @@ def _at_paper(m: SourceMeasure, points: pd.DataFrame | None) -> tuple[str, float
 
 
 def claim4(inp: ClaimInputs) -> dict:
-    claim = "4. The scale loss suppresses logit chasing (All-Taper (+aux) close to anchored runs)"
-    lo, hi = paper.FIG3_ANCHORED_RANGE
-    paper_value = f"All-Taper (+aux) ~{lo:.0e}-{hi:.0e}, like the baseline (ratio ~1)"
     measures = [m for m in map(_suppression, _sources(inp)) if m is not None]
     if not measures:
-        return not_measured(claim, paper_value, "no runs with all_aux, baseline and final/all")
+        return not_measured("no runs with all_aux, baseline and final/all")
     points = _sweep(inp)
     judged = [m for m in measures if m.source.judged]
     deviations = [m.setting for m in judged if m.forms != (PAPER_ANCHOR,)]
@@ -387,7 +377,7 @@ def claim4(inp: ClaimInputs) -> dict:
     )
     scales = " | ".join(m.source.scale() for m in measures)
     comment = _suppression_comment(inp, measures, at_paper, points)
-    row = claim_row(claim, paper_value, ours, scales, holds, comment)
+    row = claim_row(ours, scales, holds, comment)
     return with_numbers(row, _suppression_numbers(measures))
 
 
@@ -549,19 +539,14 @@ def claim5_premise(runs: pd.DataFrame, verdict: str) -> tuple[Verdict, str]:
 
 
 def claim5(inp: ClaimInputs) -> dict:
-    claim = "5. Gradient norms cluster by final-norm presence without the anchor; the gap closes with it"
-    lo, hi = paper.FIG4_NO_FINAL_NORM_GRAD
-    paper_value = (
-        f"no-final-norm grads decay to ~{lo}-{hi} (d=512); All-Taper (+aux) = Internal-Taper"
-    )
     found = _grad_source(inp)
     if found is None:
         why = f"no source with non-diverged runs of every variant {GRAD_NEEDED}"
         given = [r for r in (inp.runs, inp.ablation) if not r.empty and "variant" in r]
         if not any(set(GRAD_NEEDED) <= set(r["variant"]) for r in given):
-            return not_measured(claim, paper_value, why)
+            return not_measured(why)
         # every variant ran, but in no source did each have a run that finished
-        return claim_row(claim, paper_value, "—", "—", not_judged(why), _diverged_note(inp).strip())
+        return claim_row("—", "—", not_judged(why), _diverged_note(inp).strip())
     name, runs = found.name, found.runs
     means = runs.groupby("variant")[[c for c in runs.columns if c.endswith("_end")]].mean()
     conventions = [("before clipping", GRAD_COLUMNS)]
@@ -588,7 +573,7 @@ def claim5(inp: ClaimInputs) -> dict:
     )
     ours = f"{name}, " + "; ".join(f"{j.label}: {j.short}" for j in judged)
     holds, premise = claim5_premise(runs, combine_verdicts([j.verdict for j in judged]))
-    row = claim_row(claim, paper_value, ours, describe_scale(runs), holds, comment + premise)
+    row = claim_row(ours, describe_scale(runs), holds, comment + premise)
     numbers = Numbers(
         headline=ours,
         unit="x",

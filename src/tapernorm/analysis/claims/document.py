@@ -1,9 +1,9 @@
 """results/claims.md: each claim of the paper's section 7 that the inputs allow, the paper's value, ours,
 the scale ours was measured at, whether it holds, and one sentence on it.
 
-Each claim is one declaration in CLAIMS (Claim): its measure, a function of ClaimInputs returning a
-row dict (a claim whose inputs are absent returns a "not measured" row), its criterion, where its
-paper value is from and the scaling study's rows it quotes. Other experiment families add their
+Each claim is one declaration in CLAIMS (Claim): its statement, the paper's value and where it is
+from, its measure (a function of ClaimInputs returning the row's other cells; a claim whose inputs
+are absent is "not measured"), its criterion and the scaling study's rows it quotes. Other experiment families add their
 claims by adding a Claim to CLAIMS (and, if they need new inputs, fields to ClaimInputs) or by
 passing markdown through `extra_sections`. The measures live by group in claims.loss (1, 2),
 claims.chasing (3-5), claims.fold (6, 7) and claims.finetune (8), the paper's stability claim in
@@ -56,7 +56,7 @@ from .chasing import (
     claim5,
 )
 from .dyt import DYT_CRITERION, claim_dyt, grid_source, paper_variants_only
-from .finetune import FINETUNE_CRITERION, claim8
+from .finetune import FINETUNE_CRITERION, claim8, paper_claim8
 from .fold import (
     EXACT_CRITERION,
     FOLD_SPEEDUP_YES,
@@ -65,7 +65,7 @@ from .fold import (
     claim7,
     read_verify,
 )
-from .loss import GAP_CRITERION, GAP_MAX_PCT, claim1, claim2
+from .loss import GAP_CRITERION, GAP_MAX_PCT, claim1, claim2, gap_statement, paper_gap_range
 from .numbers import Criterion, record_fields
 from .rows import COLUMNS, GRADES, NOT_MEASURED, SIZE_FACTOR, ClaimInputs, Verdict
 from .scale_card import COLUMNS as SCALE_COLUMNS
@@ -105,13 +105,16 @@ __all__ = [
 
 @dataclass(frozen=True)
 class Claim:
-    """One claim of claims.md, declared once: `measure` (its row from the inputs, measured and
-    judged), its criterion (claims.json's `criterion`), where its paper value is from (the paper's
-    version and table: its Paper cell carries them, claims.json's `paper_sources` too; DyT's row
-    has none), whether it is judged on the paper's six variants only (dyt.paper_variants_only),
-    the scaling study's claim whose rows it quotes (scaling.with_study), and its name where it is
-    not numbered (claims 1-8 are numbered by their place in CLAIMS)."""
+    """One claim of claims.md, declared once: its statement (the Claim cell; claims 1-8 are
+    numbered by their place in CLAIMS, the others carry their `name`), the paper's value (the
+    Paper cell, tagged with where it is from, `sources`: the paper's version and table, which
+    claims.json's `paper_sources` lists too; DyT's row has none), `measure` (the other cells from
+    the inputs, measured and judged: claims.rows.claim_row), its criterion (claims.json's
+    `criterion`), whether it is judged on the paper's six variants only (dyt.paper_variants_only)
+    and the scaling study's claim whose rows it quotes (scaling.with_study)."""
 
+    statement: str
+    paper_value: str
     measure: Callable[[ClaimInputs], dict]
     criterion: Criterion
     sources: tuple[paper.Source, ...] = ()
@@ -119,33 +122,88 @@ class Claim:
     study: str | None = None
     name: str | None = None
 
-    def row(self, inp: ClaimInputs) -> dict:
-        """The claim's row: measured, with the study's rows quoted and its paper sources."""
+    def title(self, number: int) -> str:
+        """The Claim cell: "<number>. <statement>", or the statement of a named claim."""
+        return self.statement if self.name else f"{number}. {self.statement}"
+
+    def row(self, inp: ClaimInputs, number: int) -> dict:
+        """The claim's row: its statement and paper value, measured, with the study's rows
+        quoted, and its paper sources."""
         measure = paper_variants_only(self.measure) if self.paper_variants else self.measure
         if self.study is not None:
             measure = with_study(measure, self.study)
-        row = measure(inp)
         return {
-            **row,
-            "Paper": paper.tagged(row["Paper"], *self.sources),
+            "Claim": self.title(number),
+            "Paper": paper.tagged(self.paper_value, *self.sources),
+            **measure(inp),
             SOURCES_KEY: self.sources,
         }
 
 
 SOURCES_KEY = "paper_sources"  # the row's key holding its paper sources (not a column)
 TABLE2, FIG3 = (paper.TABLE2_SOURCE,), (paper.FIG3_SOURCE,)
+CHASED, ANCHORED = paper.FIG3_CHASING_RATIO, paper.FIG3_ANCHORED_RANGE
+NO_FINAL_GRAD = paper.FIG4_NO_FINAL_NORM_GRAD
+BEST, DECODE = paper.table3_best(), paper.DECODE_SPEEDUP
 CLAIMS: tuple[Claim, ...] = (
-    Claim(claim1, GAP_CRITERION, TABLE2, study="1"),
-    Claim(claim2, GAP_CRITERION, TABLE2, study="2"),
-    Claim(claim3, CHASE_CRITERION, FIG3, paper_variants=True, study="3"),
-    Claim(claim4, SUPPRESS_CRITERION, FIG3, paper_variants=True, study="4"),
-    Claim(claim5, GRAD_CRITERION, (paper.FIG4_SOURCE,), paper_variants=True),
-    Claim(claim6, EXACT_CRITERION, (paper.FOLD_SOURCE,)),
-    Claim(claim7, SPEED_CRITERION, (paper.TABLE3_SOURCE, paper.DECODE_SOURCE)),
-    Claim(claim8, FINETUNE_CRITERION, (paper.TABLE4_SOURCE,)),
-    Claim(claim_stability, STABILITY_CRITERION, (paper.STABILITY_SOURCE,), name="stability"),
-    Claim(claim_dyt, DYT_CRITERION, study="dyt", name="TaperNorm vs DyT"),
-)
+    Claim(
+        gap_statement("internal_aux"),
+        f"{paper_gap_range('internal_aux')} (1M-30M, TinyStories, 6 seeds)",
+        claim1, GAP_CRITERION, TABLE2, study="1",
+    ),
+    Claim(
+        gap_statement("all_aux"),
+        f"{paper_gap_range('all_aux')} (1M-30M, TinyStories, 6 seeds)",
+        claim2, GAP_CRITERION, TABLE2, study="2",
+    ),
+    Claim(
+        "Without an anchor, final-norm removal causes logit chasing",
+        f"~{CHASED[0]}-{CHASED[1]}x at d=512 (All-Taper ~2e5, Final-Taper ~1.2e5 vs ~5e3-6e3 "
+        "anchored)",
+        claim3, CHASE_CRITERION, FIG3, paper_variants=True, study="3",
+    ),
+    Claim(
+        "The scale loss suppresses logit chasing (All-Taper (+aux) close to anchored runs)",
+        f"All-Taper (+aux) ~{ANCHORED[0]:.0e}-{ANCHORED[1]:.0e}, like the baseline (ratio ~1)",
+        claim4, SUPPRESS_CRITERION, FIG3, paper_variants=True, study="4",
+    ),
+    Claim(
+        "Gradient norms cluster by final-norm presence without the anchor; the gap closes with it",
+        f"no-final-norm grads decay to ~{NO_FINAL_GRAD[0]}-{NO_FINAL_GRAD[1]} (d=512); All-Taper "
+        "(+aux) = Internal-Taper",
+        claim5, GRAD_CRITERION, (paper.FIG4_SOURCE,), paper_variants=True,
+    ),
+    Claim(
+        "Folding is exact: folded and unfolded models give the same logits and loss",
+        f"same logits; max |dz| ~{paper.FOLD_RTOL:.0e} of the logit scale (float32)",
+        claim6, EXACT_CRITERION, (paper.FOLD_SOURCE,),
+    ),
+    Claim(
+        "Folding speeds inference (explicit scaling and folded vs the RMSNorm baseline)",
+        f"v1 forward up to {BEST['folded']:.2f}× folded / {BEST['explicit']:.2f}× explicit "
+        f"({paper.TABLE3_SETUP}); v2 decode up to {DECODE['folded']:.2f}× / "
+        f"{DECODE['explicit']:.2f}×",
+        claim7, SPEED_CRITERION, (paper.TABLE3_SOURCE, paper.DECODE_SOURCE),
+    ),
+    Claim(
+        "GPT-2 TaperLN fine-tuning ends close to Vanilla and at or better than FakeLN on most "
+        "cells of Table 4",
+        paper_claim8(),
+        claim8, FINETUNE_CRITERION, (paper.TABLE4_SOURCE,),
+    ),
+    Claim(
+        "Stability: the taper trains stably (Internal-Taper (+aux) the most stable and reliable "
+        "across seeds)",
+        "stable training; Internal-Taper (+aux) the most stable and reliable across seeds",
+        claim_stability, STABILITY_CRITERION, (paper.STABILITY_SOURCE,), name="stability",
+    ),
+    Claim(
+        "TaperNorm vs DyT: Internal-Taper (+aux) as close to its matched baseline's loss as DyT "
+        "to its own, and faster folded",
+        "— (DyT is not in the paper; our comparison)",
+        claim_dyt, DYT_CRITERION, study="dyt", name="TaperNorm vs DyT",
+    ),
+)  # fmt: skip
 
 
 def _numbered(numbers: list[int]) -> str:
@@ -174,7 +232,7 @@ def measured_where(claims: Sequence[Claim] = CLAIMS) -> str:
 def claim_rows(inp: ClaimInputs) -> list[tuple[dict, Criterion]]:
     """(row, its criterion) per claim in CLAIMS; a row may carry its Numbers (claims.numbers), and
     carries its paper value's sources in its Paper cell and under SOURCES_KEY."""
-    return [(claim.row(inp), claim.criterion) for claim in CLAIMS]
+    return [(claim.row(inp, number), claim.criterion) for number, claim in enumerate(CLAIMS, 1)]
 
 
 def claims_table(inp: ClaimInputs) -> pd.DataFrame:

@@ -43,11 +43,6 @@ from .rows import (
 
 TAPER = "internal_aux"  # the TaperNorm variant compared: internal norms folded, final norm kept
 TAPER_UNTIED = "internal_aux_untied"  # the same with DyT's head, preferred where it ran
-CLAIM = (
-    "TaperNorm vs DyT: Internal-Taper (+aux) as close to its matched baseline's loss as DyT to its "
-    "own, and faster folded"
-)
-PAPER = "— (DyT is not in the paper; our comparison)"
 DYT_CRITERION = Criterion(
     "TaperNorm's validation-loss gap to its matched baseline minus DyT's to its own is <= 0 "
     "(each arm at its best LR where an LR grid at this scale is given), and folded is faster than "
@@ -142,21 +137,18 @@ def best_lr_gaps(grid: dict) -> dict[str, dict]:
 def claim_dyt(inp: ClaimInputs) -> dict:
     runs = inp.runs
     if runs.empty or "dyt" not in set(runs["variant"].dropna()):
-        return not_measured(CLAIM, PAPER, "no DyT pre-training runs given")
+        return not_measured("no DyT pre-training runs given")
     gaps = loss_gaps(runs)
     if not gaps:
         return not_measured(
-            CLAIM, PAPER, f"no width has {TAPER}, dyt and their matched baselines (the same head)"
+            f"no width has {TAPER}, dyt and their matched baselines (the same head)"
         )
     compared = {v for pair in gaps.values() for g in pair for v in (g.variant, g.against)}
     shown = runs[runs["variant"].isin(compared) & runs["width"].isin(list(gaps))]
     unread = comparable.unread_data(shown) if inp.lr_grid else []
     if unread:  # whether the LR grid is at these runs' scale (its corpus) cannot be told
         return not_measured(
-            CLAIM,
-            PAPER,
-            "whether the LR grid is at these runs' corpus is "
-            + comparable.unread_data_text(unread),
+            "whether the LR grid is at these runs' corpus is " + comparable.unread_data_text(unread)
         )
     loss = _loss_half(inp, shown, gaps)
     speed_state, speed, speed_lines = speed_half(inp)
@@ -166,7 +158,7 @@ def claim_dyt(inp: ClaimInputs) -> dict:
         places = {inference_tables.where(part) for _, part in inp.bench.groupby("benchmark")}
         scale += " | benchmarks: " + "; ".join(sorted(places))
     ours = "; ".join(loss.lines + speed_lines + study_lr_lines(inp))
-    row = claim_row(CLAIM, PAPER, ours, scale, holds, _dyt_comment(inp, loss.note))
+    row = claim_row(ours, scale, holds, _dyt_comment(inp, loss.note))
     return with_numbers(row, dyt_numbers(runs, gaps, loss.judged, loss.grid))
 
 

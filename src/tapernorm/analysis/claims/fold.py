@@ -78,16 +78,14 @@ def judge_exact(failed: bool, worst: float, rtols: list[float]) -> Verdict:
 
 
 def claim6(inp: ClaimInputs) -> dict:
-    claim = "6. Folding is exact: folded and unfolded models give the same logits and loss"
-    paper_value = f"same logits; max |dz| ~{paper.FOLD_RTOL:.0e} of the logit scale (float32)"
     if not inp.verify:
-        return not_measured(claim, paper_value, "no verify.json files given")
+        return not_measured("no verify.json files given")
     skipped = [r["skipped"] for _, r in inp.verify if "skipped" in r]
     folds = [(p, r) for p, r in inp.verify if "skipped" not in r]
     not_folded = f"Not folded: {'; '.join(skipped)}." if skipped else ""
     if not folds:
         why = f"no fold ran ({'; '.join(skipped)})"
-        return claim_row(claim, paper_value, "no fold ran", "—", not_judged(why), not_folded)
+        return claim_row("no fold ran", "—", not_judged(why), not_folded)
     checks = [(p, r, e, r[e]) for p, r in folds for e in ("folded", "scaled")]
     rel = {
         e: max(c["rel_logit_diff"] for _, _, ex, c in checks if ex == e)
@@ -119,7 +117,7 @@ def claim6(inp: ClaimInputs) -> dict:
             + ", ".join(Path(r.get("model", p)).name for p, r in inp.verify if "skipped" in r)
             + ")"
         )
-    row = claim_row(claim, paper_value, ours, f"models: {models}", holds, comment)
+    row = claim_row(ours, f"models: {models}", holds, comment)
     numbers = Numbers(
         headline=f"max rel. logit diff {worst:.1e}",
         unit="relative logit difference",
@@ -224,21 +222,12 @@ def speed_numbers(bench: pd.DataFrame, decision: speed_rule.Decision) -> Numbers
 
 
 def claim7(inp: ClaimInputs) -> dict:
-    claim = "7. Folding speeds inference (explicit scaling and folded vs the RMSNorm baseline)"
-    best, decode = paper.table3_best(), paper.DECODE_SPEEDUP
-    paper_value = (
-        f"v1 forward up to {best['folded']:.2f}× folded / {best['explicit']:.2f}× explicit "
-        f"({paper.TABLE3_SETUP}); v2 decode up to {decode['folded']:.2f}× / "
-        f"{decode['explicit']:.2f}×"
-    )
     not_timed = "; ".join(inp.bench_skipped)
     if inp.bench.empty and not inp.bench_skipped:
-        return not_measured(claim, paper_value, "no benchmark CSVs given")
+        return not_measured("no benchmark CSVs given")
     if inp.bench.empty or "folded" not in set(inp.bench["variant"]):
         why = f"the exports were not timed ({not_timed})"
-        return claim_row(
-            claim, paper_value, "not timed", "—", not_judged(why), f"Not timed: {not_timed}."
-        )
+        return claim_row("not timed", "—", not_judged(why), f"Not timed: {not_timed}.")
     ours = _benchmark_texts(inp.bench)
     disturbed = inference_tables.disturbed_cells(inp.bench)
     decision, used = speed_rule.judge(inp.bench, inp.bench_pool, "folded", "baseline")
@@ -281,5 +270,5 @@ def claim7(inp: ClaimInputs) -> dict:
             f"{inference_tables.scale_note(inp.gpu)}), judged by the same rule. On a GPU: "
             f"{speed_rule.pool_note(gpu_used, gpu_decision.left_out)}"
         )
-    row = claim_row(claim, paper_value, "; ".join(ours), scale, holds, comment)
+    row = claim_row("; ".join(ours), scale, holds, comment)
     return with_numbers(row, speed_numbers(inp.bench, decision))

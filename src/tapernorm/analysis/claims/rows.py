@@ -98,16 +98,18 @@ class ClaimInputs:
     gpu_where: str = ""  # its device, dtype and directory
 
 
-def claim_row(
-    claim: str, paper_value: str, ours: str, scale: str, holds: Verdict, comment: str
-) -> dict:
-    """A row of COLUMNS, its "Holds?" the verdict's cell, and the verdict's grade under "grade"."""
-    cells = (claim, paper_value, ours, scale, holds.text, comment)
-    return {**dict(zip(COLUMNS, cells, strict=True)), "grade": holds.grade}
+MEASURED = COLUMNS[2:]  # the cells a claim's measure fills (its declaration: Claim and Paper)
 
 
-def not_measured(claim: str, paper_value: str, why: str) -> dict:
-    return claim_row(claim, paper_value, NOT_MEASURED, "—", plain(NOT_MEASURED), why)
+def claim_row(ours: str, scale: str, holds: Verdict, comment: str) -> dict:
+    """What a claim's measure returns: its cells of MEASURED, "Holds?" the verdict's cell, and the
+    verdict's grade under "grade" (the declaration, claims.document.Claim, adds Claim and Paper)."""
+    cells = (ours, scale, holds.text, comment)
+    return {**dict(zip(MEASURED, cells, strict=True)), "grade": holds.grade}
+
+
+def not_measured(why: str) -> dict:
+    return claim_row(NOT_MEASURED, "—", plain(NOT_MEASURED), why)
 
 
 def not_judged(why: str) -> Verdict:

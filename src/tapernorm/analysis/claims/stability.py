@@ -40,11 +40,6 @@ from .rows import (
 
 ALPHA = 0.05  # Fisher's p below which a clean rate is significantly below the baseline's
 CLEAN_MIN = 0.7  # an informative interval: its lower end at least this (with 12/12 clean: 0.74)
-CLAIM = (
-    "Stability: the taper trains stably (Internal-Taper (+aux) the most stable and reliable across "
-    "seeds)"
-)
-PAPER = "stable training; Internal-Taper (+aux) the most stable and reliable across seeds"
 CLEAN_RATES = (
     f"at every width, no tapered arm's clean rate (runs without a blow-up) is below the baseline's "
     f"with two-sided Fisher p < {ALPHA:g}, and every tapered arm's 95% Clopper-Pearson interval "
@@ -171,7 +166,7 @@ def claim_stability(inp: ClaimInputs) -> dict:
     sources = [(STUDY, study), ("pretrain runs", own)]
     sources = [(n, s) for n, s in sources if s is not None and _judgeable(s)]
     if not sources:
-        return not_measured(CLAIM, PAPER, "no runs of a tapered arm beside the baseline given")
+        return not_measured("no runs of a tapered arm beside the baseline given")
     name, judged = sources[0]
     widths = _judgeable(judged)
     verdicts, reasons = zip(*(width_verdict(judged, w) for w in widths), strict=True)
@@ -194,7 +189,7 @@ def claim_stability(inp: ClaimInputs) -> dict:
     )
     if note := most_stable_note(judged):
         comment += f" Most stable? {note}."
-    row = claim_row(CLAIM, PAPER, ours, scale, holds, comment)
+    row = claim_row(ours, scale, holds, comment)
     return with_numbers(row, _numbers(judged, widths, name))
 
 
