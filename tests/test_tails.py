@@ -233,3 +233,20 @@ def test_the_runs_side_by_side_are_checked(how, models, shards_dir, tmp_path, ca
     assert status == 0, err
     md = (tmp_path / "t.md").read_text()
     assert "Mixed inputs allowed (--allow-mixed): runs of one cell" in md and "train.lr" in md
+
+
+def test_float32_alone_leaves_bfloat16_unmeasured_and_says_so(models, shards_dir, tmp_path):
+    """--dtypes float32 (the pipeline's default: no emulated bfloat16 pass on a CPU): every
+    bfloat16 column is empty, the float32 ones as with both, and the caption says which ran."""
+    stem = tmp_path / "table_tails"
+    argv = ["--runs", str(models / "baseline-d32-s0"), "--data", str(shards_dir)]
+    assert main(["tails", *argv, "--out", str(stem), *FAST, "--dtypes", "float32"]) == 0
+    data = pd.read_csv(stem.with_suffix(".csv"))
+    assert list(data.columns) == COLUMNS
+    bf16 = [c for c in COLUMNS if c.endswith("_bf16")]
+    assert bf16 and data[bf16].isna().all().all()
+    assert data["clean_loss_mean_fp32"].notna().all()
+    record = json.loads(stem.with_suffix(".json").read_text())
+    assert record["settings"]["dtypes"] == ["float32"]
+    assert "bf16" not in record["models"][0]["battery"] and "fp32" in record["models"][0]["battery"]
+    assert "bfloat16 was not measured" in stem.with_suffix(".md").read_text()

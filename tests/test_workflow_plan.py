@@ -346,4 +346,12 @@ def test_tails_settings_default_without_changing_the_configs_hash():
     assert "tails" not in default
     assert Plan(default).tails_settings() == TAILS_SETTINGS
     ci = validate_pipeline_config(config_files("ci.yaml"), schema)
-    assert Plan(ci).tails_settings() == {"windows": 16, "search_budget": 64}
+    assert Plan(ci).tails_settings() == {
+        "windows": 16, "search_budget": 64, "dtypes": ["float32", "bfloat16"]
+    }  # fmt: skip
+    assert TAILS_SETTINGS["dtypes"] == ["float32"]  # the default's: no emulated bfloat16 pass
+    paper = validate_pipeline_config(config_files("paper.yaml"), schema)
+    assert Plan(paper).tails_settings()["dtypes"] == ["float32", "bfloat16"]
+    for bad in ([], ["float16"], ["float32", "float32"]):
+        with pytest.raises(ConfigError, match="tails"):
+            validate_pipeline_config({**config_files("ci.yaml"), "tails": {"dtypes": bad}}, schema)

@@ -1,7 +1,7 @@
-# The tails battery (`tapernorm tails`: tapernorm probe's battery, float32 and bfloat16) of every
+# The tails battery (`tapernorm tails`: tapernorm probe's battery, in the config's dtypes) of every
 # pre-training run at the figure width and of the fold check's folded models, side by side:
 # table_tails and its JSON record, which fig_tails draws. One job of one thread, on the pre-training
-# runs' device (config tails: its windows and search budget).
+# runs' device (config tails: its windows, search budget and dtypes).
 
 
 rule tails:
@@ -29,6 +29,7 @@ rule tails:
         data=input_dir("meta"),
         windows=PLAN.tails_settings()["windows"],
         budget=PLAN.tails_settings()["search_budget"],
+        dtypes=" ".join(PLAN.tails_settings()["dtypes"]),
         device=PLAN.pretrain.device,
         gpus=gpu_claim(lambda w: PLAN.pretrain.device),
         out=table_stem,
@@ -36,7 +37,8 @@ rule tails:
     shell:
         "OMP_NUM_THREADS={threads} {params.gpus} tapernorm tails --runs {params.runs} "
         "{params.folded} --data {params.data} --windows {params.windows} "
-        "--search-budget {params.budget} --device {params.device} --out {params.out} "
+        "--search-budget {params.budget} --dtypes {params.dtypes} --device {params.device} "
+        "--out {params.out} "
         "{params.stamp} > {log} 2>&1"
 
 

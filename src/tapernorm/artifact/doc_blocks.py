@@ -39,7 +39,7 @@ FIGURE_ALT = {
     "fig_claim_gaps": "The claims' paired gaps: claims 1, 2 and TaperNorm vs DyT, each with its 95% "
     "interval, against the ±2% criterion",
     "fig_tails": "The tails battery of the default's models at g = 0 beside the baseline: per-window "
-    "loss quantiles, noisy windows and the largest residual found, fp32 and bf16",
+    "loss quantiles, noisy windows and the largest residual found, float32",
 }
 
 

@@ -78,7 +78,11 @@ def _cmd_tails(args: argparse.Namespace) -> int:
     claim_tails(args.out, args.force)
     search = SearchSettings(budget=args.search_budget, length=args.search_length)
     settings = BatterySettings(
-        max_windows=args.windows, batch_size=args.batch_size, seed=args.seed, search=search
+        max_windows=args.windows,
+        batch_size=args.batch_size,
+        seed=args.seed,
+        dtypes=tuple(dict.fromkeys(args.dtypes)),
+        search=search,
     )
     device = resolve_device(args.device, setting="--device")
     threads = args.threads or (1 if device.type == "cpu" else None)  # (as `tapernorm probe`)
@@ -289,7 +293,8 @@ def _add_figure(subparsers: Subparsers) -> None:
 def _add_tails(subparsers: Subparsers) -> None:
     t = subparsers.add_parser(
         "tails",
-        help="the tails battery (tapernorm probe's, fp32 and bf16) of run directories and folded "
+        help="the tails battery (tapernorm probe's, in float32 and bfloat16) of run directories and "
+        "folded "
         "models side by side -> .csv/.md/.tex/.html (one row per model) and .json (every number)",
         epilog="A model with TaperNorm layers is measured at g = 0; a folded model, DyT and "
         "baselines as they are. `tapernorm figure tails --tails STEM.json` draws the result.",
@@ -311,6 +316,14 @@ def _add_tails(subparsers: Subparsers) -> None:
         "--out", type=Path, required=True, help="output stem, e.g. results/tables/table_tails"
     )
     battery_args(t)
+    t.add_argument(
+        "--dtypes",
+        nargs="+",
+        choices=("float32", "bfloat16"),
+        default=["float32", "bfloat16"],
+        help="the battery's dtypes (default: both; bfloat16 is autocast, emulated and several "
+        "times slower on a CPU without native bfloat16)",
+    )
     t.add_argument(
         "--threads",
         type=POSITIVE,

@@ -201,8 +201,9 @@ probe``): one row per pre-training run at the figure width and per folded model,
 folded model, DyT and the baselines as they are), on the validation windows and on copies with 5%
 and 20% of their tokens replaced at random or by rare and unseen ids (scored against the clean next
 tokens), with the residual search's ratio and the largest residual RMS after any block; float32,
-and bfloat16 after a slash where it differs. The caption on the page says what each column is; the
-CSV has both dtypes' numbers, ``table_tails.json`` every number each battery returned.
+and bfloat16 after a slash where the battery measured it (the config's ``tails.dtypes``) and it
+differs. The caption on the page says what each column is; the CSV has each measured dtype's
+numbers, ``table_tails.json`` every number each battery returned.
 """,
         rule="tails",
         command="tails",

@@ -3,12 +3,12 @@ the scale ours was measured at, whether it holds, and one sentence on it.
 
 Each claim is one declaration in CLAIMS (Claim): its statement, the paper's value and where it is
 from, its measure (a function of ClaimInputs returning the row's other cells; a claim whose inputs
-are absent is "not measured"), its criterion and the scaling study's rows it quotes. Other experiment families add their
-claims by adding a Claim to CLAIMS (and, if they need new inputs, fields to ClaimInputs) or by
-passing markdown through `extra_sections`. The measures live by group in claims.loss (1, 2),
-claims.chasing (3-5), claims.fold (6, 7) and claims.finetune (8), the paper's stability claim in
-claims.stability, and the row beyond the paper, TaperNorm vs DyT, in claims.dyt (its criterion
-stated there); their thresholds are named constants there (claim 8's CLOSE_PCT in
+are absent is "not measured"), its criterion and the scaling study's rows it quotes. Other
+experiment families add their claims by adding a Claim to CLAIMS (and, if they need new inputs,
+fields to ClaimInputs) or by passing markdown through `extra_sections`. The measures live by group
+in claims.loss (1, 2), claims.chasing (3-5), claims.fold (6, 7) and claims.finetune (8), the paper's
+stability claim in claims.stability, and the row beyond the paper, TaperNorm vs DyT, in claims.dyt
+(its criterion stated there); their thresholds are named constants there (claim 8's CLOSE_PCT in
 claims.finetune), the main ones re-exported here (claims.numbers: the numbers claims.json carries
 beside each row's prose); ClaimInputs and the graded vocabulary of the "Holds?" column (yes; yes,
 weaker than the paper; yes, unlike the paper; only at a deviation; partly; no; not reproduced at

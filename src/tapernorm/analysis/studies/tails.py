@@ -43,6 +43,7 @@ from ..runs import load_runs
 from ..tables.write import write_table
 
 DTYPE_KEYS = ("fp32", "bf16")  # run_battery's keys of float32 and bfloat16 autocast
+DTYPE_NAMES = ("float32", "bfloat16")  # the battery's dtypes (BatterySettings.dtypes)
 NOISE, HEAVY_NOISE, OUTLIERS = "noise_5pct", "noise_20pct", ("rare_5pct", "unseen_5pct")
 CELL = ("width", "variant", "steps")  # the runs of one row group (check_runs)
 KINDS = ("run", "folded", "model")  # a run directory, fold's folded/, any other model directory
@@ -362,6 +363,17 @@ def arm_order(record: dict) -> tuple:
     )
 
 
+def _dtypes_said(dtypes: Sequence[str]) -> str:
+    """What a cell holds: float32's value, and bfloat16's where the battery measured it."""
+    if "bfloat16" not in dtypes:
+        return "Each cell is float32's (bfloat16 was not measured: `tapernorm tails --dtypes`)."
+    if "float32" not in dtypes:
+        return "Each cell is bfloat16 autocast's (float32 was not measured)."
+    return (
+        "Each cell is float32's, then bfloat16 autocast's after a slash where it reads differently."
+    )
+
+
 def caption(header: dict, rows: Sequence[dict]) -> str:
     """The table's caption: what was measured, on which windows, what each column is."""
     s = header["settings"]
@@ -381,8 +393,8 @@ def caption(header: dict, rows: Sequence[dict]) -> str:
         f"of {s['search']['budget']:,} forwarded windows of {s['search']['length']} tokens finds "
         "(seed fixed), over the median of the clean windows' prefixes. Worst block RMS: the "
         "largest residual RMS entering the first block or after any block, in the worst window of "
-        "any group or the searched one. Each cell is float32's, then bfloat16 autocast's after a "
-        "slash where it reads differently. Tokens/param: the weights' steps x batch x block size "
+        f"any group or the searched one. {_dtypes_said(s.get('dtypes', DTYPE_NAMES))} "
+        "Tokens/param: the weights' steps x batch x block size "
         "over the parameter count. `tapernorm probe` fails a model past 2x its reference's "
         "5%-noisy max or 10x its search ratio."
     )
