@@ -51,7 +51,7 @@ TAILS_RECORD = f"results/tables/{TAILS_TABLE}.json"
 # what `tapernorm tails` reads of a run (metrics.jsonl: the check of its runs, comparable.py)
 TAILS_RUN_FILES = (*MODEL_FILES, "eval.json", "metrics.jsonl")
 # where the config's `tails` leaves them out: float32 only, since on a CPU without native bfloat16
-# (an AVX2-only host) bfloat16 autocast is emulated, ~7x float32's time (config/README.md)
+# (an AVX2-only host) bfloat16 autocast is emulated, several times float32's time (config/README.md)
 TAILS_SETTINGS = {"windows": 128, "search_budget": 1024, "dtypes": ["float32"]}
 
 
