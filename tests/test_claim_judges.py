@@ -1,13 +1,27 @@
 """Each claim's judge on typed measurements: its grade, not its sentences (the rendered rows have
 their own tests)."""
 
+import dataclasses
 import math
+from pathlib import Path
 
 import pytest
 
-from tapernorm.analysis.claims.fold import judge_exact
+from tapernorm.analysis.claims import document as claims
+from tapernorm.analysis.claims.fold import FoldChecks, judge_exact
 from tapernorm.analysis.claims.loss import WidthGap, judge_gaps, width_verdict
-from tapernorm.analysis.claims.rows import AT_DEVIATION, NO, NOT_RESOLVED, PARTLY, UNLIKE, YES
+from tapernorm.analysis.claims.rows import (
+    AT_DEVIATION,
+    NO,
+    NOT_MEASURED,
+    NOT_RESOLVED,
+    PARTLY,
+    UNLIKE,
+    YES,
+    ClaimInputs,
+    NoVerdict,
+    plain,
+)
 from tapernorm.analysis.stats import PairedGap
 
 
@@ -53,3 +67,35 @@ def test_a_width_where_every_run_diverged_is_a_no_whatever_its_gap():
 )
 def test_claim_6s_judge_grades_the_fold_checks(failed, worst, rtols, grade):
     assert judge_exact(failed, worst, rtols).grade == grade
+
+
+def test_every_claims_measure_says_not_measured_without_its_inputs():
+    for number, claim in enumerate(claims.CLAIMS, 1):
+        measured = claim.measure(ClaimInputs())
+        assert isinstance(measured, NoVerdict), claim.title(number)
+        assert measured.holds.grade == NOT_MEASURED
+        assert claim.cells(ClaimInputs())["grade"] == NOT_MEASURED
+
+
+def _verify(model: str, rel: float, ok: bool = True) -> tuple[Path, dict]:
+    check = {"rel_logit_diff": rel, "loss_diff": rel, "ok": ok, "rtol": 1e-5}
+    return Path(f"{model}/verify.json"), {"model": model, "folded": check, "scaled": check}
+
+
+def test_a_claims_grade_is_its_declared_judges_verdict_on_its_measure():
+    """Claim 6 measured on two folds: its judge grades the typed checks; another judge in the
+    declaration changes the grade and nothing that describe writes from the numbers."""
+    claim = claims.CLAIMS[5]
+    inp = ClaimInputs(verify=[_verify("a", 3e-7), _verify("b", 2e-7)])
+    measured = claim.measure(inp)
+    assert isinstance(measured, FoldChecks)
+    assert measured.worst == 3e-7 and measured.failed == [] and len(measured.checks) == 4
+    row = claim.cells(inp)
+    assert row["grade"] == YES and row["Holds?"] == "yes"
+    swapped = dataclasses.replace(claim, judge=lambda m: plain(NO))
+    other = swapped.cells(inp)
+    assert other["grade"] == NO
+    assert {k: other[k] for k in ("Ours", "Scale")} == {k: row[k] for k in ("Ours", "Scale")}
+    failed = ClaimInputs(verify=[_verify("a", 3e-7), _verify("b", 2e-7, ok=False)])
+    assert claim.measure(failed).failed == ["b/folded", "b/scaled"]
+    assert claim.cells(failed)["grade"] == NO

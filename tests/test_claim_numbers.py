@@ -10,7 +10,7 @@ from conftest import speed_reruns
 from test_analysis import _paired
 
 from tapernorm.analysis.claims import document as claims
-from tapernorm.analysis.claims.dyt import claim_dyt
+from tapernorm.analysis.claims.document import claim_dyt
 from tapernorm.analysis.claims.numbers import FIELDS, record_fields
 from tapernorm.analysis.claims.rows import ClaimInputs
 from tapernorm.runtime.jsonio import dumps
@@ -41,7 +41,7 @@ def _bench(cells: dict[tuple[str, int], tuple[float, float, float]]) -> pd.DataF
 
 def _criterion(measure):
     """The criterion CLAIMS declares for the claim measured by `measure`."""
-    return next(c.criterion for c in claims.CLAIMS if c.measure is measure)
+    return next(c.criterion for c in claims.CLAIMS if c.cells == measure)
 
 
 def _record_row(inp: ClaimInputs, number: str) -> dict:

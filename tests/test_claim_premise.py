@@ -51,6 +51,6 @@ def test_with_its_premise_present_or_a_yes_the_verdict_stands():
 
 
 def test_the_criterion_states_the_premise():
-    text = next(c.criterion for c in claims.CLAIMS if c.measure is claims.claim5).text
+    text = next(c.criterion for c in claims.CLAIMS if c.cells == claims.claim5).text
     assert "premise: the unanchored no-final-norm end logit norm >= 10x" in text
     assert "else not reproduced at this scale" in text

@@ -224,7 +224,7 @@ def test_the_dyt_claim_is_not_measured_where_the_grid_cannot_be_matched(shards_d
     for d in dirs:
         _edit(d / "config.json", data__dir="data/nowhere")
     runs = load_runs(dirs)[0]
-    from tapernorm.analysis.claims.dyt import claim_dyt
+    from tapernorm.analysis.claims.document import claim_dyt
 
     assert claim_dyt(ClaimInputs(runs=runs))["Holds?"] != "not measured"  # no grid: judged
     row = claim_dyt(ClaimInputs(runs=runs, lr_grid={"scale": {}, "gaps": []}))

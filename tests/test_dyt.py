@@ -261,9 +261,9 @@ def _with_quartiles(rows: pd.DataFrame, folded: tuple, dyt: tuple) -> pd.DataFra
 def test_claims_row_tapernorm_vs_dyt(bench_rows):
     apart = _with_quartiles(bench_rows, folded=(1.2, 1.3, 1.4), dyt=(0.9, 1.0, 1.1))
     pool = speed_reruns(apart)  # folded 1.3x DyT in three runs: faster by the speed rule
-    row = claims_dyt.claim_dyt(ClaimInputs(runs=_runs(0.10), bench=apart, bench_pool=pool))
+    row = claims.claim_dyt(ClaimInputs(runs=_runs(0.10), bench=apart, bench_pool=pool))
     assert row["Holds?"] == "yes"  # closer at the shared LR (no grid), folded faster
-    alone = claims_dyt.claim_dyt(ClaimInputs(runs=_runs(0.10), bench=apart))  # one run
+    alone = claims.claim_dyt(ClaimInputs(runs=_runs(0.10), bench=apart))  # one run
     assert alone["Holds?"].startswith("partly (loss: TaperNorm closer at the shared LR; speed: not")
     assert (
         "d=64 at the shared LR 0.001: Internal-Taper (+aux) +1.00% vs Baseline, DyT +5.00% vs "
@@ -272,25 +272,25 @@ def test_claims_row_tapernorm_vs_dyt(bench_rows):
     assert "folded faster than DyT in 1/1 cells" in row["Ours"] and "untied head" in row["Comment"]
     assert "Criterion" in row["Comment"] and "no LR grid given" in row["Comment"]
     overlapping = _with_quartiles(bench_rows, folded=(0.95, 1.05, 1.15), dyt=(0.9, 1.0, 1.1))
-    held = claims_dyt.claim_dyt(ClaimInputs(runs=_runs(0.10), bench=overlapping))
+    held = claims.claim_dyt(ClaimInputs(runs=_runs(0.10), bench=overlapping))
     assert held["Holds?"].startswith("partly (loss: TaperNorm closer at the shared LR; speed: not")
-    no_bench = claims_dyt.claim_dyt(ClaimInputs(runs=_runs(0.10)))
+    no_bench = claims.claim_dyt(ClaimInputs(runs=_runs(0.10)))
     assert no_bench["Holds?"] == (
         "partly (loss: TaperNorm closer at the shared LR; speed: no DyT benchmark rows)"
     )
-    worse = claims_dyt.claim_dyt(ClaimInputs(runs=_runs(0.0)))
+    worse = claims.claim_dyt(ClaimInputs(runs=_runs(0.0)))
     assert worse["Holds?"].startswith("no (loss: DyT closer at the shared LR")
-    none = claims_dyt.claim_dyt(ClaimInputs(runs=_runs(0.1)[lambda d: d["variant"] != "dyt"]))
+    none = claims.claim_dyt(ClaimInputs(runs=_runs(0.1)[lambda d: d["variant"] != "dyt"]))
     assert none["Holds?"] == "not measured"
     unmatched = _runs(0.1)[lambda d: d["variant"] != "baseline_untied"]
-    assert claims_dyt.claim_dyt(ClaimInputs(runs=unmatched))["Holds?"] == "not measured"
-    same_head = claims_dyt.claim_dyt(ClaimInputs(runs=_runs(0.10, untied_taper=0.18)))
+    assert claims.claim_dyt(ClaimInputs(runs=unmatched))["Holds?"] == "not measured"
+    same_head = claims.claim_dyt(ClaimInputs(runs=_runs(0.10, untied_taper=0.18)))
     assert (
         "Internal-Taper (+aux), untied head +10.00% vs Baseline (untied head)" in same_head["Ours"]
     )
     assert same_head["Holds?"].startswith("no")  # the untied TaperNorm run is the one judged
     busy = apart.assign(disturbed=True, disturbed_why="other processes used 1.00 cores")
-    held = claims_dyt.claim_dyt(ClaimInputs(runs=_runs(0.10), bench=busy))
+    held = claims.claim_dyt(ClaimInputs(runs=_runs(0.10), bench=busy))
     assert held["Holds?"].endswith("speed: not judged, disturbed timing)")
 
 
@@ -305,7 +305,7 @@ def test_the_dyt_row_judges_the_loss_at_each_arms_best_lr_from_a_grid_at_its_sca
     pool = speed_reruns(apart)  # folded faster than DyT by the speed rule
     # at the shared LR TaperNorm is closer (+1% vs +5%); at each arm's best LR DyT is (-2.9%)
     grid = _grid(1.2, -2.9)
-    row = claims_dyt.claim_dyt(
+    row = claims.claim_dyt(
         ClaimInputs(runs=_runs(0.10), bench=apart, bench_pool=pool, lr_grid=grid)
     )
     assert row["Holds?"].startswith("partly (loss: DyT closer each arm at its own best LR")
@@ -316,14 +316,14 @@ def test_the_dyt_row_judges_the_loss_at_each_arms_best_lr_from_a_grid_at_its_sca
     assert "+1.20% (LR 0.003)" in row["Ours"] and "DyT -2.90%" in row["Ours"]
     assert "DyT +5.00% vs Baseline (untied head)" in row["Ours"]  # the shared LR stays beside
     other = _grid(1.2, -2.9, steps=600)  # a grid at another scale is named and not used
-    row = claims_dyt.claim_dyt(
+    row = claims.claim_dyt(
         ClaimInputs(runs=_runs(0.10), bench=apart, bench_pool=pool, lr_grid=other)
     )
     assert (
         row["Holds?"] == "yes"
         and "is not at this scale (steps 600 vs 100): not used" in (row["Comment"])
     )
-    diverged = claims_dyt.claim_dyt(ClaimInputs(runs=_runs(0.10), lr_grid=_grid(1.2, None)))
+    diverged = claims.claim_dyt(ClaimInputs(runs=_runs(0.10), lr_grid=_grid(1.2, None)))
     assert "DyT diverged" in diverged["Ours"] and "TaperNorm closer each arm" in diverged["Holds?"]
-    assert claims.CLAIMS[-1].measure is claims_dyt.claim_dyt  # quoting the study's rows
+    assert claims.CLAIMS[-1].measure is claims_dyt.measure_dyt  # quoting the study's rows
     assert claims.CLAIMS[-1].study == "dyt"

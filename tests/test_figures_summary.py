@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 
 from tapernorm.analysis.claims import document as claims
-from tapernorm.analysis.claims.dyt import claim_dyt
+from tapernorm.analysis.claims.document import claim_dyt
 from tapernorm.analysis.claims.numbers import record_fields
 from tapernorm.analysis.claims.rows import ClaimInputs
 from tapernorm.analysis.figures import style as figure_style
@@ -43,7 +43,7 @@ def claims_json(tmp_path):
     inp = ClaimInputs(runs=runs)
     rows = []
     for number, claim in enumerate(claims.CLAIMS, 1):
-        if claim.measure in (claims.claim1, claims.claim2, claim_dyt):
+        if claim.cells in (claims.claim1, claims.claim2, claim_dyt):
             row = claim.row(inp, number)
             rows.append({**row, **record_fields(row, claim.criterion)})
     rows = [{k: v for k, v in r.items() if k not in ("numbers", "paper_sources")} for r in rows]

@@ -502,7 +502,7 @@ def test_claim8_criteria():
     worse = _paper_evals(["gpt2"])
     worse.loc[worse["protocol"] != "vanilla", "loss"] += 1.0  # far above Vanilla and FakeLN
     assert claims.claim8(claims.ClaimInputs(finetune=worse))["Holds?"] == "no"
-    assert claims.claim8 in [c.measure for c in claims.CLAIMS]
+    assert claims.claim8 in [c.cells for c in claims.CLAIMS]
 
 
 # ---- torchrun: two processes take the single process's steps ------------------------------------

@@ -531,8 +531,12 @@ def test_claims_json_keeps_every_grade_with_and_without_the_studys_note(
     study = load_scaling(tmp_path / "study/summary.csv") if with_note else None
 
     def claim_of(verdict):
-        row = lambda inp: claim_row("d=64: +1%", "s", verdict, "")  # noqa: E731
-        return claims.Claim("1", "p", row, claims.GAP_CRITERION, study="1")
+        def describe(measured, holds):
+            return claim_row("d=64: +1%", "s", holds, "")
+
+        return claims.Claim(
+            "1", "p", lambda inp: inp, lambda _: verdict, describe, claims.GAP_CRITERION, study="1"
+        )
 
     monkeypatch.setattr(claims, "CLAIMS", [claim_of(v) for v in grades.values()])
     record = claims.claims_record(ClaimInputs(scaling=study), None, {})

@@ -17,9 +17,10 @@ from test_scaling import CI_GRID, _dry_run
 from test_scaling import _study as _scaling_study
 
 from tapernorm.analysis.claims import document as claims
+from tapernorm.analysis.claims.document import claim_stability
 from tapernorm.analysis.claims.loss import BLOWUP_RULE
 from tapernorm.analysis.claims.rows import ClaimInputs
-from tapernorm.analysis.claims.stability import claim_stability, load_stability
+from tapernorm.analysis.claims.stability import load_stability
 from tapernorm.analysis.rates import (
     axis_test,
     binom_cdf,

@@ -31,6 +31,7 @@ from .rows import (
     SIZE_FACTOR,
     YES,
     ClaimInputs,
+    NoVerdict,
     Verdict,
     at_deviation,
     claim_row,
@@ -213,31 +214,56 @@ def _chasing(source: Source) -> Chasing | None:
     return Chasing(source, chase_ratio(runs), each)
 
 
-def claim3(inp: ClaimInputs) -> dict:
+@dataclass(frozen=True, eq=False)
+class ChasingClaim:
+    """Claim 3 measured: each source's Chasing, and the diverged runs' note."""
+
+    measures: list[Chasing]
+    diverged: str
+
+    @property
+    def smallest(self) -> Chasing:
+        """The judged source with the smallest ratio (what the verdict's size is graded on)."""
+        judged = [m for m in self.measures if m.source.judged]
+        return min(judged, key=lambda m: (m.ratio, m.source.name))
+
+    @property
+    def where(self) -> str:
+        return f"{self.smallest.source.name} {self.smallest.ratio:.2f}x"
+
+
+def measure_chasing(inp: ClaimInputs) -> ChasingClaim | NoVerdict:
     measures = [m for m in map(_chasing, _sources(inp)) if m is not None]
     if not measures:
         return not_measured("no runs with both unanchored variants and a kept final norm")
-    judged = [m for m in measures if m.source.judged]
+    return ChasingClaim(measures, _diverged_note(inp))
+
+
+def judge_chasing(m: ChasingClaim) -> Verdict:
+    """The judged sources' verdicts combined, a yes graded by the smallest ratio's size."""
+    lo, hi = paper.FIG3_CHASING_RATIO
+    verdict = combine_verdicts([c.verdict for c in m.measures if c.source.judged])
+    return grade_size(verdict, m.smallest.ratio, lo, m.where, f"{lo}-{hi}x")
+
+
+def describe_chasing(m: ChasingClaim, holds: Verdict) -> dict:
+    measures, smallest, where = m.measures, m.smallest, m.where
     ours = "; ".join(
-        f"{m.source.name}: {m.ratio:.2f}x ("
-        + ", ".join(f"{variant_label(v)} {r:.2f}x" for v, r in m.each.items())
-        + f"){m.source.tag}"
-        for m in measures
+        f"{c.source.name}: {c.ratio:.2f}x ("
+        + ", ".join(f"{variant_label(v)} {r:.2f}x" for v, r in c.each.items())
+        + f"){c.source.tag}"
+        for c in measures
     )
     lo, hi = paper.FIG3_CHASING_RATIO
-    smallest = min(judged, key=lambda m: (m.ratio, m.source.name))
-    where = f"{smallest.source.name} {smallest.ratio:.2f}x"
-    verdict = combine_verdicts([m.verdict for m in judged])
-    holds = grade_size(verdict, smallest.ratio, lo, where, f"{lo}-{hi}x")
-    details = "; ".join(m.source.detail(m.verdict) for m in measures)
-    notes = "; ".join(_margin_note(s.name, s.runs, s.judged) for s in (m.source for m in measures))
+    details = "; ".join(c.source.detail(c.verdict) for c in measures)
+    notes = "; ".join(_margin_note(s.name, s.runs, s.judged) for s in (c.source for c in measures))
     comment = (
         "End logit norm of unanchored runs without a final norm (Final-/All-Taper, no scale loss) "
         "over runs that keep a real final norm (Baseline, Internal-Taper, Internal-Taper (+aux)); "
         f"{details}. Judged where margins are positive (Prop. 4.2's premise, >= "
-        f"{MARGIN_JUDGED:.0%} of tokens): {notes}. {CHASE_CRITERION.grading}" + _diverged_note(inp)
+        f"{MARGIN_JUDGED:.0%} of tokens): {notes}. {CHASE_CRITERION.grading}" + m.diverged
     )
-    scales = " | ".join(m.source.scale() for m in measures)
+    scales = " | ".join(c.source.scale() for c in measures)
     row = claim_row(ours, scales, holds, comment)
     numbers = Numbers(
         headline=f"{where} (paper {paper.FIG3_SOURCE.version} ~{lo}-{hi}x)",
@@ -245,8 +271,8 @@ def claim3(inp: ClaimInputs) -> dict:
         estimate=smallest.ratio,
         n_seeds=smallest.source.seeds,
         parts=tuple(
-            Part(f"{m.source.name}{m.source.tag}", m.ratio, n_seeds=m.source.seeds)
-            for m in measures
+            Part(f"{c.source.name}{c.source.tag}", c.ratio, n_seeds=c.source.seeds)
+            for c in measures
         ),
     )
     return with_numbers(row, numbers)
@@ -362,23 +388,46 @@ def _at_paper(m: SourceMeasure, points: pd.DataFrame | None) -> tuple[str, float
     return suppression_verdict(ratio, m.chase), ratio, where
 
 
-def claim4(inp: ClaimInputs) -> dict:
+@dataclass(frozen=True, eq=False)
+class SuppressionClaim:
+    """Claim 4 measured: each source's SourceMeasure, the λ sweep's points (None: no sweep), the
+    judged sources at the paper's scale loss (_at_paper: (verdict, A, where) each) and the diverged
+    runs' note."""
+
+    measures: list[SourceMeasure]
+    points: pd.DataFrame | None
+    at_paper: list[tuple[str, float, str]]
+    diverged: str
+
+    @property
+    def judged(self) -> list[SourceMeasure]:
+        return [m for m in self.measures if m.source.judged]
+
+
+def measure_suppression(inp: ClaimInputs) -> SuppressionClaim | NoVerdict:
     measures = [m for m in map(_suppression, _sources(inp)) if m is not None]
     if not measures:
         return not_measured("no runs with all_aux, baseline and final/all")
     points = _sweep(inp)
     judged = [m for m in measures if m.source.judged]
-    deviations = [m.setting for m in judged if m.forms != (PAPER_ANCHOR,)]
     at_paper = [a for a in (_at_paper(m, points) for m in judged) if a is not None]
-    holds = _graded_at_paper(combine_verdicts([m.verdict for m in judged]), deviations, at_paper)
+    return SuppressionClaim(measures, points, at_paper, _diverged_note(inp))
+
+
+def judge_suppression(m: SuppressionClaim) -> Verdict:
+    """The judged sources' verdicts combined, graded by the verdict at the paper's setting."""
+    deviations = [j.setting for j in m.judged if j.forms != (PAPER_ANCHOR,)]
+    return _graded_at_paper(combine_verdicts([j.verdict for j in m.judged]), deviations, m.at_paper)
+
+
+def describe_suppression(m: SuppressionClaim, holds: Verdict) -> dict:
     ours = "; ".join(
-        f"{m.where}: {m.ratio:.2f}x baseline (unanchored {m.chase:.2f}x){m.source.tag}"
-        for m in measures
+        f"{s.where}: {s.ratio:.2f}x baseline (unanchored {s.chase:.2f}x){s.source.tag}"
+        for s in m.measures
     )
-    scales = " | ".join(m.source.scale() for m in measures)
-    comment = _suppression_comment(inp, measures, at_paper, points)
-    row = claim_row(ours, scales, holds, comment)
-    return with_numbers(row, _suppression_numbers(measures))
+    scales = " | ".join(s.source.scale() for s in m.measures)
+    row = claim_row(ours, scales, holds, _suppression_comment(m))
+    return with_numbers(row, _suppression_numbers(m.measures))
 
 
 def _graded_at_paper(
@@ -401,28 +450,22 @@ def _graded_at_paper(
     )
 
 
-def _suppression_comment(
-    inp: ClaimInputs,
-    measures: list[SourceMeasure],
-    at_paper: list[tuple[str, float, str]],
-    points: pd.DataFrame | None,
-) -> str:
+def _suppression_comment(m: SuppressionClaim) -> str:
     """Claim 4's comment: the end logit norms per source, the criterion, the paper's setting, the
-    λ sweep (`points`)."""
+    λ sweep."""
     paper_setting = _setting(*PAPER_ANCHOR)
-    details = "; ".join(m.source.detail(m.verdict) for m in measures)
+    details = "; ".join(s.source.detail(s.verdict) for s in m.measures)
     there = ""
-    if at_paper:
-        there = "; ".join(f"{where}: A {a:.2f}x ({v})" for v, a, where in at_paper)
+    if m.at_paper:
+        there = "; ".join(f"{where}: A {a:.2f}x ({v})" for v, a, where in m.at_paper)
         there = f" At the paper's {paper_setting}, judged sources: {there}."
     return (
         f"End logit norm of All-Taper (+aux) (A) and of the unanchored Final/All-Taper runs (U), "
         f"both over Baseline; {details}. {SUPPRESS_CRITERION.grading}"
         + there
-        + _sweep_summary(points)
+        + _sweep_summary(m.points)
         + " Eq. 5's restoring stiffness on ln r is λ·s_tgt² (Prop. 4.3), so the paper's λ holds a "
-        "small residual stream loosely; the relative form's is λ at any scale."
-        + _diverged_note(inp)
+        "small residual stream loosely; the relative form's is λ at any scale." + m.diverged
     )
 
 
@@ -538,7 +581,19 @@ def claim5_premise(runs: pd.DataFrame, verdict: str) -> tuple[Verdict, str]:
     return plain(verdict), note + "; present."
 
 
-def claim5(inp: ClaimInputs) -> dict:
+@dataclass(frozen=True, eq=False)
+class GradientClaim:
+    """Claim 5 measured on its source: the variants' end means of every logged `*_end` column,
+    each clipping convention's ratios (and per-convention verdicts: _grad_verdict), the diverged
+    runs' note."""
+
+    source: Source
+    means: pd.DataFrame
+    conventions: list[GradVerdict]
+    diverged: str
+
+
+def measure_gradients(inp: ClaimInputs) -> GradientClaim | NoVerdict:
     found = _grad_source(inp)
     if found is None:
         why = f"no source with non-diverged runs of every variant {GRAD_NEEDED}"
@@ -546,14 +601,28 @@ def claim5(inp: ClaimInputs) -> dict:
         if not any(set(GRAD_NEEDED) <= set(r["variant"]) for r in given):
             return not_measured(why)
         # every variant ran, but in no source did each have a run that finished
-        return claim_row("—", "—", not_judged(why), _diverged_note(inp).strip())
-    name, runs = found.name, found.runs
+        return NoVerdict("—", "—", not_judged(why), _diverged_note(inp).strip())
+    runs = found.runs
     means = runs.groupby("variant")[[c for c in runs.columns if c.endswith("_end")]].mean()
     conventions = [("before clipping", GRAD_COLUMNS)]
     if means[[f"{c}_end" for c in CLIPPED_COLUMNS]].notna().all().all():
         conventions.append(("after clipping", CLIPPED_COLUMNS))
     judged = [_grad_verdict(label, means, columns) for label, columns in conventions]
-    seeds = found.seeds
+    return GradientClaim(found, means, judged, _diverged_note(inp))
+
+
+def _premise(m: GradientClaim) -> tuple[Verdict, str]:
+    return claim5_premise(m.source.runs, combine_verdicts([j.verdict for j in m.conventions]))
+
+
+def judge_gradients(m: GradientClaim) -> Verdict:
+    """The conventions' verdicts combined, then the premise check (claim5_premise)."""
+    return _premise(m)[0]
+
+
+def describe_gradients(m: GradientClaim, holds: Verdict) -> dict:
+    name, runs, means, judged = m.source.name, m.source.runs, m.means, m.conventions
+    seeds = m.source.seeds
     texts = "; ".join(f"{j.label}: {j.text}" for j in judged)
     larger = ", ".join(f"{j.n_larger}/{j.n_types} {j.label}" for j in judged)
     sat = means["saturation_end"] if "saturation_end" in means else pd.Series(dtype=float)
@@ -569,11 +638,10 @@ def claim5(inp: ClaimInputs) -> dict:
         f"End gradient norms (mean over the last 10% of logged steps, averaged over blocks) of the "
         f"{_margin_note(name, runs, True)} family, in each convention: {texts}. Types "
         f"where the no-final-norm gradients are larger (the opposite of the paper's direction): "
-        f"{larger}. {GRAD_CRITERION.grading}" + saturation + _diverged_note(inp)
+        f"{larger}. {GRAD_CRITERION.grading}" + saturation + m.diverged
     )
     ours = f"{name}, " + "; ".join(f"{j.label}: {j.short}" for j in judged)
-    holds, premise = claim5_premise(runs, combine_verdicts([j.verdict for j in judged]))
-    row = claim_row(ours, describe_scale(runs), holds, comment + premise)
+    row = claim_row(ours, describe_scale(runs), holds, comment + _premise(m)[1])
     numbers = Numbers(
         headline=ours,
         unit="x",

@@ -2,26 +2,29 @@
 the scale ours was measured at, whether it holds, and one sentence on it.
 
 Each claim is one declaration in CLAIMS (Claim): its statement, the paper's value and where it is
-from, its measure (a function of ClaimInputs returning the row's other cells; a claim whose inputs
-are absent is "not measured"), its criterion and the scaling study's rows it quotes. Other
-experiment families add their claims by adding a Claim to CLAIMS (and, if they need new inputs,
-fields to ClaimInputs) or by passing markdown through `extra_sections`. The measures live by group
-in claims.loss (1, 2), claims.chasing (3-5), claims.fold (6, 7) and claims.finetune (8), the paper's
-stability claim in claims.stability, and the row beyond the paper, TaperNorm vs DyT, in claims.dyt
-(its criterion stated there); their thresholds are named constants there (claim 8's CLOSE_PCT in
-claims.finetune), the main ones re-exported here (claims.numbers: the numbers claims.json carries
-beside each row's prose); ClaimInputs and the graded vocabulary of the "Holds?" column (yes; yes,
-weaker than the paper; yes, unlike the paper; only at a deviation; partly; no; not reproduced at
-this scale; not resolved; not measured; not judged) with its rules are in claims.rows.
+from, and three functions: `measure` (ClaimInputs -> the claim's typed numbers, a dataclass of its
+module, or a NoVerdict row where the inputs allow no verdict: "not measured" where they are absent),
+`judge` (those numbers -> a Verdict, by its criterion alone) and `describe` (numbers and verdict ->
+the row's Ours, Scale and Comment cells and its Numbers); then its criterion and the scaling
+study's rows it quotes. Other experiment families add their claims by adding a Claim to CLAIMS
+(and, if they need new inputs, fields to ClaimInputs) or by passing markdown through
+`extra_sections`. The three functions live by group in claims.loss (1, 2), claims.chasing (3-5),
+claims.fold (6, 7) and claims.finetune (8), the paper's stability claim in claims.stability, and
+the row beyond the paper, TaperNorm vs DyT, in claims.dyt (its criterion stated there); their
+thresholds are named constants there (claim 8's CLOSE_PCT in claims.finetune), the main ones
+re-exported here (claims.numbers: the numbers claims.json carries beside each row's prose);
+ClaimInputs and the graded vocabulary of the "Holds?" column (yes; yes, weaker than the paper;
+yes, unlike the paper; only at a deviation; partly; no; not reproduced at this scale; not
+resolved; not measured; not judged) with its rules are in claims.rows.
 
 Criteria (never tuned to the data; "end" = mean over the last 10% of logged steps, diverged runs
 excluded from means and counted): each is a `*_CRITERION` constant of its claim's module (a
 Claim's criterion: its one line is claims.json's `criterion`, quoted by the docs; its grading is
-printed in the claim's comment). Each claim measures typed numbers, then judges them by a function
-of those numbers alone (loss.judge_gaps, chasing.chase_verdict, suppression_verdict and
+printed in the claim's comment). A claim's judge reaches a plain yes / partly / no (or not
+resolved) by the parts' judges (loss.width_verdict, chasing.chase_verdict, suppression_verdict and
 _grad_verdict, fold.judge_exact and speed_verdict, finetune._verdict, stability.width_verdict,
-dyt._dyt_holds: tests/test_claim_judges.py and the claims' tests check the grades), reaching a
-plain yes / partly / no (or not resolved), then grades a yes (claims.rows).
+dyt._dyt_holds: tests/test_claim_judges.py and the claims' tests check the grades), then grades a
+yes (claims.rows).
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
@@ -41,6 +45,7 @@ from ..runs import describe_scale, load_runs
 from ..tables import finetune as ft
 from ..tables import inference as inference_tables
 from ..tables.write import to_markdown
+from . import chasing, dyt, finetune, fold, loss, stability
 from .chasing import (
     CHASE_CRITERION,
     CHASE_PARTLY,
@@ -51,27 +56,17 @@ from .chasing import (
     PAPER_ANCHOR,
     SUPPRESS_CRITERION,
     SUPPRESS_MIN,
-    claim3,
-    claim4,
-    claim5,
 )
-from .dyt import DYT_CRITERION, claim_dyt, grid_source, paper_variants_only
-from .finetune import FINETUNE_CRITERION, claim8, paper_claim8
-from .fold import (
-    EXACT_CRITERION,
-    FOLD_SPEEDUP_YES,
-    SPEED_CRITERION,
-    claim6,
-    claim7,
-    read_verify,
-)
-from .loss import GAP_CRITERION, GAP_MAX_PCT, claim1, claim2, gap_statement, paper_gap_range
+from .dyt import DYT_CRITERION, grid_source, paper_variants_only
+from .finetune import FINETUNE_CRITERION, paper_claim8
+from .fold import EXACT_CRITERION, FOLD_SPEEDUP_YES, SPEED_CRITERION, read_verify
+from .loss import GAP_CRITERION, GAP_MAX_PCT, gap_statement, paper_gap_value
 from .numbers import Criterion, record_fields
-from .rows import COLUMNS, GRADES, NOT_MEASURED, SIZE_FACTOR, ClaimInputs, Verdict
+from .rows import COLUMNS, GRADES, NOT_MEASURED, SIZE_FACTOR, ClaimInputs, NoVerdict, Verdict
 from .scale_card import COLUMNS as SCALE_COLUMNS
 from .scale_card import scale_card
 from .scaling import load_scaling, with_study
-from .stability import STABILITY_CRITERION, claim_stability, load_stability
+from .stability import STABILITY_CRITERION, load_stability
 
 __all__ = [
     "CHASE_PARTLY",
@@ -108,14 +103,19 @@ class Claim:
     """One claim of claims.md, declared once: its statement (the Claim cell; claims 1-8 are
     numbered by their place in CLAIMS, the others carry their `name`), the paper's value (the
     Paper cell, tagged with where it is from, `sources`: the paper's version and table, which
-    claims.json's `paper_sources` lists too; DyT's row has none), `measure` (the other cells from
-    the inputs, measured and judged: claims.rows.claim_row), its criterion (claims.json's
-    `criterion`), whether it is judged on the paper's six variants only (dyt.paper_variants_only)
-    and the scaling study's claim whose rows it quotes (scaling.with_study)."""
+    claims.json's `paper_sources` lists too; DyT's row has none), how it is computed from the
+    inputs, in three steps: `measure` (typed numbers, or a NoVerdict where the inputs allow
+    none), `judge` (those numbers -> a Verdict, by the criterion) and `describe` (the numbers and
+    the verdict -> the Ours, Scale and Comment cells and the row's Numbers: claims.rows.claim_row,
+    claims.numbers.with_numbers), its criterion (claims.json's `criterion`), whether it is judged
+    on the paper's six variants only (dyt.paper_variants_only) and the scaling study's claim
+    whose rows it quotes (scaling.with_study)."""
 
     statement: str
     paper_value: str
-    measure: Callable[[ClaimInputs], dict]
+    measure: Callable[[ClaimInputs], Any]
+    judge: Callable[[Any], Verdict]
+    describe: Callable[[Any, Verdict], dict]
     criterion: Criterion
     sources: tuple[paper.Source, ...] = ()
     paper_variants: bool = False
@@ -126,16 +126,24 @@ class Claim:
         """The Claim cell: "<number>. <statement>", or the statement of a named claim."""
         return self.statement if self.name else f"{number}. {self.statement}"
 
+    def cells(self, inp: ClaimInputs) -> dict:
+        """The cells the claim computes (claims.rows.MEASURED, its grade and Numbers): measured,
+        judged, described."""
+        measured = self.measure(inp)
+        if isinstance(measured, NoVerdict):
+            return measured.row()
+        return self.describe(measured, self.judge(measured))
+
     def row(self, inp: ClaimInputs, number: int) -> dict:
-        """The claim's row: its statement and paper value, measured, with the study's rows
-        quoted, and its paper sources."""
-        measure = paper_variants_only(self.measure) if self.paper_variants else self.measure
+        """The claim's row: its statement and paper value, its cells (on the paper's variants
+        where it says so) with the study's rows quoted, and its paper sources."""
+        cells = paper_variants_only(self.cells) if self.paper_variants else self.cells
         if self.study is not None:
-            measure = with_study(measure, self.study)
+            cells = with_study(cells, self.study)
         return {
             "Claim": self.title(number),
             "Paper": paper.tagged(self.paper_value, *self.sources),
-            **measure(inp),
+            **cells(inp),
             SOURCES_KEY: self.sources,
         }
 
@@ -147,63 +155,74 @@ NO_FINAL_GRAD = paper.FIG4_NO_FINAL_NORM_GRAD
 BEST, DECODE = paper.table3_best(), paper.DECODE_SPEEDUP
 CLAIMS: tuple[Claim, ...] = (
     Claim(
-        gap_statement("internal_aux"),
-        f"{paper_gap_range('internal_aux')} (1M-30M, TinyStories, 6 seeds)",
-        claim1, GAP_CRITERION, TABLE2, study="1",
+        gap_statement("internal_aux"), paper_gap_value("internal_aux"),
+        loss.measure_internal_aux, loss.judge_gap_claim, loss.describe_gap_claim,
+        GAP_CRITERION, TABLE2, study="1",
     ),
     Claim(
-        gap_statement("all_aux"),
-        f"{paper_gap_range('all_aux')} (1M-30M, TinyStories, 6 seeds)",
-        claim2, GAP_CRITERION, TABLE2, study="2",
+        gap_statement("all_aux"), paper_gap_value("all_aux"),
+        loss.measure_all_aux, loss.judge_gap_claim, loss.describe_gap_claim,
+        GAP_CRITERION, TABLE2, study="2",
     ),
     Claim(
         "Without an anchor, final-norm removal causes logit chasing",
         f"~{CHASED[0]}-{CHASED[1]}x at d=512 (All-Taper ~2e5, Final-Taper ~1.2e5 vs ~5e3-6e3 "
         "anchored)",
-        claim3, CHASE_CRITERION, FIG3, paper_variants=True, study="3",
+        chasing.measure_chasing, chasing.judge_chasing, chasing.describe_chasing,
+        CHASE_CRITERION, FIG3, paper_variants=True, study="3",
     ),
     Claim(
         "The scale loss suppresses logit chasing (All-Taper (+aux) close to anchored runs)",
         f"All-Taper (+aux) ~{ANCHORED[0]:.0e}-{ANCHORED[1]:.0e}, like the baseline (ratio ~1)",
-        claim4, SUPPRESS_CRITERION, FIG3, paper_variants=True, study="4",
+        chasing.measure_suppression, chasing.judge_suppression, chasing.describe_suppression,
+        SUPPRESS_CRITERION, FIG3, paper_variants=True, study="4",
     ),
     Claim(
         "Gradient norms cluster by final-norm presence without the anchor; the gap closes with it",
         f"no-final-norm grads decay to ~{NO_FINAL_GRAD[0]}-{NO_FINAL_GRAD[1]} (d=512); All-Taper "
         "(+aux) = Internal-Taper",
-        claim5, GRAD_CRITERION, (paper.FIG4_SOURCE,), paper_variants=True,
+        chasing.measure_gradients, chasing.judge_gradients, chasing.describe_gradients,
+        GRAD_CRITERION, (paper.FIG4_SOURCE,), paper_variants=True,
     ),
     Claim(
         "Folding is exact: folded and unfolded models give the same logits and loss",
         f"same logits; max |dz| ~{paper.FOLD_RTOL:.0e} of the logit scale (float32)",
-        claim6, EXACT_CRITERION, (paper.FOLD_SOURCE,),
+        fold.measure_folds, fold.judge_folds, fold.describe_folds,
+        EXACT_CRITERION, (paper.FOLD_SOURCE,),
     ),
     Claim(
         "Folding speeds inference (explicit scaling and folded vs the RMSNorm baseline)",
         f"v1 forward up to {BEST['folded']:.2f}× folded / {BEST['explicit']:.2f}× explicit "
         f"({paper.TABLE3_SETUP}); v2 decode up to {DECODE['folded']:.2f}× / "
         f"{DECODE['explicit']:.2f}×",
-        claim7, SPEED_CRITERION, (paper.TABLE3_SOURCE, paper.DECODE_SOURCE),
+        fold.measure_speed, fold.judge_speed, fold.describe_speed,
+        SPEED_CRITERION, (paper.TABLE3_SOURCE, paper.DECODE_SOURCE),
     ),
     Claim(
         "GPT-2 TaperLN fine-tuning ends close to Vanilla and at or better than FakeLN on most "
         "cells of Table 4",
         paper_claim8(),
-        claim8, FINETUNE_CRITERION, (paper.TABLE4_SOURCE,),
+        finetune.measure_finetune, finetune.judge_finetune, finetune.describe_finetune,
+        FINETUNE_CRITERION, (paper.TABLE4_SOURCE,),
     ),
     Claim(
         "Stability: the taper trains stably (Internal-Taper (+aux) the most stable and reliable "
         "across seeds)",
         "stable training; Internal-Taper (+aux) the most stable and reliable across seeds",
-        claim_stability, STABILITY_CRITERION, (paper.STABILITY_SOURCE,), name="stability",
+        stability.measure_stability, stability.judge_stability, stability.describe_stability,
+        STABILITY_CRITERION, (paper.STABILITY_SOURCE,), name="stability",
     ),
     Claim(
         "TaperNorm vs DyT: Internal-Taper (+aux) as close to its matched baseline's loss as DyT "
         "to its own, and faster folded",
         "— (DyT is not in the paper; our comparison)",
-        claim_dyt, DYT_CRITERION, study="dyt", name="TaperNorm vs DyT",
+        dyt.measure_dyt, dyt.judge_dyt, dyt.describe_dyt,
+        DYT_CRITERION, study="dyt", name="TaperNorm vs DyT",
     ),
 )  # fmt: skip
+# each claim's cells (Claim.cells: measured, judged, described), by its number or name
+claim1, claim2, claim3, claim4, claim5, claim6, claim7, claim8 = (c.cells for c in CLAIMS[:8])
+claim_stability, claim_dyt = CLAIMS[8].cells, CLAIMS[9].cells
 
 
 def _numbered(numbers: list[int]) -> str:

@@ -34,6 +34,7 @@ from .rows import (
     PARTLY,
     YES,
     ClaimInputs,
+    NoVerdict,
     Verdict,
     because,
     claim_row,
@@ -134,7 +135,22 @@ def best_lr_gaps(grid: dict) -> dict[str, dict]:
     return {g["variant"]: g for g in grid.get("gaps", [])}
 
 
-def claim_dyt(inp: ClaimInputs) -> dict:
+@dataclasses.dataclass(frozen=True, eq=False)
+class DytClaim:
+    """The TaperNorm-vs-DyT row measured: its inputs, the loss gaps per width (loss_gaps) and
+    the runs they compare (`shown`), the loss half (LossHalf) and the speed half (speed_half:
+    its state, the verdict's words, the lines for Ours)."""
+
+    inp: ClaimInputs
+    gaps: dict[int, tuple[Gap, Gap]]
+    shown: pd.DataFrame
+    loss: LossHalf
+    speed_state: str | None
+    speed: str
+    speed_lines: list[str]
+
+
+def measure_dyt(inp: ClaimInputs) -> DytClaim | NoVerdict:
     runs = inp.runs
     if runs.empty or "dyt" not in set(runs["variant"].dropna()):
         return not_measured("no DyT pre-training runs given")
@@ -150,16 +166,22 @@ def claim_dyt(inp: ClaimInputs) -> dict:
         return not_measured(
             "whether the LR grid is at these runs' corpus is " + comparable.unread_data_text(unread)
         )
-    loss = _loss_half(inp, shown, gaps)
-    speed_state, speed, speed_lines = speed_half(inp)
-    holds = _dyt_holds(loss.ok, loss.where, speed_state, speed)
-    scale = describe_scale(shown)
-    if speed_state is not None:
+    return DytClaim(inp, gaps, shown, _loss_half(inp, shown, gaps), *speed_half(inp))
+
+
+def judge_dyt(m: DytClaim) -> Verdict:
+    return _dyt_holds(m.loss.ok, m.loss.where, m.speed_state, m.speed)
+
+
+def describe_dyt(m: DytClaim, holds: Verdict) -> dict:
+    inp = m.inp
+    scale = describe_scale(m.shown)
+    if m.speed_state is not None:
         places = {inference_tables.where(part) for _, part in inp.bench.groupby("benchmark")}
         scale += " | benchmarks: " + "; ".join(sorted(places))
-    ours = "; ".join(loss.lines + speed_lines + study_lr_lines(inp))
-    row = claim_row(ours, scale, holds, _dyt_comment(inp, loss.note))
-    return with_numbers(row, dyt_numbers(runs, gaps, loss.judged, loss.grid))
+    ours = "; ".join(m.loss.lines + m.speed_lines + study_lr_lines(inp))
+    row = claim_row(ours, scale, holds, _dyt_comment(inp, m.loss.note))
+    return with_numbers(row, dyt_numbers(inp.runs, m.gaps, m.loss.judged, m.loss.grid))
 
 
 def study_lr_lines(inp: ClaimInputs) -> list[str]:

@@ -5,13 +5,25 @@ threshold (CLOSE_PCT) and its verdict."""
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import pandas as pd
 
 from .. import paper
 from ..tables import finetune as ft
 from .numbers import Criterion, Numbers, Part, with_numbers
-from .rows import NO, PARTLY, YES, ClaimInputs, claim_row, not_judged, not_measured, plain
+from .rows import (
+    NO,
+    PARTLY,
+    YES,
+    ClaimInputs,
+    NoVerdict,
+    Verdict,
+    claim_row,
+    not_judged,
+    not_measured,
+    plain,
+)
 
 CLOSE_PCT = 2.0  # a TaperLN cell is "close to Vanilla" if at most this much above it
 TAPERLN = ("internal_taperln", "all_taperln")  # the protocols claim 8 judges
@@ -169,24 +181,50 @@ def paper_claim8() -> str:
     )
 
 
-def claim8(inp: ClaimInputs) -> dict:
+@dataclass(frozen=True, eq=False)
+class FinetuneClaim:
+    """Claim 8 measured: the fine-tuning evaluations, their TaperLN cells (claim8_cells), each
+    cell's CE gap to Vanilla (`gaps`, %) and how many are within CLOSE_PCT (`k_close`), and the
+    FakeLN half (_fakeln_share: the Ours text, whether more than half are at or below FakeLN,
+    None where no cell has a FakeLN number, and which numbers were compared)."""
+
+    evals: pd.DataFrame
+    cells: dict
+    gaps: list[float]
+    k_close: int
+    fakeln: tuple[str, bool | None, str]
+
+    @property
+    def close_ok(self) -> bool:
+        return self.k_close > len(self.gaps) / 2
+
+
+def measure_finetune(inp: ClaimInputs) -> FinetuneClaim | NoVerdict:
     if inp.finetune.empty:
         return not_measured("no fine-tuning evaluations given")
     cells = claim8_cells(inp.finetune)
     if not cells["close"]:
         return not_measured("no TaperLN run beside a Vanilla run on one set")
     gaps = [gap for *_, gap in cells["close"]]
-    k_close, m = sum(g <= CLOSE_PCT for g in gaps), len(gaps)
-    close_ok = k_close > m / 2
-    ours = f"{k_close}/{m} within +{CLOSE_PCT:g}% of Vanilla"
+    k_close = sum(g <= CLOSE_PCT for g in gaps)
+    return FinetuneClaim(inp.finetune, cells, gaps, k_close, _fakeln_share(cells))
+
+
+def judge_finetune(m: FinetuneClaim) -> Verdict:
+    """Both halves yes, neither no, else partly; not judged where no cell is the paper's model on
+    the paper's set (the protocol, not the claim)."""
+    if not m.evals.apply(ft.paper_comparable, axis=1).any():
+        return not_judged(stand_in_note(m.evals))
+    return plain(_verdict(m.close_ok, m.fakeln[1]))
+
+
+def describe_finetune(m: FinetuneClaim, holds: Verdict) -> dict:
+    gaps, cells, evals = m.gaps, m.cells, m.evals
+    fake_share, fake_ok, fake_note = m.fakeln
+    ours = f"{m.k_close}/{len(gaps)} within +{CLOSE_PCT:g}% of Vanilla"
     if n_near := sum(abs(g - CLOSE_PCT) <= LINE_MARGIN_PP for g in gaps):
         ours += f" ({n_near} within {LINE_MARGIN_PP:g} points of the line)"
-    fake_share, fake_ok, fake_note = _fakeln_share(cells)
     ours += fake_share
-    holds = plain(_verdict(close_ok, fake_ok))
-    comparable = inp.finetune.apply(ft.paper_comparable, axis=1)
-    if not comparable.any():  # no paper model on a paper set: the protocol, not the claim
-        holds = not_judged(stand_in_note(inp.finetune))
     details = [
         f"{mod}/{PROTO_SHORT[p]}/{s}: " + (f"{g:+.2f}%" if math.isfinite(g) else "diverged")
         for mod, p, s, g in cells["close"]
@@ -195,10 +233,10 @@ def claim8(inp: ClaimInputs) -> dict:
         f"CE gap of each TaperLN cell to our Vanilla of the same model and set: {', '.join(details)}. "
         f"{FINETUNE_CRITERION.grading} "
         + fake_note
-        + _fakeln_gaps(inp.finetune)
+        + _fakeln_gaps(evals)
         + _line_note(gaps, details, fake_ok, holds.text)
     )
-    if diverged := ft.diverged_runs(inp.finetune):
+    if diverged := ft.diverged_runs(evals):
         comment += (
             " Diverged (a diverged TaperLN run counts as not close and not below FakeLN; a cell "
             "whose Vanilla run diverged is left out): " + "; ".join(diverged) + "."
@@ -208,12 +246,12 @@ def claim8(inp: ClaimInputs) -> dict:
             f" All-TaperLN folded (untied head, output bias) vs unfolded g=0 model on the same rows: "
             f"max |ΔCE| = {max(cells['fold']):.1e}."
         )
-    row = claim_row(ours, _scale(inp.finetune), holds, comment)
+    row = claim_row(ours, _scale(evals), holds, comment)
     numbers = Numbers(
         headline=ours,
         unit=f"share of TaperLN cells within +{CLOSE_PCT:g}% of Vanilla (parts: each cell's CE "
         "gap to Vanilla, %)",
-        estimate=k_close / m,
+        estimate=m.k_close / len(gaps),
         parts=tuple(Part(f"{mod}/{PROTO_SHORT[p]}/{s}", g) for mod, p, s, g in cells["close"]),
     )
     return with_numbers(row, numbers)

@@ -9,6 +9,7 @@ were not timed or this run's timing was disturbed.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
@@ -23,6 +24,7 @@ from .rows import (
     NOT_RESOLVED,
     YES,
     ClaimInputs,
+    NoVerdict,
     Verdict,
     at_deviation,
     because,
@@ -77,54 +79,92 @@ def judge_exact(failed: bool, worst: float, rtols: list[float]) -> Verdict:
     return at_deviation(f"rtol {max(rtols):g}", f"rtol {paper.FOLD_RTOL:g}", f"no, {worst:.1e}")
 
 
-def claim6(inp: ClaimInputs) -> dict:
+@dataclass(frozen=True)
+class FoldChecks:
+    """Claim 6 measured: the folds that ran (verify.json's path and report each) and the models
+    not folded, each check (path, report, export, its result) of the folded and explicit-scaling
+    exports, the largest relative logit difference of each export kind and overall (`worst`), the
+    largest |loss diff| and |val loss diff|s, the failed checks and the rtols they ran at."""
+
+    verify: list[tuple[Path, dict]]
+    folds: list[tuple[Path, dict]]
+    skipped: list[str]
+    checks: list[tuple[Path, dict, str, dict]]
+    rel: dict[str, float]
+    loss: float
+    val: list[float]
+    failed: list[str]
+    worst: float
+    rtols: list[float]
+
+    @property
+    def not_folded(self) -> str:
+        return f"Not folded: {'; '.join(self.skipped)}." if self.skipped else ""
+
+
+def measure_folds(inp: ClaimInputs) -> FoldChecks | NoVerdict:
     if not inp.verify:
         return not_measured("no verify.json files given")
     skipped = [r["skipped"] for _, r in inp.verify if "skipped" in r]
     folds = [(p, r) for p, r in inp.verify if "skipped" not in r]
-    not_folded = f"Not folded: {'; '.join(skipped)}." if skipped else ""
     if not folds:
         why = f"no fold ran ({'; '.join(skipped)})"
-        return claim_row("no fold ran", "—", not_judged(why), not_folded)
+        not_folded = f"Not folded: {'; '.join(skipped)}." if skipped else ""
+        return NoVerdict("no fold ran", "—", not_judged(why), not_folded)
     checks = [(p, r, e, r[e]) for p, r in folds for e in ("folded", "scaled")]
     rel = {
         e: max(c["rel_logit_diff"] for _, _, ex, c in checks if ex == e)
         for e in ("folded", "scaled")
     }
-    loss = max(abs(c["loss_diff"]) for *_, c in checks)
-    val = [abs(r["val_loss_diff"]) for _, r in folds if r.get("val_loss_diff") is not None]
-    failed = [f"{Path(r.get('model', p)).name}/{e}" for p, r, e, c in checks if not c["ok"]]
-    worst = max(rel.values())
-    rtols = sorted({c["rtol"] for *_, c in checks})
-    holds = judge_exact(bool(failed), worst, rtols)
+    return FoldChecks(
+        verify=inp.verify,
+        folds=folds,
+        skipped=skipped,
+        checks=checks,
+        rel=rel,
+        loss=max(abs(c["loss_diff"]) for *_, c in checks),
+        val=[abs(r["val_loss_diff"]) for _, r in folds if r.get("val_loss_diff") is not None],
+        failed=[f"{Path(r.get('model', p)).name}/{e}" for p, r, e, c in checks if not c["ok"]],
+        worst=max(rel.values()),
+        rtols=sorted({c["rtol"] for *_, c in checks}),
+    )
+
+
+def judge_folds(m: FoldChecks) -> Verdict:
+    return judge_exact(bool(m.failed), m.worst, m.rtols)
+
+
+def describe_folds(m: FoldChecks, holds: Verdict) -> dict:
+    rel, failed, skipped = m.rel, m.failed, m.skipped
     ours = (
         f"max rel. logit diff {rel['folded']:.1e} (folded), {rel['scaled']:.1e} (explicit scaling); "
-        f"max |loss diff| {loss:.1e}" + (f"; max |val loss diff| {max(val):.1e}" if val else "")
+        f"max |loss diff| {m.loss:.1e}"
+        + (f"; max |val loss diff| {max(m.val):.1e}" if m.val else "")
     )
     if skipped:
         ours += f"; {len(skipped)} model(s) not folded (diverged)"
     comment = (
-        f"{len(folds)} model(s), checks at rtol {', '.join(f'{t:g}' for t in rtols)}: "
-        f"{len(checks) - len(failed)}/{len(checks)} passed"
+        f"{len(m.folds)} model(s), checks at rtol {', '.join(f'{t:g}' for t in m.rtols)}: "
+        f"{len(m.checks) - len(failed)}/{len(m.checks)} passed"
         + (f" (failed: {', '.join(failed)})" if failed else "")
         + f"; {EXACT_CRITERION.grading}"
-        + (f" Judged on the folds that ran. {not_folded}" if skipped else "")
+        + (f" Judged on the folds that ran. {m.not_folded}" if skipped else "")
     )
-    models = ", ".join(Path(r.get("model", p)).name for p, r in folds)
+    models = ", ".join(Path(r.get("model", p)).name for p, r in m.folds)
     if skipped:
         models += (
             " (not folded: "
-            + ", ".join(Path(r.get("model", p)).name for p, r in inp.verify if "skipped" in r)
+            + ", ".join(Path(r.get("model", p)).name for p, r in m.verify if "skipped" in r)
             + ")"
         )
     row = claim_row(ours, f"models: {models}", holds, comment)
     numbers = Numbers(
-        headline=f"max rel. logit diff {worst:.1e}",
+        headline=f"max rel. logit diff {m.worst:.1e}",
         unit="relative logit difference",
-        estimate=worst,
+        estimate=m.worst,
         parts=tuple(
             Part(f"{Path(r.get('model', p)).name}/{e}", c["rel_logit_diff"])
-            for p, r, e, c in checks
+            for p, r, e, c in m.checks
         ),
     )
     return with_numbers(row, numbers)
@@ -221,21 +261,63 @@ def speed_numbers(bench: pd.DataFrame, decision: speed_rule.Decision) -> Numbers
     )
 
 
-def claim7(inp: ClaimInputs) -> dict:
+@dataclass(frozen=True, eq=False)
+class Timings:
+    """Claim 7 measured on one machine: the timed rows, the cells timed on a disturbed machine,
+    the speed rule's decision on folded against the baseline and the runs it pooled (`used`)."""
+
+    bench: pd.DataFrame
+    disturbed: list[str]
+    decision: speed_rule.Decision
+    used: list
+
+    @classmethod
+    def of(cls, bench: pd.DataFrame, pool: list) -> Timings:
+        decision, used = speed_rule.judge(bench, pool, "folded", "baseline")
+        return cls(bench, inference_tables.disturbed_cells(bench), decision, used)
+
+    @property
+    def verdict(self) -> Verdict:
+        return DISTURBED_VERDICT if self.disturbed else speed_verdict(self.decision)
+
+    def ours(self) -> list[str]:
+        return [*_benchmark_texts(self.bench), self.decision.said("folded", "baseline")]
+
+
+@dataclass(frozen=True, eq=False)
+class SpeedClaim:
+    """Claim 7 measured: this run's timings, the models not timed, and a first-GPU check's
+    timings (pooled with the runs of its own host class) where one is given, with its device."""
+
+    here: Timings
+    not_timed: str
+    gpu: Timings | None
+    gpu_where: str
+
+
+def measure_speed(inp: ClaimInputs) -> SpeedClaim | NoVerdict:
     not_timed = "; ".join(inp.bench_skipped)
     if inp.bench.empty and not inp.bench_skipped:
         return not_measured("no benchmark CSVs given")
     if inp.bench.empty or "folded" not in set(inp.bench["variant"]):
         why = f"the exports were not timed ({not_timed})"
-        return claim_row("not timed", "—", not_judged(why), f"Not timed: {not_timed}.")
-    ours = _benchmark_texts(inp.bench)
-    disturbed = inference_tables.disturbed_cells(inp.bench)
-    decision, used = speed_rule.judge(inp.bench, inp.bench_pool, "folded", "baseline")
-    holds = DISTURBED_VERDICT if disturbed else speed_verdict(decision)
-    ours.append(decision.said("folded", "baseline"))
+        return NoVerdict("not timed", "—", not_judged(why), f"Not timed: {not_timed}.")
+    on_gpu = inp.gpu is not None and not inp.gpu.empty
+    gpu = Timings.of(inp.gpu, inp.bench_pool) if on_gpu else None
+    return SpeedClaim(Timings.of(inp.bench, inp.bench_pool), not_timed, gpu, inp.gpu_where)
+
+
+def judge_speed(m: SpeedClaim) -> Verdict:
+    """The speed rule's verdict here (not judged on disturbed timing), a GPU's beside it."""
+    holds = m.here.verdict
+    return holds.noted(f"on a GPU: {m.gpu.verdict.text}") if m.gpu else holds
+
+
+def describe_speed(m: SpeedClaim, holds: Verdict) -> dict:
+    bench, here = m.here.bench, m.here
+    ours = here.ours()
     scales = {
-        kind: inference_tables.where(part)
-        for kind, part in inp.bench.groupby("benchmark", sort=False)
+        kind: inference_tables.where(part) for kind, part in bench.groupby("benchmark", sort=False)
     }
     if len(set(scales.values())) == 1:
         scales = {"both": next(iter(scales.values()))}
@@ -243,32 +325,23 @@ def claim7(inp: ClaimInputs) -> dict:
         "Speedup per cell = median over interleaved rounds of t_baseline / t_export, with the "
         "interquartile range of those per-round ratios; best and median over the cells of each "
         "benchmark (a cell whose interquartile range lies wholly below 1.0 is named). "
-        f"{SPEED_CRITERION.grading} {speed_rule.pool_note(used, decision.left_out)} "
-        f"{inference_tables.scale_note(inp.bench)}"
+        f"{SPEED_CRITERION.grading} {speed_rule.pool_note(here.used, here.decision.left_out)} "
+        f"{inference_tables.scale_note(bench)}"
     )
-    if disturbed:
+    if here.disturbed:
         comment = (
-            f"NOT JUDGED: {len(disturbed)} cell(s) were timed on a disturbed machine "
-            f"({'; '.join(disturbed)}); {RERUN}. " + comment
+            f"NOT JUDGED: {len(here.disturbed)} cell(s) were timed on a disturbed machine "
+            f"({'; '.join(here.disturbed)}); {RERUN}. " + comment
         )
-    if not_timed:
-        comment += f" Not timed: {not_timed}."
+    if m.not_timed:
+        comment += f" Not timed: {m.not_timed}."
     scale = " | ".join(v if k == "both" else f"{k}: {v}" for k, v in scales.items())
-    if inp.gpu is not None and not inp.gpu.empty:  # a first-GPU check, judged alike, said apart
-        # pooled with the --bench-pool runs of its own host class (other GPU checks), if any
-        gpu_decision, gpu_used = speed_rule.judge(inp.gpu, inp.bench_pool, "folded", "baseline")
-        gpu_holds = (
-            DISTURBED_VERDICT
-            if inference_tables.disturbed_cells(inp.gpu)
-            else speed_verdict(gpu_decision)
-        )
-        gpu_ours = [*_benchmark_texts(inp.gpu), gpu_decision.said("folded", "baseline")]
-        ours.append(f"on a GPU ({inp.gpu_where}): " + "; ".join(gpu_ours))
-        holds = holds.noted(f"on a GPU: {gpu_holds.text}")
+    if m.gpu:  # a first-GPU check, judged alike, said apart
+        ours.append(f"on a GPU ({m.gpu_where}): " + "; ".join(m.gpu.ours()))
         comment += (
-            f" On a GPU: a first-GPU check ({inp.gpu_where}; "
-            f"{inference_tables.scale_note(inp.gpu)}), judged by the same rule. On a GPU: "
-            f"{speed_rule.pool_note(gpu_used, gpu_decision.left_out)}"
+            f" On a GPU: a first-GPU check ({m.gpu_where}; "
+            f"{inference_tables.scale_note(m.gpu.bench)}), judged by the same rule. On a GPU: "
+            f"{speed_rule.pool_note(m.gpu.used, m.gpu.decision.left_out)}"
         )
     row = claim_row("; ".join(ours), scale, holds, comment)
-    return with_numbers(row, speed_numbers(inp.bench, decision))
+    return with_numbers(row, speed_numbers(bench, here.decision))

@@ -24,6 +24,7 @@ from .rows import (
     PARTLY,
     YES,
     ClaimInputs,
+    NoVerdict,
     Verdict,
     because,
     claim_row,
@@ -222,43 +223,78 @@ def paper_gap_range(variant: str) -> str:
     return f"+{min(c.gap_pct for c in cells):.2f}% to +{max(c.gap_pct for c in cells):.2f}%"
 
 
+def paper_gap_value(variant: str) -> str:
+    """Claims 1 and 2's paper value: the range of Table 2's gaps and its setting."""
+    return f"{paper_gap_range(variant)} (1M-30M, TinyStories, 6 seeds)"
+
+
 def gap_statement(variant: str) -> str:
     """Claims 1 and 2 as the paper states them of `variant`."""
     return f"{variant_label(variant)} validation loss within ~2% of the baseline"
 
 
-def _gap_claim(inp: ClaimInputs, variant: str) -> dict:
+@dataclass(frozen=True, eq=False)
+class GapClaim:
+    """Claim 1 or 2 measured: `variant` against the baseline at each width of `runs` (the
+    pre-training runs) that has both."""
+
+    variant: str
+    widths: list[WidthGap]
+    runs: pd.DataFrame
+
+
+def measure_gaps_of(inp: ClaimInputs, variant: str) -> GapClaim | NoVerdict:
     if inp.runs.empty:
         return not_measured("no pre-training runs given")
     measured = measure_gaps(inp.runs, variant)
     if not measured:
         return not_measured(f"no width has both baseline and {variant} runs")
-    widths = [m.width for m in measured]
-    holds = judge_gaps(measured, paper_gap_range(variant))
-    ours = [_gap_text(m) for m in measured]
-    reasons = [f"d={m.width}: {width_verdict(m)[1]}" for m in measured]
-    whys = [_seeds_text(m.gap) for m in measured]
-    blown = [f"d={m.width}: {m.blown}" for m in measured if m.blown]
+    return GapClaim(variant, measured, inp.runs)
+
+
+def measure_internal_aux(inp: ClaimInputs) -> GapClaim | NoVerdict:
+    """Claim 1's measure: Internal-Taper (+aux)'s gaps."""
+    return measure_gaps_of(inp, "internal_aux")
+
+
+def measure_all_aux(inp: ClaimInputs) -> GapClaim | NoVerdict:
+    """Claim 2's measure: All-Taper (+aux)'s gaps."""
+    return measure_gaps_of(inp, "all_aux")
+
+
+def judge_gap_claim(m: GapClaim) -> Verdict:
+    return judge_gaps(m.widths, paper_gap_range(m.variant))
+
+
+def describe_gap_claim(m: GapClaim, holds: Verdict) -> dict:
+    """The gap per width with its interval and seed pairs, the blow-ups, the diverged runs, the
+    final norm's shared offset and the steps against the paper's."""
+    runs, variant, measured = m.runs, m.variant, m.widths
+    widths = [w.width for w in measured]
+    ours = [_gap_text(w) for w in measured]
+    reasons = [f"d={w.width}: {width_verdict(w)[1]}" for w in measured]
+    whys = [_seeds_text(w.gap) for w in measured]
+    blown = [f"d={w.width}: {w.blown}" for w in measured if w.blown]
     comment = (
         f"Gap to the baseline paired by seed (seed s of both variants: the same init stream and "
         f"batches), mean and 95% t interval over the pairs: {'; '.join(reasons)} "
         f"({' | '.join(whys)}). {GAP_CRITERION.grading} "
-        f"{sum(m.n_diverged for m in measured)} {variant} run(s) diverged."
+        f"{sum(w.n_diverged for w in measured)} {variant} run(s) diverged."
     )
     if blown:
         comment += f" Blew up: {' | '.join(blown)}."
-    compared = inp.runs[inp.runs["variant"].isin([variant, "baseline"])]
+    compared = runs[runs["variant"].isin([variant, "baseline"])]
     if named := diverged_text(compared[compared["width"].isin(widths)]):
         comment += f" Diverged, excluded: {named}."
-    comment += "".join(offset_note(inp.runs, w, variant) for w in widths)
-    steps = sorted(inp.runs["steps"].unique())
+    comment += "".join(offset_note(runs, w, variant) for w in widths)
+    steps = sorted(runs["steps"].unique())
     comment += (
         f" Our runs are {', '.join(f'{s:,}' for s in steps)} steps vs the paper's "
         f"{_paper_steps()} ({paper.TABLE5_SOURCE.tag})."
     )
-    scale = describe_scale(inp.runs[inp.runs["width"].isin(widths)])
+    scale = describe_scale(runs[runs["width"].isin(widths)])
     row = claim_row("; ".join(ours), scale, holds, comment)
-    return with_numbers(row, gap_numbers([m.gap for m in measured], ours[-1]))
+    return with_numbers(row, gap_numbers([w.gap for w in measured], ours[-1]))
 
 
 def _gap_text(m: WidthGap) -> str:
@@ -303,11 +339,3 @@ def gap_numbers(gaps: list[PairedGap], headline: str) -> Numbers:
             for g in gaps
         ),
     )
-
-
-def claim1(inp: ClaimInputs) -> dict:
-    return _gap_claim(inp, "internal_aux")
-
-
-def claim2(inp: ClaimInputs) -> dict:
-    return _gap_claim(inp, "all_aux")

@@ -108,8 +108,22 @@ def claim_row(ours: str, scale: str, holds: Verdict, comment: str) -> dict:
     return {**dict(zip(MEASURED, cells, strict=True)), "grade": holds.grade}
 
 
-def not_measured(why: str) -> dict:
-    return claim_row(NOT_MEASURED, "—", plain(NOT_MEASURED), why)
+@dataclass(frozen=True)
+class NoVerdict:
+    """What a claim's measure returns where its inputs allow no verdict: the cells shown instead
+    (not measured: the inputs were not given; not judged: they cannot support one)."""
+
+    ours: str
+    scale: str
+    holds: Verdict
+    comment: str
+
+    def row(self) -> dict:
+        return claim_row(self.ours, self.scale, self.holds, self.comment)
+
+
+def not_measured(why: str) -> NoVerdict:
+    return NoVerdict(NOT_MEASURED, "—", plain(NOT_MEASURED), why)
 
 
 def not_judged(why: str) -> Verdict:

@@ -18,6 +18,7 @@ said in the comment: its clean rate against each other tapered arm's, with Fishe
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
@@ -32,6 +33,8 @@ from .rows import (
     NOT_RESOLVED,
     YES,
     ClaimInputs,
+    NoVerdict,
+    Verdict,
     because,
     claim_row,
     not_measured,
@@ -156,10 +159,26 @@ def _judgeable(rows: pd.DataFrame) -> list[int]:
     ]
 
 
-def claim_stability(inp: ClaimInputs) -> dict:
-    """The stability row (module docstring)."""
+@dataclass(frozen=True, eq=False)
+class StabilityClaim:
+    """The stability row measured: its sources' clean-rate rows ((name, rows) each: the study's,
+    the pretrain runs'), the first of them (`name`, `judged`) and its widths with a baseline and
+    a tapered arm, and the pretrain runs of the paper's variants."""
+
+    sources: list[tuple[str, pd.DataFrame]]
+    name: str
+    judged: pd.DataFrame
+    widths: list[int]
+    paper_runs: pd.DataFrame
+
+    def per_width(self) -> list[tuple[str, str]]:
+        """(yes | no | not resolved, why) at each width (width_verdict)."""
+        return [width_verdict(self.judged, w) for w in self.widths]
+
+
+def measure_stability(inp: ClaimInputs) -> StabilityClaim | NoVerdict:
     study = inp.stability if inp.stability is not None and not inp.stability.empty else None
-    own = None
+    own, paper_runs = None, pd.DataFrame()
     if not inp.runs.empty:
         paper_runs = inp.runs[inp.runs["variant"].isin(PAPER_VARIANTS)]
         own = rate_rows(paper_runs) if len(paper_runs) else None
@@ -168,23 +187,32 @@ def claim_stability(inp: ClaimInputs) -> dict:
     if not sources:
         return not_measured("no runs of a tapered arm beside the baseline given")
     name, judged = sources[0]
-    widths = _judgeable(judged)
-    verdicts, reasons = zip(*(width_verdict(judged, w) for w in widths), strict=True)
+    return StabilityClaim(sources, name, judged, _judgeable(judged), paper_runs)
+
+
+def judge_stability(m: StabilityClaim) -> Verdict:
+    """The widths combined strictly; a no or not resolved with the widths that made it."""
+    verdicts, reasons = zip(*m.per_width(), strict=True)
     grade = combine_strictly(list(verdicts))
-    holds = plain(grade)
     if grade in (NO, NOT_RESOLVED):
         shown = [r for r, v in zip(reasons, verdicts, strict=True) if v == grade]
-        holds = because(grade, "; ".join(shown))
-    ours = "; ".join(source_text(rows, n) for n, rows in sources)
+        return because(grade, "; ".join(shown))
+    return plain(grade)
+
+
+def describe_stability(m: StabilityClaim, holds: Verdict) -> dict:
+    name, judged, widths = m.name, m.judged, m.widths
+    reasons = [why for _, why in m.per_width()]
+    ours = "; ".join(source_text(rows, n) for n, rows in m.sources)
     where = judged.attrs.get("source", "") if name == STUDY else ""
     scale = (
         f"{STUDY} ({where}): {', '.join(f'd={w}' for w in widths)}; "
         f"{int(judged['steps'].max()):,} steps; {int(judged['n_runs'].max())} runs per arm"
         if name == STUDY
-        else describe_scale(inp.runs[inp.runs["variant"].isin(PAPER_VARIANTS)])
+        else describe_scale(m.paper_runs)
     )
     comment = (
-        f"Judged on the {name}{' (the pretrain runs as context)' if len(sources) > 1 else ''}: "
+        f"Judged on the {name}{' (the pretrain runs as context)' if len(m.sources) > 1 else ''}: "
         f"{'; '.join(reasons)}. {STABILITY_CRITERION.grading}"
     )
     if note := most_stable_note(judged):

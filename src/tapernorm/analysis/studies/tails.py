@@ -31,6 +31,7 @@ from ...data import TokenShards
 from ...norms import taper_norms
 from ...probe import BatterySettings, battery_inputs, run_battery
 from ...probe.battery import BatteryInputs
+from ...probe.measure import DTYPES
 from ...probe.verdict import check_vocab
 from ...runtime import bookkeeping
 from ...runtime.jsonio import NON_FINITE, read_json
@@ -42,8 +43,7 @@ from .. import comparable
 from ..runs import load_runs
 from ..tables.write import write_table
 
-DTYPE_KEYS = ("fp32", "bf16")  # run_battery's keys of float32 and bfloat16 autocast
-DTYPE_NAMES = ("float32", "bfloat16")  # the battery's dtypes (BatterySettings.dtypes)
+DTYPE_KEYS = tuple(DTYPES.values())  # run_battery's keys of float32 and bfloat16 autocast
 NOISE, HEAVY_NOISE, OUTLIERS = "noise_5pct", "noise_20pct", ("rare_5pct", "unseen_5pct")
 CELL = ("width", "variant", "steps")  # the runs of one row group (check_runs)
 KINDS = ("run", "folded", "model")  # a run directory, fold's folded/, any other model directory
@@ -377,6 +377,7 @@ def _dtypes_said(dtypes: Sequence[str]) -> str:
 def caption(header: dict, rows: Sequence[dict]) -> str:
     """The table's caption: what was measured, on which windows, what each column is."""
     s = header["settings"]
+    dtypes = s.get("dtypes", tuple(DTYPES))  # (a record from before the setting measured both)
     windows = ", ".join(
         f"{made['clean']['windows']} of {t} tokens" for t, made in header["inputs"].items()
     )
@@ -393,7 +394,7 @@ def caption(header: dict, rows: Sequence[dict]) -> str:
         f"of {s['search']['budget']:,} forwarded windows of {s['search']['length']} tokens finds "
         "(seed fixed), over the median of the clean windows' prefixes. Worst block RMS: the "
         "largest residual RMS entering the first block or after any block, in the worst window of "
-        f"any group or the searched one. {_dtypes_said(s.get('dtypes', DTYPE_NAMES))} "
+        f"any group or the searched one. {_dtypes_said(dtypes)} "
         "Tokens/param: the weights' steps x batch x block size "
         "over the parameter count. `tapernorm probe` fails a model past 2x its reference's "
         "5%-noisy max or 10x its search ratio."
