@@ -43,6 +43,13 @@ class Output:
         return self.rule or self.name
 
     @property
+    def by_table_rule(self) -> bool:
+        """A table that the workflow's rule per table makes (report.smk's, finetune.smk's loop:
+        a rule of the table's name running `tapernorm table ID`), not a rule or command of its
+        own."""
+        return self.kind == "table" and not (self.rule or self.command)
+
+    @property
     def from_runs(self) -> bool:
         """Built from training runs' directories alone (--runs)."""
         return self.reads == RUNS

@@ -138,8 +138,7 @@ class Plan:
         """The tables of the registry (rule and `tapernorm make` name theirs) that one rule per
         table builds from the runs `needs` says: "" the pre-training runs' (report.smk),
         "finetune" the fine-tuning's (finetune.smk)."""
-        tables = [o for o in self.outputs() if o.kind == "table" and o.needs == needs]
-        return [o.name for o in tables if not (o.rule or o.command)]
+        return [o.name for o in self.outputs() if o.by_table_rule and o.needs == needs]
 
     def figures(self) -> list[str]:
         """The figures this config draws from training runs, one rule each (report.smk)."""
