@@ -157,6 +157,32 @@ def test_claim7_by_the_rule_yes_no_within_noisy_and_too_few_runs():
     assert "Pooled with 2 run(s) of this host class: run0, run1." in fast["Comment"]
 
 
+def test_claim7s_measure_times_each_machine_apart_and_its_judge_grades_this_one():
+    """The typed numbers behind the row: this run's decision over its own host class, a GPU
+    check's over its own; the judge grades this machine's and notes the GPU's beside it."""
+    cpu = _runs([1.0, 1.004, 0.997])  # within the margin on the CPU
+    gpus = _runs([1.10, 1.11, 1.09], cpu="GPU X")
+    pool = [(f"cpu{i}", r) for i, r in enumerate(cpu[1:])] + [("gpu1", gpus[1]), ("gpu2", gpus[2])]
+    claim = claims.CLAIMS[6]
+    measured = claim.measure(ClaimInputs(bench=cpu[0], bench_pool=pool, gpu=gpus[0]))
+    here, gpu = measured.here, measured.gpu
+    assert (here.decision.state, here.decision.runs, here.used) == (
+        speed_rule.WITHIN,
+        3,
+        ["cpu0", "cpu1"],
+    )
+    assert (gpu.decision.state, gpu.decision.runs, gpu.used) == (
+        speed_rule.FASTER,
+        3,
+        ["gpu1", "gpu2"],
+    )
+    assert gpu.decision.ratio == pytest.approx(1.10, abs=0.01) and here.disturbed == []
+    verdict = claim.judge(measured)
+    assert verdict.grade == NO and verdict.text.endswith("; on a GPU: yes")
+    alone = claim.measure(ClaimInputs(bench=cpu[0], bench_pool=pool))
+    assert alone.gpu is None and claim.judge(alone).grade == NO
+
+
 def test_a_gpu_check_is_judged_apart_pooled_with_its_own_class_only():
     cpu = _runs([1.0, 1.004, 0.997])  # within the margin on the CPU
     gpus = _runs([1.10, 1.11, 1.09], cpu="GPU X")
