@@ -687,6 +687,26 @@ def test_claim4_at_the_papers_setting_or_only_at_a_deviation(runs):
     assert claims.claim4(claims.ClaimInputs(ablation=deviation, sweep=good))["Holds?"] == "yes"
 
 
+def test_claim4s_measure_holds_the_verdict_at_the_papers_setting_and_its_judge_grades_it(runs):
+    """The typed numbers behind claim 4's 'only at a deviation': the judged source's A and U at
+    its own λ, and A at the paper's λ from the sweep point; the judge reads those alone."""
+    from tapernorm.analysis.claims import rows as cr
+
+    claim = claims.CLAIMS[3]
+    deviation = _chasing(runs, free=30.0, aux=11.0, lam=10.0)
+    point = _chasing(runs, free=30.0, aux=28.0)
+    point = point[(point["variant"] == "all_aux") & (point["seed"] == 0)]
+    measured = claim.measure(claims.ClaimInputs(ablation=deviation, sweep=point))
+    [source] = measured.judged
+    assert source.forms == (("eq5", 10.0),)
+    assert (source.ratio, source.chase) == pytest.approx((1.1, 3.0))
+    [(verdict, ratio, where)] = measured.at_paper
+    assert (verdict, where) == ("no", "ablation's sweep point") and ratio == pytest.approx(2.8)
+    assert claim.judge(measured).grade == cr.AT_DEVIATION
+    at_paper = claim.measure(claims.ClaimInputs(ablation=_chasing(runs, free=30.0, aux=11.0)))
+    assert at_paper.at_paper[0][0] == "yes" and claim.judge(at_paper).grade == cr.YES
+
+
 def _verify(rel: float, rtol: float, ok: bool = True) -> tuple:
     check = {"rel_logit_diff": rel, "loss_diff": 0.0, "ok": ok, "rtol": rtol}
     return ("m/verify.json", {"folded": check, "scaled": check, "val_loss_diff": 0.0})
