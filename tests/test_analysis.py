@@ -627,6 +627,26 @@ def test_a_seed_without_its_pair_is_left_out_and_named():
     assert claims.claim2(claims.ClaimInputs(runs=diverged))["Holds?"] == "partly"
 
 
+def test_claim2s_measure_is_the_paired_gap_per_width_and_its_judge_grades_it():
+    """The typed numbers behind claims 1 and 2: the gap paired by seed at each width (as
+    stats.paired_gap computes it) and the blow-ups; the judge reads those alone."""
+    from tapernorm.analysis.claims.rows import NoVerdict
+
+    claim = claims.CLAIMS[1]
+    runs = _paired({"all_aux": [-0.1, 0.2, 0.0]})
+    measured = claim.measure(claims.ClaimInputs(runs=runs))
+    [width] = measured.widths
+    assert measured.variant == "all_aux" and width.width == 64 and width.n_diverged == 0
+    assert width.gap.per_seed == pytest.approx({0: -0.1, 1: 0.2, 2: 0.0})
+    gap = stats.paired_gap(runs, 64, "all_aux", "baseline")
+    assert (width.gap.mean, width.gap.lo, width.gap.hi) == pytest.approx((gap.mean, gap.lo, gap.hi))
+    assert width.blown == "" and claim.judge(measured).grade == "yes"
+    far = claim.measure(claims.ClaimInputs(runs=_paired({"all_aux": [3.0, 3.2, 2.9]})))
+    assert far.widths[0].gap.lo > 2 and claim.judge(far).grade == "no"
+    other = claims.CLAIMS[0].measure(claims.ClaimInputs(runs=runs))  # claim 1: no internal_aux
+    assert isinstance(other, NoVerdict) and other.holds.grade == "not measured"
+
+
 def test_claim2_names_an_offset_shared_by_the_variants_without_a_final_norm():
     low = [-2.5, -2.6, -2.4]
     row = claims.claim2(
