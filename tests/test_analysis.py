@@ -683,6 +683,22 @@ def test_claim3_is_graded_by_size_against_the_papers_range(runs):
     assert none["Holds?"] == "no"
 
 
+def test_claim3s_measure_is_each_sources_ratio_and_its_judge_grades_the_smallest(runs):
+    """Claim 3's typed numbers: the unanchored no-final-norm runs' end logit norm over the kept
+    final norm's, together and per variant; the judge grades the smallest judged one's size."""
+    from tapernorm.analysis.claims import rows as cr
+
+    claim = claims.CLAIMS[2]
+    measured = claim.measure(claims.ClaimInputs(ablation=_chasing(runs, free=30.0, aux=10.0)))
+    [chasing] = measured.measures
+    assert chasing.source.name == "ablation" and chasing.source.judged
+    assert chasing.ratio == pytest.approx(3.0)  # 30 over the kept final norm's 10
+    assert chasing.each.to_dict() == pytest.approx({"all": 3.0, "final": 3.0})
+    assert measured.smallest is chasing and claim.judge(measured).grade == cr.WEAKER
+    strong = claim.measure(claims.ClaimInputs(ablation=_chasing(runs, free=300.0, aux=10.0)))
+    assert strong.smallest.ratio == pytest.approx(30.0) and claim.judge(strong).grade == cr.YES
+
+
 def test_claim4_at_the_papers_setting_or_only_at_a_deviation(runs):
     at_paper = claims.claim4(claims.ClaimInputs(ablation=_chasing(runs, free=30.0, aux=11.0)))
     assert at_paper["Holds?"] == "yes"

@@ -482,6 +482,22 @@ def _paper_evals(models, protocols=("vanilla", "internal_taperln", "all_taperln"
     return pd.DataFrame(rows)
 
 
+def test_claim8s_measure_counts_the_cells_and_its_judge_grades_the_two_halves():
+    """The typed numbers behind claim 8: each TaperLN cell's CE gap to Vanilla, how many are
+    within +2%, and the FakeLN half; the judge reads those alone."""
+    claim = claims.CLAIMS[7]
+    measured = claim.measure(claims.ClaimInputs(finetune=_paper_evals(list(paper.TABLE6))))
+    assert (measured.k_close, len(measured.gaps)) == (20, 24) and measured.close_ok
+    share, fake_ok, _ = measured.fakeln
+    assert fake_ok is True and share == "; 19/24 at or below FakeLN"
+    assert claim.judge(measured).grade == "yes"
+    worse = _paper_evals(["gpt2"])
+    worse.loc[worse["protocol"] != "vanilla", "loss"] += 1.0  # far above Vanilla and FakeLN
+    far = claim.measure(claims.ClaimInputs(finetune=worse))
+    assert far.k_close == 0 and min(far.gaps) > 2 and far.fakeln[1] is False
+    assert claim.judge(far).grade == "no"
+
+
 def test_claim8_criteria():
     assert claims_finetune.paper_claim8_counts() == (20, 19, 24)
     row = claims.claim8(claims.ClaimInputs(finetune=_paper_evals(list(paper.TABLE6))))
