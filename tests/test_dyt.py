@@ -258,6 +258,25 @@ def _with_quartiles(rows: pd.DataFrame, folded: tuple, dyt: tuple) -> pd.DataFra
     return out
 
 
+def test_the_dyt_rows_measure_is_the_two_gaps_and_its_judge_grades_both_halves():
+    """The typed numbers behind the TaperNorm-vs-DyT row: each method's gap to the baseline with
+    its head, the loss half and the speed half; the judge reads those alone."""
+    claim = claims.CLAIMS[-1]
+    measured = claim.measure(ClaimInputs(runs=_runs(0.10)))
+    [(taper, dyt)] = measured.gaps.values()
+    assert (taper.variant, taper.against, dyt.variant, dyt.against) == (
+        "internal_aux",
+        "baseline",
+        "dyt",
+        "baseline_untied",
+    )
+    assert (taper.pct, dyt.pct) == pytest.approx((1.0, 5.0), abs=0.01)  # (seeds differ a little)
+    assert measured.loss.ok == [True] and measured.speed_state is None  # no benchmark rows
+    assert claim.judge(measured).grade == "partly"
+    worse = claim.measure(ClaimInputs(runs=_runs(0.0)))
+    assert worse.loss.ok == [False] and claim.judge(worse).grade == "no"
+
+
 def test_claims_row_tapernorm_vs_dyt(bench_rows):
     apart = _with_quartiles(bench_rows, folded=(1.2, 1.3, 1.4), dyt=(0.9, 1.0, 1.1))
     pool = speed_reruns(apart)  # folded 1.3x DyT in three runs: faster by the speed rule
