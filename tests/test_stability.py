@@ -486,6 +486,20 @@ def test_the_stability_claim_is_graded_by_the_rates(arms, grade):
         assert "All-Taper (+aux) 5/12" in row["Holds?"] and "p=0.00" in row["Holds?"]
 
 
+def test_the_stability_claims_measure_picks_its_source_and_its_judge_combines_the_widths():
+    """The typed numbers behind the stability row: the sources with a baseline and a tapered arm
+    (the study first), the widths judged; the judge combines the widths strictly."""
+    claim = claims.CLAIMS[8]
+    arms = {"internal_aux": (12, 12), "all_aux": (5, 12)}
+    study = pd.DataFrame(_rows(32, (12, 12), arms) + _rows(64, (12, 12), {"all_aux": (11, 12)}))
+    measured = claim.measure(ClaimInputs(stability=study))
+    assert (measured.name, measured.widths) == ("stability study", [32, 64])
+    assert [v for v, _ in measured.per_width()] == ["no", "not resolved"]
+    assert claim.judge(measured).grade == "no"  # one width where it does not train stably
+    wide = pd.DataFrame(_rows(64, (12, 12), {"all_aux": (11, 12)}))
+    assert claim.judge(claim.measure(ClaimInputs(stability=wide))).grade == "not resolved"
+
+
 def test_the_stability_claim_judges_the_pretrain_runs_without_the_study(tmp_path):
     plan = _plan()
     dirs = _stability_records(tmp_path, plan)
