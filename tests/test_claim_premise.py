@@ -6,7 +6,13 @@ import pandas as pd
 import pytest
 
 from tapernorm.analysis.claims import document as claims
-from tapernorm.analysis.claims.chasing import PREMISE_CHASE, claim5_premise
+from tapernorm.analysis.claims.chasing import (
+    PREMISE_CHASE,
+    GradientClaim,
+    GradVerdict,
+    Source,
+    claim5_premise,
+)
 from tapernorm.analysis.claims.rows import NO, NOT_REPRODUCED, PARTLY, YES, plain
 
 
@@ -54,3 +60,25 @@ def test_the_criterion_states_the_premise():
     text = next(c.criterion for c in claims.CLAIMS if c.cells == claims.claim5).text
     assert "premise: the unanchored no-final-norm end logit norm >= 10x" in text
     assert "else not reproduced at this scale" in text
+
+
+def _convention(verdict: str) -> GradVerdict:
+    return GradVerdict("before clipping", verdict, "", "", 0, 4, ())
+
+
+@pytest.mark.parametrize(
+    "chase, verdicts, expected",
+    [
+        (2.75, [NO, PARTLY], NOT_REPRODUCED),  # partly, with the premise absent
+        (25.0, [NO, PARTLY], PARTLY),  # premise present: the criterion's verdict stands
+        (25.0, [YES, YES], YES),
+        (2.0, [YES, YES], YES),  # clusters anyway: it holds
+        (25.0, [NO, NO], NO),
+    ],
+)
+def test_claim_5s_judge_combines_the_conventions_then_checks_the_premise(chase, verdicts, expected):
+    claim = claims.CLAIMS[4]
+    measured = GradientClaim(
+        Source("main", _runs(chase), True), pd.DataFrame(), list(map(_convention, verdicts)), ""
+    )
+    assert claim.judge(measured).grade == expected
