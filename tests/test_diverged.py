@@ -15,6 +15,7 @@ from conftest import tiny_run
 
 from tapernorm import data as D
 from tapernorm.analysis.claims import document as claims
+from tapernorm.analysis.claims.rows import NoVerdict
 from tapernorm.analysis.figures import speedups as figure_speedups
 from tapernorm.analysis.tables import finetune as ft
 from tapernorm.analysis.tables import inference as inference_tables
@@ -114,18 +115,24 @@ def test_a_diverged_run_says_so_in_its_log_config_and_eval(runs):
     assert result["weights_step"] == 3  # its last checkpoint before the divergence
     cfg = jsonio.read_json(run / "config.json")
     assert cfg["diverged_step"] == TAPER_DIVERGES_AT and cfg["weights_step"] == 3
-    line = f"[pretrain/internal_aux-d32-s0] DIVERGED at step {TAPER_DIVERGES_AT}: weights rolled "
-    assert [m for m in runs["log"] if m.startswith(line)], runs["log"]
-    assert "checkpoint of step 3" in next(m for m in runs["log"] if m.startswith(line))
+    (logged,) = [m for m in runs["log"] if "DIVERGED" in m and "internal_aux-d32-s0]" in m]
+    assert logged.startswith("[pretrain/internal_aux-d32-s0]"), runs["log"]
+    assert f"step {TAPER_DIVERGES_AT}:" in logged and "checkpoint of step 3" in logged
     bad = diverged(run)
+    assert (bad.name, bad.step, bad.weights_step) == (
+        "pretrain/internal_aux-d32-s0",
+        TAPER_DIVERGES_AT,
+        3,
+    )
+    assert bad.label == "Internal-Taper (+aux) d32 s0"
+    # golden: the rendered text (the reason every later step gives when it skips the run)
     assert bad.reason() == (
         f"run pretrain/internal_aux-d32-s0 diverged at step {TAPER_DIVERGES_AT} "
         "(weights rolled back to step 3)"
     )
-    assert (
-        bad.not_timed()
-        == f"Internal-Taper (+aux) d32 s0 diverged at step {TAPER_DIVERGES_AT}: not timed"
-    )
+    not_timed = bad.not_timed()
+    assert not_timed.startswith(f"{bad.label} ") and not_timed.endswith("not timed")
+    assert f"step {TAPER_DIVERGES_AT}" in not_timed
     # a finished run: nothing of the kind
     finished = runs["tapered"]
     assert diverged(finished) is None and "diverged_step" not in jsonio.read_json(
@@ -193,9 +200,10 @@ def test_eval_of_a_diverged_run_skips_its_folded_model(runs, shards_dir, tmp_pat
     assert ours.loc["All-TaperLN", owt] == f"diverged at step {TAPER_DIVERGES_AT}"
     assert ours.loc["All-TaperLN", "Folded − unfolded (ours)"] == "not folded (diverged)"
     assert math.isfinite(float(ours.loc["Vanilla", owt]))
-    assert f"not a fine-tuned model; not folded either): {reason}." in caption
+    assert ft.diverged_runs(ft.load_finetune_evals(evals)) == [reason]  # what the caption names
+    assert reason in caption
     table6, caption = ft.table6([runs["vanilla"], run])
-    assert f"Table 4 leaves them out): {reason}." in caption and len(table6) == 1 + 4
+    assert reason in caption and len(table6) == 1 + 4
     row = claims.claims_table(claims.ClaimInputs(finetune=ft.load_finetune_evals(evals))).iloc[7]
     assert "All/heldout: diverged" in row["Comment"] and reason in row["Comment"]
 
@@ -244,8 +252,8 @@ def tapered_diverged(runs, tmp_path_factory):
     return _bench(tmp_path_factory.mktemp("bench"), runs["baseline"], runs["diverged"], runs["dyt"])
 
 
-def test_benchmarks_time_the_others_and_name_the_diverged_run(tapered_diverged):
-    note = f"Internal-Taper (+aux) d32 s0 diverged at step {TAPER_DIVERGES_AT}: not timed"
+def test_benchmarks_time_the_others_and_name_the_diverged_run(tapered_diverged, runs):
+    note = diverged(runs["diverged"]).not_timed()  # its wording: the first test
     for path in tapered_diverged.values():
         df = pd.read_csv(path, dtype={"skipped": str}).fillna({"skipped": ""})
         timed = df[df["skipped"] == ""]
@@ -258,7 +266,7 @@ def test_benchmarks_time_the_others_and_name_the_diverged_run(tapered_diverged):
 
 
 def test_tables_figure_and_claims_name_the_model_not_timed(tapered_diverged, runs, tmp_path):
-    note = f"Internal-Taper (+aux) d32 s0 diverged at step {TAPER_DIVERGES_AT}: not timed"
+    note = diverged(runs["diverged"]).not_timed()  # its wording: the first test
     forward, decode = tapered_diverged["forward"], tapered_diverged["decode"]
     inference_tables.make_bench_table("3", [forward], tmp_path / "table3")
     t3 = pd.read_csv(tmp_path / "table3.csv")
@@ -291,9 +299,11 @@ def test_tables_figure_and_claims_name_the_model_not_timed(tapered_diverged, run
         "1 model(s) not folded" in six["Ours"]
         and diverged(runs["diverged"]).reason() in six["Comment"]
     )
-    assert six["Scale"] == "models: internal_aux-d32-s1 (not folded: internal_aux-d32-s0)"
+    assert {p["label"].split("/")[0] for p in six["parts"]} == {"internal_aux-d32-s1"}
+    folded, not_folded = six["Scale"].removeprefix("models: ").split(" (not folded: ")
+    assert (folded, not_folded) == ("internal_aux-d32-s1", "internal_aux-d32-s0)")
     seven = rows["7."]
-    assert seven["Holds?"] == f"not judged: the exports were not timed ({note})"
+    assert seven["grade"] == "not judged" and note in seven["Holds?"]
     dyt = next(r for r in rows.values() if r["Claim"].startswith("TaperNorm vs DyT"))
     assert f"speed: not timed ({note})" in dyt["Holds?"] and note in dyt["Comment"]
 
@@ -311,7 +321,10 @@ def test_claim6_without_a_fold_that_ran_is_not_judged(runs, tmp_path):
     )
     row = claims.claim6(inp)
     reason = diverged(runs["diverged"]).reason()
-    assert row["Holds?"] == f"not judged: no fold ran ({reason})"
+    assert row["grade"] == "not judged" and reason in row["Holds?"]
+    measured = claims.CLAIMS[5].measure(inp)  # no fold ran: no verdict, the skip named
+    assert isinstance(measured, NoVerdict) and measured.holds.grade == "not judged"
+    assert reason in measured.comment
 
 
 def test_a_diverged_dyt_or_baseline_run(runs, tmp_path):
@@ -321,15 +334,20 @@ def test_a_diverged_dyt_or_baseline_run(runs, tmp_path):
     paths = _bench(tmp_path, runs["baseline"], runs["tapered"], dyt, "_dyt")
     df = inference_tables.load_bench([paths["forward"]])
     assert list(inference_tables.timed(df)["variant"]) == ["baseline", "explicit", "folded"]
-    assert inference_tables.skipped_notes(df) == ["DyT d32 s0 diverged at step 7: not timed"]
+    bad_dyt = diverged(dyt)
+    assert (bad_dyt.label, bad_dyt.step) == ("DyT d32 s0", 7)
+    assert inference_tables.skipped_notes(df) == [bad_dyt.not_timed()]
 
     base = _mark_diverged(runs["baseline"], tmp_path / "baseline-d32-s0", 5)
     paths = _bench(tmp_path, base, runs["tapered"], runs["dyt"], "_base")
     df = inference_tables.load_bench(list(paths.values()))
     assert inference_tables.timed(df).empty
     notes = inference_tables.skipped_notes(df)
-    assert notes[0] == "Baseline d32 s0 diverged at step 5: not timed"
-    assert "not timed: its speedups are over Baseline d32 s0, which diverged at step 5" in notes
+    bad_base = diverged(base)
+    assert (bad_base.label, bad_base.step) == ("Baseline d32 s0", 5)
+    assert notes[0] == bad_base.not_timed()  # the baseline's own
+    (over,) = notes[1:]  # the other models': their speedups are over it
+    assert over.startswith("not timed") and bad_base.label in over and "step 5" in over
     df3, caption = inference_tables.table3(df)
     assert (df3["Folded (ours)"] == "not timed").all() and "Ours: nothing timed." in caption
     dec, caption = inference_tables.table_decode(df)
@@ -345,6 +363,5 @@ def test_a_diverged_dyt_or_baseline_run(runs, tmp_path):
     )
     assert record["claims"][6]["grade"] == "not judged"
     card = {r[""]: r["Ours"] for r in record["scale_card"]}
-    assert card["Inference benchmarks (claim 7)"].startswith(
-        "nothing timed; not timed: " + notes[0]
-    )
+    bench_card = card["Inference benchmarks (claim 7)"]
+    assert bench_card.startswith("nothing timed") and notes[0] in bench_card
