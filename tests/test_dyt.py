@@ -277,40 +277,53 @@ def test_the_dyt_rows_measure_is_the_two_gaps_and_its_judge_grades_both_halves()
     assert worse.loss.ok == [False] and claim.judge(worse).grade == "no"
 
 
+def _dyt(**kw) -> tuple[dict, claims_dyt.DytClaim]:
+    """The TaperNorm-vs-DyT row on these inputs and its typed measure."""
+    inp = ClaimInputs(**kw)
+    return claims.claim_dyt(inp), claims.CLAIMS[-1].measure(inp)
+
+
+SHARED, AT_BEST = "at the shared LR", "each arm at its own best LR"  # LossHalf.where
+
+
 def test_claims_row_tapernorm_vs_dyt(bench_rows):
     apart = _with_quartiles(bench_rows, folded=(1.2, 1.3, 1.4), dyt=(0.9, 1.0, 1.1))
     pool = speed_reruns(apart)  # folded 1.3x DyT in three runs: faster by the speed rule
-    row = claims.claim_dyt(ClaimInputs(runs=_runs(0.10), bench=apart, bench_pool=pool))
-    assert row["Holds?"] == "yes"  # closer at the shared LR (no grid), folded faster
-    alone = claims.claim_dyt(ClaimInputs(runs=_runs(0.10), bench=apart))  # one run
-    assert alone["Holds?"].startswith("partly (loss: TaperNorm closer at the shared LR; speed: not")
+    row, m = _dyt(runs=_runs(0.10), bench=apart, bench_pool=pool)
+    assert row["grade"] == "yes"  # closer at the shared LR (no grid), folded faster
+    assert (m.loss.ok, m.loss.where, m.speed_state) == ([True], SHARED, "yes")
+    alone, m = _dyt(runs=_runs(0.10), bench=apart)  # one run
+    assert alone["grade"] == "partly" and m.speed_state == "not resolved"
+    assert (m.loss.ok, m.loss.where) == ([True], SHARED)
+    # golden: the rendered text (the DyT row's Ours at the shared LR)
     assert (
         "d=64 at the shared LR 0.001: Internal-Taper (+aux) +1.00% vs Baseline, DyT +5.00% vs "
         "Baseline (untied head)" in row["Ours"]
     )
-    assert "folded faster than DyT in 1/1 cells" in row["Ours"] and "untied head" in row["Comment"]
+    assert "1/1 cells" in row["Ours"] and "untied head" in row["Comment"]  # the cells apart
     assert "Criterion" in row["Comment"] and "no LR grid given" in row["Comment"]
     overlapping = _with_quartiles(bench_rows, folded=(0.95, 1.05, 1.15), dyt=(0.9, 1.0, 1.1))
-    held = claims.claim_dyt(ClaimInputs(runs=_runs(0.10), bench=overlapping))
-    assert held["Holds?"].startswith("partly (loss: TaperNorm closer at the shared LR; speed: not")
-    no_bench = claims.claim_dyt(ClaimInputs(runs=_runs(0.10)))
-    assert no_bench["Holds?"] == (
-        "partly (loss: TaperNorm closer at the shared LR; speed: no DyT benchmark rows)"
-    )
-    worse = claims.claim_dyt(ClaimInputs(runs=_runs(0.0)))
-    assert worse["Holds?"].startswith("no (loss: DyT closer at the shared LR")
+    held, m = _dyt(runs=_runs(0.10), bench=overlapping)
+    assert held["grade"] == "partly"
+    assert (m.loss.ok, m.speed_state) == ([True], "not resolved")
+    no_bench, m = _dyt(runs=_runs(0.10))
+    assert no_bench["grade"] == "partly" and (m.loss.ok, m.speed_state) == ([True], None)
+    assert "no DyT benchmark rows" in no_bench["Holds?"]  # why speed is not judged
+    worse, m = _dyt(runs=_runs(0.0))
+    assert worse["grade"] == "no" and (m.loss.ok, m.loss.where) == ([False], SHARED)
     none = claims.claim_dyt(ClaimInputs(runs=_runs(0.1)[lambda d: d["variant"] != "dyt"]))
     assert none["Holds?"] == "not measured"
     unmatched = _runs(0.1)[lambda d: d["variant"] != "baseline_untied"]
     assert claims.claim_dyt(ClaimInputs(runs=unmatched))["Holds?"] == "not measured"
-    same_head = claims.claim_dyt(ClaimInputs(runs=_runs(0.10, untied_taper=0.18)))
-    assert (
-        "Internal-Taper (+aux), untied head +10.00% vs Baseline (untied head)" in same_head["Ours"]
-    )
-    assert same_head["Holds?"].startswith("no")  # the untied TaperNorm run is the one judged
+    same_head, m = _dyt(runs=_runs(0.10, untied_taper=0.18))
+    [(taper, _)] = m.gaps.values()  # the untied TaperNorm run is the one judged
+    assert (taper.variant, taper.against) == ("internal_aux_untied", "baseline_untied")
+    assert taper.pct == pytest.approx(10.0, abs=0.01) and "+10.00%" in same_head["Ours"]
+    assert same_head["grade"] == "no"
     busy = apart.assign(disturbed=True, disturbed_why="other processes used 1.00 cores")
-    held = claims.claim_dyt(ClaimInputs(runs=_runs(0.10), bench=busy))
-    assert held["Holds?"].endswith("speed: not judged, disturbed timing)")
+    held, m = _dyt(runs=_runs(0.10), bench=busy)
+    assert held["grade"] == "partly" and m.speed_state is None
+    assert "disturbed timing" in held["Holds?"]  # why speed is not judged
 
 
 def test_the_dyt_row_judges_the_loss_at_each_arms_best_lr_from_a_grid_at_its_scale(
@@ -324,24 +337,16 @@ def test_the_dyt_row_judges_the_loss_at_each_arms_best_lr_from_a_grid_at_its_sca
     pool = speed_reruns(apart)  # folded faster than DyT by the speed rule
     # at the shared LR TaperNorm is closer (+1% vs +5%); at each arm's best LR DyT is (-2.9%)
     grid = _grid(1.2, -2.9)
-    row = claims.claim_dyt(
-        ClaimInputs(runs=_runs(0.10), bench=apart, bench_pool=pool, lr_grid=grid)
-    )
-    assert row["Holds?"].startswith("partly (loss: DyT closer each arm at its own best LR")
-    assert (
-        "each arm at its best LR (LR grid grid (a committed study: commit ffffffffffff"
-        in (row["Ours"])
-    )
+    row, m = _dyt(runs=_runs(0.10), bench=apart, bench_pool=pool, lr_grid=grid)
+    assert row["grade"] == "partly" and (m.loss.ok, m.loss.where) == ([False], AT_BEST)
+    assert m.loss.grid is grid and m.speed_state == "yes"
+    assert "LR grid grid" in row["Ours"] and "commit ffffffffffff" in row["Ours"]  # named
     assert "+1.20% (LR 0.003)" in row["Ours"] and "DyT -2.90%" in row["Ours"]
-    assert "DyT +5.00% vs Baseline (untied head)" in row["Ours"]  # the shared LR stays beside
+    assert "DyT +5.00%" in row["Ours"]  # the shared LR stays beside
     other = _grid(1.2, -2.9, steps=600)  # a grid at another scale is named and not used
-    row = claims.claim_dyt(
-        ClaimInputs(runs=_runs(0.10), bench=apart, bench_pool=pool, lr_grid=other)
-    )
-    assert (
-        row["Holds?"] == "yes"
-        and "is not at this scale (steps 600 vs 100): not used" in (row["Comment"])
-    )
+    row, m = _dyt(runs=_runs(0.10), bench=apart, bench_pool=pool, lr_grid=other)
+    assert row["grade"] == "yes" and m.loss.grid is None and m.loss.where == SHARED
+    assert "steps 600 vs 100" in row["Comment"]  # the scale that differs, named
     diverged = claims.claim_dyt(ClaimInputs(runs=_runs(0.10), lr_grid=_grid(1.2, None)))
     assert "DyT diverged" in diverged["Ours"] and "TaperNorm closer each arm" in diverged["Holds?"]
     assert claims.CLAIMS[-1].measure is claims_dyt.measure_dyt  # quoting the study's rows

@@ -2,6 +2,7 @@
 lr_grid.json), each with a caption stating the numbers drawn, and their CLI."""
 
 import math
+import re
 
 import numpy as np
 import pandas as pd
@@ -28,6 +29,20 @@ def _runs(gaps: dict[str, list[float]], base: tuple, baseline: str = "baseline")
                  "diverged": False, "val_loss": base[seed] * (1 + gap / 100)}
             )  # fmt: skip
     return pd.DataFrame(rows)
+
+
+def _bullet(caption: str, name: str) -> str:
+    """The text of the caption's bullet `name` ("- **Drawn.** ...")."""
+    return caption.split(f"**{name}.** ", 1)[1].split("\n")[0]
+
+
+def _entries(bullet: str) -> list[str]:
+    """A bullet's entries: split at "; " outside parentheses."""
+    return re.split(r"; (?![^(]*\))", bullet.rstrip("."))
+
+
+def _pct(x: float) -> str:
+    return f"{x:+.2f}%"
 
 
 @pytest.fixture
@@ -59,9 +74,17 @@ def test_the_forest_plot_draws_the_claims_numbers(claims_json):
     claim1 = rows[0]
     drawn = f"{claim1['estimate']:+.2f}% [{claim1['ci_low']:+.2f}%, {claim1['ci_high']:+.2f}%]"
     assert claim1["Ours"].startswith(f"d=64: {drawn}")  # the prose's number, drawn
-    assert f"Claim 1, d=64: Internal-Taper (+aux) vs Baseline: {drawn} (3 seed pairs" in caption
-    assert "Claim 2, d=64: All-Taper (+aux) vs Baseline: -2.40%" in caption
-    assert "DyT vs Baseline (untied head): +10.40% no interval (1 seed pair" in caption
+    # the caption states each gap drawn: its estimate, interval and seed pairs
+    entries = _entries(_bullet(caption, "Drawn"))
+    assert len(entries) == 4
+    claim1_at, claim2_at, _, dyt_at = entries
+    assert claim1_at.startswith("Claim 1, d=64") and drawn in claim1_at
+    assert "3 seed pairs" in claim1_at
+    claim2 = rows[1]
+    assert claim2["estimate"] == pytest.approx(-2.40, abs=0.005)
+    assert claim2_at.startswith("Claim 2, d=64") and _pct(claim2["estimate"]) in claim2_at
+    assert "DyT vs Baseline (untied head)" in dyt_at and "+10.40%" in dyt_at
+    assert "no interval" in dyt_at and "1 seed pair" in dyt_at
     band = [p for p in ax.patches if p.get_x() == -2.0]
     assert len(band) == 1 and band[0].get_width() == pytest.approx(4.0)  # the ±2% criterion
     # four gaps (claims 1, 2, the DyT row's two arms), each at its estimate
@@ -118,14 +141,23 @@ def test_the_lr_grid_figure_draws_loss_against_lr(grid_json):
     fig, caption = fig_lr_grid(grid_json)
     (ax,) = fig.axes
     assert ax.get_xscale() == "log"
-    assert (
-        "Baseline (untied head) (blue) mean 0.001: 3.6900, 0.003: 3.4150, 0.01: 3.5100" in caption
-    )
-    assert "DyT (green) mean 0.001: 4.0400, 0.003: 3.5550, 0.01: diverged" in caption
-    assert "1 diverged seed(s)" in caption and "best LR 0.003" in caption
-    assert "DyT vs Baseline (untied head): +9.49% at the shared LR, +4.10% each at its best LR" in (
-        caption
-    )
+    # the caption states each variant's means per LR, its colour and best LR
+    base, dyt = _entries(_bullet(caption, "Drawn"))
+    means = r"(\d[\d.]*): (\d\.\d{4}|diverged)"
+    assert re.findall(means, base) == [("0.001", "3.6900"), ("0.003", "3.4150"), ("0.01", "3.5100")]
+    assert re.findall(means, dyt) == [
+        ("0.001", "4.0400"),
+        ("0.003", "3.5550"),
+        ("0.01", "diverged"),
+    ]
+    for entry, variant in ((base, "baseline_untied"), (dyt, "dyt")):
+        colour = figure_style.COLOR_NAMES[figure_style.COLORS[variant]]
+        assert f"({colour})" in entry and "best LR 0.003" in entry
+    assert "1 diverged seed(s)" in dyt and "diverged seed" not in base
+    gaps = _bullet(caption, "Gaps to the matched baseline")
+    assert gaps.startswith("DyT vs Baseline (untied head)")
+    assert re.findall(r"[+-]\d+\.\d+%", gaps) == ["+9.49%", "+4.10%"]  # shared LR, then best
+    assert gaps.index("shared LR") < gaps.index("best LR")
     shared = [ln for ln in ax.lines if ln.get_label() == "shared LR 0.001"]
     assert len(shared) == 1 and list(shared[0].get_xdata()) == [1e-3, 1e-3]
     rings = [ln for ln in ax.lines if ln.get_marker() == "o" and ln.get_markersize() == 17]

@@ -4,6 +4,7 @@ committed reference run's own benchmark CSVs, where one rerun must not reverse t
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 
@@ -54,9 +55,18 @@ def _runs(folded: list[float], dyt: list[float] | None = None, **kw) -> list[pd.
     return [_run(f, d, **kw) for f, d in zip(folded, dyt, strict=True)]
 
 
-def _claim7(runs: list[pd.DataFrame], **kw) -> dict:
+def _inputs(runs: list[pd.DataFrame], **kw) -> ClaimInputs:
     pool = [(f"run{i}", r) for i, r in enumerate(runs[1:])]
-    return claims.claim7(ClaimInputs(bench=runs[0], bench_pool=pool, **kw))
+    return ClaimInputs(bench=runs[0], bench_pool=pool, **kw)
+
+
+def _claim7(runs: list[pd.DataFrame], **kw) -> dict:
+    return claims.claim7(_inputs(runs, **kw))
+
+
+def _here(runs: list[pd.DataFrame], **kw):
+    """Claim 7's typed timings of this machine (fold.Timings) on these runs."""
+    return claims.CLAIMS[6].measure(_inputs(runs, **kw)).here
 
 
 # ---- the rule itself ---------------------------------------------------------------------------
@@ -112,6 +122,7 @@ def test_the_pool_takes_this_host_class_once_and_names_disturbed_runs():
     decision, _ = speed_rule.judge(own, pool, "folded", "baseline")
     assert decision.state == speed_rule.FASTER and decision.left_out == ("busy (disturbed timing)",)
     note = speed_rule.pool_note(used, decision.left_out)
+    # golden: the rendered text (the pool's note)
     assert (
         note == "Pooled with 2 run(s) of this host class: a, b; left out: busy (disturbed timing)."
     )
@@ -141,20 +152,25 @@ def test_load_pool_reads_a_runs_bench_directory_and_refuses_in_one_line(tmp_path
 def test_claim7_by_the_rule_yes_no_within_noisy_and_too_few_runs():
     fast = _claim7(_runs([1.10, 1.11, 1.09]))
     assert fast["grade"] == YES and fast["Holds?"] == "yes"
-    assert "folded/baseline 1.100× over the grid (95% interval" in fast["Ours"]
+    assert fast["numbers"].estimate == pytest.approx(1.10, abs=5e-4)
+    assert "1.100×" in fast["Ours"]
     weak = _claim7(_runs([1.04, 1.041, 1.039]))  # faster by the margin, below FOLD_SPEEDUP_YES
-    assert weak["grade"] == WEAKER and "vs the paper's up to 1.22× (v1 Table 3)" in weak["Holds?"]
+    assert weak["grade"] == WEAKER and "1.22×" in weak["Holds?"]  # the paper's best named
     slow = _claim7(_runs([0.90, 0.91, 0.89]))
-    assert slow["grade"] == NO and slow["Holds?"].startswith("no (folded/baseline 0.900×")
+    assert slow["grade"] == NO and slow["numbers"].estimate == pytest.approx(0.90, abs=5e-4)
+    assert _here(_runs([0.90, 0.91, 0.89])).decision.state == speed_rule.SLOWER
     same = _claim7(_runs([1.0, 1.005, 0.995]))
-    assert same["grade"] == NO and same["Holds?"].startswith("no (no gain of 3%: folded/baseline")
+    assert same["grade"] == NO
+    assert _here(_runs([1.0, 1.005, 0.995])).decision.state == speed_rule.WITHIN
     noisy = _claim7(_runs([1.10, 0.95, 1.20]))
     assert noisy["grade"] == NOT_RESOLVED and noisy["Holds?"].startswith("not resolved (")
     alone = _claim7(_runs([1.10, 1.11]))
-    assert alone["grade"] == NOT_RESOLVED and "the rule needs 3 runs" in alone["Holds?"]
+    assert alone["grade"] == NOT_RESOLVED and _here(_runs([1.10, 1.11])).decision.runs == 2
+    assert "the rule needs 3 runs" in alone["Holds?"]
     # the rule and its margin are stated in the row claims.md shows
-    assert "wholly above 1.03×" in fast["Comment"] and "95% t interval" in fast["Comment"]
-    assert "Pooled with 2 run(s) of this host class: run0, run1." in fast["Comment"]
+    assert speed_rule.RULE in fast["Comment"]
+    assert _here(_runs([1.10, 1.11, 1.09])).used == ["run0", "run1"]
+    assert "run0, run1" in fast["Comment"]  # the pooled runs named
 
 
 def test_claim7s_measure_times_each_machine_apart_and_its_judge_grades_this_one():
@@ -188,13 +204,14 @@ def test_a_gpu_check_is_judged_apart_pooled_with_its_own_class_only():
     gpus = _runs([1.10, 1.11, 1.09], cpu="GPU X")
     pool = [(f"cpu{i}", r) for i, r in enumerate(cpu[1:])] + [("gpu1", gpus[1]), ("gpu2", gpus[2])]
     row = claims.claim7(ClaimInputs(bench=cpu[0], bench_pool=pool, gpu=gpus[0], gpu_where="X"))
-    assert row["grade"] == NO and row["Holds?"].startswith("no (no gain of 3%: folded/baseline")
-    assert row["Holds?"].endswith("; on a GPU: yes")
-    assert "On a GPU: Pooled with 2 run(s) of this host class: gpu1, gpu2." in row["Comment"]
-    alone = claims.claim7(ClaimInputs(bench=cpu[0], bench_pool=pool[:2], gpu=gpus[0]))
-    assert (
-        "; on a GPU: not resolved (folded/baseline 1.100× over the grid (1 run;" in alone["Holds?"]
-    )
+    assert row["grade"] == NO and row["Holds?"].endswith("; on a GPU: yes")
+    assert "gpu1, gpu2" in row["Comment"].split("On a GPU", 1)[1]  # the GPU's pool named
+    inp = ClaimInputs(bench=cpu[0], bench_pool=pool[:2], gpu=gpus[0])
+    alone = claims.claim7(inp)
+    on_gpu = claims.CLAIMS[6].measure(inp).gpu.decision  # no pooled GPU run left: one run
+    assert (on_gpu.state, on_gpu.runs) == (speed_rule.NOT_RESOLVED, 1)
+    assert on_gpu.ratio == pytest.approx(1.10, abs=5e-4)
+    assert "; on a GPU: not resolved" in alone["Holds?"] and "1.100×" in alone["Holds?"]
 
 
 def test_disturbed_cells_are_still_not_judged():
@@ -202,7 +219,8 @@ def test_disturbed_cells_are_still_not_judged():
     busy = runs[0].assign(disturbed=True, disturbed_why="other processes used 1.00 cores")
     row = _claim7([busy, *runs[1:]])
     assert row["grade"] == NOT_JUDGED and row["Holds?"] == "not judged: disturbed timing"
-    assert row["Comment"].startswith("NOT JUDGED: 3 cell(s) were timed on a disturbed machine")
+    assert len(_here([busy, *runs[1:]]).disturbed) == 3
+    assert row["Comment"].startswith("NOT JUDGED: 3 cell(s)")
     state, speed, _ = claims_dyt.speed_half(ClaimInputs(bench=busy, bench_pool=[]))
     assert state is None and speed == "not judged, disturbed timing"
 
@@ -214,10 +232,9 @@ def test_dyt_speed_half_by_the_same_rule():
         return claims_dyt.speed_half(ClaimInputs(bench=runs[0], bench_pool=pool))
 
     state, speed, lines = half([1.10, 1.11, 1.09], [1.0, 1.0, 1.0])
-    assert state == YES and speed.startswith("folded faster (folded/DyT 1.100× over the grid")
-    assert lines[-1].endswith(
-        "3 runs): faster. Pooled with 2 run(s) of this host class: run0, run1."
-    )
+    assert state == YES and speed.startswith("folded faster (") and "1.100×" in speed
+    assert "3 runs): faster." in lines[-1]
+    assert lines[-1].endswith("run0, run1.")  # the pooled runs named
     assert half([1.0, 1.0, 1.0], [1.10, 1.11, 1.09])[0] == NO  # DyT faster
     state, speed, _ = half([1.0, 1.0, 1.0], [1.0, 1.004, 0.997])
     assert state == NO and speed.startswith("no gain of 3% (")
@@ -240,11 +257,11 @@ def test_the_claims_command_pools_the_given_runs_and_states_the_rule(tmp_path):
     own = sorted(dirs[0].glob("*.csv"))
     out = claims.write_claims(tmp_path / "claims.md", bench_files=own, bench_pool=dirs)
     line = next(ln for ln in out.read_text().splitlines() if ln.startswith("| 7."))
-    assert "folded/baseline 1.100× over the grid (95% interval" in line and "| yes |" in line
-    assert "at least 3 runs) decides: faster if it lies wholly above 1.03×" in line
-    assert "within the ±3% margin if wholly inside it" in line
-    assert "Pooled with 2 run(s) of this host class: run1, run2." in line
-    assert "- benchmark pool (speed rule): 3 run(s)" in out.read_text()
+    assert "| yes |" in line and "1.100×" in line
+    assert speed_rule.RULE in line  # the rule and its margin stated
+    assert "run1, run2" in line  # the pooled runs named
+    inputs = json.loads(out.with_suffix(".json").read_text())["inputs"]
+    assert inputs["benchmark pool (speed rule)"] == "3 run(s)"
 
 
 # ---- every committed reference run: one verdict, or not resolved on all ------------------------------
