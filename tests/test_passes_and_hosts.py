@@ -12,7 +12,7 @@ from test_scaling import _study
 
 from tapernorm.analysis.claims.rows import ClaimInputs
 from tapernorm.analysis.claims.scale_card import scale_card
-from tapernorm.analysis.epochs import NOT_MEASURED, epochs, epochs_text, meaning
+from tapernorm.analysis.epochs import NOT_MEASURED, epochs, epochs_text, meaning, paper_passes
 from tapernorm.analysis.studies.scaling import read_study, summarize
 from tapernorm.analysis.studies.scaling_io import split_hosts_lines, write_summary
 
@@ -49,7 +49,8 @@ def test_epochs_are_the_tokens_drawn_over_the_training_tokens(tmp_path):
     assert epochs(_runs(str(tmp_path / "broken"))).isna().all()
     assert epochs_text(math.nan) == NOT_MEASURED and epochs_text(5.4459) == "5.45"
     once = meaning(pd.Series([0.5]), pd.Series([2_000.0]), "made-up")
-    assert "(0.50 passes at most): less than one pass" in once and "repeatedly" not in once
+    # at most one pass: the less-than-one-pass branch (with the most passes), not "repeatedly"
+    assert "0.50" in once and "less than one pass" in once and "repeatedly" not in once
 
 
 def _point_records(dirs: list[Path], data: Path | None, hosts: dict[str, dict]) -> None:
@@ -73,12 +74,13 @@ def test_the_study_gives_each_rows_epochs_and_what_they_mean(tmp_path):
     write_summary(summary, per_seed, tmp_path / "out")
     md = (tmp_path / "out/summary.md").read_text()
     assert "| Epochs |" in md and "| 2.00 | +2.00% |" in md and "| 4.00 |" in md
+    # golden: the rendered text
     assert "Passes over the training tokens (epochs): 2.00-4.00, over the 3,072 training" in md
     assert "about 4.0 times" in md and "The paper (paper v1, Table 5): not stated" in md
     csv = pd.read_csv(tmp_path / "out/summary.csv", dtype={"claim": str})
     assert csv.loc[csv["claim"] == "1", "epochs"].tolist() == pytest.approx([2.0, 4.0])
     record = json.loads((tmp_path / "out/summary.json").read_text())
-    assert record["passes"].startswith("Passes over the training tokens (epochs): 2.00-4.00")
+    assert "2.00-4.00" in record["passes"] and record["passes"] in md  # the sentence of summary.md
 
 
 def test_without_the_data_meta_the_epochs_are_not_measured_never_0(tmp_path):
@@ -92,12 +94,14 @@ def test_without_the_data_meta_the_epochs_are_not_measured_never_0(tmp_path):
     assert (ablation["epochs"] > 0).all() and ablation["data_train_tokens"].notna().all()
     write_summary(summary, per_seed, tmp_path / "out")
     md = (tmp_path / "out/summary.md").read_text()
-    assert f"| {NOT_MEASURED} |" in md and f"Passes over the training tokens: {NOT_MEASURED}" in md
+    assert f"| {NOT_MEASURED} |" in md
+    passes = json.loads((tmp_path / "out/summary.json").read_text())["passes"]
+    assert NOT_MEASURED in passes and "0.00" not in passes and passes in md
     csv = pd.read_csv(tmp_path / "out/summary.csv", dtype={"claim": str})
     assert csv.loc[csv["unit"] == "%", "epochs"].isna().all()  # an empty cell, not 0
     card = scale_card(ClaimInputs(runs=read_study(dirs).runs))
     training = card.loc[card[""] == "Training", "Ours"].iloc[0]
-    assert training.endswith(f"tokens per parameter, epochs {NOT_MEASURED}")
+    assert training.endswith(f"epochs {NOT_MEASURED}") and "0.00" not in training
 
 
 def test_the_scale_card_gives_the_runs_and_the_studys_epochs(tmp_path):
@@ -112,12 +116,14 @@ def test_the_scale_card_gives_the_runs_and_the_studys_epochs(tmp_path):
     card = scale_card(ClaimInputs(runs=runs, scaling=load_scaling(tmp_path / "out/summary.csv")))
     rows = dict(zip(card[""], zip(card["Ours"], card["Paper"], strict=True), strict=True))
     ours, theirs = rows["Training"]
-    assert ours.endswith("tokens per parameter, 2.00 epochs (the scaling study: up to 4.00)")
-    assert theirs.endswith("tokens per parameter (paper v1, Table 5)")
+    # the 24-step runs' 2.00 epochs, then the study's most (the 48-step runs' 4.00)
+    assert "2.00 epochs" in ours and ours.endswith("up to 4.00)")
+    assert theirs.endswith("(paper v1, Table 5)")  # the paper's value, with its version
     ours, theirs = rows["Passes over the training tokens"]
-    assert ours.startswith("Passes over the training tokens (epochs): 2.00, over the 3,072")
-    assert "the scaling study's runs: 2.00-4.00 passes" in ours and "The paper" not in ours
-    assert theirs.startswith("not stated (4.1-8.2B tokens per run")
+    these, study_runs = ours.split("; ")[0], ours.split("; ")[-1]
+    assert "2.00" in these and "3,072" in these and "4.00" not in these
+    assert "2.00-4.00" in study_runs and "The paper" not in ours
+    assert theirs.startswith(paper_passes())
 
 
 def test_a_seed_pair_trained_on_two_hosts_is_marked(tmp_path):
@@ -137,9 +143,12 @@ def test_a_seed_pair_trained_on_two_hosts_is_marked(tmp_path):
     assert gaps.loc[(48, 1), "hosts"] == "CPU A (2 cores, Linux 2)"
     write_summary(summary, per_seed, tmp_path / "out")
     seeds = pd.read_csv(tmp_path / "out/per_seed.csv", dtype={"claim": str})
-    assert seeds["split_hosts"].sum() == 1
+    assert seeds.loc[seeds["split_hosts"], ["claim", "steps", "seed"]].values.tolist() == [
+        ["1", 24, 1]
+    ]
     md = (tmp_path / "out/summary.md").read_text()
-    assert "- Seed 1 of claim 1, d=32, 24 steps: its compared runs were trained on two hosts" in md
+    [line] = json.loads((tmp_path / "out/summary.json").read_text())["split_hosts"]
+    assert line in md and "Seed 1 " in line and "claim 1," in line and "24 steps" in line
     assert md.count("trained on two hosts") == 1
 
 
@@ -149,7 +158,7 @@ def test_a_seed_whose_pairs_ran_on_two_hosts_each_on_one_is_said_apart():
         {"claim": ["1", "1", "1"], "width": [32] * 3, "steps": [2000] * 3, "seed": [0, 1, 2],
          "hosts": [both, both, "A"], "split_hosts": [False, False, False]}
     )  # fmt: skip
-    assert split_hosts_lines(per_seed) == [
+    assert split_hosts_lines(per_seed) == [  # golden: the rendered text
         "- Claim 1, d=32, 2,000 steps: seed(s) 0, 1 average pairs trained on different hosts, "
         f"each pair on one ({both})."
     ]

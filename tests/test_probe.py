@@ -297,10 +297,17 @@ def test_probe_fails_a_model_whose_final_scale_blew_up(runs, shards_dir, tmp_pat
         model.ln_f.weight_tilde.mul_(1e4)
 
     blown = _blown_up(runs, tmp_path, scale_final_taper)
-    status, out, err = probe([blown, "--data", str(shards_dir)], capsys)
+    written = tmp_path / "probe.json"
+    status, out, err = probe([blown, "--data", str(shards_dir), "--out", str(written)], capsys)
+    # golden: the rendered text (the verdict line of the report)
     assert status == 1 and "verdict: PAST thresholds: noise_5pct max window loss (fp32)" in out
     assert "tapernorm probe: past its thresholds: noise_5pct max window loss (fp32)" in err
-    assert "against the same model at g = 1 (g=1.0)" in out
+    result = json.loads(written.read_text())
+    assert not result["verdict"]["ok"]
+    assert "noise_5pct max window loss (fp32)" in result["verdict"]["failed"]
+    # no --reference: the same model at g = 1
+    assert result["against"] == "the same model at g = 1" and result["reference"]["gate"] == 1.0
+    assert result["model"]["gate"] == 0.0
 
 
 def test_probe_fails_a_model_with_an_inflated_embedding_row(runs, shards_dir, tmp_path, capsys):
@@ -311,9 +318,17 @@ def test_probe_fails_a_model_with_an_inflated_embedding_row(runs, shards_dir, tm
         model.tok_emb.weight[rarest].mul_(1e4)
 
     blown = _blown_up(runs, tmp_path, inflate)
-    status, out, err = probe([blown, "--data", str(shards_dir)], capsys)
+    written = tmp_path / "probe.json"
+    status, out, err = probe([blown, "--data", str(shards_dir), "--out", str(written)], capsys)
     assert status == 1 and "residual search ratio (fp32)" in err.strip().splitlines()[-1]
-    assert "PAST residual search ratio (fp32)" in out
+    verdict = json.loads(written.read_text())["verdict"]
+    assert "residual search ratio (fp32)" in verdict["failed"]
+    [search] = [
+        c
+        for c in verdict["checks"]
+        if (c["check"], c["dtype"]) == ("residual search ratio", "fp32")
+    ]
+    assert not search["ok"] and search["value"] > search["limit"]
 
 
 # ---- taper-hf ------------------------------------------------------------------------------------
