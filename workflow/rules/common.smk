@@ -8,7 +8,7 @@ from tapernorm.workflow.outputs import BY_NAME as OUTPUTS
 from tapernorm.machine.env_lock import CONSTRAINTS, environment_warning
 from tapernorm.machine.job_resources import hf_cache_env
 from tapernorm.training.lock import WAIT_ENV
-from tapernorm.workflow import Plan, check_config_files, validate_pipeline_config
+from tapernorm.workflow import check_config_files, validated_plan
 from tapernorm.workflow import files as wf
 from tapernorm.workflow import job_functions as jf
 from tapernorm.workflow import names as wn
@@ -39,10 +39,11 @@ CONFIG_SCHEMA = f"{workflow.basedir}/workflow/schemas/config.schema.yaml"
 # Snakemake's YAML loader keeps the last of two equal keys: reject them (and name the line); a
 # target written after --configfile, which Snakemake reads as a config file, is named as such.
 check_config_files(workflow.configfiles, CONFIG_SCHEMA)
-# Validate (and complete with defaults) before any job runs; errors name the offending key.
-config.update(validate_pipeline_config(config, CONFIG_SCHEMA))
-# The families of this config (None: left out) and what the workflow builds from them
-PLAN = Plan(config)
+# Validate (and complete with defaults) before any job runs; errors name the offending key. The
+# plan: the families of this config (None: left out), every training run's config resolved once,
+# and what the workflow builds from them
+PLAN = validated_plan(config, CONFIG_SCHEMA)
+config.update(PLAN.config)
 # A train job whose run another invocation is writing waits for it instead of failing (Snakemake
 # deletes a failed job's outputs: the running job's); docs/usage.md, "Rerunning a run".
 os.environ.setdefault(WAIT_ENV, "1")

@@ -97,14 +97,14 @@ def _merged(base: dict, over: dict) -> dict:
 
 def _cmd_runs_sheet(args: argparse.Namespace) -> int:
     from ..config import check_yaml_files, config_text, yaml_load
-    from ..workflow import Plan, validate_pipeline_config
+    from ..workflow import validated_plan
     from ..workflow.sheet import runs_sheet, sheet_tsv
 
     check_yaml_files([str(p) for p in args.configfile])
     config: dict = {}
     for path in args.configfile:
         config = _merged(config, yaml_load(config_text(path), f"config file {path}") or {})
-    plan = Plan(validate_pipeline_config(config, str(args.schema)))
+    plan = validated_plan(config, str(args.schema))
     print(sheet_tsv(runs_sheet(plan)), end="")
     return 0
 

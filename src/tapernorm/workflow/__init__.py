@@ -7,6 +7,6 @@ them), the registry of its outputs, each table and figure once with its rule, bu
 up. Plans without torch: the planning host decides no device (workflow.devices)."""
 
 from .plan import Plan
-from .validate import check_config_files, validate_pipeline_config
+from .validate import check_config_files, validate_pipeline_config, validated_plan
 
-__all__ = ["Plan", "check_config_files", "validate_pipeline_config"]
+__all__ = ["Plan", "check_config_files", "validate_pipeline_config", "validated_plan"]

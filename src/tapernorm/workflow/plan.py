@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from functools import cached_property
 from typing import TYPE_CHECKING
 
+from ..config import ConfigError
 from ..training.identity import MODEL_FILES
 from ..variants import variants_with
 from .bench import BENCH_KINDS, Bench
@@ -99,10 +100,16 @@ class Plan:
     @cached_property
     def run_configs(self) -> dict[tuple[str, str], RunConfig]:
         """{(family, run): its config} of every run rule train trains, each resolved once, here
-        (its data in PRETRAIN_DATA), before it branches from a trunk (trunks.with_trunk)."""
-        return {
-            (f.name, r): f.run_config(r, PRETRAIN_DATA) for f in self.training() for r in f.runs()
-        }
+        (its data in PRETRAIN_DATA), before it branches from a trunk (trunks.with_trunk); a run
+        that does not resolve is a ConfigError naming its family and run."""
+        configs = {}
+        for fam in self.training():
+            for run in fam.runs():
+                try:
+                    configs[fam.name, run] = fam.run_config(run, PRETRAIN_DATA)
+                except ConfigError as e:
+                    raise ConfigError(f"{fam.name} run {run}: {e}") from e
+        return configs
 
     @cached_property
     def trunks(self) -> Trunks:

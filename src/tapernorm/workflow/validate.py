@@ -42,9 +42,15 @@ def check_config_files(paths: list[str], schema_path: str) -> None:
 
 
 def validate_pipeline_config(config: dict, schema_path: str) -> dict:
+    """The completed config of validated_plan (ConfigError naming the key)."""
+    return validated_plan(config, schema_path).config
+
+
+def validated_plan(config: dict, schema_path: str) -> Plan:
     """Validate the workflow config against its schema (filling defaults) and check what a schema
     can't: every run of every family resolves to a valid run config, every job's GPUs follow from
-    its stated device. Raises ConfigError naming the key; returns the completed config."""
+    its stated device. Raises ConfigError naming the key; returns the Plan of the completed config,
+    its training runs' configs resolved (Plan.run_configs: each once, by the checks)."""
     import yaml
 
     from ..config import validate
@@ -85,7 +91,8 @@ def validate_pipeline_config(config: dict, schema_path: str) -> dict:
             fam.validate()
     if plan.bench is not None:
         plan.bench.validate()
-    return config
+    _ = plan.run_configs  # each training run resolved, once (ConfigError: its family and run)
+    return plan
 
 
 def _validate_training(fam: TrainingFamily) -> None:
@@ -108,11 +115,6 @@ def _validate_training(fam: TrainingFamily) -> None:
             raise ConfigError(f"config key {name}.seeds: {unknown} not in {name}.variants")
     if sec["figure_width"] is not None and sec["figure_width"] not in sec["widths"]:
         raise ConfigError(f"config key {name}.figure_width: not one of {name}.widths")
-    for run in fam.runs():
-        try:
-            fam.run_config(run, "data")
-        except ConfigError as e:
-            raise ConfigError(f"{name} run {run}: {e}") from e
 
 
 def _validate_scaling(plan: Plan) -> None:
@@ -127,9 +129,3 @@ def _validate_scaling(plan: Plan) -> None:
         raise ConfigError(
             "config key scaling.ablation_seeds: the config has no ablation section to rerun"
         )
-    for fam in (plan.scaling, plan.scaling_ablation):
-        for run in fam.runs() if fam is not None else []:
-            try:
-                fam.run_config(run, "data")
-            except ConfigError as e:
-                raise ConfigError(f"{fam.name} run {run}: {e}") from e
