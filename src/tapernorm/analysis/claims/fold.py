@@ -9,6 +9,7 @@ were not timed or this run's timing was disturbed.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -79,16 +80,16 @@ def judge_exact(failed: bool, worst: float, rtols: list[float]) -> Verdict:
     return at_deviation(f"rtol {max(rtols):g}", f"rtol {paper.FOLD_RTOL:g}", f"no, {worst:.1e}")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class FoldChecks:
-    """Claim 6 measured: the folds that ran (verify.json's path and report each) and the models
-    not folded, each check (path, report, export, its result) of the folded and explicit-scaling
+    """Claim 6 measured: the folds that ran (verify.json's path and report each), the models not
+    folded and why, each check (path, report, export, its result) of the folded and explicit-scaling
     exports, the largest relative logit difference of each export kind and overall (`worst`), the
     largest |loss diff| and |val loss diff|s, the failed checks and the rtols they ran at."""
 
-    verify: list[tuple[Path, dict]]
     folds: list[tuple[Path, dict]]
-    skipped: list[str]
+    not_folded: list[str]  # the models
+    skipped: list[str]  # why each was not
     checks: list[tuple[Path, dict, str, dict]]
     rel: dict[str, float]
     loss: float
@@ -97,9 +98,10 @@ class FoldChecks:
     worst: float
     rtols: list[float]
 
-    @property
-    def not_folded(self) -> str:
-        return f"Not folded: {'; '.join(self.skipped)}." if self.skipped else ""
+
+def not_folded_note(skipped: Sequence[str]) -> str:
+    """The comment's sentence on the folds skipped (`skipped`: each one's reason), if any."""
+    return f"Not folded: {'; '.join(skipped)}." if skipped else ""
 
 
 def measure_folds(inp: ClaimInputs) -> FoldChecks | NoVerdict:
@@ -109,16 +111,15 @@ def measure_folds(inp: ClaimInputs) -> FoldChecks | NoVerdict:
     folds = [(p, r) for p, r in inp.verify if "skipped" not in r]
     if not folds:
         why = f"no fold ran ({'; '.join(skipped)})"
-        not_folded = f"Not folded: {'; '.join(skipped)}." if skipped else ""
-        return NoVerdict("no fold ran", "—", not_judged(why), not_folded)
+        return NoVerdict("no fold ran", "—", not_judged(why), not_folded_note(skipped))
     checks = [(p, r, e, r[e]) for p, r in folds for e in ("folded", "scaled")]
     rel = {
         e: max(c["rel_logit_diff"] for _, _, ex, c in checks if ex == e)
         for e in ("folded", "scaled")
     }
     return FoldChecks(
-        verify=inp.verify,
         folds=folds,
+        not_folded=[Path(r.get("model", p)).name for p, r in inp.verify if "skipped" in r],
         skipped=skipped,
         checks=checks,
         rel=rel,
@@ -148,15 +149,11 @@ def describe_folds(m: FoldChecks, holds: Verdict) -> dict:
         f"{len(m.checks) - len(failed)}/{len(m.checks)} passed"
         + (f" (failed: {', '.join(failed)})" if failed else "")
         + f"; {EXACT_CRITERION.grading}"
-        + (f" Judged on the folds that ran. {m.not_folded}" if skipped else "")
+        + (f" Judged on the folds that ran. {not_folded_note(skipped)}" if skipped else "")
     )
     models = ", ".join(Path(r.get("model", p)).name for p, r in m.folds)
     if skipped:
-        models += (
-            " (not folded: "
-            + ", ".join(Path(r.get("model", p)).name for p, r in m.verify if "skipped" in r)
-            + ")"
-        )
+        models += f" (not folded: {', '.join(m.not_folded)})"
     row = claim_row(ours, f"models: {models}", holds, comment)
     numbers = Numbers(
         headline=f"max rel. logit diff {m.worst:.1e}",
@@ -269,10 +266,10 @@ class Timings:
     bench: pd.DataFrame
     disturbed: list[str]
     decision: speed_rule.Decision
-    used: list
+    used: list[str]
 
     @classmethod
-    def of(cls, bench: pd.DataFrame, pool: list) -> Timings:
+    def of(cls, bench: pd.DataFrame, pool: Sequence[tuple[str, pd.DataFrame]]) -> Timings:
         decision, used = speed_rule.judge(bench, pool, "folded", "baseline")
         return cls(bench, inference_tables.disturbed_cells(bench), decision, used)
 
