@@ -50,6 +50,7 @@ from ..runtime import bookkeeping
 from ..runtime.digests import json_sha256
 from ..training.metrics_log import METRICS, read_records
 from ..variants import VARIANTS
+from .runs import shards_meta
 
 log = logging.getLogger(__name__)
 
@@ -343,18 +344,18 @@ def mixed_note(notes: Iterable[str]) -> str:
     return ("Mixed inputs allowed (--allow-mixed): " + "; ".join(notes) + ".") if notes else ""
 
 
+def with_mixed(caption: str, notes: Iterable[str]) -> str:
+    """A caption with mixed_note(notes) after it, where there is one."""
+    mixed = mixed_note(notes)
+    return f"{caption} {mixed}" if mixed else caption
+
+
 def unread_data(runs: pd.DataFrame) -> list[str]:
     """The runs' data directories (config data.dir, the `corpus` column) whose meta.json cannot be
     read from here (a relative data.dir read away from the repository root): what was trained on
     is then not measured."""
-    out = []
-    for data_dir in sorted(set(runs["corpus"])) if "corpus" in runs else []:
-        try:
-            meta = Path(data_dir) / "meta.json"
-            bookkeeping.read(bookkeeping.SHARDS_META, meta)  # (as runs.corpus_of reads it)
-        except (OSError, ValueError):
-            out.append(str(data_dir))
-    return out
+    dirs = sorted(set(runs["corpus"])) if "corpus" in runs else []
+    return [str(d) for d in dirs if shards_meta(d) is None]
 
 
 def unread_data_text(dirs: Sequence[str]) -> str:

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from ..runtime import bookkeeping
 from . import paper
+from .runs import shards_meta
 
 NOT_MEASURED = "not measured"
 
@@ -25,9 +25,8 @@ NOT_MEASURED = "not measured"
 def data_train_tokens(data_dir: str | Path) -> int | None:
     """`train_tokens` of `data_dir`/meta.json, or None where it is unreadable, absent or not a
     positive count."""
-    try:
-        meta = bookkeeping.read(bookkeeping.SHARDS_META, Path(data_dir) / "meta.json")
-    except (OSError, ValueError):
+    meta = shards_meta(data_dir)
+    if meta is None:
         return None
     tokens = meta["train_tokens"]
     if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens <= 0:

@@ -36,6 +36,13 @@ CLIPPED_COLUMNS = tuple(f"{c}_clipped" for c in GRAD_COLUMNS)  # the same after 
 SCALE_COLUMNS = ("prelogit_scale", "final_c_r", "saturation", "margin_pos_frac", "grad_h_cos")
 END_COLUMNS = ("loss", "logit_norm", "grad_norm", *GRAD_COLUMNS, *CLIPPED_COLUMNS, *SCALE_COLUMNS)
 END_FRACTION = 0.1  # "end of training" = the last 10% of logged steps
+
+
+def end_window(n: int) -> int:
+    """How many of `n` logged steps are the end of training (END_FRACTION, at least one)."""
+    return max(1, math.ceil(END_FRACTION * n))
+
+
 REWRITE = f"; {RERUN_TRAIN}"  # how a run's damaged files are written again
 # columns of the run table copied onto every training record
 RUN_KEYS = ("run", "name", "variant", "label", "width", "seed", "steps", "final_taper", "anchor")
@@ -184,7 +191,7 @@ def _run_row(
         "geometry": bool(records) and all("grad_h_cos" in r for r in records),
         **run_blowups(config, result, records if every is None else every),
     }
-    tail = records[-max(1, math.ceil(END_FRACTION * len(records))) :]
+    tail = records[-end_window(len(records)) :]
     for col in END_COLUMNS:
         values = [r[col] for r in tail if col in r and r[col] is not None]
         row[f"{col}_end"] = sum(values) / len(values) if values else math.nan
@@ -289,14 +296,17 @@ def blowup_text(run: dict) -> str:
 def corpus_of(runs: pd.DataFrame) -> str:
     """The corpus the runs trained on: the name in their data directory's meta.json (written by
     `tapernorm prepare-data`), else the directory."""
-    names = []
-    for data_dir in sorted(set(runs["corpus"])):
-        try:
-            meta = bookkeeping.read(bookkeeping.SHARDS_META, Path(data_dir) / "meta.json")
-        except (OSError, ValueError):
-            meta = {}
-        names.append(meta.get("corpus") or str(data_dir))
+    names = [(shards_meta(d) or {}).get("corpus") or str(d) for d in sorted(set(runs["corpus"]))]
     return ", ".join(dict.fromkeys(names))
+
+
+def shards_meta(data_dir: str | Path) -> dict | None:
+    """meta.json of the token shards in `data_dir` (`tapernorm prepare-data`), or None where it
+    cannot be read from here."""
+    try:
+        return bookkeeping.read(bookkeeping.SHARDS_META, Path(data_dir) / "meta.json")
+    except (OSError, ValueError):
+        return None
 
 
 def describe_scale(runs: pd.DataFrame) -> str:

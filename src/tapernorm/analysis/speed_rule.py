@@ -45,7 +45,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from .stats import log_t_interval
+from .stats import t_interval
 from .tables.inference import SETTING, timed
 
 MARGIN = 0.03  # the smallest speed difference judged: 3% either way
@@ -96,7 +96,7 @@ class Decision:
 def decide(log_ratios: Sequence[float]) -> Decision:
     """The rule on the runs' log grid ratios (one per run)."""
     n = len(log_ratios)
-    mean, lo, hi = log_t_interval(log_ratios)
+    mean, lo, hi = t_interval(log_ratios)
     edge = math.log1p(MARGIN)
     if n < MIN_RUNS:
         state = NOT_RESOLVED

@@ -152,10 +152,10 @@ def t975(df: int) -> float:
     return z + (z**3 + z) / (4 * df) + (5 * z**5 + 16 * z**3 + 3 * z) / (96 * df**2)
 
 
-def log_t_interval(logs: Sequence[float]) -> tuple[float, float, float]:
-    """Mean of log values and its 95% t interval (mean, low, high), all on the log scale; NaN
-    bounds with fewer than 2 values."""
-    x = np.asarray(logs, dtype=float)
+def t_interval(values: Sequence[float]) -> tuple[float, float, float]:
+    """Mean of `values` and its 95% t interval (mean, low, high; of log ratios: on the log scale);
+    NaN bounds with fewer than 2 values."""
+    x = np.asarray(values, dtype=float)
     mean = float(x.mean()) if len(x) else math.nan
     if len(x) < 2:
         return mean, math.nan, math.nan
@@ -304,12 +304,7 @@ def gap_of(
     per_unit: dict, variant: str, against: str, width: int, left_out: tuple[str, ...] = ()
 ) -> PairedGap:
     """The PairedGap of per-unit gaps (%): their mean and 95% t interval (NaN with < 2)."""
-    gaps = np.array(list(per_unit.values()), dtype=float)
-    mean = float(gaps.mean()) if len(gaps) else math.nan
-    lo = hi = math.nan
-    if len(gaps) >= 2:
-        half = t975(len(gaps) - 1) * float(gaps.std(ddof=1)) / math.sqrt(len(gaps))
-        lo, hi = mean - half, mean + half
+    mean, lo, hi = t_interval(list(per_unit.values()))
     return PairedGap(variant, against, int(width), dict(per_unit), mean, lo, hi, tuple(left_out))
 
 

@@ -230,16 +230,12 @@ def distributions() -> dict[str, str]:
     return dict(sorted(out.items()))
 
 
-def made() -> dict:
+def made(every_distribution: bool = True) -> dict:
     """What made a record: the commit, the host, the headline versions, every installed
-    distribution and the time (a manifest's or a study's "made")."""
-    return {
-        **git_state(),
-        "host": host(),
-        "versions": versions(),
-        "distributions": distributions(),
-        "written": now(),
-    }
+    distribution (unless `every_distribution` is false: a summary's or the claims') and the time
+    (a manifest's or a study's "made")."""
+    listed = {"distributions": distributions()} if every_distribution else {}
+    return {**git_state(), "host": host(), "versions": versions(), **listed, "written": now()}
 
 
 def now() -> str:

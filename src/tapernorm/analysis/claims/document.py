@@ -11,11 +11,8 @@ study's rows it quotes. Other experiment families add their claims by adding a C
 `extra_sections`. The three functions live by group in claims.loss (1, 2), claims.chasing (3-5),
 claims.fold (6, 7) and claims.finetune (8), the paper's stability claim in claims.stability, and
 the row beyond the paper, TaperNorm vs DyT, in claims.dyt (its criterion stated there); their
-thresholds are named constants there (claim 8's CLOSE_PCT in claims.finetune), the main ones
-re-exported here (claims.numbers: the numbers claims.json carries beside each row's prose);
-ClaimInputs and the graded vocabulary of the "Holds?" column (yes; yes, weaker than the paper;
-yes, unlike the paper; only at a deviation; partly; no; not reproduced at this scale; not
-resolved; not measured; not judged) with its rules are in claims.rows.
+thresholds are named constants there. ClaimInputs and the grades of the "Holds?" column are in
+claims.rows; the numbers claims.json carries beside each row's prose in claims.numbers.
 
 Criteria (never tuned to the data; "end" = mean over the last 10% of logged steps, diverged runs
 excluded from means and counted): each is a `*_CRITERION` constant of its claim's module (a
@@ -36,52 +33,33 @@ from typing import Any
 
 import pandas as pd
 
-from ...runtime import bookkeeping
 from ...runtime.output_set import OutputSet, check_member, json_bytes, marker_path
-from ...runtime.provenance import REHEARSAL_NOTE, git_state, host, now, stamp, versions
+from ...runtime.provenance import REHEARSAL_NOTE, made, stamp
 from .. import comparable, paper, speed_rule
 from ..html import markdown_page
 from ..runs import describe_scale, load_runs
+from ..studies.lr_context import load_lr_grid
 from ..tables import finetune as ft
 from ..tables import inference as inference_tables
 from ..tables.write import to_markdown
 from . import chasing, dyt, finetune, fold, loss, stability
-from .chasing import (
-    CHASE_CRITERION,
-    CHASE_PARTLY,
-    CHASE_YES,
-    CLOSE_FACTOR,
-    GRAD_CRITERION,
-    MARGIN_JUDGED,
-    PAPER_ANCHOR,
-    SUPPRESS_CRITERION,
-    SUPPRESS_MIN,
-)
+from .chasing import CHASE_CRITERION, GRAD_CRITERION, SUPPRESS_CRITERION
 from .dyt import DYT_CRITERION, grid_source, paper_variants_only
 from .finetune import FINETUNE_CRITERION, paper_claim8
-from .fold import EXACT_CRITERION, FOLD_SPEEDUP_YES, SPEED_CRITERION, read_verify
-from .loss import GAP_CRITERION, GAP_MAX_PCT, gap_statement, paper_gap_value
+from .fold import EXACT_CRITERION, SPEED_CRITERION, read_verify
+from .loss import GAP_CRITERION, gap_statement, paper_gap_value
 from .numbers import Criterion, record_fields
-from .rows import COLUMNS, GRADES, NOT_MEASURED, SIZE_FACTOR, ClaimInputs, NoVerdict, Verdict
+from .rows import COLUMNS, GRADES, NOT_MEASURED, ClaimInputs, NoVerdict, Verdict
 from .scale_card import COLUMNS as SCALE_COLUMNS
 from .scale_card import scale_card
 from .scaling import load_scaling, with_study
 from .stability import STABILITY_CRITERION, load_stability
 
 __all__ = [
-    "CHASE_PARTLY",
-    "CHASE_YES",
     "CLAIMS",
-    "CLOSE_FACTOR",
     "COLUMNS",
-    "FOLD_SPEEDUP_YES",
-    "GAP_MAX_PCT",
     "GRADES",
-    "MARGIN_JUDGED",
     "NOT_MEASURED",
-    "PAPER_ANCHOR",
-    "SIZE_FACTOR",
-    "SUPPRESS_MIN",
     "ClaimInputs",
     "Verdict",
     "claim1",
@@ -259,12 +237,6 @@ def claims_table(inp: ClaimInputs) -> pd.DataFrame:
     return pd.DataFrame([row for row, _ in claim_rows(inp)], columns=list(COLUMNS))
 
 
-def load_lr_grid(path: str | Path) -> dict:
-    """lr_grid.json of `tapernorm lr-grid` (its path recorded in it, to name the source)."""
-    path = Path(path)
-    return {**bookkeeping.read(bookkeeping.LR_GRID, path), "path": str(path.parent)}
-
-
 INTRO = (
     "Each row is one of the claims of {source} with the paper's value (tagged with the paper's "
     "version, v1 or v2, and its table or figure) and ours, computed from the "
@@ -304,7 +276,7 @@ def claims_record(
     ]
     card = scale_card(inp)
     return {
-        "made": {**git_state(), "host": host(), "versions": versions(), "written": now()},
+        "made": made(every_distribution=False),
         "config_sha256": config_sha256,
         "rehearsal": rehearsal,
         "stamp": stamp(config_sha256, rehearsal=rehearsal),

@@ -177,8 +177,7 @@ def describe_dyt(m: DytClaim, holds: Verdict) -> dict:
     inp = m.inp
     scale = describe_scale(m.shown)
     if m.speed_state is not None:
-        places = {inference_tables.where(part) for _, part in inp.bench.groupby("benchmark")}
-        scale += " | benchmarks: " + "; ".join(sorted(places))
+        scale += " | benchmarks: " + inference_tables.places(inp.bench)
     ours = "; ".join(m.loss.lines + m.speed_lines + study_lr_lines(inp))
     row = claim_row(ours, scale, holds, _dyt_comment(inp, m.loss.note))
     return with_numbers(row, dyt_numbers(inp.runs, m.gaps, m.loss.judged, m.loss.grid))

@@ -134,13 +134,14 @@ def _fakeln_gaps(evals) -> str:
 def stand_in_note(evals: pd.DataFrame) -> str:
     """What ran where no cell is the paper's model on the paper's set: the protocol end to end."""
     n = evals["model"].nunique(dropna=False)
+    models = "one tiny stand-in model" if n == 1 else f"{n} stand-in models"
     return (
-        f"the protocol run end to end on {'one tiny stand-in model' if n == 1 else f'{n} stand-in models'}"
-        f" ({_models(evals)}; one run per cell), not the paper's GPT-2 models on its evaluation sets"
+        f"the protocol run end to end on {models} ({fine_tuned_models(evals)}; one run per cell), "
+        "not the paper's GPT-2 models on its evaluation sets"
     )
 
 
-def _models(evals: pd.DataFrame) -> str:
+def fine_tuned_models(evals: pd.DataFrame) -> str:
     """'LABEL, N steps' of each fine-tuned model, '; '-separated."""
     models = evals.drop_duplicates("model")
     return "; ".join(f"{r['label']}, {r['steps']} steps" for _, r in models.iterrows())
@@ -169,7 +170,7 @@ def _fakeln_share(cells: dict) -> tuple[str, bool | None, str]:
 
 def _scale(evals: pd.DataFrame) -> str:
     """The claim's scale: the fine-tuned models and the evaluation sets."""
-    return f"{_models(evals)}; sets: {', '.join(sorted(set(evals['set'])))}"
+    return f"{fine_tuned_models(evals)}; sets: {', '.join(sorted(set(evals['set'])))}"
 
 
 def paper_claim8() -> str:

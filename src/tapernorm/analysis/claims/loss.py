@@ -60,7 +60,7 @@ def limit_by_blowups(verdict: str, n_blown: int) -> str:
     return PARTLY if verdict == YES and n_blown else verdict
 
 
-def blown_runs_text(runs, steps_of_weights: bool = True) -> str:
+def blown_runs_text(runs: pd.DataFrame) -> str:
     """'Internal-Taper (+aux) seed 2: a divergence at step 1,750 (g=0.077; diverged), weights of
     step 1,600' for each run of `runs` that blew up ('' when none)."""
     out = []
@@ -73,15 +73,17 @@ def blown_runs_text(runs, steps_of_weights: bool = True) -> str:
             unit += ", compiled" if r["compiled"] else ", eager"
         text = f"{label} {unit}: {blowup_text(r)}"
         weights = r.get("weights_step")
-        if steps_of_weights and weights is not None and not pd.isna(weights):
+        if weights is not None and not pd.isna(weights):
             if int(weights) != int(r["steps"]):
                 text += f", its weights of step {int(weights):,} (of {int(r['steps']):,})"
         out.append(text)
     return "; ".join(out)
 
 
-def within_verdict(gap: PairedGap, limit: float = GAP_MAX_PCT) -> tuple[str, str]:
-    """(yes | no | not resolved, why) for 'the gap lies within ±limit %', from the 95% interval."""
+def within_verdict(gap: PairedGap) -> tuple[str, str]:
+    """(yes | no | not resolved, why) for 'the gap lies within ±GAP_MAX_PCT %', from the 95%
+    interval."""
+    limit = GAP_MAX_PCT
     if gap.n < 2:
         return NOT_RESOLVED, f"{gap.n} seed pair: no interval"
     if -limit <= gap.lo and gap.hi <= limit:

@@ -9,16 +9,24 @@ carries the paper's version and where it is from (paper.Source.tag: "(paper v1, 
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
 import pandas as pd
 
-from ...runtime import bookkeeping
 from ...variants import PAPER_VARIANTS
 from .. import comparable, paper
-from ..epochs import NOT_MEASURED, corpus_tokens, epochs, epochs_text, meaning, paper_passes
-from ..runs import corpus_of, pick_width
+from ..epochs import (
+    NOT_MEASURED,
+    corpus_tokens,
+    epochs,
+    epochs_text,
+    meaning,
+    paper_passes,
+    trained_tokens,
+)
+from ..runs import corpus_of, pick_width, shards_meta
+from ..tables.inference import places
 from .dyt import grid_mismatch, grid_source
+from .finetune import fine_tuned_models
 from .rows import ClaimInputs, variant_label
 
 COLUMNS = ("", "Ours", "Paper")
@@ -26,21 +34,12 @@ COLUMNS = ("", "Ours", "Paper")
 
 def data_meta(runs: pd.DataFrame) -> dict:
     """meta.json of the runs' token shards ({} where it cannot be read)."""
-    for data_dir in sorted(set(runs["corpus"])):
-        try:
-            return bookkeeping.read(bookkeeping.SHARDS_META, Path(data_dir) / "meta.json")
-        except (OSError, ValueError):
-            continue
-    return {}
+    metas = (shards_meta(d) for d in sorted(set(runs["corpus"])))
+    return next((m for m in metas if m is not None), {})
 
 
 def _millions(n: float) -> str:
     return f"{n / 1e6:.2f}M" if n < 1e7 else f"{n / 1e6:.0f}M"
-
-
-def _tokens(runs: pd.DataFrame) -> pd.Series:
-    """Training tokens each run saw: steps x sequences per step x block size."""
-    return runs["steps"] * runs["batch_size"] * runs["block_size"]
 
 
 def _range(values, fmt) -> str:
@@ -118,15 +117,8 @@ def _ablation_row(ablation: pd.DataFrame) -> str:
 
 
 def _finetune_row(evals: pd.DataFrame) -> str:
-    models = evals.drop_duplicates("model")
-    parts = [f"{r['label']}, {r['steps']} steps" for _, r in models.iterrows()]
-    return "; ".join(parts) + f"; one run per cell; sets: {', '.join(sorted(set(evals['set'])))}"
-
-
-def _bench_row(bench: pd.DataFrame) -> str:
-    from ..tables.inference import where
-
-    return "; ".join(sorted({where(part) for _, part in bench.groupby("benchmark")}))
+    sets = ", ".join(sorted(set(evals["set"])))
+    return f"{fine_tuned_models(evals)}; one run per cell; sets: {sets}"
 
 
 def _passes(at: pd.DataFrame, study: pd.DataFrame | None) -> str:
@@ -183,7 +175,7 @@ def untested(inp: ClaimInputs) -> list[str]:
             f"{tag}: {paper_widths})"
         )
     if not runs.empty:
-        per_param = (_tokens(runs) / runs["n_params"].astype(float)).median()
+        per_param = (trained_tokens(runs) / runs["n_params"].astype(float)).median()
         if per_param < 100:
             most = study["tokens_per_param"].max() if len(study) else None
             longer = f"; the scaling study up to ~{most:.0f}" if most else ""
@@ -224,7 +216,7 @@ def _pretraining_rows(runs: pd.DataFrame, inp: ClaimInputs) -> list[tuple[str, s
         f"{tokenizer}, vocabulary {vocab}"
     )
     params = at["n_params"].astype(float)
-    tokens = _tokens(at)
+    tokens = trained_tokens(at)
     per_param = tokens / params
     paper_seeds = _seeds(runs[runs["variant"].isin(PAPER_VARIANTS)])
     beyond = runs[~runs["variant"].isin(PAPER_VARIANTS)]
@@ -274,7 +266,7 @@ def scale_card(inp: ClaimInputs) -> pd.DataFrame:
             )
         )
     if not inp.bench.empty or inp.bench_skipped:
-        bench = _bench_row(inp.bench) if not inp.bench.empty else "nothing timed"
+        bench = places(inp.bench) if not inp.bench.empty else "nothing timed"
         if inp.bench_skipped:
             bench += "; not timed: " + "; ".join(inp.bench_skipped)
         rows.append(

@@ -26,6 +26,12 @@ def scale_title(runs: pd.DataFrame) -> str:
     return f"d={widths}, {steps} steps, {seeds} seed{'s' if hi > 1 else ''}"
 
 
+def slice_text(runs: pd.DataFrame) -> str:
+    """', first 16,384 train tokens' where the runs train on one slice of the split, else ''."""
+    tokens = runs["train_tokens"].dropna().unique()
+    return f", first {int(tokens[0]):,} train tokens" if len(tokens) == 1 else ""
+
+
 def runs_at_width(run_dirs, width: int | None) -> tuple[pd.DataFrame, pd.DataFrame, int]:
     runs, metrics = load_runs(run_dirs)
     runs = runs[runs["variant"].notna()]

@@ -5,7 +5,6 @@ gradient norms than those with one, as in the paper."""
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -15,9 +14,9 @@ from matplotlib.figure import Figure, SubFigure
 
 from ...variants import PAPER_VARIANTS
 from .. import paper
-from ..runs import CLIPPED_COLUMNS, END_FRACTION, GRAD_COLUMNS, variant_order
+from ..runs import CLIPPED_COLUMNS, END_FRACTION, GRAD_COLUMNS, end_window, variant_order
 from ..stats import gradient_ratios
-from .curves import plot_variants, runs_at_width, scale_title
+from .curves import plot_variants, runs_at_width, scale_title, slice_text
 from .style import bands_text, caption_text, new_rows, style_key, variant_groups
 
 GRAD_TITLES = {
@@ -154,7 +153,7 @@ def _end_window_start(metrics: pd.DataFrame) -> float:
     starts = []
     for _, steps in metrics.groupby("run")["step"]:
         steps = steps.sort_values()
-        starts.append(steps.iloc[-max(1, math.ceil(END_FRACTION * len(steps)))])
+        starts.append(steps.iloc[-end_window(len(steps))])
     return float(min(starts))
 
 
@@ -184,8 +183,7 @@ def fig4b(run_dirs: Sequence[str | Path], width: int | None = None) -> tuple[Fig
         if text:
             ratios.append(f"{name}: {text}")
     _figure_legend(fig, [axes[0][0]])
-    tokens = runs["train_tokens"].dropna().unique()
-    data = f", first {int(tokens[0]):,} train tokens" if len(tokens) == 1 else ""
+    data = slice_text(runs)
     fig.suptitle(f"Scale-anchor ablation: gradient norms ({scale_title(runs)}{data})", fontsize=11)
     caption = caption_text(
         "**Figure 4b** (not in the paper). Gradient Frobenius norms of the scale-anchor ablation's "

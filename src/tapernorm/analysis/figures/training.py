@@ -29,7 +29,14 @@ from ...variants import VARIANTS
 from ...workflow.plan import FIG2_VARIANTS
 from .. import comparable, paper
 from ..runs import load_runs, val_records, variant_order
-from .curves import end_values, legend_below, plot_variants, runs_at_width, scale_title
+from .curves import (
+    end_values,
+    legend_below,
+    plot_variants,
+    runs_at_width,
+    scale_title,
+    slice_text,
+)
 from .gradients import fig4, fig4b
 from .style import (
     COLORS,
@@ -301,8 +308,7 @@ def fig6(run_dirs: Sequence[str | Path], width: int | None = None) -> tuple[Figu
         ax.set_xlabel("")
     handles, labels = axes[0].get_legend_handles_labels()
     fig.legend(handles, labels, loc="outside right upper", fontsize=8)
-    tokens = runs["train_tokens"].dropna().unique()
-    data = f", first {int(tokens[0]):,} train tokens" if len(tokens) == 1 else ""
+    data = slice_text(runs)
     fig.suptitle(f"Scale-anchor ablation ({scale_title(runs)}{data})", fontsize=11)
     variants = variant_order(runs["variant"])
     caption = caption_text(
@@ -345,6 +351,6 @@ def make_figure(
     (comparable.check); `allow_mixed` lets mixed recipes through, and the caption says so."""
     if which not in FIGURES:
         raise ValueError(f"unknown figure {which!r}; choose from {sorted(FIGURES)}")
-    mixed = comparable.mixed_note(comparable.check(load_runs(run_dirs)[0], allow_mixed=allow_mixed))
+    notes = comparable.check(load_runs(run_dirs)[0], allow_mixed=allow_mixed)
     fig, caption = FIGURES[which](run_dirs, width)
-    return save_figure(fig, out, f"{caption} {mixed}" if mixed else caption, stamp)
+    return save_figure(fig, out, comparable.with_mixed(caption, notes), stamp)

@@ -18,12 +18,12 @@ from matplotlib.figure import Figure
 
 from ...variants import VARIANTS
 from .. import comparable
+from ..claims.chasing import CLOSE_FACTOR  # claim 4's "close to the baseline"
 from ..figures.style import COLORS, LINE_NAMES, caption_text, new_figure, save_figure
 from ..runs import diverged_text, load_runs
 from ..tables.write import write_table
 
 FORM_LABELS = {"eq5": "Eq. 5 (paper)", "relative": "relative (ours)"}
-HOLD_FACTOR = 1.5  # claim 4's "close to the baseline"
 
 
 def _where(points: pd.DataFrame) -> str:
@@ -100,9 +100,9 @@ def table_anchor(runs: pd.DataFrame) -> tuple[pd.DataFrame, str]:
                 else "—"
                 if no_base
                 else f"{p.logit_ratio:.2f}",
-                f"Holds (<= {HOLD_FACTOR:g}x)": "—"
+                f"Holds (<= {CLOSE_FACTOR:g}x)": "—"
                 if p.diverged or no_base
-                else ("yes" if p.logit_ratio <= HOLD_FACTOR else "no"),
+                else ("yes" if p.logit_ratio <= CLOSE_FACTOR else "no"),
                 "Val loss": "—" if p.diverged else f"{p.val_loss:.4f}",
             }
         )
@@ -156,7 +156,7 @@ def _kappas(part: pd.DataFrame) -> str:
     return "κ = " + ", ".join(f"{k:.2g}" for k in part["kappa"])
 
 
-def fig7(run_dirs: Sequence[str | Path], width: int | None = None) -> tuple[Figure, str]:
+def fig7(run_dirs: Sequence[str | Path]) -> tuple[Figure, str]:
     """End logit norm over the baseline's and r(h)/s_tgt against lambda, one line per form (its
     points' stiffness kappa in its legend entry); the legend beside the axes, no text on them."""
     runs, _ = load_runs(run_dirs)
@@ -176,7 +176,7 @@ def fig7(run_dirs: Sequence[str | Path], width: int | None = None) -> tuple[Figu
         f"scale-anchor ablation ({where}, one run per point) retrained at other "
         "scale-loss weights λ, with the paper's Eq. 5 (circles) and our relative form (squares). "
         "Left: the end logit norm over the Baseline's; horizontal lines: the unanchored "
-        f"Final-Taper (dashed) and All-Taper (dotted) runs; grey band: within {HOLD_FACTOR:g}x of "
+        f"Final-Taper (dashed) and All-Taper (dotted) runs; grey band: within {CLOSE_FACTOR:g}x of "
         "the Baseline. Right: the end pre-logit scale r(h) over its target s_tgt (dotted: r(h) = "
         "s_tgt). End = the mean over the last 10% of logged steps. κ, in the legend: the stiffness "
         "of the restoring force on ln r (Prop. 4.3), λ·s_tgt² for Eq. 5, λ for the relative form.",
@@ -230,10 +230,12 @@ def _plot_references(ax, ref: dict[str, float]) -> tuple[list[float], list[str]]
 
 def _label_axes(axes, refs: list[float], points: pd.DataFrame, with_ratio: bool) -> None:
     """The band and line each panel is read against, its limits and its labels."""
-    axes[0].axhspan(1 / HOLD_FACTOR, HOLD_FACTOR, color="0.85", zorder=0, label="within 1.5x")
+    axes[0].axhspan(
+        1 / CLOSE_FACTOR, CLOSE_FACTOR, color="0.85", zorder=0, label=f"within {CLOSE_FACTOR:g}x"
+    )
     axes[0].set_ylabel("end logit norm / Baseline's")
     finite = [x for x in [*refs, *points["logit_ratio"]] if math.isfinite(x)]
-    axes[0].set_ylim(0, 1.15 * max([*finite, HOLD_FACTOR]))
+    axes[0].set_ylim(0, 1.15 * max([*finite, CLOSE_FACTOR]))
     if not with_ratio:
         axes[0].text(
             0.5,
@@ -287,9 +289,9 @@ def make_anchor_table(
 ) -> list[Path]:
     """The scale-loss sweep's table, its runs checked comparable per weight (comparable.check)."""
     runs, _ = load_runs(run_dirs)
-    mixed = comparable.mixed_note(comparable.check(runs, comparable.SWEEP_CELL, allow_mixed))
+    notes = comparable.check(runs, comparable.SWEEP_CELL, allow_mixed)
     df, caption = table_anchor(runs)
-    caption = f"{caption} {mixed}" if mixed else caption
+    caption = comparable.with_mixed(caption, notes)
     return write_table(df, out_stem, caption, config_sha256, rehearsal)
 
 
@@ -301,8 +303,6 @@ def make_fig7(
 ) -> list[Path]:
     """Figure 7 from the ablation and anchor_sweep runs, saved as <out stem>.pdf, .png and .html
     (the runs checked comparable per weight, as the table)."""
-    mixed = comparable.mixed_note(
-        comparable.check(load_runs(run_dirs)[0], comparable.SWEEP_CELL, allow_mixed)
-    )
+    notes = comparable.check(load_runs(run_dirs)[0], comparable.SWEEP_CELL, allow_mixed)
     fig, caption = fig7(run_dirs)
-    return save_figure(fig, out, f"{caption} {mixed}" if mixed else caption, stamp)
+    return save_figure(fig, out, comparable.with_mixed(caption, notes), stamp)

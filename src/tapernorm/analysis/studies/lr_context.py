@@ -31,8 +31,13 @@ def committed_grid(study_dir: str | Path) -> dict | None:
     """The committed LR grid beside a committed study (results/cpu/lr_grid beside
     results/cpu/scaling), with its directory under `path`; None where there is none."""
     path = Path(os.path.normpath(Path(study_dir) / GRID_BESIDE))
-    if not path.is_file():
-        return None
+    return load_lr_grid(path) if path.is_file() else None
+
+
+def load_lr_grid(path: str | Path) -> dict:
+    """lr_grid.json of `tapernorm lr-grid`, with its directory under `path` (to name the
+    source)."""
+    path = Path(path)
     return {**bookkeeping.read(bookkeeping.LR_GRID, path), "path": str(path.parent)}
 
 

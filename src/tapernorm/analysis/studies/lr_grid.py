@@ -20,6 +20,7 @@ from pathlib import Path
 from ...config import ConfigError
 from ...runtime import bookkeeping
 from ...variants import VARIANTS, baseline_of
+from ..runs import shards_meta
 from ..stats import gap_pct
 
 
@@ -187,13 +188,8 @@ def grid_scale(runs: dict[GridRun, Path], data_dir: str) -> dict:
                 f"lr-grid: runs {dirs[0]} and {run_dir} differ in {key} ({first[key]} and "
                 f"{other[key]}): a grid compares LRs at one scale; give --runs of one grid"
             )
-    try:
-        meta = bookkeeping.read(bookkeeping.SHARDS_META, Path(data_dir) / "meta.json")
-        corpus = meta.get("corpus")
-    except (OSError, ValueError):
-        corpus = None
     return {
-        "corpus": corpus,
+        "corpus": (shards_meta(data_dir) or {}).get("corpus"),
         **{key.split(".")[1]: first[key] for key in SHARED},
         "batch_size": first[BATCH],
         "seeds": sorted({run.seed for run in runs}),

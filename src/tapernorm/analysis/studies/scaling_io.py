@@ -16,7 +16,7 @@ from ...runtime.atomic import atomic_write_bytes
 from ...runtime.markdown import pipe_table
 from ...runtime.out_dirs import is_temporary, make_aside, only_names
 from ...runtime.output_set import OutputSet, json_bytes, marker_path
-from ...runtime.provenance import git_state, host, now, versions
+from ...runtime.provenance import made
 from ...workflow.scaling import RECORD_FILES
 from ..claims.loss import BLOWUP_RULE, GAP_MAX_PCT
 from ..epochs import epochs_text, meaning
@@ -261,10 +261,9 @@ def write_summary(
         for claim in GAP_CLAIMS
         for width in sorted(summary.loc[summary["claim"] == claim, "width"].unique())
     }
-    made = {**git_state(), "host": host(), "versions": versions(), "written": now()}
     record = {
         "made_by": made_by,
-        "made": made,
+        "made": made(every_distribution=False),
         "rows": summary.to_dict("records"),
         "trends": trends,
         "blowup_rule": BLOWUP_RULE,

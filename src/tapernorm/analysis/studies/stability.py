@@ -35,7 +35,7 @@ import pandas as pd
 
 from ...runtime.markdown import pipe_table
 from ...runtime.output_set import OutputSet, json_bytes, marker_path
-from ...runtime.provenance import git_state, host, now, versions
+from ...runtime.provenance import made
 from ...variants import VARIANTS, baseline_of
 from .. import comparable
 from ..claims.loss import blown_runs_text
@@ -521,7 +521,7 @@ def write_summary(summary: Summary, out: Path, made_by: str = "") -> list[Path]:
     files.add(out / "summary.md", summary_markdown(summary).encode())
     record = {
         "made_by": made_by,
-        "made": {**git_state(), "host": host(), "versions": versions(), "written": now()},
+        "made": made(every_distribution=False),
         "records": summary.records,
         "rows": summary.rows.to_dict("records"),
         "grids": [_json_grid(g) for g in summary.grids],

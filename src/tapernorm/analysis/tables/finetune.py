@@ -407,6 +407,5 @@ def make_finetune_table(
         df, caption = table4(load_finetune_evals(eval_files))
     else:
         df, caption = table6(run_dirs)
-    mixed = comparable.mixed_note(notes)
-    caption = f"{caption} {mixed}" if mixed else caption
+    caption = comparable.with_mixed(caption, notes)
     return write_table(df, out_stem, caption, config_sha256, rehearsal)

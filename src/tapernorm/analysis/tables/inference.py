@@ -42,8 +42,8 @@ NOT_TIMED = "not timed"
 SKIP_COLUMNS = ["benchmark", "mode", "variant", "skipped"]  # what a skipped model's row holds
 
 
-def load_bench(paths: Sequence[str | Path], benchmark: str | None = None) -> pd.DataFrame:
-    """The rows of one or more benchmark CSVs (optionally only `benchmark`), columns checked."""
+def load_bench(paths: Sequence[str | Path]) -> pd.DataFrame:
+    """The rows of one or more benchmark CSVs, columns checked."""
     frames = []
     for path in paths:
         path = Path(path)
@@ -67,10 +67,6 @@ def load_bench(paths: Sequence[str | Path], benchmark: str | None = None) -> pd.
         if column not in df.columns:  # (a file of skipped models only)
             df[column] = float("nan")
     df["skipped"] = df.get("skipped", pd.Series(dtype=str)).fillna("")
-    if benchmark is not None:
-        df = df[df["benchmark"] == benchmark]
-        if df.empty:
-            raise ValueError(f"no {benchmark} rows in {[str(p) for p in paths]}")
     for column, default in TRUST_DEFAULTS.items():  # CSVs from before bench.trust: not checked
         if column not in df.columns:
             df[column] = default
@@ -112,6 +108,11 @@ def _whole(setting: dict) -> dict:
     """A row's settings with whole floats as ints (a skipped model's empty cells make the CSV's
     integer columns float: 'd=512', not 'd=512.0')."""
     return {k: int(v) if isinstance(v, float) and v.is_integer() else v for k, v in setting.items()}
+
+
+def places(bench: pd.DataFrame) -> str:
+    """where() of each benchmark's rows, '; '-separated in sorted order."""
+    return "; ".join(sorted({where(part) for _, part in bench.groupby("benchmark")}))
 
 
 def where(df: pd.DataFrame) -> str:
@@ -193,16 +194,15 @@ def disturbed_cells(df: pd.DataFrame) -> list[str]:
     return list(out.values())
 
 
-def disturbed_note(df: pd.DataFrame, why: bool = True) -> str:
-    """The caption's sentence on disturbed cells ('' when none), with each cell's reason (`why`)
-    and the rerun command."""
+def disturbed_note(df: pd.DataFrame) -> str:
+    """The caption's sentence on disturbed cells ('' when none), with each cell's reason and the
+    rerun command."""
     cells = disturbed_cells(df)
     if not cells:
         return ""
-    listed = f" ({'; '.join(cells)})" if why else " (their reasons: the table captions)"
     return (
         f" {DISTURBED} DISTURBED TIMING in {len(cells)} cell(s), not a measurement of the "
-        f"method{listed}: {RERUN}."
+        f"method ({'; '.join(cells)}): {RERUN}."
     )
 
 

@@ -231,7 +231,7 @@ def make_table(
     if which not in TABLES:
         raise ValueError(f"unknown table {which!r}; choose from {sorted(TABLES)}")
     runs, _ = load_runs(run_dirs)
-    mixed = comparable.mixed_note(comparable.check(runs, allow_mixed=allow_mixed))
+    notes = comparable.check(runs, allow_mixed=allow_mixed)
     df, caption = TABLES[which](runs)
-    caption = f"{caption} {mixed}" if mixed else caption
+    caption = comparable.with_mixed(caption, notes)
     return write_table(df, out_stem, caption, config_sha256, rehearsal)
