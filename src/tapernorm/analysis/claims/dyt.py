@@ -21,7 +21,7 @@ from collections.abc import Callable
 
 import pandas as pd
 
-from ...variants import PAPER_VARIANTS, VARIANTS, baseline_of
+from ...variants import PAPER_VARIANTS, baseline_of
 from .. import comparable, speed_rule
 from ..runs import corpus_of, describe_scale
 from ..stats import gap_pct, paired_gap, stats_by_cell
@@ -40,6 +40,7 @@ from .rows import (
     claim_row,
     not_measured,
     plain,
+    variant_label,
 )
 
 TAPER = "internal_aux"  # the TaperNorm variant compared: internal norms folded, final norm kept
@@ -228,8 +229,8 @@ def _shared_lr_loss(
     lrs = sorted(set(shown["lr"])) if "lr" in shown else []
     at = f" at the shared LR {lrs[0]:g}" if len(lrs) == 1 else ""
     ours = [
-        f"d={w}{at}: {_label(t.variant)} {t.pct:+.2f}% vs {_label(t.against)}, "
-        f"DyT {d.pct:+.2f}% vs {_label(d.against)}"
+        f"d={w}{at}: {variant_label(t.variant)} {t.pct:+.2f}% vs {variant_label(t.against)}, "
+        f"DyT {d.pct:+.2f}% vs {variant_label(d.against)}"
         for w, (t, d) in gaps.items()
     ]
     width, (t_gap, d_gap) = max(gaps.items())
@@ -255,7 +256,7 @@ def _best_lr_loss(grid: dict, shown: pd.DataFrame) -> tuple[str, tuple | None, s
     seeds = len((grid.get("scale") or {}).get("seeds", [])) or None
     judged = (arms[0], t["gap_best_pct"], d["gap_best_pct"], "each arm at its best LR", seeds)
     line = (
-        f"each arm at its best LR ({grid_source(grid)}): {_label(arms[0])} "
+        f"each arm at its best LR ({grid_source(grid)}): {variant_label(arms[0])} "
         f"{_pct(t['gap_best_pct'])} (LR {t['best_lr']:g}) vs {t['against']} "
         f"(LR {t['baseline_best_lr']:g}), DyT {_pct(d['gap_best_pct'])} (LR {d['best_lr']:g})"
     )
@@ -357,22 +358,19 @@ def dyt_numbers(
     for width, pair in gaps.items():
         for g in pair:
             p = paired_gap(runs, width, g.variant, g.against)
-            label = (
-                f"d={width}, shared LR, paired by seed: {_label(g.variant)} vs {_label(g.against)}"
-            )
+            pairing = f"{variant_label(g.variant)} vs {variant_label(g.against)}"
+            label = f"d={width}, shared LR, paired by seed: {pairing}"
             parts.append(Part(label, p.mean, p.lo, p.hi, p.n, PAIRED_GAP, g.variant))
             if grid is None and g.variant == "dyt" and width == max(gaps):
                 seeds = p.n
     if grid:
         best = best_lr_gaps(grid)
         for v in (variant, "dyt"):
-            label = (
-                f"each at its best LR ({grid_source(grid)}): {_label(v)} vs {best[v]['against']}"
-            )
+            label = f"each at its best LR ({grid_source(grid)}): {variant_label(v)} vs {best[v]['against']}"
             parts.append(Part(label, best[v]["gap_best_pct"], n_seeds=seeds, variant=v))
     finite = [math.inf if x is None else x for x in (taper_pct, dyt_pct)]
     return Numbers(
-        headline=f"loss gap {where}: {_label(variant)} {_pct(taper_pct)} vs DyT {_pct(dyt_pct)}",
+        headline=f"loss gap {where}: {variant_label(variant)} {_pct(taper_pct)} vs DyT {_pct(dyt_pct)}",
         unit="percentage points (TaperNorm's gap minus DyT's; parts: each arm's gap, %)",
         estimate=finite[0] - finite[1],
         n_seeds=seeds,
@@ -390,7 +388,3 @@ def _finite_le(a: float | None, b: float | None) -> bool:
 
 def _pct(value: float | None) -> str:
     return "diverged" if value is None or value == math.inf else f"{value:+.2f}%"
-
-
-def _label(variant: str) -> str:
-    return VARIANTS[variant]["label"]
