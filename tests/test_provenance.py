@@ -146,3 +146,13 @@ def test_config_file_hashes_keep_each_file_in_order(tmp_path):
     b.write_text("x: 1  # the same config, other bytes\n")
     hashes = provenance.config_file_hashes([b, a])
     assert list(hashes) == [b.as_posix(), a.as_posix()] and len(set(hashes.values())) == 2
+
+
+def test_made_lists_every_distribution_only_where_asked():
+    """A manifest's "made" lists every installed distribution; a summary's and the claims' do not
+    (the same keys in the same order otherwise: the records' bytes depend on it)."""
+    full, brief = provenance.made(), provenance.made(every_distribution=False)
+    assert list(full) == [*provenance.git_state(), "host", "versions", "distributions", "written"]
+    assert full["distributions"] == provenance.distributions()
+    assert list(brief) == [k for k in full if k != "distributions"]
+    assert brief["versions"] == full["versions"] and brief["host"] == full["host"]

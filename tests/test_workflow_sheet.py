@@ -3,10 +3,13 @@ once, what rule train's jobs read and `tapernorm runs-sheet` prints."""
 
 from pathlib import Path
 
+import pytest
 import yaml
 
 from tapernorm.cli import main
-from tapernorm.workflow import Plan, validate_pipeline_config
+from tapernorm.cli.machine import _merged
+from tapernorm.config import ConfigError
+from tapernorm.workflow import Plan, validate_pipeline_config, validated_plan
 from tapernorm.workflow import sheet as ws
 from tapernorm.workflow.training import TrainingFamily
 
@@ -60,6 +63,43 @@ def test_each_runs_config_is_resolved_once(monkeypatch):
     ]
     assert len(rows) == len(calls) > 0 and set(calls.values()) == {1}
     assert [(r.family, r.run) for r in rows] == list(calls)
+
+
+@pytest.mark.parametrize("name", ["config.yaml", "scaling.yaml"])
+def test_the_checks_resolve_each_training_run_once_for_the_whole_invocation(name, monkeypatch):
+    """validated_plan's checks resolve every training run, and the plan they return (what the
+    Snakefile and runs-sheet take) holds those configs: the sheet and the trunks resolve none again."""
+    from tapernorm.workflow import scaling, stability, training
+
+    raw = yaml.safe_load((ROOT / "config/config.yaml").read_text())
+    if name != "config.yaml":  # (as Snakemake merges --configfile config/config.yaml NAME)
+        raw = _merged(raw, yaml.safe_load((ROOT / "config" / name).read_text()))
+    calls: dict[str, int] = {}
+    for module in (training, scaling, stability):
+        resolve = module.resolve_run_config
+
+        def counted(spec: dict, resolve=resolve) -> object:
+            calls[spec["name"]] = calls.get(spec["name"], 0) + 1
+            return resolve(spec)
+
+        monkeypatch.setattr(module, "resolve_run_config", counted)
+    plan = validated_plan(raw, SCHEMA)
+    resolved = dict(calls)
+    rows = ws.runs_sheet(plan)
+    trunks = plan.trunks.names()  # planned from the same configs (none in the compiled study)
+    assert trunks if name == "config.yaml" else not trunks
+    assert calls == resolved and set(calls.values()) == {1}
+    assert sorted(calls) == sorted(f"{r.family}/{r.run}" for r in rows)
+    assert plan.config == validate_pipeline_config(raw, SCHEMA)
+
+
+def test_a_training_run_that_does_not_resolve_is_named_with_its_family():
+    raw = yaml.safe_load((ROOT / "config/config.yaml").read_text())
+    raw["pretrain"]["train"]["min_lr"] = 1.0  # above the peak LR: no run of the family resolves
+    with pytest.raises(
+        ConfigError, match=r"^pretrain run baseline-d64-s0: config key train.min_lr"
+    ):
+        validated_plan(raw, SCHEMA)
 
 
 def test_runs_sheet_prints_a_line_per_run(capsys, monkeypatch):
