@@ -822,3 +822,11 @@ def test_tables_are_written_without_tabulate(tmp_path, monkeypatch):
         "|---|---|",
         "| All-Taper \\| aux | 3.25 |",
     ]
+
+
+def test_the_anchor_table_marks_claim_4s_close_factor():
+    """table_anchor's and fig7's "within" band is claim 4's criterion (a copy: importing it there
+    would close an import cycle)."""
+    from tapernorm.analysis.claims.chasing import CLOSE_FACTOR
+
+    assert anchor_sweep.HOLD_FACTOR == CLOSE_FACTOR

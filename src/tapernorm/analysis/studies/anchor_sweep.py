@@ -18,11 +18,13 @@ from matplotlib.figure import Figure
 
 from ...variants import VARIANTS
 from .. import comparable
-from ..claims.chasing import CLOSE_FACTOR  # claim 4's "close to the baseline"
 from ..figures.style import COLORS, LINE_NAMES, caption_text, new_figure, save_figure
 from ..runs import diverged_text, load_runs
 from ..tables.write import write_table
 
+# claim 4's "close to the baseline": claims.chasing.CLOSE_FACTOR, which imported here would close
+# an import cycle (claim 4 reads this module's sweep points); a test holds the two equal
+HOLD_FACTOR = 1.5
 FORM_LABELS = {"eq5": "Eq. 5 (paper)", "relative": "relative (ours)"}
 
 
@@ -100,9 +102,9 @@ def table_anchor(runs: pd.DataFrame) -> tuple[pd.DataFrame, str]:
                 else "—"
                 if no_base
                 else f"{p.logit_ratio:.2f}",
-                f"Holds (<= {CLOSE_FACTOR:g}x)": "—"
+                f"Holds (<= {HOLD_FACTOR:g}x)": "—"
                 if p.diverged or no_base
-                else ("yes" if p.logit_ratio <= CLOSE_FACTOR else "no"),
+                else ("yes" if p.logit_ratio <= HOLD_FACTOR else "no"),
                 "Val loss": "—" if p.diverged else f"{p.val_loss:.4f}",
             }
         )
@@ -176,7 +178,7 @@ def fig7(run_dirs: Sequence[str | Path]) -> tuple[Figure, str]:
         f"scale-anchor ablation ({where}, one run per point) retrained at other "
         "scale-loss weights λ, with the paper's Eq. 5 (circles) and our relative form (squares). "
         "Left: the end logit norm over the Baseline's; horizontal lines: the unanchored "
-        f"Final-Taper (dashed) and All-Taper (dotted) runs; grey band: within {CLOSE_FACTOR:g}x of "
+        f"Final-Taper (dashed) and All-Taper (dotted) runs; grey band: within {HOLD_FACTOR:g}x of "
         "the Baseline. Right: the end pre-logit scale r(h) over its target s_tgt (dotted: r(h) = "
         "s_tgt). End = the mean over the last 10% of logged steps. κ, in the legend: the stiffness "
         "of the restoring force on ln r (Prop. 4.3), λ·s_tgt² for Eq. 5, λ for the relative form.",
@@ -230,12 +232,10 @@ def _plot_references(ax, ref: dict[str, float]) -> tuple[list[float], list[str]]
 
 def _label_axes(axes, refs: list[float], points: pd.DataFrame, with_ratio: bool) -> None:
     """The band and line each panel is read against, its limits and its labels."""
-    axes[0].axhspan(
-        1 / CLOSE_FACTOR, CLOSE_FACTOR, color="0.85", zorder=0, label=f"within {CLOSE_FACTOR:g}x"
-    )
+    axes[0].axhspan(1 / HOLD_FACTOR, HOLD_FACTOR, color="0.85", zorder=0, label="within 1.5x")
     axes[0].set_ylabel("end logit norm / Baseline's")
     finite = [x for x in [*refs, *points["logit_ratio"]] if math.isfinite(x)]
-    axes[0].set_ylim(0, 1.15 * max([*finite, CLOSE_FACTOR]))
+    axes[0].set_ylim(0, 1.15 * max([*finite, HOLD_FACTOR]))
     if not with_ratio:
         axes[0].text(
             0.5,
