@@ -3,8 +3,10 @@
 import base64
 
 import pandas as pd
+import pytest
 
-from tapernorm.analysis.html import figure_page, markdown_page, table_cells
+from tapernorm.analysis.claims import rows
+from tapernorm.analysis.html import STYLE, figure_page, markdown_page, table_cells
 from tapernorm.analysis.tables.write import to_markdown
 
 
@@ -22,20 +24,28 @@ def test_claims_blocks_verdict_colours_and_escaping(tmp_path):
     md = tmp_path / "claims.md"
     md.write_text(
         "# Claims\n\nIntro line one\nline two <x>.\n\n"
-        "| Claim | Holds? |\n|---|---|\n| 1. A | yes |\n| 2. B | no |\n| 3. C | partly |\n"
-        "| 4. D | not measured |\n\n## Inputs\n\n- runs: 16\n- bench: 2\n"
+        "| Claim | Holds? |\n|---|---|\n| 1. A | yes; on the other host: no |\n| 2. B | no |\n"
+        "| 3. C | partly |\n| 4. D | not measured |\n\n## Inputs\n\n- runs: 16\n- bench: 2\n"
     )
-    page = markdown_page(md.read_text(), "claims")
+    grades = [rows.YES, rows.NO, rows.PARTLY, rows.NOT_MEASURED]
+    page = markdown_page(md.read_text(), "claims", [rows.GRADE_CLASS[g] for g in grades])
     assert "<h1>Claims</h1>" in page and "<h2>Inputs</h2>" in page
     assert "<p>Intro line one line two &lt;x&gt;.</p>" in page
     for verdict, cls in (
-        ("yes", "yes"),
+        ("yes; on the other host: no", "yes"),  # the grade's colour, whatever the cell says
         ("no", "no"),
         ("partly", "mixed"),
         ("not measured", "unjudged"),
     ):
         assert f'<td class="{cls}">{verdict}</td>' in page
     assert "<ul><li>runs: 16</li><li>bench: 2</li></ul>" in page
+    with pytest.raises(ValueError, match="needs the grade of each row"):
+        markdown_page(md.read_text(), "claims", ["yes"])
+
+
+def test_every_grade_has_a_colour_of_the_pages_style():
+    assert set(rows.GRADE_CLASS) == set(rows.GRADES)
+    assert all(f"td.{cls} " in STYLE for cls in rows.GRADE_CLASS.values())
 
 
 def test_table_cells_keeps_empty_cells():

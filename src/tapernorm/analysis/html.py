@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import html
 import re
+from collections.abc import Sequence
 
 STYLE = """
 body { font: 14px/1.45 system-ui, sans-serif; color: #222; margin: 1em 1.5em; max-width: 110em; }
@@ -43,19 +44,6 @@ def table_cells(line: str) -> list[str]:
     return [c.strip().replace("\\|", "|") for c in cells]
 
 
-def verdict_class(text: str) -> str:
-    """The colour class of a 'Holds?' cell: yes, no, mixed (partly, weaker, a deviation) or
-    unjudged (not measured / not judged)."""
-    t = text.lower()
-    if t.startswith("not "):
-        return "unjudged"
-    if t == "yes":
-        return "yes"
-    if t.startswith("no"):
-        return "no"
-    return "mixed"
-
-
 def longest_column(body: list[list[str]]) -> int | None:
     """The index of the column of longest cells (mean length), if over LONG_CELL characters."""
     if not body:
@@ -66,18 +54,25 @@ def longest_column(body: list[list[str]]) -> int | None:
     return best if means[best] > LONG_CELL else None
 
 
-def render_table(rows: list[str]) -> str:
-    """A header row, the --- separator, body rows -> <table>."""
+def render_table(rows: list[str], verdicts: Sequence[str] = ()) -> str:
+    """A header row, the --- separator, body rows -> <table>. `verdicts`: the colour class of each
+    body row's 'Holds?' cell, in order (claims.rows.GRADE_CLASS of the row's grade: the cell's
+    text is never read for it); a table with that column needs one per row."""
     header = table_cells(rows[0])
     body = [table_cells(r) for r in rows[2:]]
+    if VERDICT_COLUMN in header and len(verdicts) != len(body):
+        raise ValueError(
+            f"a table with a {VERDICT_COLUMN!r} column of {len(body)} rows needs the grade of each "
+            f"row (got {len(verdicts)})"
+        )
     long_col = longest_column(body)
     out = ["<table>", "<tr>" + "".join(f"<th>{inline(h)}</th>" for h in header) + "</tr>"]
-    for row in body:
+    for r, row in enumerate(body):
         cells = []
         for i, cell in enumerate(row):
             classes = ["long"] if i == long_col else []
             if i < len(header) and header[i] == VERDICT_COLUMN:
-                classes.append(verdict_class(cell))
+                classes.append(verdicts[r])
             attr = f' class="{" ".join(classes)}"' if classes else ""
             cells.append(f"<td{attr}>{inline(cell)}</td>")
         out.append("<tr>" + "".join(cells) + "</tr>")
@@ -88,8 +83,9 @@ def block_kind(line: str) -> str:
     return "table" if line.startswith("|") else "list" if line.startswith("- ") else "para"
 
 
-def markdown_body(text: str) -> str:
-    """Blocks of the analysis' markdown -> HTML: #/## headings, pipe tables, - lists, paragraphs."""
+def markdown_body(text: str, verdicts: Sequence[str] = ()) -> str:
+    """Blocks of the analysis' markdown -> HTML: #/## headings, pipe tables, - lists, paragraphs
+    (`verdicts`: render_table's, for the tables with a 'Holds?' column)."""
     blocks, lines = [], text.splitlines()
     i = 0
     while i < len(lines):
@@ -112,7 +108,7 @@ def markdown_body(text: str) -> str:
                 j += 1
             chunk, i = lines[i:j], j
             if kind == "table":
-                blocks.append(render_table(chunk))
+                blocks.append(render_table(chunk, verdicts))
             elif kind == "list":
                 items = "".join(f"<li>{inline(x[2:])}</li>" for x in chunk)
                 blocks.append(f"<ul>{items}</ul>")
@@ -130,9 +126,10 @@ def page(body: str, title: str) -> str:
     )
 
 
-def markdown_page(text: str, title: str) -> str:
-    """A self-contained HTML page (inline style, no scripts) of the analysis' markdown `text`."""
-    return page(markdown_body(text), title)
+def markdown_page(text: str, title: str, verdicts: Sequence[str] = ()) -> str:
+    """A self-contained HTML page (inline style, no scripts) of the analysis' markdown `text`
+    (`verdicts`: render_table's)."""
+    return page(markdown_body(text, verdicts), title)
 
 
 def plain(text: str) -> str:

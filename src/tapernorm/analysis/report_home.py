@@ -10,6 +10,7 @@ tables are HTML (the same renderer as the claims page), so no text of a claim is
 from __future__ import annotations
 
 import html
+from collections.abc import Sequence
 from pathlib import Path
 
 from ..runtime import bookkeeping
@@ -17,6 +18,7 @@ from ..runtime.atomic import atomic_write_bytes
 from ..runtime.markdown import pipe_table
 from ..runtime.output_set import check_member
 from ..runtime.provenance import REHEARSAL_NOTE
+from .claims.rows import GRADE_CLASS
 from .html import render_table
 
 STYLE = """
@@ -29,11 +31,11 @@ STYLE = """
 """
 
 
-def _html_table(rows: list[dict], columns: list[str]) -> str:
+def _html_table(rows: list[dict], columns: list[str], verdicts: Sequence[str] = ()) -> str:
     import pandas as pd
 
     table = pd.DataFrame(rows, columns=columns)  # as a frame: a missing key is a NaN cell
-    return render_table(pipe_table(columns, table.itertuples(index=False)))
+    return render_table(pipe_table(columns, table.itertuples(index=False)), verdicts)
 
 
 def home_page(record: dict, rerun: str) -> str:
@@ -42,12 +44,13 @@ def home_page(record: dict, rerun: str) -> str:
     verdicts = [
         {"Claim": r["Claim"], "Ours": r["Ours"], "Holds?": r["Holds?"]} for r in record["claims"]
     ]
+    grades = [GRADE_CLASS[r["grade"]] for r in record["claims"]]
     body = (
         f"<style>{STYLE}</style>\n<div class='tapernorm'>\n"
         "<h3>The scale of these numbers</h3>\n"
         + _html_table(record["scale_card"], ["", "Ours", "Paper"])
         + "\n<h3>The paper's claims, and whether they hold here</h3>\n"
-        + _html_table(verdicts, ["Claim", "Ours", "Holds?"])
+        + _html_table(verdicts, ["Claim", "Ours", "Holds?"], grades)
         + "\n</div>"
     )
     indented = "\n".join(f"   {line}" for line in body.splitlines())

@@ -36,18 +36,16 @@ CLIPPED_COLUMNS = tuple(f"{c}_clipped" for c in GRAD_COLUMNS)  # the same after 
 SCALE_COLUMNS = ("prelogit_scale", "final_c_r", "saturation", "margin_pos_frac", "grad_h_cos")
 END_COLUMNS = ("loss", "logit_norm", "grad_norm", *GRAD_COLUMNS, *CLIPPED_COLUMNS, *SCALE_COLUMNS)
 END_FRACTION = 0.1  # "end of training" = the last 10% of logged steps
-
-
-def end_window(n: int) -> int:
-    """How many of `n` logged steps are the end of training (END_FRACTION, at least one)."""
-    return max(1, math.ceil(END_FRACTION * n))
-
-
 REWRITE = f"; {RERUN_TRAIN}"  # how a run's damaged files are written again
 # columns of the run table copied onto every training record
 RUN_KEYS = ("run", "name", "variant", "label", "width", "seed", "steps", "final_taper", "anchor")
 EVERY_STEP, LOGGED_STEPS = "every step", "logged steps"  # how a run's blow-ups were found
 DIVERGED_KIND = "diverged"  # an older record's divergence, which its metrics.jsonl does not hold
+
+
+def end_window(n: int) -> int:
+    """How many of `n` logged steps are the end of training (END_FRACTION, at least one)."""
+    return max(1, math.ceil(END_FRACTION * n))
 
 
 def final_tapered(variant: str) -> bool:

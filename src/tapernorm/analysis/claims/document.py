@@ -42,14 +42,15 @@ from ..studies.lr_context import load_lr_grid
 from ..tables import finetune as ft
 from ..tables import inference as inference_tables
 from ..tables.write import to_markdown
-from . import chasing, dyt, finetune, fold, loss, stability
+from . import chasing, dyt, finetune, fold, loss
+from . import stability as stability_claim
 from .chasing import CHASE_CRITERION, GRAD_CRITERION, SUPPRESS_CRITERION
 from .dyt import DYT_CRITERION, grid_source, paper_variants_only
 from .finetune import FINETUNE_CRITERION, paper_claim8
 from .fold import EXACT_CRITERION, SPEED_CRITERION, read_verify
 from .loss import GAP_CRITERION, gap_statement, paper_gap_value
 from .numbers import Criterion, record_fields
-from .rows import COLUMNS, GRADES, NOT_MEASURED, ClaimInputs, NoVerdict, Verdict
+from .rows import COLUMNS, GRADE_CLASS, GRADES, NOT_MEASURED, ClaimInputs, NoVerdict, Verdict
 from .scale_card import COLUMNS as SCALE_COLUMNS
 from .scale_card import scale_card
 from .scaling import load_scaling, with_study
@@ -187,7 +188,8 @@ CLAIMS: tuple[Claim, ...] = (
         "Stability: the taper trains stably (Internal-Taper (+aux) the most stable and reliable "
         "across seeds)",
         "stable training; Internal-Taper (+aux) the most stable and reliable across seeds",
-        stability.measure_stability, stability.judge_stability, stability.describe_stability,
+        stability_claim.measure_stability, stability_claim.judge_stability,
+        stability_claim.describe_stability,
         STABILITY_CRITERION, (paper.STABILITY_SOURCE,), name="stability",
     ),
     Claim(
@@ -397,7 +399,8 @@ def write_claims(
     out = Path(out_path)
     claims = OutputSet(marker_path(out.with_suffix("")), "tapernorm claims")
     claims.add(out, text.encode())
-    claims.add(out.with_suffix(".html"), markdown_page(text, "claims").encode())
+    grades = [GRADE_CLASS[row["grade"]] for row in record["claims"]]
+    claims.add(out.with_suffix(".html"), markdown_page(text, "claims", grades).encode())
     claims.add(out.with_suffix(".json"), json_bytes(record))
     claims.commit()
     return out

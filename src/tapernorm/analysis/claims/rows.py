@@ -47,6 +47,13 @@ GRADES = (
     YES, WEAKER, UNLIKE, AT_DEVIATION, PARTLY, NO, NOT_REPRODUCED, NOT_RESOLVED, NOT_MEASURED,
     NOT_JUDGED,
 )  # fmt: skip
+# each grade's colour in the HTML pages (analysis.html.STYLE's td classes): a plain yes or no, any
+# qualified verdict, or no verdict at all
+GRADE_CLASS = {
+    YES: "yes", WEAKER: "mixed", UNLIKE: "mixed", AT_DEVIATION: "mixed", PARTLY: "mixed", NO: "no",
+    NOT_REPRODUCED: "unjudged", NOT_RESOLVED: "unjudged", NOT_MEASURED: "unjudged",
+    NOT_JUDGED: "unjudged",
+}  # fmt: skip
 SIZE_FACTOR = 2.0  # "weaker": the effect is below the low end of the paper's range / SIZE_FACTOR
 COLUMNS = ("Claim", "Paper", "Ours", "Scale", "Holds?", "Comment")
 
