@@ -18,10 +18,10 @@ import yaml
 from tapernorm.config import ConfigError
 from tapernorm.machine import job_resources as jr
 from tapernorm.workflow import Plan, validate_pipeline_config
+from tapernorm.workflow import finetune as wft
 from tapernorm.workflow.devices import gpu_prefix
-from tapernorm.workflow.finetune import FinetuneBaseFamily, FinetuneFamily
 from tapernorm.workflow.names import finetune_run_name, parse_finetune_run
-from tapernorm.workflow.training import SweepFamily
+from tapernorm.workflow.training import SWEEP
 
 ROOT = Path(__file__).resolve().parents[1]
 SCHEMA = str(ROOT / "workflow/schemas/config.schema.yaml")
@@ -33,15 +33,17 @@ def _config(name: str) -> dict:
 
 def test_training_runtime_follows_width_and_steps():
     paper = Plan(_config("config/paper.yaml"))
-    minutes = {
-        width: paper.pretrain.runtime(f"internal_aux-d{width}-s0") for width in (64, 128, 256, 512)
-    }
+
+    def minutes(family, run: str) -> int | None:
+        return family.minutes(family.run_config(run, ""))
+
+    by_width = {w: minutes(paper.pretrain, f"internal_aux-d{w}-s0") for w in (64, 128, 256, 512)}
     # 1.5 x steps x ms + 15 min: 500k x 31 ms, 500k x 31 ms, 750k x 27 ms, 1M x 29 ms
-    assert minutes == {64: 403, 128: 403, 256: 522, 512: 740}
-    assert paper.ablation.runtime("all-d64-s0") == 31  # 20k steps x 31 ms
-    assert paper.sweep.runtime(paper.sweep.runs()[0]) == 31
+    assert by_width == {64: 403, 128: 403, 256: 522, 512: 740}
+    assert minutes(paper.ablation, "all-d64-s0") == 31  # 20k steps x 31 ms
+    assert minutes(paper.sweep, paper.sweep.runs()[0]) == 31
     ci = Plan(_config("config/ci.yaml"))  # no estimate: the profile's default
-    assert ci.pretrain.runtime("baseline-d32-s0", default=30) == 30
+    assert minutes(ci.pretrain, "baseline-d32-s0") == 30
 
 
 def test_gpu_rules_get_the_cuda_environment_when_the_config_uses_cuda():
@@ -97,19 +99,19 @@ def test_fine_tuning_jobs_pass_the_configured_device_on():
     refused in one line that says what to write (the planning host cannot know the GPUs)."""
     with pytest.raises(ConfigError, match=r"finetune.train.device: .*write .*: cuda"):
         _auto_config()
-    auto = FinetuneFamily(_auto_config(gpus=0))
+    auto = wft.finetune(_auto_config(gpus=0))
     assert auto.device == "auto"
-    assert {m: auto.model_gpus(m) for m in ("gpt2", "gpt2-large", "gpt2-xl")} == {
+    assert {m: wft.model_gpus(auto.section, m) for m in ("gpt2", "gpt2-large", "gpt2-xl")} == {
         "gpt2": 0,
         "gpt2-large": 0,
         "gpt2-xl": 0,
     }
-    assert auto.ranks(finetune_run_name("all_taperln", "gpt2-large")) == 1
+    assert wft.ranks(auto, finetune_run_name("all_taperln", "gpt2-large")) == 1
     assert gpu_prefix(2, "auto", 2) == "tapernorm gpus --device auto --ranks 2 2 --"
     paper = Plan(_config("config/paper.yaml"))
     assert paper.finetune.device == "cuda"
-    assert FinetuneFamily(_config("config/ci.yaml")).device == "cpu"
-    assert paper.family(SweepFamily.name).device == "cuda"  # the ablation's
+    assert wft.finetune(_config("config/ci.yaml")).device == "cpu"
+    assert paper.family(SWEEP).device == "cuda"  # the ablation's
 
 
 def test_only_jobs_holding_gpus_claim_them():
@@ -126,7 +128,7 @@ def test_parameter_counts_of_the_fine_tuned_models():
     from tapernorm.model import GPT, GPTConfig
 
     paper = _config("config/paper.yaml")
-    counts = {m: jr.finetune_shape(paper, m)[0] for m in FinetuneFamily(paper).models()}
+    counts = {m: jr.finetune_shape(paper, m)[0] for m in wft.models(paper["finetune"])}
     # Hugging Face's GPT2LMHeadModel counts (tied head once)
     assert counts == {
         "gpt2": 124_439_808,
@@ -135,8 +137,8 @@ def test_parameter_counts_of_the_fine_tuned_models():
         "gpt2-xl": 1_557_611_200,
     }
     ci = _config("config/ci.yaml")  # the stand-in pre-trained here, counted from its config
-    (model,) = FinetuneFamily(ci).models()
-    base = FinetuneBaseFamily(ci).run_config(model, "data").model
+    (model,) = wft.models(ci["finetune"])
+    base = wft.finetune_base(ci).run_config(model, "data").model
     with torch.device("meta"):
         built = GPT(GPTConfig(**base.gpt_fields(jr.GPT2_VOCAB)))
     assert jr.finetune_shape(ci, model) == (built.num_params(), base.block_size)
@@ -148,21 +150,21 @@ def test_fold_eval_and_export_are_sized_by_the_model():
     paper = _config("config/paper.yaml")
     sized = {
         (m, job): jr.model_job_resources(paper, m, job)
-        for m in FinetuneFamily(paper).models()
+        for m in wft.models(paper["finetune"])
         for job in ("fold", "eval", "export")
     }
     for job in ("fold", "eval", "export"):
-        mems = [sized[m, job]["mem_mb"] for m in FinetuneFamily(paper).models()]
-        minutes = [sized[m, job]["runtime"] for m in FinetuneFamily(paper).models()]
+        mems = [sized[m, job]["mem_mb"] for m in wft.models(paper["finetune"])]
+        minutes = [sized[m, job]["runtime"] for m in wft.models(paper["finetune"])]
         assert mems == sorted(mems) and minutes == sorted(minutes) and mems[0] < mems[-1]
     xl = 4 * 1_557_611_200 / 2**20  # MB of one fp32 copy of GPT-2 XL
     assert sized["gpt2-xl", "export"]["runtime"] > 30
     assert sized["gpt2-xl", "export"]["mem_mb"] > 3 * xl
     assert sized["gpt2-xl", "eval"]["runtime"] > sized["gpt2", "eval"]["runtime"] + 60
     # the fine-tune's own requests (4 processes) are not the single-process jobs'
-    assert sized["gpt2-xl", "fold"]["mem_mb"] < FinetuneFamily(paper).model("gpt2-xl")["mem_mb"]
+    assert sized["gpt2-xl", "fold"]["mem_mb"] < wft.model(paper["finetune"], "gpt2-xl")["mem_mb"]
     ci = _config("config/ci.yaml")
-    (model,) = FinetuneFamily(ci).models()
+    (model,) = wft.models(ci["finetune"])
     assert jr.model_job_resources(ci, model, "eval")["mem_mb"] < 1100  # a tiny model on a CPU
 
 

@@ -20,8 +20,8 @@ from tapernorm.fold import FoldError, fold_model
 from tapernorm.norms import FakeNorm
 from tapernorm.training.checkpoint import load_model
 from tapernorm.training.loop import train
+from tapernorm.workflow import finetune as wft
 from tapernorm.workflow import validate_pipeline_config
-from tapernorm.workflow.finetune import FinetuneFamily
 
 ROOT = Path(__file__).resolve().parents[1]
 SCHEMA = ROOT / "workflow/schemas/config.schema.yaml"
@@ -131,16 +131,16 @@ def test_fakeln_run_configs(shards_dir):
     cfg = validate_pipeline_config(raw, SCHEMA)
     assert "fakeln" in cfg["finetune"]["protocols"]
     model = cfg["finetune"]["models"][0]["name"]
-    rc = FinetuneFamily(cfg).run_config(f"fakeln-{model}", "data/finetune")
+    rc = wft.finetune(cfg).run_config(f"fakeln-{model}", "data/finetune")
     assert rc.model.norm == "fakeln" and rc.model.taper == "none"
     spec = cfg["finetune"]["models"][0]
     assert (rc.fakeln.start, rc.fakeln.end) == (spec["taper_start"], spec["taper_end"])
     assert not rc.anchor.enabled
-    vanilla = FinetuneFamily(cfg).run_config(f"vanilla-{model}", "data/finetune")
+    vanilla = wft.finetune(cfg).run_config(f"vanilla-{model}", "data/finetune")
     assert "fakeln" not in vanilla.to_dict() and "norm" not in vanilla.to_dict()["model"]
     moved = copy.deepcopy(raw)
     moved["finetune"]["models"][0].update(fakeln_start=2, fakeln_end=5)
-    rc = FinetuneFamily(validate_pipeline_config(moved, SCHEMA)).run_config(f"fakeln-{model}", "d")
+    rc = wft.finetune(validate_pipeline_config(moved, SCHEMA)).run_config(f"fakeln-{model}", "d")
     assert (rc.fakeln.start, rc.fakeln.end) == (2, 5)
 
 

@@ -38,9 +38,10 @@ from tapernorm.training.distributed import rank_micro_batches
 from tapernorm.training.evaluation import evaluate_rows
 from tapernorm.training.loop import train
 from tapernorm.workflow import files as wf
+from tapernorm.workflow import finetune as wft
 from tapernorm.workflow import job_functions as jf
 from tapernorm.workflow import validate_pipeline_config
-from tapernorm.workflow.finetune import FINETUNE_BASE_ROOT, FinetuneBaseFamily, FinetuneFamily
+from tapernorm.workflow.finetune import FINETUNE_BASE_ROOT
 from tapernorm.workflow.names import finetune_run_name, parse_finetune_run
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -67,7 +68,7 @@ def test_paper_run_configs_follow_table6(model):
         ("internal_taperln", ("internal", True)),
         ("all_taperln", ("all", True)),
     ):
-        rc = FinetuneFamily(cfg).run_config(f"{protocol}-{model}", "data/finetune")
+        rc = wft.finetune(cfg).run_config(f"{protocol}-{model}", "data/finetune")
         t = rc.train
         assert (t.steps, t.warmup_steps) == (ref.steps, ref.warmup_end)
         assert (rc.taper.start, rc.taper.end) == (ref.taper_start, ref.taper_end)
@@ -92,16 +93,20 @@ def test_paper_run_configs_follow_table6(model):
 
 def test_paper_config_plans_gpus_and_torchrun():
     cfg = paper_config()
-    family = FinetuneFamily(cfg)
+    family = wft.finetune(cfg)
     assert len(family.runs()) == 16  # 4 models x (3 paper protocols + FakeLN)
-    assert family.runs(["all_taperln"]) == [f"all_taperln-{m}" for m in paper.TABLE6]
-    gpus = {m: family.model_gpus(m) for m in family.models()}
+    assert wft.runs_of(family, ["all_taperln"]) == [f"all_taperln-{m}" for m in paper.TABLE6]
+    gpus = {m: wft.model_gpus(family.section, m) for m in wft.models(family.section)}
     assert gpus == {"gpt2": 1, "gpt2-medium": 1, "gpt2-large": 2, "gpt2-xl": 4}
-    assert family.launcher(finetune_run_name("all_taperln", "gpt2")) == "tapernorm"
-    assert family.launcher(finetune_run_name("all_taperln", "gpt2-xl")).startswith(
+    assert {r: family.gpus(r) for r in wft.runs_of(family, ["vanilla"])} == {
+        f"vanilla-{m}": n for m, n in gpus.items()
+    }
+    assert wft.launcher(family, finetune_run_name("all_taperln", "gpt2")) == "tapernorm"
+    assert wft.launcher(family, finetune_run_name("all_taperln", "gpt2-xl")).startswith(
         "torchrun --standalone --nproc_per_node 4"
     )
-    assert family.base_models() == []
+    assert wft.base_models(family.section) == []
+    assert family.job_records(root=None) == [f"finetune/{r}.tsv" for r in family.runs()]
 
 
 def test_paper_config_prepares_gpt2_tokens_and_the_held_out_rows():
@@ -122,17 +127,17 @@ def test_paper_config_prepares_gpt2_tokens_and_the_held_out_rows():
 
 def test_default_config_pretrains_its_base_on_gpt2_tokens():
     cfg = validate_pipeline_config(load_config("config.yaml"), SCHEMA)
-    family = FinetuneFamily(cfg)
-    (model,) = family.models()
-    assert family.base_models() == [model]
-    base = FinetuneBaseFamily(cfg).run_config(model, "data/finetune")
+    family = wft.finetune(cfg)
+    (model,) = wft.models(family.section)
+    assert wft.base_models(family.section) == [model]
+    base = wft.finetune_base(cfg).run_config(model, "data/finetune")
     assert base.model.style == "gpt2" and base.model.taper == "none"
     assert base.model.vocab_size is None  # from the data: GPT-2's 50257
     rc = family.run_config(f"all_taperln-{model}", "data/finetune")
     assert rc.init.source == f"{FINETUNE_BASE_ROOT}/{model}"
     assert "stands in for GPT-2 S" in rc.meta["label"]
-    assert family.model_gpus(model) == 0
-    assert family.launcher(finetune_run_name("all_taperln", model)) == "tapernorm"
+    assert wft.model_gpus(family.section, model) == 0
+    assert wft.launcher(family, finetune_run_name("all_taperln", model)) == "tapernorm"
 
 
 def _with_finetune(mutate):
@@ -166,7 +171,7 @@ def test_finetune_run_names():
         parse_finetune_run("gpt2")
     cfg = paper_config()
     with pytest.raises(ValueError, match="not part of"):
-        FinetuneFamily(cfg).run_config("all_taperln-gpt2-xxl", "d")
+        wft.finetune(cfg).run_config("all_taperln-gpt2-xxl", "d")
 
 
 # ---- data parallel: each step's micro-batches split over ranks ----------------------------------
@@ -340,9 +345,10 @@ def finetuned(shards_dir, tmp_path_factory):
     cfg = validate_pipeline_config(cfg, SCHEMA)
     D.prepare_eval_set("heldout", str(root / "eval"), 33, shards_dir=str(shards_dir), max_rows=6)
     out = {"root": root, "config": cfg, "runs": {}, "evals": []}
-    for name in FinetuneFamily(cfg).runs():
+    family = wft.finetune(cfg)
+    for name in family.runs():
         run = root / "runs" / name
-        train(FinetuneFamily(cfg).run_config(name, str(shards_dir)), run)
+        train(family.run_config(name, str(shards_dir)), run)
         out["runs"][name] = run
     fold_dir = root / "fold" / "all_taperln-tiny"
     args = ["fold", "--model", str(out["runs"]["all_taperln-tiny"]), "--data", str(shards_dir)]

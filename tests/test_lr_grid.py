@@ -13,6 +13,7 @@ from tapernorm.analysis.studies.lr_grid import GridRun, read_runs, summarize
 from tapernorm.cli import main
 from tapernorm.config import ConfigError
 from tapernorm.workflow import Plan, validate_pipeline_config
+from tapernorm.workflow.training import lr_grid_arms, lr_grid_width
 
 ROOT = Path(__file__).resolve().parents[1]
 SCHEMA = str(ROOT / "workflow/schemas/config.schema.yaml")
@@ -27,7 +28,7 @@ def _config(lr_grid: dict | None = None, **pretrain) -> dict:
 
 def test_the_grid_adds_each_variants_matched_baseline_and_sets_only_the_lr():
     grid = Plan(_config()).lr_grid
-    assert grid.arms() == ["baseline_untied", "baseline", "dyt", "internal_aux"]
+    assert lr_grid_arms(grid.section) == ["baseline_untied", "baseline", "dyt", "internal_aux"]
     runs = grid.runs()
     assert len(runs) == 4 * 2 * 2 and runs[0] == "baseline_untied-d32-s0-lr0.001"
     rc = grid.run_config("dyt-d32-s1-lr0.003", "data/pretrain")
@@ -42,11 +43,12 @@ def test_the_grid_adds_each_variants_matched_baseline_and_sets_only_the_lr():
 def test_the_default_grid_is_the_committed_studys():
     raw = yaml.safe_load((ROOT / "config/config.yaml").read_text())
     raw.update(yaml.safe_load((ROOT / "config/lr-grid.yaml").read_text()))
-    grid = Plan(validate_pipeline_config(raw, SCHEMA)).lr_grid
+    config = validate_pipeline_config(raw, SCHEMA)
+    grid = Plan(config).lr_grid
     committed = json.loads((ROOT / "results/cpu/lr_grid/lr_grid.json").read_text())
     assert len(grid.runs()) == 30
     assert sorted(set(grid.section["lrs"])) == committed["scale"]["lrs"]
-    assert grid.width == committed["scale"]["n_embd"]
+    assert lr_grid_width(config) == committed["scale"]["n_embd"]
 
 
 @pytest.mark.parametrize(

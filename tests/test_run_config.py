@@ -11,7 +11,7 @@ from tapernorm.config import load_schema, resolve_run_config
 from tapernorm.config.run import OPTIONAL, SECTIONS, RunConfig, optional_keys
 from tapernorm.training.identity import config_identity
 from tapernorm.workflow import Plan, validate_pipeline_config
-from tapernorm.workflow.scaling import RECORD_ONLY
+from tapernorm.workflow.scaling import RECORD_ONLY, source
 
 ROOT = Path(__file__).resolve().parents[1]
 SCHEMA = str(ROOT / "workflow/schemas/config.schema.yaml")
@@ -86,7 +86,7 @@ def test_the_committed_records_are_the_configs_the_workflow_builds_now():
     for path in records:
         family, run = path.parent.parent.name, path.parent.name
         if family == plan.scaling.name:
-            family, run = plan.scaling.source(run)
+            family, run = source(plan.scaling, plan.pretrain, run)
         recorded = json.loads(path.read_text())
         built = plan.family(family).run_config(run, recorded["data"]["dir"]).to_dict()
         recorded["meta"] = {k: v for k, v in recorded["meta"].items() if k != "provenance"}

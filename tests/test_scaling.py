@@ -19,9 +19,10 @@ from tapernorm.analysis.studies.scaling_figures import curves_figure, gap_figure
 from tapernorm.analysis.studies.scaling_io import RecordError, copy_record, write_summary
 from tapernorm.artifact.manifest import config_hash
 from tapernorm.cli import main
-from tapernorm.config import ConfigError
+from tapernorm.config import ConfigError, resolve_run_config
 from tapernorm.workflow import Plan, validate_pipeline_config
-from tapernorm.workflow.scaling import SCALING_DIR, record_dir, study_records
+from tapernorm.workflow.scaling import SCALING_DIR, cells, record_dir, source, study_records
+from tapernorm.workflow.training import spec
 
 ROOT = Path(__file__).resolve().parents[1]
 SCHEMA = str(ROOT / "workflow/schemas/config.schema.yaml")
@@ -65,16 +66,24 @@ def test_runs_are_the_pretrain_recipe_at_each_length_with_periodic_validation():
 
 def test_a_cell_equal_to_a_pretrain_run_is_that_run():
     grid = {**CI_GRID, "eval_points": 1}  # the ci config logs no periodic validation (eval_every 0)
-    scaling = Plan(_ci(grid)).scaling
+    plan = Plan(_ci(grid))
     # eval_every = steps // 1 = steps: differs from the ci config's 0, so nothing is shared
-    assert scaling.source("baseline-d32-s0-n24") == ("scaling", "baseline-d32-s0-n24")
+    assert source(plan.scaling, plan.pretrain, "baseline-d32-s0-n24") == (
+        "scaling",
+        "baseline-d32-s0-n24",
+    )
     raw = yaml.safe_load((ROOT / "config/ci.yaml").read_text())
     raw["pretrain"]["log"]["eval_every"] = 6
     raw["scaling"] = {**CI_GRID, "eval_points": 4}
-    scaling = Plan(validate_pipeline_config(raw, SCHEMA)).scaling
-    assert scaling.source("baseline-d32-s0-n24") == ("pretrain", "baseline-d32-s0")
-    assert scaling.source("baseline-d32-s0-n48") == ("scaling", "baseline-d32-s0-n48")
-    assert "baseline-d32-s0-n24" not in scaling.trained_runs()
+    plan = Plan(validate_pipeline_config(raw, SCHEMA))
+    assert source(plan.scaling, plan.pretrain, "baseline-d32-s0-n24") == (
+        "pretrain",
+        "baseline-d32-s0",
+    )
+    assert source(plan.scaling, plan.pretrain, "baseline-d32-s0-n48") == (
+        "scaling",
+        "baseline-d32-s0-n48",
+    )
 
 
 def test_the_ablation_reruns_on_fresh_seeds_with_its_own_settings():
@@ -82,7 +91,7 @@ def test_the_ablation_reruns_on_fresh_seeds_with_its_own_settings():
     runs = plan.scaling_ablation.runs()
     assert runs == [f"{v}-d32-s1" for v in plan.ablation.section["variants"]]
     cfg = plan.scaling_ablation.run_config("all_aux-d32-s1", "data/pretrain")
-    mine = plan.ablation.build("all_aux", 32, 1, "data/pretrain")
+    mine = resolve_run_config(spec(plan.config, "ablation", "all_aux", 32, 1, "data/pretrain"))
     assert cfg == mine.replace(name="scaling_ablation/all_aux-d32-s1")
     assert plan.scaling in plan.training() and plan.scaling_ablation in plan.training()
 
@@ -99,14 +108,19 @@ def test_the_config_files_give_the_config_the_committed_study_ran_under():
 
 def test_the_committed_study_config_spans_ten_times_the_tokens():
     plan = Plan(validate_pipeline_config(config_files("config.yaml", "scaling.yaml"), SCHEMA))
-    cells = plan.scaling.cells()
-    steps64 = sorted({n for v, w, n in cells if w == 64 and v == "baseline"})
+    grid = cells(plan.scaling.section)
+    steps64 = sorted({n for v, w, n in grid if w == 64 and v == "baseline"})
     assert steps64[-1] >= 10 * steps64[0] and len(steps64) >= 3
-    assert len({n for v, w, n in cells if w != 64}) >= 2  # a second width, two lengths
+    assert len({n for v, w, n in grid if w != 64}) >= 2  # a second width, two lengths
     assert plan.scaling.section["seeds"] >= 3
-    assert set(plan.scaling_ablation.seeds).isdisjoint(range(plan.ablation.section["seeds"]))
+    assert set(plan.config["scaling"]["ablation_seeds"]).isdisjoint(
+        range(plan.ablation.section["seeds"])
+    )
     # the default's d=64 600-step runs are the study's shortest cells, not trained twice
-    assert plan.scaling.source("baseline-d64-s0-n600") == ("pretrain", "baseline-d64-s0")
+    assert source(plan.scaling, plan.pretrain, "baseline-d64-s0-n600") == (
+        "pretrain",
+        "baseline-d64-s0",
+    )
 
 
 @pytest.mark.parametrize(
@@ -577,21 +591,23 @@ def test_a_complete_record_of_todays_config_depends_on_nothing(tmp_path):
     plan = Plan(_ci(CI_GRID))
     run, family = "baseline-d32-s0-n24", plan.scaling
     inputs = [f"results/runs/scaling/{run}/{f}" for f in RECORD_FILES]
-    assert record_inputs(plan.scaling, family, run, tmp_path) == inputs  # no record yet
+    assert (
+        record_inputs(plan.scaling, plan.pretrain, family, run, tmp_path) == inputs
+    )  # no record yet
     record = _record(tmp_path, plan, "scaling", run, 3.0)
-    assert record_inputs(plan.scaling, family, run, tmp_path) == []
+    assert record_inputs(plan.scaling, plan.pretrain, family, run, tmp_path) == []
     config = json.loads((record / "config.json").read_text())
     config["meta"]["provenance"] = {"commit": "abc"}  # what made it: not part of the config
     (record / "config.json").write_text(json.dumps(config))
-    assert record_inputs(plan.scaling, family, run, tmp_path) == []
+    assert record_inputs(plan.scaling, plan.pretrain, family, run, tmp_path) == []
     (record / "config.json").write_text(json.dumps({**config, "seed": 7}))  # another config
-    assert record_inputs(plan.scaling, family, run, tmp_path) == inputs
+    assert record_inputs(plan.scaling, plan.pretrain, family, run, tmp_path) == inputs
     model = {**config["model"], "n_layer": config["model"]["n_layer"] + 1}  # another model
     (record / "config.json").write_text(json.dumps({**config, "model": model}))
-    assert record_inputs(plan.scaling, family, run, tmp_path) == inputs
+    assert record_inputs(plan.scaling, plan.pretrain, family, run, tmp_path) == inputs
     (record / "config.json").write_text(json.dumps(config))
     (record / "eval.json").unlink()  # incomplete
-    assert record_inputs(plan.scaling, family, run, tmp_path) == inputs
+    assert record_inputs(plan.scaling, plan.pretrain, family, run, tmp_path) == inputs
 
 
 def test_every_committed_record_is_of_the_config_the_workflow_builds_now():
@@ -601,7 +617,10 @@ def test_every_committed_record_is_of_the_config_the_workflow_builds_now():
     plan = Plan(validate_pipeline_config(config_files("config.yaml", "scaling.yaml"), SCHEMA))
     for family in (plan.scaling, plan.scaling_ablation):
         for run in family.runs():
-            assert record_inputs(plan.scaling, family, run, ROOT) == [], (family.name, run)
+            assert record_inputs(plan.scaling, plan.pretrain, family, run, ROOT) == [], (
+                family.name,
+                run,
+            )
 
 
 def test_extra_records_are_the_stability_runs_of_a_cells_recipe(tmp_path):

@@ -40,7 +40,7 @@ from tapernorm.cli import main
 from tapernorm.workflow import Plan, validate_pipeline_config
 from tapernorm.workflow import files as wf
 from tapernorm.workflow import job_functions as jf
-from tapernorm.workflow.stability import STABILITY_DIR
+from tapernorm.workflow.stability import STABILITY_DIR, record_dir
 
 ROOT = Path(__file__).resolve().parents[1]
 SCHEMA = str(ROOT / "workflow/schemas/config.schema.yaml")
@@ -198,7 +198,7 @@ def _record(root: Path, plan: Plan, run: str, val: float | None, events=(), **re
     """A stability run's records as `tapernorm train` writes them now: `events` (step, kind) its
     blow-ups (a non-finite one ends it: diverged, weights of the last checkpoint)."""
     cfg = plan.stability.run_config(run, "data/pretrain")
-    out = root / plan.stability.record_dir(run)
+    out = root / record_dir(run)
     out.mkdir(parents=True)
     (out / "config.json").write_text(json.dumps({**cfg.to_dict(), "n_params": 1000}))
     steps = cfg.train.steps
@@ -444,7 +444,7 @@ def test_the_factor_table_says_which_change_removed_the_blowup_and_its_cost(tmp_
     for run in fam.runs():
         factor = run.split("-x")[1]
         cfg = fam.run_config(run, "data/pretrain")
-        out = tmp_path / "r" / fam.record_dir(run)
+        out = tmp_path / "r" / record_dir(run)
         out.mkdir(parents=True)
         (out / "config.json").write_text(json.dumps({**cfg.to_dict(), "n_params": 1000}))
         events = outcomes[factor]

@@ -12,6 +12,7 @@ from tapernorm.workflow import Plan, validate_pipeline_config
 from tapernorm.workflow import files as wf
 from tapernorm.workflow.names import model_files, run_dir
 from tapernorm.workflow.plan import FIG2_VARIANTS, MANIFEST, table_files
+from tapernorm.workflow.training import figure_width, runs_at
 
 ROOT = Path(__file__).resolve().parents[1]
 SCHEMA = str(ROOT / "workflow/schemas/config.schema.yaml")
@@ -113,11 +114,11 @@ def test_each_figure_plots_its_runs():
     plan = Plan(ci)
     runs = plan.figure_runs()
     assert list(runs) == plan.figures()
-    width = plan.pretrain.figure_width
+    width = figure_width(plan.pretrain.section)
     assert runs["fig1_gate_schedule"] == [run_dir("pretrain", f"internal_aux-d{width}-s0")]
     plotted = {os.path.basename(d).split("-")[0] for d in runs["fig2_train_loss"]}
     assert plotted == set(FIG2_VARIANTS) & set(ci["pretrain"]["variants"])
-    assert runs["fig3_logit_norm"] == plan.pretrain.run_dirs(plan.pretrain.runs(width))
+    assert runs["fig3_logit_norm"] == plan.pretrain.run_dirs(runs_at(plan.pretrain, width))
     assert runs["fig6_scale_anchor"] == plan.ablation.run_dirs()
     assert runs["fig7_anchor_sweep"] == plan.ablation.run_dirs() + plan.sweep.run_dirs()
     bare = Plan(load("ci.yaml", ablation=None, anchor_sweep=None))

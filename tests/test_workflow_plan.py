@@ -12,9 +12,10 @@ from tapernorm.cli import build_parser
 from tapernorm.cli.data import data_settings
 from tapernorm.config import ConfigError
 from tapernorm.workflow import Plan, validate_pipeline_config
+from tapernorm.workflow import finetune as wft
 from tapernorm.workflow import names as wn
 from tapernorm.workflow.outputs import NEEDS, OUTPUTS
-from tapernorm.workflow.training import SweepFamily
+from tapernorm.workflow.training import SWEEP, figure_width, sweep_base_run
 
 ROOT = Path(__file__).resolve().parents[1]
 SCHEMA = str(ROOT / "workflow/schemas/config.schema.yaml")
@@ -144,8 +145,8 @@ def test_anchor_sweep_runs_retrain_the_ablations_all_aux_at_other_weights():
     plan = Plan(cfg)
     names = plan.sweep.runs()
     assert names == ["eq5-lam0.1", "relative-lam0.1"]  # eq5 at 10 is the ablation's own run
-    base = plan.ablation.run_config(plan.sweep.base_run, "d")
-    rc = plan.family(SweepFamily.name).run_config("relative-lam0.1", "d")
+    base = plan.ablation.run_config(sweep_base_run(cfg), "d")
+    rc = plan.family(SWEEP).run_config("relative-lam0.1", "d")
     assert rc.anchor == dataclasses.replace(base.anchor, form="relative", lam=0.1)
     assert rc.name == "anchor_sweep/relative-lam0.1" and rc.variant == "all_aux"
     assert rc == base.replace(anchor=rc.anchor, name=rc.name)
@@ -246,8 +247,8 @@ def test_wildcard_constraints_are_the_run_name_patterns():
     ft = plan.finetune.runs()
     assert ft and all(matches(wn.FINETUNE_RUN_WILDCARD, n) for n in ft)
     folded = [n for n in ft if matches(wn.FOLDED_FINETUNE_RUN_WILDCARD, n)]
-    assert folded == plan.finetune.runs(["all_taperln"])
-    models = plan.finetune.models()
+    assert folded == wft.runs_of(plan.finetune, ["all_taperln"])
+    models = wft.models(plan.finetune.section)
     assert all(matches(wn.FINETUNE_MODEL_WILDCARD, m) for m in models)
     assert not matches(wn.FINETUNE_MODEL_WILDCARD, "GPT 2")
 
@@ -312,7 +313,7 @@ def test_the_plan_makes_the_registrys_outputs_whose_needs_the_config_has():
     made = {o.name for o in no_sweep.outputs()}
     assert {"fig4b_ablation_grad_norms", "fig6_scale_anchor"} <= made
     assert not {"fig7_anchor_sweep", "table_anchor"} & made
-    assert no_sweep.figure_width("fig6_scale_anchor") == no_sweep.ablation.figure_width
+    assert no_sweep.figure_width("fig6_scale_anchor") == figure_width(no_sweep.ablation.section)
 
 
 def test_job_records_are_one_path_per_timed_job():
@@ -324,11 +325,11 @@ def test_job_records_are_one_path_per_timed_job():
     records, names = plan.timed_jobs(), plan.timed_jobs(root=None)
     assert records == [f"{wn.JOB_RECORDS}/{n}" for n in names]
     assert "train/pretrain/internal_aux-d32-s1.tsv" in names
-    assert f"train/{SweepFamily.name}/{plan.sweep.runs()[0]}.tsv" in names
+    assert f"train/{SWEEP}/{plan.sweep.runs()[0]}.tsv" in names
     assert "finetune/all_taperln-gpt2-d16.tsv" in names
     assert names[-3:] == ["tails.tsv", "bench_forward.tsv", "bench_decode.tsv"]
     trained = len(plan.pretrain.runs()) + len(plan.ablation.runs())
-    ft = len(plan.finetune.runs()) + len(plan.finetune.base_models())
+    ft = len(plan.finetune.runs()) + len(wft.base_models(plan.finetune.section))
     trunks = [f"trunk/{name}.tsv" for name in plan.trunks.names()]
     assert trunks and set(trunks) <= set(names)
     assert len(names) == len(trunks) + trained + len(plan.sweep.runs()) + ft + 3

@@ -11,7 +11,7 @@ from tapernorm.cli.machine import _merged
 from tapernorm.config import ConfigError
 from tapernorm.workflow import Plan, validate_pipeline_config, validated_plan
 from tapernorm.workflow import sheet as ws
-from tapernorm.workflow.training import TrainingFamily
+from tapernorm.workflow.training import seeds_of
 
 ROOT = Path(__file__).resolve().parents[1]
 SCHEMA = str(ROOT / "workflow/schemas/config.schema.yaml")
@@ -24,12 +24,9 @@ def load(name: str) -> dict:
 def test_the_defaults_pretraining_rows_are_its_variants_widths_and_seeds():
     config = load("config.yaml")
     rows = [r for r in ws.runs_sheet(Plan(config)) if r.family == "pretrain"]
-    fam = TrainingFamily(config, "pretrain")
+    sec = config["pretrain"]
     expected = [
-        (v, w, s)
-        for v in fam.section["variants"]
-        for w in fam.section["widths"]
-        for s in range(fam.seeds()[v])
+        (v, w, s) for v in sec["variants"] for w in sec["widths"] for s in range(seeds_of(sec, v))
     ]
     assert [(r.variant, r.width, r.seed) for r in rows] == expected
     for r in rows:
@@ -50,13 +47,13 @@ def test_each_runs_config_is_resolved_once(monkeypatch):
     plan = Plan(load("config.yaml"))
     calls: dict[tuple[str, str], int] = {}
     for fam in plan.training():
-        resolve = fam.run_config
+        for run, recipe in fam.recipes.items():
 
-        def counted(run, data_dir, resolve=resolve, name=fam.name):
-            calls[name, run] = calls.get((name, run), 0) + 1
-            return resolve(run, data_dir)
+            def counted(data_dir, recipe=recipe, key=(fam.name, run)):
+                calls[key] = calls.get(key, 0) + 1
+                return recipe(data_dir)
 
-        monkeypatch.setattr(fam, "run_config", counted)
+            monkeypatch.setitem(fam.recipes, run, counted)
     rows = ws.runs_sheet(plan)
     assert plan.trunks.names() and [
         plan.run_configs[plan.trunks.first_run(n)] for n in plan.trunks.names()
@@ -69,27 +66,28 @@ def test_each_runs_config_is_resolved_once(monkeypatch):
 def test_the_checks_resolve_each_training_run_once_for_the_whole_invocation(name, monkeypatch):
     """validated_plan's checks resolve every training run, and the plan they return (what the
     Snakefile and runs-sheet take) holds those configs: the sheet and the trunks resolve none again."""
-    from tapernorm.workflow import scaling, stability, training
+    from tapernorm.workflow import family
 
     raw = yaml.safe_load((ROOT / "config/config.yaml").read_text())
     if name != "config.yaml":  # (as Snakemake merges --configfile config/config.yaml NAME)
         raw = _merged(raw, yaml.safe_load((ROOT / "config" / name).read_text()))
     calls: dict[str, int] = {}
-    for module in (training, scaling, stability):
-        resolve = module.resolve_run_config
+    resolve = family.resolve_run_config
 
-        def counted(spec: dict, resolve=resolve) -> object:
-            calls[spec["name"]] = calls.get(spec["name"], 0) + 1
-            return resolve(spec)
+    def counted(spec: dict) -> object:
+        calls[spec["name"]] = calls.get(spec["name"], 0) + 1
+        return resolve(spec)
 
-        monkeypatch.setattr(module, "resolve_run_config", counted)
+    monkeypatch.setattr(family, "resolve_run_config", counted)
     plan = validated_plan(raw, SCHEMA)
     resolved = dict(calls)
     rows = ws.runs_sheet(plan)
     trunks = plan.trunks.names()  # planned from the same configs (none in the compiled study)
     assert trunks if name == "config.yaml" else not trunks
     assert calls == resolved and set(calls.values()) == {1}
-    assert sorted(calls) == sorted(f"{r.family}/{r.run}" for r in rows)
+    fine_tuning = ("finetune/", "finetune_base/")  # (rule finetune's: not the sheet's)
+    trained = sorted(n for n in calls if not n.startswith(fine_tuning))
+    assert trained == sorted(f"{r.family}/{r.run}" for r in rows)
     assert plan.config == validate_pipeline_config(raw, SCHEMA)
 
 

@@ -75,12 +75,12 @@ rule finetune:
     resources:
         gpu=ft_gpus,
         nodes=1,  # torchrun --standalone: every process on one node (SLURM: --nodes=1)
-        mem_mb=lambda w: FINETUNE.mem_mb(w.ftrun),
-        runtime=lambda w: FINETUNE.runtime(w.ftrun),
+        mem_mb=lambda w: wft.model_of(FINETUNE, w.ftrun)["mem_mb"],
+        runtime=lambda w: wft.model_of(FINETUNE, w.ftrun)["runtime"],
     params:
         run=lambda w: FINETUNE.run_config(w.ftrun, FINETUNE_DATA).to_json(),
-        gpus=gpu_claim(ft_device, lambda w: FINETUNE.ranks(w.ftrun)),
-        launch=lambda w: FINETUNE.launcher(w.ftrun),
+        gpus=gpu_claim(ft_device, lambda w: wft.ranks(FINETUNE, w.ftrun)),
+        launch=lambda w: wft.launcher(FINETUNE, w.ftrun),
         out=output_dir("eval"),
     shell:
         "OMP_NUM_THREADS={threads} {params.gpus} {params.launch} train "
@@ -175,7 +175,7 @@ for table in PLAN.tables_of("finetune"):
         name:
             table
         input:
-            evals=FINETUNE.eval_paths(),
+            evals=wft.eval_paths(FINETUNE),
             # (metrics.jsonl: the check of the runs, analysis/comparable.py)
             runs=run_files(
                 FINETUNE.run_dirs(), ("config.json", "eval.json", "metrics.jsonl")

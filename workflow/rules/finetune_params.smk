@@ -1,6 +1,7 @@
 # The GPT-2 fine-tuning family's inputs, params and resources (functions of a job's wildcards),
 # for finetune.smk and export.smk. Included when the config has `finetune`.
 from tapernorm.machine import job_resources as jr
+from tapernorm.workflow import finetune as wft
 from tapernorm.workflow.job_functions import heldout_shards
 
 FINETUNE = PLAN.finetune
@@ -10,7 +11,7 @@ EVAL_SETS = config["finetune"]["eval"]["sets"]
 def finetune_inputs(w):
     inputs = dict(FINETUNE_DATA_FILES, rehearsal=REHEARSAL_INPUTS)
     model = wn.parse_finetune_run(w.ftrun)[1]
-    if model in FINETUNE.base_models():
+    if model in wft.base_models(FINETUNE.section):
         inputs |= model_files(run_dir("finetune_base", model), prefix="base_")
     return inputs
 
@@ -37,7 +38,7 @@ def ft_gpus(wildcards):
 
 def ft_check_gpus(wildcards):
     """GPUs of a fine-tuning run's fold check and evaluation: one at most."""
-    return FINETUNE.check_gpus(wildcards.ftrun)
+    return wft.check_gpus(FINETUNE, wildcards.ftrun)
 
 
 def ft_device(wildcards):

@@ -13,7 +13,7 @@ SCALING_EXTRA_RECORDS = wsc.extra_records(PLAN.scaling)
 def scaling_record_run(wildcards):
     """The run directory a record copies: its own run, or the pretrain run standing for it."""
     family, run = wsc.record_source(
-        PLAN.scaling, PLAN.family(wildcards.sfamily), wildcards.run
+        PLAN.scaling, PLAN.pretrain, PLAN.family(wildcards.sfamily), wildcards.run
     )
     return run_dir(family.name, run)
 
@@ -21,5 +21,5 @@ def scaling_record_run(wildcards):
 def scaling_record_source(wildcards):
     """That run's files, or nothing for a complete record of today's config: wsc.record_inputs."""
     return wsc.record_inputs(
-        PLAN.scaling, PLAN.family(wildcards.sfamily), wildcards.run
+        PLAN.scaling, PLAN.pretrain, PLAN.family(wildcards.sfamily), wildcards.run
     )

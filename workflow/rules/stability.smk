@@ -15,7 +15,7 @@ STABILITY_FAMILIES = [PLAN.stability, PLAN.stability_factors]
 
 rule stability_record:
     input:
-        lambda w: wst.owner(STABILITY_FAMILIES, w.run).record_inputs(w.run),
+        lambda w: wst.record_inputs(wst.owner(STABILITY_FAMILIES, w.run), w.run),
     output:
         **{
             f.split(".")[0]: f"{wst.STABILITY_DIR}/runs/{{run}}/{f}"
@@ -36,14 +36,14 @@ rule stability_record:
 
 rule stability_records:
     input:
-        [f for fam in STABILITY_FAMILIES if fam for f in fam.records()],
+        [f for fam in STABILITY_FAMILIES if fam for f in wst.records(fam)],
     conda:
         "../envs/tapernorm.yaml"
 
 
 rule stability_summary:
     input:
-        runs=ancient(PLAN.stability.records()),
+        runs=ancient(wst.records(PLAN.stability)),
     output:
         **{
             f.replace(".", "_"): f"{wst.STABILITY_DIR}/{f}"
@@ -66,7 +66,7 @@ rule stability_summary:
 
 rule stability_factors:
     input:
-        runs=ancient([f for fam in STABILITY_FAMILIES if fam for f in fam.records()]),
+        runs=ancient([f for fam in STABILITY_FAMILIES if fam for f in wst.records(fam)]),
     output:
         csv=f"{wst.STABILITY_DIR}/factors.csv",
         md=f"{wst.STABILITY_DIR}/factors.md",
@@ -85,7 +85,7 @@ rule stability_factors:
 
 rule stability_manifest:
     input:
-        ancient([f for fam in STABILITY_FAMILIES if fam for f in fam.records()]),
+        ancient([f for fam in STABILITY_FAMILIES if fam for f in wst.records(fam)]),
         ancient(rules.stability_summary.output),
         ancient(rules.stability_factors.output) if PLAN.stability_factors else [],
     output:

@@ -10,7 +10,7 @@ import math
 from pathlib import Path
 
 from ..runtime import bookkeeping
-from ..workflow.finetune import FinetuneFamily
+from ..workflow import finetune as wft
 
 # GPT-2's hub sizes (layers, width), its vocabulary and context
 GPT2_SIZES = {
@@ -35,7 +35,7 @@ def finetune_shape(config: dict, model: str) -> tuple[int, int]:
     """(parameters, context) of fine-tuning model `model`: the base pre-trained here from its
     config; a hub model by its GPT-2 size (hf:gpt2-xl, or a local copy named so), else the size of
     the paper row it stands for (`paper`), else GPT-2 XL's (the largest)."""
-    spec = FinetuneFamily(config).model(model)
+    spec = wft.model(config["finetune"], model)
     if spec["init"] == "pretrain":
         m = config["finetune"]["pretrain"]["model"]
         return gpt2_params(m["n_layer"], m["n_embd"], context=m["block_size"]), m["block_size"]
@@ -89,7 +89,7 @@ def model_job_resources(
         "eval": (2 * (ev["max_rows"] or EVAL_ROWS), ev["row_len"]),
         "export": (2 * EXPORT_WINDOWS, context),
     }[job]
-    where = "gpu" if job != "export" and FinetuneFamily(config).model_gpus(model) else "cpu"
+    where = "gpu" if job != "export" and wft.model_gpus(config["finetune"], model) else "cpu"
     seconds = 2 * params * sequences * length / FLOPS[where]
     seconds += MODEL_FILES[job] * 4 * params / DISK_BYTES_S
     return {

@@ -1,62 +1,65 @@
-"""A family of runs of the workflow: its run names, each run's config (what `tapernorm train
---config-json` takes), the device and resources of its jobs, where each run lives, what it writes.
-Each family of the config is one object (workflow.plan.Plan holds them); none knows another's
-special cases."""
+"""A family of runs of the workflow: its rows (each run's name and the recipe of its config), the
+rule that trains them, the device of its jobs, where each run lives and what it writes. One
+function per family builds it from the config (training.pretrain, .ablation, .sweep, .lr_grid;
+scaling.scaling, .scaling_ablation; stability.stability, .stability_factors; finetune.finetune,
+.finetune_base); what only one family has is a function of its module. workflow.plan.Plan holds
+them."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
 
+from ..config import resolve_run_config
+from ..config.run import RunConfig
+from .devices import job_gpus
 from .names import JOB_RECORDS, job_record, run_dir
 
-if TYPE_CHECKING:
-    from ..config.run import RunConfig
+Recipe = Callable[[str], dict]  # the data's directory -> the run config to resolve
 
 
+@dataclass(frozen=True, eq=False)
 class Family:
-    """The runs of one family, trained by rule `rule` into results/runs/<name>/<run>/."""
+    """The runs of one family, trained by rule `rule` into results/runs/<name>/<run>/: `recipes`
+    {run: recipe}, in run order; `section` the config section it is built from; `device` its jobs'
+    configured device (auto is resolved where each job runs), config key `device_key`; `timed_by`
+    the section whose `gpu_step_ms` sizes a job's minutes on a cluster (None: the profile's
+    default); `gpus_of` a run's GPUs where they differ by run (the fine-tuning's models)."""
 
-    name: str = ""
+    name: str
+    section: dict
+    recipes: dict[str, Recipe]
+    device: str
+    device_key: str
     rule: str = "train"
-
-    def __init__(self, config: dict) -> None:
-        self.config = config
+    timed_by: dict | None = None
+    gpus_of: Callable[[str], int] | None = None
 
     def runs(self) -> list[str]:
-        raise NotImplementedError
+        return list(self.recipes)
+
+    def spec(self, run: str, data_dir: str) -> dict:
+        """The run config (to resolve) of `run` (ValueError for a run not here)."""
+        recipe = self.recipes.get(run)
+        if recipe is None:
+            raise ValueError(f"run {run} is not part of the {self.name} family in this config")
+        return recipe(data_dir)
 
     def run_config(self, run: str, data_dir: str) -> RunConfig:
         """The resolved `tapernorm train` config of run `run` (ValueError for a run not here)."""
-        raise NotImplementedError
-
-    @property
-    def device(self) -> str:
-        """The configured device of the family's runs (auto is resolved where each job runs)."""
-        raise NotImplementedError
+        return resolve_run_config(self.spec(run, data_dir))
 
     def gpus(self, run: str) -> int:
         """GPUs a training job of `run` holds (workflow.devices.job_gpus)."""
-        raise NotImplementedError
+        if self.gpus_of is not None:
+            return self.gpus_of(run)
+        return job_gpus(self.device, None, self.device_key)
 
-    def ranks(self, run: str) -> int:
-        """Processes of a training job of `run`."""
-        return 1
-
-    def launcher(self, run: str) -> str:
-        """`tapernorm`, or for a run of several ranks torchrun starting one process per rank."""
-        n = self.ranks(run)
-        if n == 1:
-            return "tapernorm"
-        return f"torchrun --standalone --nproc_per_node {n} -m tapernorm.cli"
-
-    def runtime(self, run: str, cfg: RunConfig | None = None) -> int | None:
-        """Minutes a training job of `run` asks a cluster for (None: the profile's default);
-        `cfg`: the run's config where it is resolved already."""
-        return None
-
-    def mem_mb(self, run: str) -> int | None:
-        """Host memory of a training job of `run` (None: the profile's default)."""
-        return None
+    def minutes(self, cfg: RunConfig) -> int | None:
+        """Minutes a training job of run config `cfg` asks a cluster for (None: the profile's
+        default): step_minutes of `timed_by`."""
+        return None if self.timed_by is None else step_minutes(self.timed_by, cfg)
 
     def run_dir(self, run: str) -> str:
         return run_dir(self.name, run)
@@ -69,11 +72,20 @@ class Family:
         return [f"{d}/eval.json" for d in self.run_dirs(runs)]
 
     def job_records(self, root: str | None = JOB_RECORDS) -> list[str]:
-        """The job records (Snakemake's benchmark: files) of the family's training jobs."""
-        return [job_record(self.rule, *self.record_wildcards(r), root=root) for r in self.runs()]
+        """The job records (Snakemake's benchmark: files) of the family's training jobs: rule
+        train's by family and run, another rule's (the fine-tuning's) by run."""
+        wildcards = (lambda r: (self.name, r)) if self.rule == "train" else (lambda r: (r,))
+        return [job_record(self.rule, *wildcards(r), root=root) for r in self.runs()]
 
-    def record_wildcards(self, run: str) -> tuple[str, ...]:
-        return (self.name, run)
+
+def step_minutes(section: dict, cfg: RunConfig, default: int = 30) -> int:
+    """1.5x the run's steps at the section's `gpu_step_ms` for its width, plus 15 minutes of set-up
+    and evaluation; `default` without an estimate."""
+    estimates, width = section.get("gpu_step_ms") or {}, cfg.model.n_embd
+    step_ms = estimates.get(width, estimates.get(str(width)))
+    if step_ms is None:
+        return default
+    return math.ceil(1.5 * cfg.train.steps * step_ms / 60_000) + 15
 
 
 def family_dirs(family: Family | None) -> list[str]:

@@ -12,8 +12,12 @@ from typing import TYPE_CHECKING
 from ..config import ConfigError
 from ..training.identity import MODEL_FILES
 from ..variants import variants_with
+from . import finetune as wft
+from . import scaling as wsc
+from . import stability as wst
+from . import training as wtr
 from .bench import BENCH_KINDS, Bench
-from .devices import job_gpus, rules_env
+from .devices import rules_env
 from .family import Family, family_dirs
 from .files import (
     FINETUNE_DATA_FILES,
@@ -23,12 +27,8 @@ from .files import (
     run_files,
     set_marker,
 )
-from .finetune import FinetuneBaseFamily, FinetuneFamily
 from .names import JOB_RECORDS, job_record, parse_run_name, run_name
 from .outputs import BY_NAME, OUTPUTS, Output
-from .scaling import ScalingAblationFamily, ScalingFamily
-from .stability import StabilityFactorFamily, StabilityFamily
-from .training import LrGridFamily, SweepFamily, TrainingFamily
 from .trunks import Trunks
 
 if TYPE_CHECKING:
@@ -72,30 +72,23 @@ def figure_targets(name: str) -> list[str]:
 
 
 class Plan:
-    """The families of a validated config and what the workflow builds from them. Optional
-    families (ablation, anchor_sweep, lr_grid, finetune, bench) are None when the config leaves
-    them out."""
+    """The families of a validated config (each built by its function: a Family of rows, or None
+    where the config leaves it out) and what the workflow builds from them."""
 
     def __init__(self, config: dict) -> None:
         self.config = config
-        self.pretrain = TrainingFamily(config, "pretrain")
-        self.ablation = TrainingFamily(config, "ablation") if config.get("ablation") else None
-        sweeps = bool(self.ablation and config.get(SweepFamily.name))
-        self.sweep = SweepFamily(config) if sweeps else None
-        self.lr_grid = LrGridFamily(config) if config.get(LrGridFamily.name) else None
-        self.scaling = ScalingFamily(config) if config.get(ScalingFamily.name) else None
-        reruns = self.scaling and self.ablation and config["scaling"]["ablation_seeds"]
-        self.scaling_ablation = ScalingAblationFamily(config) if reruns else None
-        self.stability = StabilityFamily(config) if config.get(StabilityFamily.name) else None
-        factors = self.stability and config["stability"].get("factors")
-        self.stability_factors = StabilityFactorFamily(config) if factors else None
-        self.finetune = FinetuneFamily(config) if config.get("finetune") else None
-        self.finetune_base = (
-            FinetuneBaseFamily(config)
-            if self.finetune and config["finetune"].get("pretrain") is not None
-            else None
-        )
-        self.bench = Bench(config, self.pretrain.figure_width) if config.get("bench") else None
+        self.pretrain = wtr.pretrain(config)
+        self.ablation = wtr.ablation(config)
+        self.sweep = wtr.sweep(config)
+        self.lr_grid = wtr.lr_grid(config)
+        self.scaling = wsc.scaling(config)
+        self.scaling_ablation = wsc.scaling_ablation(config)
+        self.stability = wst.stability(config)
+        self.stability_factors = wst.stability_factors(config)
+        self.finetune = wft.finetune(config)
+        self.finetune_base = wft.finetune_base(config)
+        self.pretrain_figure_width = wtr.figure_width(config["pretrain"])
+        self.bench = Bench(config, self.pretrain_figure_width) if config.get("bench") else None
 
     @cached_property
     def run_configs(self) -> dict[tuple[str, str], RunConfig]:
@@ -153,10 +146,10 @@ class Plan:
 
     def figure_runs(self) -> dict[str, list[str]]:
         """{figure: the run directories it plots} of the figures this config draws (figures())."""
-        width = self.pretrain.figure_width
+        width = self.pretrain_figure_width
 
         def pretrain(variants: Sequence[str] | None = None) -> list[str]:
-            names = self.pretrain.runs(width)
+            names = wtr.runs_at(self.pretrain, width)
             if variants is not None:
                 names = [n for n in names if parse_run_name(n)[0] in variants]
             return self.pretrain.run_dirs(names)
@@ -175,12 +168,12 @@ class Plan:
     def figure_width(self, figure: str) -> int:
         """--width of a figure: the ablation's for the ablation's figures, else figures 2-4's."""
         if BY_NAME[figure].needs in ("ablation", "sweep") and self.ablation:
-            return self.ablation.figure_width
-        return self.pretrain.figure_width
+            return wtr.figure_width(self.ablation.section)
+        return self.pretrain_figure_width
 
     def fold_runs(self) -> list[str]:
         """The pre-training runs whose fold is checked (fold.variants at the figure width)."""
-        width = self.pretrain.figure_width
+        width = self.pretrain_figure_width
         return [run_name(v, width, 0) for v in self.config["fold"]["variants"]]
 
     def fold_verify(self) -> list[str]:
@@ -190,7 +183,7 @@ class Plan:
     def tails_runs(self) -> list[str]:
         """The run directories the tails battery measures (rule tails): every pre-training run at
         the figure width."""
-        return self.pretrain.run_dirs(self.pretrain.runs(self.pretrain.figure_width))
+        return self.pretrain.run_dirs(wtr.runs_at(self.pretrain, self.pretrain_figure_width))
 
     def tails_folded(self) -> list[str]:
         """The folded models it measures beside them: folded/ of each fold check (rule fold; left
@@ -203,13 +196,13 @@ class Plan:
 
     def tails_gpus(self) -> int:
         """GPUs of the tails job: as a pre-training run's (one on cuda; auto and cpu none)."""
-        return job_gpus(self.pretrain.device, None, "pretrain.train.device")
+        return self.pretrain.gpus("")
 
     def finetune_evals(self) -> list[str]:
-        return self.finetune.eval_paths() if self.finetune else []
+        return wft.eval_paths(self.finetune) if self.finetune else []
 
     def finetune_verify(self) -> list[str]:
-        return self.finetune.verify_paths() if self.finetune else []
+        return wft.verify_paths(self.finetune) if self.finetune else []
 
     def bench_csvs(self) -> list[str]:
         return self.bench.csvs() if self.bench else []
@@ -236,7 +229,7 @@ class Plan:
         files = {"table": tables, "figure": figures, "claims": lambda _: CLAIMS_FILES}
         targets = [f for output in self.outputs(lr_grid) for f in files[output.kind](output.name)]
         if self.finetune:
-            exported = self.finetune.runs(["all_taperln"])
+            exported = wft.runs_of(self.finetune, ["all_taperln"])
             targets += [f"results/export/{run}/verify.json" for run in exported]
         return [*targets, TAILS_RECORD, REPORT_HOME, MANIFEST]
 

@@ -60,7 +60,7 @@ def runs_sheet(plan: Plan) -> list[RunRow]:
                     trunk=plan.trunks.of(fam.name, run) or "",
                     device=fam.device,
                     gpus=fam.gpus(run),
-                    minutes=fam.runtime(run, cfg=cfg),
+                    minutes=fam.minutes(cfg),
                     priority=priorities.training(cfg),
                     config=cfg,
                 )

@@ -6,8 +6,10 @@ from __future__ import annotations
 import copy
 
 from ..config import ConfigError
+from . import finetune as wft
+from .family import Family
 from .plan import Plan
-from .training import TrainingFamily, steps_for
+from .training import steps_for, validate_lr_grid
 
 TRAINING_SECTIONS = ("pretrain", "ablation")
 
@@ -78,7 +80,7 @@ def validated_plan(config: dict, schema_path: str) -> Plan:
                 f"with its baseline, but ablation.variants lacks {lacking}"
             )
     if plan.lr_grid is not None:
-        plan.lr_grid.validate()
+        validate_lr_grid(config)
     if plan.scaling is not None:
         _validate_scaling(plan)
     missing = set(config["fold"]["variants"]) - set(config["pretrain"]["variants"])
@@ -86,16 +88,17 @@ def validated_plan(config: dict, schema_path: str) -> Plan:
         raise ConfigError(f"config key fold.variants: {sorted(missing)} not in pretrain.variants")
     if "dyt" in config["fold"]["variants"]:
         raise ConfigError("config key fold.variants: dyt does not fold (tanh is not linear)")
-    for fam in (plan.finetune, plan.finetune_base):
-        if fam is not None:
-            fam.validate()
+    if plan.finetune is not None:
+        wft.validate_finetune(plan.finetune)
+    if plan.finetune_base is not None:
+        wft.validate_finetune_base(plan.finetune_base)
     if plan.bench is not None:
         plan.bench.validate()
     _ = plan.run_configs  # each training run resolved, once (ConfigError: its family and run)
     return plan
 
 
-def _validate_training(fam: TrainingFamily) -> None:
+def _validate_training(fam: Family) -> None:
     sec, name = fam.section, fam.name
     for width in sec["widths"]:
         if width % sec["model"]["n_head"]:

@@ -1,7 +1,7 @@
 """The learning-rate grid study's summary: each arm of a comparison at its own best LR, not only at
 the shared one.
 
-The workflow trains the grid (the lr_grid family, tapernorm.workflow.training.LrGridFamily: the
+The workflow trains the grid (the lr_grid family, tapernorm.workflow.training.lr_grid: the
 pre-training recipe with `train.lr` set to each LR of the grid, results/runs/lr_grid/
 <variant>-d<width>-s<seed>-lr<lr>/); `tapernorm lr-grid` summarises the finished runs
 (`lr_grid.csv`, `lr_grid.md`, `lr_grid.json`): each cell's mean validation loss over its seeds,
