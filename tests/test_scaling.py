@@ -591,23 +591,25 @@ def test_a_complete_record_of_todays_config_depends_on_nothing(tmp_path):
     plan = Plan(_ci(CI_GRID))
     run, family = "baseline-d32-s0-n24", plan.scaling
     inputs = [f"results/runs/scaling/{run}/{f}" for f in RECORD_FILES]
-    assert (
-        record_inputs(plan.scaling, plan.pretrain, family, run, tmp_path) == inputs
-    )  # no record yet
+
+    def copied() -> list[str]:
+        return record_inputs(plan.scaling, plan.pretrain, family, run, tmp_path)
+
+    assert copied() == inputs  # no record yet
     record = _record(tmp_path, plan, "scaling", run, 3.0)
-    assert record_inputs(plan.scaling, plan.pretrain, family, run, tmp_path) == []
+    assert copied() == []
     config = json.loads((record / "config.json").read_text())
     config["meta"]["provenance"] = {"commit": "abc"}  # what made it: not part of the config
     (record / "config.json").write_text(json.dumps(config))
-    assert record_inputs(plan.scaling, plan.pretrain, family, run, tmp_path) == []
+    assert copied() == []
     (record / "config.json").write_text(json.dumps({**config, "seed": 7}))  # another config
-    assert record_inputs(plan.scaling, plan.pretrain, family, run, tmp_path) == inputs
+    assert copied() == inputs
     model = {**config["model"], "n_layer": config["model"]["n_layer"] + 1}  # another model
     (record / "config.json").write_text(json.dumps({**config, "model": model}))
-    assert record_inputs(plan.scaling, plan.pretrain, family, run, tmp_path) == inputs
+    assert copied() == inputs
     (record / "config.json").write_text(json.dumps(config))
     (record / "eval.json").unlink()  # incomplete
-    assert record_inputs(plan.scaling, plan.pretrain, family, run, tmp_path) == inputs
+    assert copied() == inputs
 
 
 def test_every_committed_record_is_of_the_config_the_workflow_builds_now():
