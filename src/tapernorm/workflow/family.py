@@ -23,9 +23,10 @@ Recipe = Callable[[str], dict]  # the data's directory -> the run config to reso
 class Family:
     """The runs of one family, trained by rule `rule` into results/runs/<name>/<run>/: `recipes`
     {run: recipe}, in run order; `section` the config section it is built from; `device` its jobs'
-    configured device (auto is resolved where each job runs), config key `device_key`; `timed_by`
-    the section whose `gpu_step_ms` sizes a job's minutes on a cluster (None: the profile's
-    default); `gpus_of` a run's GPUs where they differ by run (the fine-tuning's models)."""
+    configured device (auto is resolved where each job runs), config key `device_key` (device_of);
+    `timed_by` the section whose `gpu_step_ms` sizes a job's minutes on a cluster (None: the
+    profile's default); `gpus_of` a run's GPUs where they differ by run (the fine-tuning's models);
+    `rule_wildcards` the wildcards of the rule's jobs (and so of their job records)."""
 
     name: str
     section: dict
@@ -35,6 +36,7 @@ class Family:
     rule: str = "train"
     timed_by: dict | None = None
     gpus_of: Callable[[str], int] | None = None
+    rule_wildcards: tuple[str, ...] = ("family", "run")
 
     def runs(self) -> list[str]:
         return list(self.recipes)
@@ -72,10 +74,21 @@ class Family:
         return [f"{d}/eval.json" for d in self.run_dirs(runs)]
 
     def job_records(self, root: str | None = JOB_RECORDS) -> list[str]:
-        """The job records (Snakemake's benchmark: files) of the family's training jobs: rule
-        train's by family and run, another rule's (the fine-tuning's) by run."""
-        wildcards = (lambda r: (self.name, r)) if self.rule == "train" else (lambda r: (r,))
-        return [job_record(self.rule, *wildcards(r), root=root) for r in self.runs()]
+        """The job records (Snakemake's benchmark: files) of the family's training jobs, named
+        by the rule's wildcards."""
+        values = [{"family": self.name, "run": r} for r in self.runs()]
+        return [
+            job_record(self.rule, *(v[w] for w in self.rule_wildcards), root=root) for v in values
+        ]
+
+
+def device_of(config: dict, section: str) -> dict[str, str]:
+    """Family's `device` and `device_key` for jobs trained as config section `section` (dotted:
+    "finetune.pretrain"): its train.device."""
+    sec = config
+    for key in section.split("."):
+        sec = sec[key]
+    return {"device": sec["train"]["device"], "device_key": f"{section}.train.device"}
 
 
 def step_minutes(section: dict, cfg: RunConfig, default: int = 30) -> int:

@@ -10,7 +10,7 @@ from functools import partial
 from ..config import ConfigError
 from ..variants import PROTOCOLS
 from .devices import job_gpus
-from .family import Family
+from .family import Family, device_of
 from .names import finetune_run_name, parse_finetune_run, run_dir
 
 FINETUNE, FINETUNE_BASE = "finetune", "finetune_base"
@@ -39,12 +39,12 @@ def model_of(family: Family, run: str) -> dict:
     return model(family.section, parse_finetune_run(run)[1])
 
 
-def run_spec(section: dict, run: str, data_dir: str, base_root: str = FINETUNE_BASE_ROOT) -> dict:
+def run_spec(section: dict, run: str, data_dir: str) -> dict:
     """The run config (to resolve) of fine-tuning run <protocol>-<model>: the model's Table 6
     schedule and learning rates, the protocol's taper and scale loss."""
     protocol, name = parse_finetune_run(run)
     spec, proto = model(section, name), PROTOCOLS[protocol]
-    init = spec["init"] if spec["init"] != "pretrain" else f"{base_root}/{name}"
+    init = spec["init"] if spec["init"] != "pretrain" else f"{FINETUNE_BASE_ROOT}/{name}"
     fakeln_model, fakeln = {}, {}
     if protocol == "fakeln":  # norms removed one by one, by default over the taper window
         fakeln_model = {"norm": "fakeln"}
@@ -93,7 +93,7 @@ def finetune(config: dict) -> Family | None:
     runs = [finetune_run_name(p, m) for m in models(sec) for p in sec["protocols"]]
     return Family(
         FINETUNE, sec, {run: partial(run_spec, sec, run) for run in runs},
-        sec["train"]["device"], "finetune.train.device", rule="finetune",
+        **device_of(config, FINETUNE), rule="finetune", rule_wildcards=("run",),
         gpus_of=partial(run_gpus, sec),
     )  # fmt: skip
 
@@ -199,8 +199,10 @@ def finetune_base(config: dict) -> Family | None:
         return None
     pre = sec["pretrain"]
     recipes = {name: partial(base_spec, pre, name) for name in base_models(sec)}
-    return Family(FINETUNE_BASE, pre, recipes, pre["train"]["device"],
-                  "finetune.pretrain.train.device", rule="pretrain_finetune_base")  # fmt: skip
+    return Family(
+        FINETUNE_BASE, pre, recipes, **device_of(config, "finetune.pretrain"),
+        rule="pretrain_finetune_base", rule_wildcards=("run",),
+    )  # fmt: skip
 
 
 def validate_finetune_base(family: Family) -> None:

@@ -19,7 +19,7 @@ from pathlib import Path
 from ..config.run import RunConfig
 from ..runtime import bookkeeping
 from ..training.identity import config_identity
-from .family import Family
+from .family import Family, device_of
 from .names import (
     parse_scaling_run,
     parse_stability_run,
@@ -122,8 +122,7 @@ def scaling(config: dict) -> Family | None:
                 spec, config, "pretrain", variant, width, seed, steps=steps,
                 name=f"{SCALING}/{run}", log=log,
             )  # fmt: skip
-    return Family(SCALING, sec, recipes, config["pretrain"]["train"]["device"],
-                  "pretrain.train.device")  # fmt: skip
+    return Family(SCALING, sec, recipes, **device_of(config, "pretrain"))
 
 
 def source(scaling: Family, pretrain: Family, run: str) -> tuple[str, str]:
@@ -152,7 +151,7 @@ def scaling_ablation(config: dict) -> Family | None:
                 run = run_name(variant, width, seed)
                 name = f"{SCALING_ABLATION}/{run}"
                 recipes[run] = partial(spec, config, "ablation", variant, width, seed, name=name)
-    return Family(SCALING_ABLATION, abl, recipes, abl["train"]["device"], "ablation.train.device")
+    return Family(SCALING_ABLATION, abl, recipes, **device_of(config, "ablation"))
 
 
 STABILITY_RUNS = "results/cpu/stability/runs"  # the committed stability study's records

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 
-from .family import Family
+from .family import Family, device_of
 from .names import factor_run_name, parse_factor_run, parse_stability_run, stability_run_name
 from .scaling import RECORD_FILES, record_or_run
 from .training import spec
@@ -117,8 +117,7 @@ def stability(config: dict) -> Family | None:
         return None
     runs = [stability_run_name(v, w, i, j, sec["steps"]) for v, w, i, j in cells(sec)]
     recipes = {run: partial(run_spec, config, run) for run in runs}
-    return Family(STABILITY, sec, recipes, config["pretrain"]["train"]["device"],
-                  "pretrain.train.device")  # fmt: skip
+    return Family(STABILITY, sec, recipes, **device_of(config, "pretrain"))
 
 
 def stability_factors(config: dict) -> Family | None:
@@ -136,8 +135,7 @@ def stability_factors(config: dict) -> Family | None:
                 continue  # (a factor the run does not have: no_aux of a baseline)
             run = factor_run_name(base, factor)
             recipes[run] = partial(factor_spec, config, run)
-    return Family(STABILITY_FACTORS, config[STABILITY], recipes,
-                  config["pretrain"]["train"]["device"], "pretrain.train.device")  # fmt: skip
+    return Family(STABILITY_FACTORS, config[STABILITY], recipes, **device_of(config, "pretrain"))
 
 
 def record_dir(run: str) -> str:

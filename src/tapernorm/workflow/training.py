@@ -11,7 +11,7 @@ from functools import partial
 
 from ..config import ConfigError
 from ..variants import baseline_of
-from .family import Family
+from .family import Family, device_of
 from .names import SWEEP_RUN_NAME, lr_grid_run_name, parse_run_name, run_name, sweep_run_name
 
 SWEEP, LR_GRID = "anchor_sweep", "lr_grid"
@@ -94,9 +94,7 @@ def training(config: dict, family: str) -> Family:
         for w in sec["widths"]
         for s in range(seeds_of(sec, v))
     }
-    return Family(
-        family, sec, recipes, sec["train"]["device"], f"{family}.train.device", timed_by=sec
-    )
+    return Family(family, sec, recipes, **device_of(config, family), timed_by=sec)
 
 
 def pretrain(config: dict) -> Family:
@@ -148,9 +146,7 @@ def sweep(config: dict) -> Family | None:
         recipes[run] = partial(
             spec, config, "ablation", variant, width, seed, name=f"{SWEEP}/{run}", anchor=anchored
         )
-    return Family(
-        SWEEP, config[SWEEP], recipes, abl["train"]["device"], "ablation.train.device", timed_by=abl
-    )
+    return Family(SWEEP, config[SWEEP], recipes, **device_of(config, "ablation"), timed_by=abl)
 
 
 def lr_grid_width(config: dict) -> int:
@@ -184,10 +180,7 @@ def lr_grid(config: dict) -> Family | None:
         run = lr_grid_run_name(variant, width, seed, lr)
         name = f"{LR_GRID}/{run}"
         recipes[run] = partial(spec, config, "pretrain", variant, width, seed, lr=lr, name=name)
-    return Family(
-        LR_GRID, config[LR_GRID], recipes, pre["train"]["device"], "pretrain.train.device",
-        timed_by=pre,
-    )  # fmt: skip
+    return Family(LR_GRID, config[LR_GRID], recipes, **device_of(config, "pretrain"), timed_by=pre)
 
 
 def validate_lr_grid(config: dict) -> None:
