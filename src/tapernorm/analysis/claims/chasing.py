@@ -185,15 +185,12 @@ def chase_ratio(runs: pd.DataFrame) -> float:
 @dataclass(frozen=True, eq=False)
 class Chasing:
     """Claim 3 on one source: the unanchored no-final-norm runs' end logit norm over the runs
-    keeping a final norm, all together (`ratio`) and per variant (`each`)."""
+    keeping a final norm, all together (`ratio`) and per variant (`each`); its plain verdict."""
 
     source: Source
     ratio: float
     each: pd.Series
-
-    @property
-    def verdict(self) -> str:
-        return chase_verdict(self.each.min(), self.ratio)
+    verdict: str
 
 
 def chase_verdict(least: float, ratio: float) -> str:
@@ -211,7 +208,8 @@ def _chasing(source: Source) -> Chasing | None:
     if free.empty or kept.empty:
         return None
     each = free.groupby("variant")["logit_norm_end"].mean() / kept["logit_norm_end"].mean()
-    return Chasing(source, chase_ratio(runs), each)
+    ratio = chase_ratio(runs)
+    return Chasing(source, ratio, each, chase_verdict(each.min(), ratio))
 
 
 @dataclass(frozen=True, eq=False)
@@ -294,16 +292,14 @@ def suppression_verdict(ratio: float, chase: float) -> str:
 @dataclass(frozen=True, eq=False)
 class SourceMeasure:
     """Claim 4 on one source: All-Taper (+aux)'s end logit norm (A, `ratio`) and the unanchored
-    runs' (U, `chase`), both over Baseline, with the (form, λ) scale losses A was trained at."""
+    runs' (U, `chase`), both over Baseline, with the (form, λ) scale losses A was trained at; its
+    plain verdict."""
 
     source: Source
     forms: tuple[tuple[str, float], ...]
     ratio: float
     chase: float
-
-    @property
-    def verdict(self) -> str:
-        return suppression_verdict(self.ratio, self.chase)
+    verdict: str
 
     @property
     def setting(self) -> str:
@@ -327,12 +323,11 @@ def _suppression(source: Source) -> SourceMeasure | None:
         return None
     base_norm = base["logit_norm_end"].mean()
     forms = tuple(sorted(set(zip(aux["anchor_form"], aux["anchor_lam"], strict=True))))
-    return SourceMeasure(
-        source,
-        forms,
+    ratio, chase = (
         aux["logit_norm_end"].mean() / base_norm,
         free["logit_norm_end"].mean() / base_norm,
     )
+    return SourceMeasure(source, forms, ratio, chase, suppression_verdict(ratio, chase))
 
 
 def _sweep(inp: ClaimInputs) -> pd.DataFrame | None:
