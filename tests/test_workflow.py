@@ -327,6 +327,35 @@ def test_benchmarks_need_the_three_runs_and_the_fold_check(workdir, tmp_path):
     assert "results/runs/pretrain/dyt-d32-s0/eval.json" in out.stdout  # ci.yaml pre-trains dyt
 
 
+def test_rule_runs_trains_every_row_of_the_sheet_and_nothing_else(workdir, tmp_path):
+    from tapernorm.workflow.plan import Plan
+    from tapernorm.workflow.sheet import runs_sheet
+
+    clean = tmp_path / "clean"
+    shutil.copytree(
+        workdir,
+        clean,
+        ignore=shutil.ignore_patterns("results", "figures", "data", ".snakemake", "logs"),
+    )
+    args = ("-n", "runs", "--configfile", "config/ci.yaml", "config/stability.yaml")
+    out = snakemake(clean, *args).stdout
+    raw = {}
+    for name in ("ci.yaml", "stability.yaml"):
+        raw.update(yaml.safe_load((ROOT / "config" / name).read_text()))
+    cfg = validate_pipeline_config(raw, str(ROOT / "workflow/schemas/config.schema.yaml"))
+    rows = runs_sheet(Plan(cfg))
+    trunks = {r.trunk for r in rows if r.trunk}
+    assert {r.family for r in rows} >= {"pretrain", "ablation", "stability"}
+    assert job_counts(out) == {
+        "prepare_data": 1,
+        "trunk": len(trunks),
+        "train": len(rows),
+        "runs": 1,
+    }
+    planned = set(re.findall(r"wildcards: family=(\w+), run=(\S+)", out))
+    assert planned == {(r.family, r.run) for r in rows}
+
+
 def test_each_registered_output_is_made_by_its_rule(workdir):
     from tapernorm.workflow.outputs import OUTPUTS
 

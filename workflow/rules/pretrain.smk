@@ -1,8 +1,9 @@
-# Every training family's runs (pretrain, ablation, anchor_sweep, lr_grid): one job per run, its
-# config from its family (tapernorm.workflow), results/runs/<family>/<run>/. Runs that differ only
-# in their variant branch from their trunk (the steps before the taper, trained once by rule trunk
-# into results/trunks/<trunk>/: tapernorm.workflow.trunks). The runs, as a table: `tapernorm
-# runs-sheet` (each job reads its run's row: common.smk's TRAIN).
+# Every training family's runs (pretrain, ablation, anchor_sweep, lr_grid, the scaling and stability
+# studies'): one job per run, its config from its family (tapernorm.workflow), in
+# results/runs/<family>/<run>/. Runs that differ only in their variant branch from their trunk (the
+# steps before the taper, trained once by rule trunk into results/trunks/<trunk>/:
+# tapernorm.workflow.trunks). The runs, as a table: `tapernorm runs-sheet` (each job reads its run's
+# row: common.smk's TRAIN); rule runs expands over it.
 
 
 rule trunk:
@@ -56,3 +57,17 @@ rule train:
     shell:
         "OMP_NUM_THREADS={threads} {params.gpus} tapernorm train --config-json {params.run:q} "
         "--out {params.out} > {log} 2>&1"
+
+
+# Every run of the sheet and nothing else (`snakemake --cores all runs`): rule train's jobs, one
+# per row of `tapernorm runs-sheet`, and the trunks they branch from.
+rule runs:
+    input:
+        expand(
+            f"{run_dir('{family}', '{run}')}/eval.json",
+            zip,
+            family=TRAIN.column("family"),
+            run=TRAIN.column("run"),
+        ),
+    conda:
+        "../envs/tapernorm.yaml"

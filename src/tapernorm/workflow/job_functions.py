@@ -152,6 +152,10 @@ class TrainJobs:
         self.plan = plan
         self.rows = {(r.family, r.run): r for r in runs_sheet(plan)}
 
+    def column(self, name: str) -> list:
+        """One column of the sheet (a field of RunRow), in row order: what rule runs expands."""
+        return [getattr(r, name) for r in self.rows.values()]
+
     def row(self, wildcards: Namedlist) -> RunRow:
         """The sheet's row of the job's run (wildcards.family, wildcards.run)."""
         key = (wildcards.family, wildcards.run)
