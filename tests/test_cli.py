@@ -268,7 +268,7 @@ def test_the_gpu_checks_bench_command_lines_parse(branch):
 def test_check_config_names_the_line_of_a_yaml_error(tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(Path(__file__).resolve().parents[1])  # the schema's default path
     assert main(["check-config", "config/ci.yaml", "config/config.yaml"]) == 0
-    assert "config/ci.yaml: valid" in capsys.readouterr().out
+    assert "config/ci.yaml + config/config.yaml: valid" in capsys.readouterr().out
     bad = tmp_path / "bad.yaml"
     bad.write_text("pretrain:\n  steps: 10\n  widths: [64\nseed: 1\n")
     assert main(["check-config", str(bad)]) == 2
@@ -278,3 +278,25 @@ def test_check_config_names_the_line_of_a_yaml_error(tmp_path, capsys, monkeypat
     twice.write_text("pretrain:\n  steps: 10\npretrain:\n  steps: 20\n")
     assert main(["check-config", str(twice)]) == 2
     assert "line 3" in capsys.readouterr().err
+
+
+def test_check_config_checks_the_files_merged_as_the_workflow_reads_them(
+    tmp_path, capsys, monkeypatch
+):
+    """An overlay is checked over the config it goes on (snakemake --configfile A B merges them):
+    valid there, incomplete alone; a value the schema refuses fails the merged config, naming its
+    key; a file that is no config is named."""
+    monkeypatch.chdir(Path(__file__).resolve().parents[1])
+    assert main(["check-config", "config/paper.yaml", "config/rehearsal.yaml"]) == 0
+    assert main(["check-config", "config/config.yaml", "config/stability.yaml"]) == 0
+    capsys.readouterr()
+    assert main(["check-config", "config/stability.yaml"]) == 2
+    assert "'pretrain' is a required property" in capsys.readouterr().err
+    over = tmp_path / "over.yaml"
+    over.write_text("pretrain:\n  seeds: 0\n")
+    assert main(["check-config", "config/config.yaml", str(over)]) == 2
+    assert "config key pretrain.seeds" in capsys.readouterr().err
+    listed = tmp_path / "list.yaml"
+    listed.write_text("- pretrain\n")
+    assert main(["check-config", "config/config.yaml", str(listed)]) == 2
+    assert f"config file {listed}: not a workflow config" in capsys.readouterr().err

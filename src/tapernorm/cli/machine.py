@@ -53,15 +53,10 @@ def selftest_parser(sub) -> None:
 
 
 def _cmd_check_config(args: argparse.Namespace) -> int:
-    from ..config import check_yaml_files, yaml_load
     from ..workflow import validate_pipeline_config
 
-    for path in args.configs:
-        check_yaml_files([path])  # syntax and duplicate keys, naming the line
-        validate_pipeline_config(
-            yaml_load(path.read_text(), f"config file {path}"), str(args.schema)
-        )
-        print(f"{path}: valid")
+    validate_pipeline_config(_read_configs(args.configs, args.schema), str(args.schema))
+    print(f"{' + '.join(map(str, args.configs))}: valid")
     return 0
 
 
@@ -69,10 +64,14 @@ def check_config_parser(sub) -> None:
     c = sub.add_parser(
         "check-config",
         help="check workflow config files: YAML syntax (naming the line), duplicate keys, schema",
-        description="Check workflow config files as the pipeline will read them. Snakemake's own "
-        "message for a YAML syntax error in a --configfile names no line; this one does.",
+        description="Check workflow config files as the pipeline will read them: each file's YAML "
+        "(a syntax error or a key given twice named with its line; Snakemake's own message for a "
+        "--configfile names none), then the files merged in order, as `snakemake --configfile A "
+        "B` merges them, against the schema, every training run resolved.",
     )
-    c.add_argument("configs", type=Path, nargs="+", help="e.g. config/paper.yaml")
+    c.add_argument(
+        "configs", type=Path, nargs="+", help="e.g. config/paper.yaml config/rehearsal.yaml"
+    )
     _schema_arg(c)
     c.set_defaults(func=_cmd_check_config)
 
@@ -95,16 +94,25 @@ def _merged(base: dict, over: dict) -> dict:
     return out
 
 
+def _read_configs(paths: list[Path], schema: Path) -> dict:
+    """Workflow config files checked as the Snakefile checks them (workflow.check_config_files:
+    YAML syntax and duplicate keys naming the line, top-level keys naming the file), merged in
+    order."""
+    from ..config import config_text, yaml_load
+    from ..workflow import check_config_files
+
+    check_config_files([str(p) for p in paths], str(schema))
+    config: dict = {}
+    for path in paths:
+        config = _merged(config, yaml_load(config_text(path), f"config file {path}") or {})
+    return config
+
+
 def _cmd_runs_sheet(args: argparse.Namespace) -> int:
-    from ..config import check_yaml_files, config_text, yaml_load
     from ..workflow import validated_plan
     from ..workflow.sheet import runs_sheet, sheet_tsv
 
-    check_yaml_files([str(p) for p in args.configfile])
-    config: dict = {}
-    for path in args.configfile:
-        config = _merged(config, yaml_load(config_text(path), f"config file {path}") or {})
-    plan = validated_plan(config, str(args.schema))
+    plan = validated_plan(_read_configs(args.configfile, args.schema), str(args.schema))
     print(sheet_tsv(runs_sheet(plan)), end="")
     return 0
 
