@@ -47,6 +47,15 @@ def workdir(tmp_path_factory) -> Path:
     return wd
 
 
+@pytest.fixture
+def clean(workdir, tmp_path) -> Path:
+    """A copy of the workflow with nothing run yet (workdir may hold the CI run's outputs)."""
+    out = tmp_path / "clean"
+    ignore = shutil.ignore_patterns("results", "figures", "data", ".snakemake", "logs")
+    shutil.copytree(workdir, out, ignore=ignore)
+    return out
+
+
 @pytest.fixture(scope="module")
 def ci_run(workdir) -> Path:
     snakemake(workdir, "--cores", "2", "--configfile", "config/ci.yaml")
@@ -285,13 +294,7 @@ def test_deleting_one_run_rebuilds_only_it_and_its_dependants(ci_run):
     assert "Nothing to be done" in snakemake(ci_run, "-n", "--configfile", "config/ci.yaml").stdout
 
 
-def test_one_figure_builds_only_the_runs_it_needs(workdir, tmp_path):
-    clean = tmp_path / "clean"
-    shutil.copytree(
-        workdir,
-        clean,
-        ignore=shutil.ignore_patterns("results", "figures", "data", ".snakemake", "logs"),
-    )
+def test_one_figure_builds_only_the_runs_it_needs(clean):
     out = snakemake(clean, "-n", "figures/fig2_train_loss.pdf", "--configfile", "config/ci.yaml")
     counts = job_counts(out.stdout)
     assert counts == {
@@ -303,13 +306,7 @@ def test_one_figure_builds_only_the_runs_it_needs(workdir, tmp_path):
     # seed branch from its trunk
 
 
-def test_benchmarks_need_the_three_runs_and_the_fold_check(workdir, tmp_path):
-    clean = tmp_path / "clean"
-    shutil.copytree(
-        workdir,
-        clean,
-        ignore=shutil.ignore_patterns("results", "figures", "data", ".snakemake", "logs"),
-    )
+def test_benchmarks_need_the_three_runs_and_the_fold_check(clean):
     out = snakemake(
         clean, "-n", "figures/fig5_decode_speedup.pdf", "--configfile", "config/ci.yaml"
     )
@@ -327,16 +324,10 @@ def test_benchmarks_need_the_three_runs_and_the_fold_check(workdir, tmp_path):
     assert "results/runs/pretrain/dyt-d32-s0/eval.json" in out.stdout  # ci.yaml pre-trains dyt
 
 
-def test_rule_runs_trains_every_row_of_the_sheet_and_nothing_else(workdir, tmp_path):
+def test_rule_runs_trains_every_row_of_the_sheet_and_nothing_else(clean):
     from tapernorm.workflow.plan import Plan
     from tapernorm.workflow.sheet import runs_sheet
 
-    clean = tmp_path / "clean"
-    shutil.copytree(
-        workdir,
-        clean,
-        ignore=shutil.ignore_patterns("results", "figures", "data", ".snakemake", "logs"),
-    )
     args = ("-n", "runs", "--configfile", "config/ci.yaml", "config/stability.yaml")
     out = snakemake(clean, *args).stdout
     raw = {}
