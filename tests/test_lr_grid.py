@@ -12,7 +12,7 @@ import yaml
 from tapernorm.analysis.studies.lr_grid import GridRun, read_runs, summarize
 from tapernorm.cli import main
 from tapernorm.config import ConfigError
-from tapernorm.workflow import Plan, validate_pipeline_config
+from tapernorm.workflow import Plan, read_config_files, validate_pipeline_config
 from tapernorm.workflow.training import lr_grid_arms, lr_grid_width
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -41,9 +41,8 @@ def test_the_grid_adds_each_variants_matched_baseline_and_sets_only_the_lr():
 
 
 def test_the_default_grid_is_the_committed_studys():
-    raw = yaml.safe_load((ROOT / "config/config.yaml").read_text())
-    raw.update(yaml.safe_load((ROOT / "config/lr-grid.yaml").read_text()))
-    config = validate_pipeline_config(raw, SCHEMA)
+    files = [ROOT / "config/config.yaml", ROOT / "config/lr-grid.yaml"]
+    config = validate_pipeline_config(read_config_files(files, SCHEMA), SCHEMA)
     grid = Plan(config).lr_grid
     committed = json.loads((ROOT / "results/cpu/lr_grid/lr_grid.json").read_text())
     assert len(grid.runs()) == 30

@@ -325,14 +325,14 @@ def test_benchmarks_need_the_three_runs_and_the_fold_check(clean):
 
 
 def test_rule_runs_trains_every_row_of_the_sheet_and_nothing_else(clean):
-    from tapernorm.cli.machine import _read_configs
+    from tapernorm.workflow import read_config_files
     from tapernorm.workflow.plan import Plan
     from tapernorm.workflow.sheet import runs_sheet
 
     args = ("-n", "runs", "--configfile", "config/ci.yaml", "config/stability.yaml")
     out = snakemake(clean, *args).stdout
     schema = ROOT / "workflow/schemas/config.schema.yaml"
-    raw = _read_configs([ROOT / "config/ci.yaml", ROOT / "config/stability.yaml"], schema)
+    raw = read_config_files([ROOT / "config/ci.yaml", ROOT / "config/stability.yaml"], schema)
     cfg = validate_pipeline_config(raw, str(schema))  # the files merged as the workflow merges them
     rows = runs_sheet(Plan(cfg))
     trunks = {r.trunk for r in rows if r.trunk}

@@ -7,8 +7,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tapernorm.cli.machine import _merged
-from tapernorm.workflow import Plan, validate_pipeline_config
+from tapernorm.workflow import Plan, merged_configs, validate_pipeline_config
 from tapernorm.workflow import finetune as wft
 from tapernorm.workflow import scaling as wsc
 from tapernorm.workflow import stability as wst
@@ -21,7 +20,7 @@ SCHEMA = str(ROOT / "workflow/schemas/config.schema.yaml")
 def load(*names: str) -> dict:
     raw: dict = {}
     for name in names:  # merged in order, as Snakemake merges --configfile A B
-        raw = _merged(raw, yaml.safe_load((ROOT / "config" / name).read_text()))
+        raw = merged_configs(raw, yaml.safe_load((ROOT / "config" / name).read_text()))
     return validate_pipeline_config(raw, SCHEMA)
 
 

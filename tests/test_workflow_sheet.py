@@ -7,9 +7,8 @@ import pytest
 import yaml
 
 from tapernorm.cli import main
-from tapernorm.cli.machine import _merged
 from tapernorm.config import ConfigError
-from tapernorm.workflow import Plan, validate_pipeline_config, validated_plan
+from tapernorm.workflow import Plan, merged_configs, validate_pipeline_config, validated_plan
 from tapernorm.workflow import sheet as ws
 from tapernorm.workflow.training import seeds_of
 
@@ -70,7 +69,7 @@ def test_the_checks_resolve_each_training_run_once_for_the_whole_invocation(name
 
     raw = yaml.safe_load((ROOT / "config/config.yaml").read_text())
     if name != "config.yaml":  # (as Snakemake merges --configfile config/config.yaml NAME)
-        raw = _merged(raw, yaml.safe_load((ROOT / "config" / name).read_text()))
+        raw = merged_configs(raw, yaml.safe_load((ROOT / "config" / name).read_text()))
     calls: dict[str, int] = {}
     resolve = family.resolve_run_config
 

@@ -53,9 +53,9 @@ def selftest_parser(sub) -> None:
 
 
 def _cmd_check_config(args: argparse.Namespace) -> int:
-    from ..workflow import validate_pipeline_config
+    from ..workflow import read_config_files, validate_pipeline_config
 
-    validate_pipeline_config(_read_configs(args.configs, args.schema), str(args.schema))
+    validate_pipeline_config(read_config_files(args.configs, args.schema), str(args.schema))
     print(f"{' + '.join(map(str, args.configs))}: valid")
     return 0
 
@@ -85,34 +85,11 @@ def _schema_arg(p: argparse.ArgumentParser) -> None:
     )
 
 
-def _merged(base: dict, over: dict) -> dict:
-    """Config `over` merged into `base` key by key, as Snakemake merges its --configfile files."""
-    out = dict(base)
-    for key, value in over.items():
-        nested = isinstance(value, dict) and isinstance(out.get(key), dict)
-        out[key] = _merged(out[key], value) if nested else value
-    return out
-
-
-def _read_configs(paths: list[Path], schema: Path) -> dict:
-    """Workflow config files checked as the Snakefile checks them (workflow.check_config_files:
-    YAML syntax and duplicate keys naming the line, top-level keys naming the file), merged in
-    order."""
-    from ..config import config_text, yaml_load
-    from ..workflow import check_config_files
-
-    check_config_files([str(p) for p in paths], str(schema))
-    config: dict = {}
-    for path in paths:
-        config = _merged(config, yaml_load(config_text(path), f"config file {path}") or {})
-    return config
-
-
 def _cmd_runs_sheet(args: argparse.Namespace) -> int:
-    from ..workflow import validated_plan
+    from ..workflow import read_config_files, validated_plan
     from ..workflow.sheet import runs_sheet, sheet_tsv
 
-    plan = validated_plan(_read_configs(args.configfile, args.schema), str(args.schema))
+    plan = validated_plan(read_config_files(args.configfile, args.schema), str(args.schema))
     print(sheet_tsv(runs_sheet(plan)), end="")
     return 0
 

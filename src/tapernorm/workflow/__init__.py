@@ -9,6 +9,19 @@ the files the rules name (workflow.files), the functions Snakemake calls for eac
 up. Plans without torch: the planning host decides no device (workflow.devices)."""
 
 from .plan import Plan
-from .validate import check_config_files, validate_pipeline_config, validated_plan
+from .validate import (
+    check_config_files,
+    merged_configs,
+    read_config_files,
+    validate_pipeline_config,
+    validated_plan,
+)
 
-__all__ = ["Plan", "check_config_files", "validate_pipeline_config", "validated_plan"]
+__all__ = [
+    "Plan",
+    "check_config_files",
+    "merged_configs",
+    "read_config_files",
+    "validate_pipeline_config",
+    "validated_plan",
+]

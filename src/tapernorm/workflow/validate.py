@@ -4,6 +4,7 @@ and what a schema can't say (every run of every family resolves to a valid run c
 from __future__ import annotations
 
 import copy
+from os import PathLike
 
 from ..config import ConfigError
 from . import finetune as wft
@@ -41,6 +42,27 @@ def check_config_files(paths: list[str], schema_path: str) -> None:
                 f"config file {path}: config key {unknown[0]}: unknown key; allowed: "
                 f"{', '.join(allowed)}"
             )
+
+
+def merged_configs(base: dict, over: dict) -> dict:
+    """Config `over` merged into `base` key by key, as Snakemake merges its --configfile files."""
+    out = dict(base)
+    for key, value in over.items():
+        nested = isinstance(value, dict) and isinstance(out.get(key), dict)
+        out[key] = merged_configs(out[key], value) if nested else value
+    return out
+
+
+def read_config_files(paths: list[str | PathLike], schema_path: str | PathLike) -> dict:
+    """Workflow config files checked as the Snakefile checks them (check_config_files), merged in
+    order as `snakemake --configfile A B` merges them; not yet validated against the schema."""
+    from ..config import config_text, yaml_load
+
+    check_config_files([str(p) for p in paths], str(schema_path))
+    config: dict = {}
+    for path in paths:
+        config = merged_configs(config, yaml_load(config_text(path), f"config file {path}") or {})
+    return config
 
 
 def validate_pipeline_config(config: dict, schema_path: str) -> dict:
