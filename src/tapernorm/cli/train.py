@@ -4,7 +4,6 @@ the learning-rate grid's runs."""
 from __future__ import annotations
 
 import argparse
-import json
 import os
 from pathlib import Path
 
@@ -17,6 +16,7 @@ from .args import (
     POSITIVE,
     POSITIVE_FLOAT,
     allow_dirty_arg,
+    config_json,
     force_arg,
 )
 
@@ -63,13 +63,7 @@ def _train_config(args: argparse.Namespace) -> RunConfig:
         return load_run_config(args.config, args.set)
     if args.config is not None or args.set:
         raise ValueError("--config-json is the whole config: give no --config or --set with it")
-    try:
-        config = json.loads(args.config_json)
-    except json.JSONDecodeError as e:
-        raise ValueError(f"--config-json is not valid JSON: {e}") from None
-    if not isinstance(config, dict):
-        raise ValueError(f"--config-json: top level must be an object, not {type(config).__name__}")
-    return resolve_run_config(config)
+    return resolve_run_config(config_json(args.config_json))
 
 
 def train_parser(sub) -> None:
