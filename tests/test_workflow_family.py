@@ -5,9 +5,8 @@ import copy
 from pathlib import Path
 
 import pytest
-import yaml
 
-from tapernorm.workflow import Plan, merged_configs, validate_pipeline_config
+from tapernorm.workflow import Plan, read_config_files, validate_pipeline_config
 from tapernorm.workflow import finetune as wft
 from tapernorm.workflow import scaling as wsc
 from tapernorm.workflow import stability as wst
@@ -18,10 +17,8 @@ SCHEMA = str(ROOT / "workflow/schemas/config.schema.yaml")
 
 
 def load(*names: str) -> dict:
-    raw: dict = {}
-    for name in names:  # merged in order, as Snakemake merges --configfile A B
-        raw = merged_configs(raw, yaml.safe_load((ROOT / "config" / name).read_text()))
-    return validate_pipeline_config(raw, SCHEMA)
+    files = [ROOT / "config" / name for name in names]  # merged as --configfile A B merges them
+    return validate_pipeline_config(read_config_files(files, SCHEMA), SCHEMA)
 
 
 def test_a_family_is_its_rows_in_order_and_refuses_a_run_not_there():

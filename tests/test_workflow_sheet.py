@@ -8,7 +8,7 @@ import yaml
 
 from tapernorm.cli import main
 from tapernorm.config import ConfigError
-from tapernorm.workflow import Plan, merged_configs, validate_pipeline_config, validated_plan
+from tapernorm.workflow import Plan, read_config_files, validate_pipeline_config, validated_plan
 from tapernorm.workflow import sheet as ws
 from tapernorm.workflow.training import seeds_of
 
@@ -67,9 +67,8 @@ def test_the_checks_resolve_each_training_run_once_for_the_whole_invocation(name
     Snakefile and runs-sheet take) holds those configs: the sheet and the trunks resolve none again."""
     from tapernorm.workflow import family
 
-    raw = yaml.safe_load((ROOT / "config/config.yaml").read_text())
-    if name != "config.yaml":  # (as Snakemake merges --configfile config/config.yaml NAME)
-        raw = merged_configs(raw, yaml.safe_load((ROOT / "config" / name).read_text()))
+    names = ["config.yaml"] if name == "config.yaml" else ["config.yaml", name]
+    raw = read_config_files([ROOT / "config" / n for n in names], SCHEMA)  # --configfile A B
     calls: dict[str, int] = {}
     resolve = family.resolve_run_config
 
